@@ -1,0 +1,37 @@
+"""rlserve: train and serve RL policies for simulators that run their own loop.
+
+The public surface is re-exported here; ``import rlserve`` never imports torch.
+"""
+
+__version__ = "0.1.0"
+
+from rlserve.client.policy_client import PolicyClient  # noqa: E402
+from rlserve.errors import (  # noqa: E402
+    AuthenticationError,
+    CapacityError,
+    ConfigError,
+    ConnectionLostError,
+    EpisodeError,
+    ProtocolError,
+    RequestTimeoutError,
+    RLServeError,
+    ServerError,
+    SpaceError,
+    VersionMismatchError,
+)
+
+__all__ = [
+    "AuthenticationError",
+    "CapacityError",
+    "ConfigError",
+    "ConnectionLostError",
+    "EpisodeError",
+    "PolicyClient",
+    "ProtocolError",
+    "RLServeError",
+    "RequestTimeoutError",
+    "ServerError",
+    "SpaceError",
+    "VersionMismatchError",
+    "__version__",
+]

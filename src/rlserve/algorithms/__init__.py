@@ -1,0 +1,1 @@
+"""Learning algorithms. Each one consumes :class:`rlserve.samples.Fragment` batches only."""

@@ -1,0 +1,78 @@
+"""The narrow interface between experience sources and learning algorithms.
+
+A learner is fed finished :class:`~rlserve.samples.Fragment` batches and nothing else: it does not
+know whether they came from network clients, hosted environments or logged data. It says when it
+has enough for an update, performs the update, and publishes its actor as a
+:class:`WeightsPackage` that numpy-only code can run.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlserve.policy import ModelSpec
+from rlserve.samples import Fragment
+
+
+@dataclass(slots=True)
+class WeightsPackage:
+    """A published actor: its architecture, its named float32 arrays and their version."""
+
+    version: int
+    spec: ModelSpec
+    arrays: dict[str, np.ndarray]
+
+    def to_wire(self) -> dict[str, Any]:
+        """Return the package as a map for the codec."""
+        return {"version": self.version, "spec": self.spec.to_wire(), "arrays": self.arrays}
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> WeightsPackage:
+        """Rebuild a package from :meth:`to_wire` output."""
+        return cls(
+            version=int(raw["version"]),
+            spec=ModelSpec.from_wire(raw["spec"]),
+            arrays={str(k): np.asarray(v, dtype=np.float32) for k, v in raw["arrays"].items()},
+        )
+
+
+class Learner(abc.ABC):
+    """An algorithm's update step, fed with trajectory fragments."""
+
+    @property
+    @abc.abstractmethod
+    def version(self) -> int:
+        """Version of the current weights (one more after each update)."""
+
+    @abc.abstractmethod
+    def ingest(self, fragments: list[Fragment]) -> None:
+        """Take fragments into the learner's buffer."""
+
+    @abc.abstractmethod
+    def ready(self) -> bool:
+        """Whether enough experience is buffered for :meth:`update`."""
+
+    @abc.abstractmethod
+    def update(self) -> dict[str, float]:
+        """Run one update on the buffered experience and return its metrics (slash names)."""
+
+    @abc.abstractmethod
+    def weights(self) -> WeightsPackage:
+        """The current actor, for inference."""
+
+    @abc.abstractmethod
+    def counters(self) -> dict[str, int]:
+        """Step counters that a checkpoint must restore (updates, trained steps...)."""
+
+    @abc.abstractmethod
+    def save(self, path: Path, extra: dict[str, Any]) -> None:
+        """Write model, optimiser and counters (and ``extra``) to ``path``."""
+
+    @abc.abstractmethod
+    def load(self, path: Path) -> dict[str, Any]:
+        """Restore from :meth:`save` output and return its ``extra``."""

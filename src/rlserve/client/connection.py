@@ -1,0 +1,250 @@
+"""A blocking binary-carrier connection: framing, request ids, pipelining, reconnection.
+
+Requests get increasing ids. :meth:`Connection.request` sends one and reads replies until its
+own arrives. :meth:`Connection.send_nowait` sends one without waiting (it is pipelined); its reply
+is checked when it arrives while waiting for a later one, and an error reply is raised from the
+next call, naming the request it belongs to. Standard library sockets only.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from rlserve.errors import (
+    ConnectionLostError,
+    ProtocolError,
+    RequestTimeoutError,
+    RLServeError,
+    error_for_code,
+)
+from rlserve.protocol.codec import decode, encode
+from rlserve.protocol.framing import FrameDecoder, frame
+from rlserve.protocol.limits import DEFAULT_LIMITS, PROTOCOL_VERSION, Limits
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Client timeouts, in seconds.
+
+    Attributes:
+        connect: To open the TCP connection.
+        request: For a reply (a first get_action may wait while the server's learner starts).
+        reconnect: How long to keep retrying, with backoff, after the connection breaks.
+    """
+
+    connect: float = 10.0
+    request: float = 60.0
+    reconnect: float = 30.0
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """Split ``host:port``, ``tcp://host:port`` or RLlib's ``http://host:port``.
+
+    Raises:
+        ValueError: No port, or a port that is not a number.
+    """
+    rest = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"address '{address}' needs a port, e.g. 'localhost:9900'")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+class Connection:
+    """One binary-carrier connection to an rlserve server, re-opened when it breaks.
+
+    Args:
+        address: Where the server listens.
+        token: The server's token, if it has one.
+        client_name: Shown in the server's logs and metrics.
+        inference_mode: Sent in ``hello``.
+        timeouts: Connect, request and reconnect timeouts.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        token: str | None,
+        client_name: str,
+        inference_mode: str,
+        timeouts: Timeouts,
+    ):
+        self.host, self.port = parse_address(address)
+        self._token = token
+        self._client_name = client_name
+        self._inference_mode = inference_mode
+        self.timeouts = timeouts
+        self.limits: Limits = DEFAULT_LIMITS
+        self._sock: socket.socket | None = None
+        self._decoder = FrameDecoder(DEFAULT_LIMITS.max_frame_bytes)
+        self._next_id = 1
+        self._unanswered: dict[int, str] = {}
+        self._replies: dict[int, dict[str, Any]] = {}
+        self._deferred_error: RLServeError | None = None
+        self.welcome: dict[str, Any] = {}
+        self.reconnects = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def open(self) -> dict[str, Any]:
+        """Connect and say hello; return the server's ``welcome``.
+
+        Raises:
+            ConnectionLostError: The server cannot be reached.
+            AuthenticationError, VersionMismatchError: The server refused the hello.
+        """
+        try:
+            sock = socket.create_connection((self.host, self.port), self.timeouts.connect)
+        except OSError as exc:
+            raise ConnectionLostError(
+                f"cannot reach an rlserve server at {self.host}:{self.port} ({exc}); is "
+                "'rlserve serve' running, and is this its binary port?"
+            ) from exc
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(self.timeouts.request)
+        self._sock = sock
+        self._decoder = FrameDecoder(DEFAULT_LIMITS.max_frame_bytes)
+        self._unanswered.clear()
+        self._replies.clear()
+        reply = self._roundtrip(
+            {
+                "type": "hello",
+                "protocol_version": PROTOCOL_VERSION,
+                "client_name": self._client_name,
+                "token": self._token,
+                "inference_mode": self._inference_mode,
+            }
+        )
+        self.welcome = reply
+        limits = reply.get("limits", {})
+        known = {k: v for k, v in limits.items() if k in Limits.__dataclass_fields__}
+        self.limits = Limits(**known)
+        return reply
+
+    def close(self) -> None:
+        """Read outstanding replies (raising a deferred error) and close the socket."""
+        try:
+            while self._sock is not None and self._unanswered:
+                self._receive_some()
+        finally:
+            self._drop_socket()
+        self._raise_deferred()
+
+    def _drop_socket(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+        self._sock = None
+
+    def reconnect(self) -> dict[str, Any]:
+        """Re-open the connection with exponential backoff until the reconnect timeout.
+
+        Raises:
+            ConnectionLostError: The server stayed unreachable.
+        """
+        self._drop_socket()
+        deadline = time.monotonic() + self.timeouts.reconnect
+        delay = 0.05
+        while True:
+            try:
+                welcome = self.open()
+                self.reconnects += 1
+                return welcome
+            except ConnectionLostError:
+                if time.monotonic() + delay > deadline:
+                    raise ConnectionLostError(
+                        f"lost the connection to {self.host}:{self.port} and could not "
+                        f"reconnect within {self.timeouts.reconnect:.0f} s; start the server "
+                        "or raise the reconnect timeout"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    # -- requests --------------------------------------------------------------------------
+
+    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send ``message`` and return its reply; an ``error`` reply is raised."""
+        self._raise_deferred()
+        reply = self._roundtrip(message)
+        self._raise_deferred()
+        return reply
+
+    def send_nowait(self, message: dict[str, Any]) -> None:
+        """Send ``message`` without waiting; its error, if any, is raised by a later call."""
+        self._raise_deferred()
+        request_id = self._send(message)
+        self._unanswered[request_id] = message["type"]
+
+    def _roundtrip(self, message: dict[str, Any]) -> dict[str, Any]:
+        request_id = self._send(message)
+        reply = self._read_until(request_id)
+        if reply.get("type") == "error":
+            raise error_for_code(str(reply.get("code")), str(reply.get("message")), request_id)
+        return reply
+
+    def _send(self, message: dict[str, Any]) -> int:
+        if self._sock is None:
+            raise ConnectionLostError("the connection is closed")
+        request_id = self._next_id
+        self._next_id += 1
+        message["id"] = request_id
+        try:
+            self._sock.sendall(frame(encode(message)))
+        except OSError as exc:
+            self._drop_socket()
+            raise ConnectionLostError(f"sending to {self.host}:{self.port} failed: {exc}") from exc
+        return request_id
+
+    def _read_until(self, request_id: int) -> dict[str, Any]:
+        while request_id not in self._replies:
+            self._receive_some()
+        return self._replies.pop(request_id)
+
+    def _receive_some(self) -> None:
+        assert self._sock is not None
+        try:
+            data = self._sock.recv(1 << 16)
+        except TimeoutError as exc:
+            self._drop_socket()
+            raise RequestTimeoutError(
+                f"no reply from {self.host}:{self.port} within {self.timeouts.request} s; "
+                "raise the request timeout if the server is busy"
+            ) from exc
+        except OSError as exc:
+            self._drop_socket()
+            raise ConnectionLostError(f"connection to {self.host}:{self.port} broke: {exc}") from exc
+        if not data:
+            self._drop_socket()
+            raise ConnectionLostError(f"the server at {self.host}:{self.port} closed the connection")
+        try:
+            bodies = self._decoder.feed(data)
+            replies = [decode(body, self.limits) for body in bodies]
+        except ProtocolError as exc:
+            self._drop_socket()
+            raise ConnectionLostError(f"the server sent an invalid frame: {exc}") from exc
+        for reply in replies:
+            reply_id = reply.get("id")
+            if isinstance(reply_id, int) and reply_id in self._unanswered:
+                kind = self._unanswered.pop(reply_id)
+                if reply.get("type") == "error" and self._deferred_error is None:
+                    self._deferred_error = error_for_code(
+                        str(reply.get("code")),
+                        f"an earlier {kind} (request {reply_id}) failed: {reply.get('message')}",
+                        reply_id,
+                    )
+            elif isinstance(reply_id, int):
+                self._replies[reply_id] = reply
+            elif reply.get("type") == "error":
+                # An error without a request id concerns the connection itself.
+                self._drop_socket()
+                raise error_for_code(str(reply.get("code")), str(reply.get("message")))
+
+    def _raise_deferred(self) -> None:
+        error, self._deferred_error = self._deferred_error, None
+        if error is not None:
+            raise error

@@ -1,0 +1,201 @@
+"""A numpy implementation of the actor network and its action distribution.
+
+The learner trains a torch model; it publishes the model's description (:class:`ModelSpec`) and
+its weights as named float32 arrays. This module turns those into actions with numpy alone, so
+the server's inference loop and a local-inference client share one implementation and never
+import torch. ``tests/policy/test_numpy_policy.py`` checks it against the torch model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rlserve.errors import ConfigError
+
+_ACTIVATIONS = {
+    "tanh": np.tanh,
+    "relu": lambda x: np.maximum(x, 0.0),
+}
+
+LOG_2PI = float(np.log(2.0 * np.pi))
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """What a client needs to rebuild the actor from named arrays.
+
+    Attributes:
+        obs_dim: Length of the flattened observation.
+        actor_layers: Names of the actor's linear layers in order; layer ``name`` has the arrays
+            ``name.weight`` (``[out, in]``) and ``name.bias``.
+        activation: Activation between layers (``tanh`` or ``relu``); none after the last.
+        distribution: ``categorical`` (logits over ``action_dim`` choices) or ``gaussian``
+            (mean of ``action_dim`` values; std from the array ``log_std``).
+        action_dim: Number of logits, or of action dimensions.
+        action_low: Lower bounds to clip Gaussian actions to before sending (may be empty).
+        action_high: Upper bounds, as ``action_low``.
+    """
+
+    obs_dim: int
+    actor_layers: tuple[str, ...]
+    activation: str
+    distribution: str
+    action_dim: int
+    action_low: tuple[float, ...] = field(default=())
+    action_high: tuple[float, ...] = field(default=())
+
+    def to_wire(self) -> dict[str, Any]:
+        """Return the spec as a plain map."""
+        data = asdict(self)
+        data["actor_layers"] = list(self.actor_layers)
+        data["action_low"] = list(self.action_low)
+        data["action_high"] = list(self.action_high)
+        return data
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> ModelSpec:
+        """Rebuild a spec from :meth:`to_wire` output.
+
+        Raises:
+            ConfigError: Unknown activation or distribution, or missing fields.
+        """
+        try:
+            spec = cls(
+                obs_dim=int(raw["obs_dim"]),
+                actor_layers=tuple(str(n) for n in raw["actor_layers"]),
+                activation=str(raw["activation"]),
+                distribution=str(raw["distribution"]),
+                action_dim=int(raw["action_dim"]),
+                action_low=tuple(float(v) for v in raw.get("action_low", ())),
+                action_high=tuple(float(v) for v in raw.get("action_high", ())),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"malformed model spec: {exc!r}") from exc
+        if spec.activation not in _ACTIVATIONS:
+            raise ConfigError(f"unknown activation '{spec.activation}'; use tanh or relu")
+        if spec.distribution not in ("categorical", "gaussian"):
+            raise ConfigError(f"unknown distribution '{spec.distribution}'")
+        return spec
+
+
+@dataclass(slots=True)
+class PolicyOutput:
+    """Actions for a batch of observations.
+
+    Attributes:
+        actions: ``[N]`` int64 (categorical) or ``[N, action_dim]`` float32 (gaussian, unclipped:
+            this is what was sampled and what the learner trains on).
+        logp: ``[N]`` float32 log-probability of each action.
+    """
+
+    actions: np.ndarray
+    logp: np.ndarray
+
+
+class NumpyPolicy:
+    """The actor network evaluated with numpy.
+
+    Args:
+        spec: The architecture.
+        weights: Named float32 arrays (every ``layer.weight``/``layer.bias``, and ``log_std`` for
+            a gaussian policy).
+        version: The weights version, carried into every sample it produces.
+        seed: Seed of the sampling random generator.
+
+    Raises:
+        ConfigError: A weight is missing or has the wrong shape.
+    """
+
+    def __init__(
+        self, spec: ModelSpec, weights: dict[str, np.ndarray], version: int, seed: int = 0
+    ):
+        self.spec = spec
+        self.version = version
+        self._rng = np.random.default_rng(seed)
+        self._act = _ACTIVATIONS[spec.activation]
+        self._layers: list[tuple[np.ndarray, np.ndarray]] = []
+        in_dim = spec.obs_dim
+        for name in spec.actor_layers:
+            try:
+                w = np.asarray(weights[f"{name}.weight"], dtype=np.float32)
+                b = np.asarray(weights[f"{name}.bias"], dtype=np.float32)
+            except KeyError as exc:
+                raise ConfigError(f"weights are missing {exc} for the layer '{name}'") from exc
+            if w.ndim != 2 or w.shape[1] != in_dim or b.shape != (w.shape[0],):
+                raise ConfigError(
+                    f"layer '{name}' has weight {w.shape} and bias {b.shape}; expected "
+                    f"[out, {in_dim}] and [out]"
+                )
+            # Stored transposed so the forward pass is x @ w without a copy per call.
+            self._layers.append((np.ascontiguousarray(w.T), b))
+            in_dim = w.shape[0]
+        if in_dim != spec.action_dim:
+            raise ConfigError(f"actor output is {in_dim} wide; action_dim is {spec.action_dim}")
+        self._log_std: np.ndarray | None = None
+        if spec.distribution == "gaussian":
+            if "log_std" not in weights:
+                raise ConfigError("a gaussian policy needs the array 'log_std'")
+            self._log_std = np.asarray(weights["log_std"], dtype=np.float32).reshape(-1)
+        self._low = np.asarray(spec.action_low, dtype=np.float32)
+        self._high = np.asarray(spec.action_high, dtype=np.float32)
+
+    def forward(self, obs: np.ndarray) -> np.ndarray:
+        """Return the actor's raw output (logits or means) for ``[N, obs_dim]`` observations."""
+        x = obs
+        last = len(self._layers) - 1
+        for i, (w, b) in enumerate(self._layers):
+            x = x @ w + b
+            if i != last:
+                x = self._act(x)
+        return x
+
+    def compute_actions(self, obs: np.ndarray, explore: bool = True) -> PolicyOutput:
+        """Sample (or, without exploration, pick the most likely) actions for a batch.
+
+        Args:
+            obs: ``[N, obs_dim]`` float32 flattened observations.
+            explore: Sample from the distribution when True; take its mode when False.
+        """
+        out = self.forward(obs)
+        if self.spec.distribution == "categorical":
+            shifted = out - out.max(axis=1, keepdims=True)
+            log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+            if explore:
+                cdf = np.cumsum(np.exp(log_probs), axis=1)
+                u = self._rng.random((obs.shape[0], 1)) * cdf[:, -1:]
+                actions = np.minimum((cdf < u).sum(axis=1), out.shape[1] - 1)
+            else:
+                actions = out.argmax(axis=1)
+            logp = log_probs[np.arange(obs.shape[0]), actions]
+            return PolicyOutput(actions.astype(np.int64), logp.astype(np.float32))
+        assert self._log_std is not None
+        std = np.exp(self._log_std)
+        if explore:
+            noise = self._rng.standard_normal(out.shape).astype(np.float32)
+            actions = out + std * noise
+        else:
+            noise = np.zeros_like(out)
+            actions = out
+        logp = -0.5 * (noise**2).sum(axis=1) - self._log_std.sum() - 0.5 * LOG_2PI * out.shape[1]
+        return PolicyOutput(actions.astype(np.float32), logp.astype(np.float32))
+
+    def log_prob(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """Log-probability of given actions under this policy, ``[N]`` float32."""
+        out = self.forward(obs)
+        if self.spec.distribution == "categorical":
+            shifted = out - out.max(axis=1, keepdims=True)
+            log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+            return log_probs[np.arange(obs.shape[0]), actions.astype(np.int64)].astype(np.float32)
+        assert self._log_std is not None
+        z = (actions.reshape(out.shape) - out) / np.exp(self._log_std)
+        logp = -0.5 * (z**2).sum(axis=1) - self._log_std.sum() - 0.5 * LOG_2PI * out.shape[1]
+        return logp.astype(np.float32)
+
+    def to_env_actions(self, actions: np.ndarray) -> np.ndarray:
+        """Clip gaussian actions to the action space's bounds before they are sent."""
+        if self.spec.distribution == "gaussian" and self._low.size:
+            return np.clip(actions, self._low, self._high)
+        return actions

@@ -1,0 +1,204 @@
+"""Message encoding: msgpack maps with typed binary arrays, and the JSON equivalent.
+
+An array travels in msgpack as extension type 1 (``ndarray``) whose payload is::
+
+    u8 dtype code | u8 ndim | ndim x u32 little-endian dims | raw little-endian element bytes
+
+The dtype codes are in :data:`DTYPE_CODES`. Nothing here executes code on decode: there is no
+pickle and no ``msgpack_numpy``; an extension type other than 1 is an error. In JSON an array is a
+nested list of numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from rlserve.errors import DecodeError, LimitExceededError
+from rlserve.protocol.limits import DEFAULT_LIMITS, Limits
+
+NDARRAY_EXT = 1
+"""msgpack extension type code of an array."""
+
+DTYPE_CODES: dict[int, np.dtype[Any]] = {
+    0: np.dtype("bool"),
+    1: np.dtype("<i1"),
+    2: np.dtype("<u1"),
+    3: np.dtype("<i2"),
+    4: np.dtype("<u2"),
+    5: np.dtype("<i4"),
+    6: np.dtype("<u4"),
+    7: np.dtype("<i8"),
+    8: np.dtype("<u8"),
+    9: np.dtype("<f2"),
+    10: np.dtype("<f4"),
+    11: np.dtype("<f8"),
+}
+"""Wire dtype code -> numpy dtype (always little-endian)."""
+
+_CODE_OF: dict[str, int] = {dt.str.lstrip("<|="): code for code, dt in DTYPE_CODES.items()}
+_CODE_OF["b1"] = 0
+
+
+def _dtype_code(dtype: np.dtype[Any]) -> int:
+    key = dtype.newbyteorder("<").str.lstrip("<|=") if dtype.byteorder == ">" else dtype.str
+    key = key.lstrip("<|=")
+    try:
+        return _CODE_OF[key]
+    except KeyError:
+        raise DecodeError(
+            f"arrays of dtype {dtype} cannot be sent; use one of "
+            f"{sorted(str(d) for d in DTYPE_CODES.values())}"
+        ) from None
+
+
+def pack_array(array: np.ndarray) -> msgpack.ExtType:
+    """Wrap a numpy array as the ``ndarray`` msgpack extension.
+
+    Args:
+        array: Any numeric or boolean array.
+
+    Returns:
+        The extension value, ready for ``msgpack.packb``.
+    """
+    code = _dtype_code(array.dtype)
+    little = array.astype(array.dtype.newbyteorder("<"), copy=False)
+    header = struct.pack(f"<BB{array.ndim}I", code, array.ndim, *array.shape)
+    return msgpack.ExtType(NDARRAY_EXT, header + np.ascontiguousarray(little).tobytes())
+
+
+def unpack_array(payload: bytes, limits: Limits = DEFAULT_LIMITS) -> np.ndarray:
+    """Decode an ``ndarray`` extension payload, checking it against ``limits`` first.
+
+    Args:
+        payload: The extension's bytes.
+        limits: Bounds on dimensions and element count.
+
+    Returns:
+        A read-only array viewing ``payload``.
+
+    Raises:
+        DecodeError: The payload is malformed (unknown dtype, wrong length).
+        LimitExceededError: Too many dimensions or elements.
+    """
+    if len(payload) < 2:
+        raise DecodeError("ndarray payload is shorter than its 2-byte header")
+    code, ndim = payload[0], payload[1]
+    dtype = DTYPE_CODES.get(code)
+    if dtype is None:
+        raise DecodeError(f"unknown ndarray dtype code {code}; valid codes are 0-11")
+    if ndim > limits.max_array_ndim:
+        raise LimitExceededError(
+            f"array has {ndim} dimensions; the limit is {limits.max_array_ndim}"
+        )
+    header_len = 2 + 4 * ndim
+    if len(payload) < header_len:
+        raise DecodeError(f"ndarray payload ends inside its shape ({ndim} dimensions)")
+    shape = struct.unpack_from(f"<{ndim}I", payload, 2)
+    count = 1
+    for dim in shape:
+        count *= dim
+    if count > limits.max_array_elements:
+        raise LimitExceededError(
+            f"array of shape {shape} has {count} elements; the limit is "
+            f"{limits.max_array_elements}"
+        )
+    expected = header_len + count * dtype.itemsize
+    if len(payload) != expected:
+        raise DecodeError(
+            f"ndarray of shape {shape} and dtype {dtype} needs {expected - header_len} data "
+            f"bytes, got {len(payload) - header_len}"
+        )
+    return np.frombuffer(payload, dtype=dtype, count=count, offset=header_len).reshape(shape)
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return pack_array(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise TypeError(f"cannot encode {type(obj).__name__} on the wire")
+
+
+_packer_default = _default
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """Encode a message map as msgpack bytes (without the frame prefix).
+
+    Args:
+        message: A map of plain values, numpy arrays and scalars.
+
+    Returns:
+        The msgpack bytes.
+    """
+    return msgpack.packb(message, default=_packer_default, use_bin_type=True)
+
+
+def decode(data: bytes, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
+    """Decode one msgpack message, enforcing ``limits`` while unpacking.
+
+    Args:
+        data: A frame body.
+        limits: Bounds on containers, strings and arrays.
+
+    Returns:
+        The message map.
+
+    Raises:
+        DecodeError: The bytes are not one msgpack map.
+        LimitExceededError: A container or array is over its limit.
+    """
+
+    def ext_hook(code: int, payload: bytes) -> Any:
+        if code != NDARRAY_EXT:
+            raise DecodeError(f"unknown msgpack extension type {code}; only 1 (ndarray) exists")
+        return unpack_array(payload, limits)
+
+    try:
+        message = msgpack.unpackb(
+            data,
+            ext_hook=ext_hook,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            max_str_len=limits.max_frame_bytes,
+            max_bin_len=limits.max_frame_bytes,
+            max_array_len=limits.max_container_len,
+            max_map_len=limits.max_container_len,
+            max_ext_len=limits.max_frame_bytes,
+        )
+    except (DecodeError, LimitExceededError):
+        raise
+    except ValueError as exc:
+        # msgpack signals its own size limits with ValueError("... exceeds max_...").
+        if "exceeds max" in str(exc):
+            raise LimitExceededError(f"message container over the limit: {exc}") from exc
+        raise DecodeError(f"not a valid msgpack message: {exc}") from exc
+    except Exception as exc:
+        raise DecodeError(f"not a valid msgpack message: {exc}") from exc
+    if not isinstance(message, dict):
+        raise DecodeError(f"a message must be a msgpack map, got {type(message).__name__}")
+    return message
+
+
+def to_jsonable(value: Any) -> Any:
+    """Turn arrays and numpy scalars inside ``value`` into lists and Python numbers."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {k: to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+def encode_json(message: dict[str, Any]) -> bytes:
+    """Encode a message as UTF-8 JSON, arrays as nested lists."""
+    return json.dumps(to_jsonable(message), separators=(",", ":"), allow_nan=False).encode()

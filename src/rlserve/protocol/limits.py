@@ -1,0 +1,47 @@
+"""Named limits on everything that arrives over the wire.
+
+Each limit is checked before the thing it bounds is allocated: a frame's length before its bytes
+are buffered, an array's element count before it is materialised, an id's length before it is
+stored. The server sends its limits in the ``welcome`` reply so that a client can check before
+sending.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+PROTOCOL_VERSION = 1
+"""The wire protocol version this package speaks."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Upper bounds on what a peer may send.
+
+    Attributes:
+        max_frame_bytes: Largest frame body (the msgpack message) in bytes.
+        max_array_elements: Largest number of elements in one array.
+        max_array_ndim: Largest number of dimensions of one array.
+        max_container_len: Largest msgpack array or map (entries), e.g. an ``info`` map.
+        max_id_length: Longest episode, policy or client id, in characters.
+        max_batch_episodes: Most episodes in one batched ``get_action``.
+        max_episodes_per_client: Most concurrent episodes one client (connection) may hold.
+        max_episodes_per_server: Most concurrent episodes on the whole server.
+    """
+
+    max_frame_bytes: int = 16 * 1024 * 1024
+    max_array_elements: int = 4_000_000
+    max_array_ndim: int = 8
+    max_container_len: int = 65_536
+    max_id_length: int = 128
+    max_batch_episodes: int = 4096
+    max_episodes_per_client: int = 10_000
+    max_episodes_per_server: int = 100_000
+
+    def to_wire(self) -> dict[str, int]:
+        """Return the limits as a plain map for the ``welcome`` message."""
+        return asdict(self)
+
+
+DEFAULT_LIMITS = Limits()
+"""The limits a server uses unless configured otherwise."""

@@ -1,0 +1,359 @@
+"""The typed messages of protocol version 1, and their validation.
+
+Every message is a map with a ``type`` string. Requests carry an ``id`` (a non-negative integer
+chosen by the client); the reply to a request carries the same ``id``, so a client may pipeline
+requests on one connection. The fields of each message are documented once, here and in
+``docs/protocol.md``; the two must agree.
+
+Values that are checked against a Gymnasium space (observations, actions) stay undecoded here
+(an array, a list or a map): the protocol layer knows nothing about spaces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlserve.errors import DecodeError, LimitExceededError
+from rlserve.protocol.limits import DEFAULT_LIMITS, Limits
+
+DEFAULT_POLICY_ID = "default"
+"""The policy an episode uses unless it names another."""
+
+
+@dataclass(slots=True)
+class Hello:
+    """First request on a binary connection (``type: hello``).
+
+    Attributes:
+        id: Request id.
+        protocol_version: The protocol version the client speaks.
+        client_name: A label for logs and metrics.
+        token: The server's shared secret, when it has one.
+        inference_mode: ``remote`` (the server computes actions) or ``local``.
+    """
+
+    id: int
+    protocol_version: int
+    client_name: str = "client"
+    token: str | None = None
+    inference_mode: str = "remote"
+
+
+@dataclass(slots=True)
+class StartEpisode:
+    """Begin an episode (``type: start_episode``).
+
+    Attributes:
+        id: Request id.
+        episode_id: The episode's id, or None for the server to assign one.
+        training_enabled: False serves actions but keeps the episode out of training.
+        policy_id: The policy that acts in this episode.
+    """
+
+    id: int
+    episode_id: str | None = None
+    training_enabled: bool = True
+    policy_id: str = DEFAULT_POLICY_ID
+
+
+@dataclass(slots=True)
+class GetAction:
+    """Record observations and ask for on-policy actions (``type: get_action``).
+
+    One episode (``episode_id`` + ``observation``) or several at once (``episode_ids`` +
+    ``observations``, stacked along the first axis). ``reward`` / ``rewards`` is the reward
+    accumulated since each episode's previous action; it is added to anything sent with
+    ``log_returns`` and lets a client report a step's reward and ask for the next action in one
+    round trip.
+
+    Attributes:
+        id: Request id.
+        episode_ids: The episodes, in order.
+        observations: One observation per episode (stacked array, list, or list of maps).
+        rewards: Reward per episode for its previous action, or None.
+        batched: Whether the request used the plural form (the reply mirrors it).
+    """
+
+    id: int
+    episode_ids: list[str]
+    observations: Any
+    rewards: list[float] | None = None
+    batched: bool = False
+
+
+@dataclass(slots=True)
+class LogAction:
+    """Record an observation and an action taken by someone else (``type: log_action``).
+
+    Attributes:
+        id: Request id.
+        episode_id: The episode.
+        observation: The observation the action was taken in.
+        action: The action taken; this is what is trained on.
+        reward: Reward for the previous action, as in ``GetAction``.
+    """
+
+    id: int
+    episode_id: str
+    observation: Any
+    action: Any
+    reward: float | None = None
+
+
+@dataclass(slots=True)
+class LogReturns:
+    """Add reward to the episode's previous action (``type: log_returns``).
+
+    Attributes:
+        id: Request id.
+        episode_id: The episode.
+        reward: The reward; rewards add up until the next action.
+        info: Optional map of extra information.
+    """
+
+    id: int
+    episode_id: str
+    reward: float
+    info: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class EndEpisode:
+    """Finish an episode (``type: end_episode``).
+
+    Attributes:
+        id: Request id.
+        episode_id: The episode.
+        observation: The final observation.
+        truncated: True when the episode was cut short (a time limit), so the learner bootstraps
+            from the final observation; False for a true terminal state.
+        reward: Reward for the last action, as in ``GetAction``.
+    """
+
+    id: int
+    episode_id: str
+    observation: Any
+    truncated: bool = False
+    reward: float | None = None
+
+
+@dataclass(slots=True)
+class Ping:
+    """Liveness check (``type: ping``); answered with ``pong``."""
+
+    id: int
+
+
+Request = Hello | StartEpisode | GetAction | LogAction | LogReturns | EndEpisode | Ping
+"""Any request a client may send."""
+
+REQUEST_TYPES = (
+    "hello",
+    "start_episode",
+    "get_action",
+    "log_action",
+    "log_returns",
+    "end_episode",
+    "ping",
+)
+"""The ``type`` values of requests, in the order ``docs/protocol.md`` lists them."""
+
+
+@dataclass(slots=True)
+class _Fields:
+    """Typed accessors over a raw message map that raise a clear DecodeError."""
+
+    raw: dict[str, Any]
+    kind: str
+    limits: Limits = field(default=DEFAULT_LIMITS)
+
+    def _missing(self, name: str) -> DecodeError:
+        return DecodeError(f"'{self.kind}' needs the field '{name}'")
+
+    def _wrong(self, name: str, expected: str, value: Any) -> DecodeError:
+        return DecodeError(
+            f"'{self.kind}' field '{name}' must be {expected}, got {type(value).__name__}"
+        )
+
+    def int_(self, name: str, default: int | None = None) -> int:
+        value = self.raw.get(name, default)
+        if value is None:
+            raise self._missing(name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self._wrong(name, "a non-negative integer", value)
+        return value
+
+    def bool_(self, name: str, default: bool) -> bool:
+        value = self.raw.get(name, default)
+        if not isinstance(value, bool):
+            raise self._wrong(name, "true or false", value)
+        return value
+
+    def float_opt(self, name: str) -> float | None:
+        value = self.raw.get(name)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self._wrong(name, "a number", value)
+        value = float(value)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise DecodeError(f"'{self.kind}' field '{name}' must be finite, got {value}")
+        return value
+
+    def id_(self, name: str) -> str:
+        value = self.raw.get(name)
+        if value is None:
+            raise self._missing(name)
+        return self.check_id(name, value)
+
+    def id_opt(self, name: str) -> str | None:
+        value = self.raw.get(name)
+        return None if value is None else self.check_id(name, value)
+
+    def check_id(self, name: str, value: Any) -> str:
+        if not isinstance(value, str):
+            raise self._wrong(name, "a string", value)
+        if not value or len(value) > self.limits.max_id_length:
+            raise LimitExceededError(
+                f"'{self.kind}' field '{name}' must have 1 to {self.limits.max_id_length} "
+                f"characters, got {len(value)}"
+            )
+        return value
+
+    def str_(self, name: str, default: str) -> str:
+        value = self.raw.get(name, default)
+        if not isinstance(value, str):
+            raise self._wrong(name, "a string", value)
+        if len(value) > self.limits.max_id_length:
+            raise LimitExceededError(
+                f"'{self.kind}' field '{name}' has {len(value)} characters; the limit is "
+                f"{self.limits.max_id_length}"
+            )
+        return value
+
+    def present(self, name: str) -> Any:
+        if name not in self.raw:
+            raise self._missing(name)
+        return self.raw[name]
+
+
+def parse_request(raw: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Request:
+    """Validate a decoded message map and build its typed request.
+
+    Args:
+        raw: The decoded map (from msgpack or JSON).
+        limits: Bounds on ids and batch sizes.
+
+    Returns:
+        The typed request.
+
+    Raises:
+        DecodeError: Unknown type, missing or mistyped field.
+        LimitExceededError: An id or batch over its limit.
+    """
+    kind = raw.get("type")
+    if not isinstance(kind, str):
+        raise DecodeError(f"a message needs a string 'type'; known types: {', '.join(REQUEST_TYPES)}")
+    f = _Fields(raw, kind, limits)
+    request_id = f.int_("id", 0)
+    if kind == "get_action":
+        return _parse_get_action(f, request_id)
+    if kind == "log_returns":
+        info = raw.get("info")
+        if info is not None and not isinstance(info, dict):
+            raise f._wrong("info", "a map", info)
+        reward = f.float_opt("reward")
+        if reward is None:
+            raise f._missing("reward")
+        return LogReturns(request_id, f.id_("episode_id"), reward, info)
+    if kind == "log_action":
+        return LogAction(
+            request_id,
+            f.id_("episode_id"),
+            f.present("observation"),
+            f.present("action"),
+            f.float_opt("reward"),
+        )
+    if kind == "end_episode":
+        return EndEpisode(
+            request_id,
+            f.id_("episode_id"),
+            f.present("observation"),
+            f.bool_("truncated", False),
+            f.float_opt("reward"),
+        )
+    if kind == "start_episode":
+        return StartEpisode(
+            request_id,
+            f.id_opt("episode_id"),
+            f.bool_("training_enabled", True),
+            f.id_opt("policy_id") or DEFAULT_POLICY_ID,
+        )
+    if kind == "ping":
+        return Ping(request_id)
+    if kind == "hello":
+        token = raw.get("token")
+        if token is not None and not isinstance(token, str):
+            raise f._wrong("token", "a string", token)
+        return Hello(
+            request_id,
+            f.int_("protocol_version"),
+            f.str_("client_name", "client"),
+            token,
+            f.str_("inference_mode", "remote"),
+        )
+    raise DecodeError(f"unknown message type '{kind}'; known types: {', '.join(REQUEST_TYPES)}")
+
+
+def _parse_get_action(f: _Fields, request_id: int) -> GetAction:
+    raw = f.raw
+    if "episode_ids" in raw:
+        ids = raw["episode_ids"]
+        if not isinstance(ids, list) or not ids:
+            raise f._wrong("episode_ids", "a non-empty list of strings", ids)
+        if len(ids) > f.limits.max_batch_episodes:
+            raise LimitExceededError(
+                f"get_action names {len(ids)} episodes; the limit is {f.limits.max_batch_episodes}"
+            )
+        episode_ids = [f.check_id("episode_ids", eid) for eid in ids]
+        if len(set(episode_ids)) != len(episode_ids):
+            raise DecodeError("get_action 'episode_ids' names an episode more than once")
+        observations = f.present("observations")
+        rewards = raw.get("rewards")
+        reward_list: list[float] | None = None
+        if rewards is not None:
+            reward_list = _float_list(f, "rewards", rewards, len(episode_ids))
+        return GetAction(request_id, episode_ids, observations, reward_list, batched=True)
+    reward = f.float_opt("reward")
+    return GetAction(
+        request_id,
+        [f.id_("episode_id")],
+        [f.present("observation")],
+        None if reward is None else [reward],
+        batched=False,
+    )
+
+
+def _float_list(f: _Fields, name: str, value: Any, count: int) -> list[float]:
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if not isinstance(value, list) or len(value) != count:
+        raise DecodeError(f"get_action '{name}' must be a list of {count} numbers")
+    out = []
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int | float) or item != item:
+            raise DecodeError(f"get_action '{name}' must hold finite numbers, got {item!r}")
+        out.append(float(item))
+    return out
+
+
+def error_reply(request_id: int | None, code: str, message: str) -> dict[str, Any]:
+    """Build an ``error`` reply.
+
+    Args:
+        request_id: The failed request's id (None when it could not be read).
+        code: A machine-readable code, e.g. ``episode_error`` (see ``docs/protocol.md``).
+        message: What was wrong and how to fix it.
+    """
+    return {"type": "error", "id": request_id, "code": code, "message": message}

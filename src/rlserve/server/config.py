@@ -1,0 +1,66 @@
+"""Configuration of the server (one dataclass; each field documents itself)."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from rlserve.config import option
+from rlserve.errors import ConfigError
+from rlserve.protocol.limits import DEFAULT_LIMITS, Limits
+
+
+@dataclass
+class ServerConfig:
+    """How the server listens, tracks episodes, queues samples and checkpoints."""
+
+    host: str = option("127.0.0.1", "Address to bind; anything but loopback requires a token.")
+    port: int = option(9900, "Port of the binary (msgpack over TCP) carrier; 0 picks a free one.")
+    http_port: int = option(9901, "Port of the HTTP/JSON carrier; 0 picks a free one, -1 disables it.")
+    token: str | None = option(None, "Shared secret clients must present (hello or Bearer header).")
+    spaces_from: str | None = option(None, "Gymnasium env id whose spaces the policy uses (only its spaces are read).")
+    spaces_file: str | None = option(None, "JSON file with {observation_space, action_space} descriptions.")
+    run_dir: str = option("runs", "Folder that holds run folders.")
+    name: str | None = option(None, "Run name (default: a timestamp); the run folder is run_dir/name.")
+    fragment_length: int = option(200, "Steps of an episode per fragment sent to the learner.")
+    idle_timeout: float = option(60.0, "Seconds without a call after which an episode is closed.")
+    max_sample_queue_steps: int = option(20_000, "Steps waiting for the learner; past it the oldest fragments are dropped.")
+    checkpoint_every: int = option(20, "Learner updates between checkpoints (0: only at shutdown).")
+    keep_checkpoints: int = option(3, "How many checkpoints to keep in the run folder.")
+    metrics_interval: float = option(2.0, "Seconds between metric writes and progress lines.")
+    seed: int = option(0, "Seed of the server's action sampling and the learner.")
+    progress: bool = option(True, "Show a one-line progress display on the terminal.")
+    max_frame_bytes: int = option(DEFAULT_LIMITS.max_frame_bytes, "Largest message in bytes.")
+    max_array_elements: int = option(DEFAULT_LIMITS.max_array_elements, "Largest array (elements) in a message.")
+    max_episodes_per_client: int = option(DEFAULT_LIMITS.max_episodes_per_client, "Concurrent episodes per client connection.")
+    max_episodes_per_server: int = option(DEFAULT_LIMITS.max_episodes_per_server, "Concurrent episodes on the server.")
+
+    def __post_init__(self) -> None:
+        if not self.token and not _is_loopback(self.host):
+            raise ConfigError(
+                f"refusing to listen on {self.host} without a token: anyone who can reach it "
+                "could feed the learner. Pass --token SECRET (clients then pass token=SECRET), "
+                "or bind 127.0.0.1"
+            )
+        if self.fragment_length < 1:
+            raise ConfigError("fragment_length must be at least 1")
+        if self.idle_timeout <= 0:
+            raise ConfigError("idle_timeout must be positive")
+
+    def limits(self) -> Limits:
+        """The wire limits this configuration sets."""
+        return Limits(
+            max_frame_bytes=self.max_frame_bytes,
+            max_array_elements=self.max_array_elements,
+            max_episodes_per_client=self.max_episodes_per_client,
+            max_episodes_per_server=self.max_episodes_per_server,
+        )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

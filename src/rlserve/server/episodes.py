@@ -1,0 +1,330 @@
+"""Episode bookkeeping: turns the stream of client calls into trajectory fragments.
+
+The rules (the seed's semantics, plus truncation):
+
+* ``start_episode`` opens an episode; an id that is active or was used before is an error.
+* ``get_action`` / ``log_action`` record an observation and then an action. The reward logged
+  since the previous action (``log_returns`` calls plus the ``reward`` field) belongs to that
+  previous action; none logged means 0.0. A reward before the episode's first action has no action
+  to belong to and is an error.
+* ``log_action`` records the given action as the one taken (``policy_chosen`` False).
+* ``end_episode`` records the final observation; the episode terminated, or with
+  ``truncated=True`` was cut short so the learner bootstraps from that observation.
+* An episode with ``training_enabled=False`` is served and counted in metrics but its steps never
+  reach a learner.
+* Every ``fragment_length`` actions the steps so far are handed on as a :class:`Fragment` whose
+  last observation is the next step's (the learner bootstraps from it), so learning never waits
+  for an episode to end.
+* An episode silent for longer than the idle timeout is closed and counted; its unfinished steps
+  are handed on as a truncated-free fragment (bootstrapped) so nothing collected is lost.
+
+Bookkeeping is per (episode, agent) underneath; a single-agent episode is the one-agent case.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rlserve.errors import CapacityError, EpisodeError
+from rlserve.samples import Fragment
+
+SINGLE_AGENT = "agent0"
+"""The agent id of a single-agent episode."""
+
+
+class EpisodeStatus(enum.Enum):
+    """Lifecycle of an episode: ACTIVE -> (AWAITING_ACTION <-> ACTIVE) -> ENDED."""
+
+    ACTIVE = "active"
+    AWAITING_ACTION = "awaiting_action"
+    ENDED = "ended"
+
+
+@dataclass(slots=True)
+class EpisodeSummary:
+    """What an episode leaves behind for the metrics once it ends."""
+
+    episode_id: str
+    episode_return: float
+    length: int
+    training_enabled: bool
+    reason: str  # "terminated", "truncated" or "idle_timeout"
+
+
+@dataclass(slots=True)
+class AgentTrajectory:
+    """The unfinished fragment of one agent: lists grow per step, emptied on each cut."""
+
+    obs: list[np.ndarray] = field(default_factory=list)
+    actions: list[Any] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    logp: list[float] = field(default_factory=list)
+    chosen: list[bool] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    pending_reward: float = 0.0
+
+
+@dataclass(slots=True)
+class Episode:
+    """One episode's state."""
+
+    episode_id: str
+    policy_id: str
+    owner: str
+    training_enabled: bool
+    last_seen: float
+    status: EpisodeStatus = EpisodeStatus.ACTIVE
+    episode_return: float = 0.0
+    length: int = 0
+    agent: AgentTrajectory = field(default_factory=AgentTrajectory)
+
+
+class EpisodeTable:
+    """All active episodes of a server, and the ids used before.
+
+    Args:
+        fragment_length: Actions per fragment before it is cut and handed on.
+        max_episodes: Most concurrent episodes on the server.
+        max_per_owner: Most concurrent episodes one owner (client connection) may hold.
+        on_fragment: Called with each finished fragment of a training episode.
+        clock: Monotonic time source (seconds).
+    """
+
+    def __init__(
+        self,
+        fragment_length: int,
+        max_episodes: int,
+        max_per_owner: int,
+        on_fragment: Callable[[Fragment], None],
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.fragment_length = fragment_length
+        self.max_episodes = max_episodes
+        self.max_per_owner = max_per_owner
+        self._on_fragment = on_fragment
+        self._clock = clock
+        self._active: dict[str, Episode] = {}
+        # Ended ids are remembered so a reused id is refused; bounded so it cannot grow forever.
+        self._ended: dict[str, None] = {}
+        self._max_remembered = 1_000_000
+        self._per_owner: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._active)
+
+    def start(
+        self, episode_id: str | None, training_enabled: bool, policy_id: str, owner: str
+    ) -> str:
+        """Open an episode and return its id.
+
+        Raises:
+            EpisodeError: The id is active or was used before.
+            CapacityError: The server or this owner has too many episodes open.
+        """
+        if episode_id is None:
+            episode_id = uuid.uuid4().hex
+        elif episode_id in self._active:
+            raise EpisodeError(
+                f"episode '{episode_id}' is already active; end it first or use a new id"
+            )
+        elif episode_id in self._ended:
+            raise EpisodeError(f"episode id '{episode_id}' was used before; episode ids are single-use")
+        if len(self._active) >= self.max_episodes:
+            raise CapacityError(
+                f"the server holds {len(self._active)} episodes, its limit; end episodes or raise "
+                "max_episodes_per_server"
+            )
+        held = self._per_owner.get(owner, 0)
+        if held >= self.max_per_owner:
+            raise CapacityError(
+                f"this client holds {held} open episodes, its limit; end episodes or raise "
+                "max_episodes_per_client"
+            )
+        self._per_owner[owner] = held + 1
+        self._active[episode_id] = Episode(
+            episode_id, policy_id, owner, training_enabled, self._clock()
+        )
+        return episode_id
+
+    def get(self, episode_id: str) -> Episode:
+        """The active episode with this id.
+
+        Raises:
+            EpisodeError: Unknown or already ended.
+        """
+        episode = self._active.get(episode_id)
+        if episode is None:
+            if episode_id in self._ended:
+                raise EpisodeError(f"episode '{episode_id}' has ended; start a new episode")
+            raise EpisodeError(
+                f"unknown episode '{episode_id}'; call start_episode first (after a server "
+                "restart, episodes that were open are gone: start new ones)"
+            )
+        return episode
+
+    def check_observe(self, episode: Episode, reward: float | None) -> None:
+        """Raise the error :meth:`observe` would raise, without changing anything."""
+        self._check_not_awaiting(episode, "get_action/log_action")
+        if reward:
+            self._check_reward_allowed(episode, reward)
+
+    def observe(self, episode: Episode, obs: np.ndarray, reward: float | None) -> None:
+        """Record the observation that an action is about to be taken in.
+
+        Raises:
+            EpisodeError: The episode is waiting for the action of an earlier observation, or a
+                reward arrived before its first action.
+        """
+        self._check_not_awaiting(episode, "get_action/log_action")
+        agent = episode.agent
+        if reward is not None:
+            self._add_reward(episode, reward)
+        if agent.actions:
+            agent.rewards.append(agent.pending_reward)
+            agent.pending_reward = 0.0
+            if len(agent.actions) >= self.fragment_length:
+                self._emit(episode, obs, terminated=False, truncated=False)
+        agent.obs.append(obs)
+        episode.status = EpisodeStatus.AWAITING_ACTION
+        episode.last_seen = self._clock()
+
+    def act(self, episode: Episode, action: Any, logp: float, chosen: bool, version: int) -> None:
+        """Record the action taken for the last observed step."""
+        agent = episode.agent
+        agent.actions.append(action)
+        agent.logp.append(logp)
+        agent.chosen.append(chosen)
+        agent.versions.append(version)
+        episode.length += 1
+        episode.status = EpisodeStatus.ACTIVE
+
+    def log_returns(self, episode: Episode, reward: float) -> None:
+        """Add reward to the previous action.
+
+        Raises:
+            EpisodeError: No action was taken yet, or one is being computed.
+        """
+        self._check_not_awaiting(episode, "log_returns")
+        self._add_reward(episode, reward)
+        episode.last_seen = self._clock()
+
+    def end(
+        self, episode: Episode, obs: np.ndarray, truncated: bool, reward: float | None
+    ) -> EpisodeSummary:
+        """Close the episode with its final observation and hand on its last fragment."""
+        self._check_not_awaiting(episode, "end_episode")
+        if reward is not None:
+            self._add_reward(episode, reward)
+        agent = episode.agent
+        if agent.actions:
+            agent.rewards.append(agent.pending_reward)
+            agent.pending_reward = 0.0
+            self._emit(episode, obs, terminated=not truncated, truncated=truncated)
+        return self._close(episode, "truncated" if truncated else "terminated")
+
+    def expire_idle(self, idle_timeout: float) -> list[EpisodeSummary]:
+        """Close episodes silent for longer than ``idle_timeout`` seconds.
+
+        Their collected steps are handed on as an unfinished fragment (the learner bootstraps
+        from the last observation), so a dead client loses nothing it had reported.
+        """
+        now = self._clock()
+        stale = [e for e in self._active.values() if now - e.last_seen > idle_timeout]
+        summaries = []
+        for episode in stale:
+            agent = episode.agent
+            if episode.status is EpisodeStatus.AWAITING_ACTION and agent.actions:
+                # The last observation got no action: it becomes the bootstrap observation.
+                agent.rewards.append(agent.pending_reward)
+                self._emit(episode, agent.obs.pop(), terminated=False, truncated=False)
+            elif len(agent.actions) > 1:
+                # No observation followed the last action, so that one step cannot be used; the
+                # steps before it bootstrap from the observation the last action was taken in.
+                agent.rewards.append(agent.pending_reward)
+                last_obs = agent.obs.pop()
+                for steps in (agent.actions, agent.rewards, agent.logp, agent.chosen, agent.versions):
+                    steps.pop()
+                self._emit(episode, last_obs, terminated=False, truncated=False)
+            summaries.append(self._close(episode, "idle_timeout"))
+        return summaries
+
+    def _check_not_awaiting(self, episode: Episode, call: str) -> None:
+        if episode.status is EpisodeStatus.AWAITING_ACTION:
+            raise EpisodeError(
+                f"{call} for episode '{episode.episode_id}' while its previous get_action is "
+                "still being answered; wait for the action before the next call"
+            )
+
+    def _check_reward_allowed(self, episode: Episode, reward: float) -> None:
+        if episode.length == 0 and reward != 0.0:
+            raise EpisodeError(
+                f"reward {reward} for episode '{episode.episode_id}' before its first action: "
+                "a reward belongs to the previous action; call get_action or log_action first"
+            )
+
+    def _add_reward(self, episode: Episode, reward: float) -> None:
+        self._check_reward_allowed(episode, reward)
+        episode.agent.pending_reward += reward
+        episode.episode_return += reward
+
+    def _emit(
+        self, episode: Episode, next_obs: np.ndarray, terminated: bool, truncated: bool
+    ) -> None:
+        """Hand on the agent's steps as a fragment ending in ``next_obs`` and start a new one."""
+        agent = episode.agent
+        if episode.training_enabled and agent.actions:
+            agent.obs.append(next_obs)
+            fragment = Fragment(
+                episode_id=episode.episode_id,
+                agent_id=SINGLE_AGENT,
+                policy_id=episode.policy_id,
+                obs=np.stack(agent.obs).astype(np.float32, copy=False),
+                actions=np.asarray(agent.actions),
+                rewards=np.asarray(agent.rewards, dtype=np.float32),
+                behaviour_logp=np.asarray(agent.logp, dtype=np.float32),
+                policy_chosen=np.asarray(agent.chosen, dtype=bool),
+                weights_version=np.asarray(agent.versions, dtype=np.int64),
+                terminated=terminated,
+                truncated=truncated,
+            )
+            self._on_fragment(fragment)
+        agent.obs, agent.actions, agent.rewards = [], [], []
+        agent.logp, agent.chosen, agent.versions = [], [], []
+
+    def _close(self, episode: Episode, reason: str) -> EpisodeSummary:
+        episode.status = EpisodeStatus.ENDED
+        del self._active[episode.episode_id]
+        self._per_owner[episode.owner] -= 1
+        if not self._per_owner[episode.owner]:
+            del self._per_owner[episode.owner]
+        self._ended[episode.episode_id] = None
+        if len(self._ended) > self._max_remembered:
+            self._ended.pop(next(iter(self._ended)))
+        return EpisodeSummary(
+            episode.episode_id,
+            episode.episode_return,
+            episode.length,
+            episode.training_enabled,
+            reason,
+        )
+
+    def owners(self) -> dict[str, int]:
+        """Open episodes per owner."""
+        return dict(self._per_owner)
+
+    def adopt(self, episode: Episode, owner: str) -> None:
+        """Move ``episode`` to a new owner (a client that reconnected)."""
+        if episode.owner == owner:
+            return
+        self._per_owner[episode.owner] -= 1
+        if not self._per_owner[episode.owner]:
+            del self._per_owner[episode.owner]
+        self._per_owner[owner] = self._per_owner.get(owner, 0) + 1
+        episode.owner = owner

@@ -1,0 +1,168 @@
+"""The serving side of the learner process: a bounded sample queue and the pipe to the learner.
+
+Fragments from the episode table wait in a queue bounded by ``max_sample_queue_steps``. When it
+is full the oldest fragments are dropped (and counted in ``samples/steps_dropped_queue_full``):
+for an on-policy learner the newest experience is the most useful, and serving never blocks on a
+slow learner. The learner pulls: it asks for samples when it is ready, and everything queued is
+sent at once, so the pipe never fills while the learner is busy and the event loop never blocks
+on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rlserve.algorithms.base import WeightsPackage
+from rlserve.errors import RLServeError
+from rlserve.samples import Fragment
+from rlserve.server.learner_worker import receive, run_learner, send
+from rlserve.server.stats import ServerStats
+
+
+class LearnerFailedError(RLServeError):
+    """The learner process raised; its traceback is in the message."""
+
+
+class LearnerLink:
+    """Starts the learner process and moves fragments to it and weights from it.
+
+    Args:
+        setup: Plain-value set-up for :func:`run_learner`.
+        stats: Server counters (queue sizes, learner metrics, counters sent with checkpoints).
+        on_weights: Called with each published weights package.
+        on_restored: Called with the server counters found in a resumed checkpoint.
+        max_queue_steps: Bound of the sample queue.
+    """
+
+    def __init__(
+        self,
+        setup: dict[str, Any],
+        stats: ServerStats,
+        on_weights: Callable[[WeightsPackage], None],
+        on_restored: Callable[[dict[str, Any]], None],
+        max_queue_steps: int,
+    ):
+        self._setup = setup
+        self._stats = stats
+        self._on_weights = on_weights
+        self._on_restored = on_restored
+        self._max_queue_steps = max_queue_steps
+        self._queue: deque[Fragment] = deque()
+        self._queued_steps = 0
+        self._learner_waiting = False
+        self._send_scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._conn: Any = None
+        self._process: Any = None
+        self.failure: str | None = None
+        self.device = "unknown"
+        self.last_checkpoint: str | None = None
+        self._checkpointed: asyncio.Event | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Spawn the learner process and watch its end of the pipe."""
+        self._loop = loop
+        self._checkpointed = asyncio.Event()
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe(duplex=True)
+        self._process = ctx.Process(
+            target=run_learner, args=(child, self._setup), name="rlserve-learner", daemon=True
+        )
+        self._process.start()
+        child.close()
+        self._conn = parent
+        loop.add_reader(parent.fileno(), self._on_readable)
+
+    @property
+    def pid(self) -> int | None:
+        """The learner process id."""
+        return None if self._process is None else self._process.pid
+
+    def add(self, fragment: Fragment) -> None:
+        """Queue a fragment for the learner (drops the oldest when the queue is full)."""
+        self._queue.append(fragment)
+        self._queued_steps += len(fragment)
+        while self._queued_steps > self._max_queue_steps and len(self._queue) > 1:
+            dropped = self._queue.popleft()
+            self._queued_steps -= len(dropped)
+            self._stats.steps_dropped_queue_full += len(dropped)
+        self._stats.steps_queued = self._queued_steps
+        if self._learner_waiting and not self._send_scheduled and self._loop is not None:
+            self._send_scheduled = True
+            self._loop.call_soon(self._send_fragments)
+
+    def _send_fragments(self) -> None:
+        self._send_scheduled = False
+        if not self._learner_waiting or not self._queue or self._conn is None:
+            return
+        fragments, self._queue = list(self._queue), deque()
+        steps, self._queued_steps = self._queued_steps, 0
+        self._learner_waiting = False
+        self._stats.steps_queued = 0
+        self._stats.steps_sent_to_learner += steps
+        send(
+            self._conn,
+            {
+                "type": "fragments",
+                "fragments": [f.to_wire() for f in fragments],
+                "server_state": self._stats.state(),
+            },
+        )
+
+    def _on_readable(self) -> None:
+        try:
+            message = receive(self._conn)
+        except (EOFError, OSError, RLServeError) as exc:
+            self._detach()
+            if isinstance(exc, RLServeError):
+                self.failure = f"unreadable message from the learner: {exc}"
+            if self.failure is None:
+                self.failure = "the learner process exited unexpectedly"
+            return
+        kind = message["type"]
+        if kind == "request":
+            self._learner_waiting = True
+            self._send_fragments()
+        elif kind == "weights":
+            self.device = message.get("device", self.device)
+            self._stats.learner.update({k: float(v) for k, v in message["metrics"].items()})
+            self._on_weights(WeightsPackage.from_wire(message["package"]))
+        elif kind == "restored":
+            self._on_restored(message["server_state"])
+        elif kind == "checkpointed":
+            self.last_checkpoint = message["path"]
+            assert self._checkpointed is not None
+            self._checkpointed.set()
+        elif kind == "failed":
+            self.failure = message["message"]
+            self._detach()
+
+    def _detach(self) -> None:
+        if self._conn is not None and self._loop is not None:
+            self._loop.remove_reader(self._conn.fileno())
+        self._conn = None
+
+    async def stop(self, timeout: float = 60.0) -> str | None:
+        """Ask the learner to write a final checkpoint and exit; return the checkpoint path."""
+        if self._conn is not None and self._checkpointed is not None:
+            self._checkpointed.clear()
+            try:
+                send(self._conn, {"type": "stop", "server_state": self._stats.state()})
+                await asyncio.wait_for(self._checkpointed.wait(), timeout)
+            except (OSError, TimeoutError):
+                pass
+        self._detach()
+        if self._process is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._process.join, 10)
+            if self._process.is_alive():
+                self._process.terminate()
+        return self.last_checkpoint
+
+    def latest_checkpoint(self) -> Path | None:
+        """Path of the newest checkpoint written in this run, if any."""
+        return None if self.last_checkpoint is None else Path(self.last_checkpoint)

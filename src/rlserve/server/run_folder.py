@@ -1,0 +1,82 @@
+"""The run folder: ``runs/<name>/`` with the config, the spaces, checkpoints and event files.
+
+Layout::
+
+    runs/<name>/config.toml       the server and PPO configuration the run started with
+    runs/<name>/spaces.json       the policy's observation and action space descriptions
+    runs/<name>/checkpoints/      ckpt_<updates>.pt (torch.load(weights_only=True) safe)
+    runs/<name>/events.out.tfevents.*   TensorBoard scalars
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from rlserve.errors import ConfigError
+
+
+@dataclass(slots=True)
+class RunFolder:
+    """Paths of one run."""
+
+    path: Path
+
+    @property
+    def config_file(self) -> Path:
+        """The saved configuration."""
+        return self.path / "config.toml"
+
+    @property
+    def spaces_file(self) -> Path:
+        """The saved space descriptions."""
+        return self.path / "spaces.json"
+
+    @classmethod
+    def create(cls, run_dir: str, name: str | None) -> RunFolder:
+        """Make a new run folder (``name`` defaults to a timestamp).
+
+        Raises:
+            ConfigError: The folder exists already (resume it with ``--resume`` instead).
+        """
+        name = name or time.strftime("%Y%m%d-%H%M%S")
+        path = Path(run_dir) / name
+        if (path / "config.toml").exists():
+            raise ConfigError(
+                f"run folder {path} exists; continue it with 'rlserve serve --resume {path}' or "
+                "choose another --name"
+            )
+        path.mkdir(parents=True, exist_ok=True)
+        return cls(path)
+
+    @classmethod
+    def existing(cls, path: str | Path) -> RunFolder:
+        """Open a run folder to resume.
+
+        Raises:
+            ConfigError: It is not a run folder.
+        """
+        folder = cls(Path(path))
+        if not folder.config_file.exists() or not folder.spaces_file.exists():
+            raise ConfigError(
+                f"{path} is not a run folder (no config.toml and spaces.json); pass the folder "
+                "that 'rlserve serve' created, e.g. runs/<name>"
+            )
+        return folder
+
+    def save(self, tables: dict[str, dict[str, Any]], spaces: dict[str, Any]) -> None:
+        """Write the configuration tables and the space descriptions."""
+        self.config_file.write_text(tomli_w.dumps(tables))
+        self.spaces_file.write_text(json.dumps(spaces, indent=2))
+
+    def load(self) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+        """Read what :meth:`save` wrote."""
+        with self.config_file.open("rb") as fh:
+            tables = tomllib.load(fh)
+        return tables, json.loads(self.spaces_file.read_text())

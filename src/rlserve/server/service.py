@@ -1,0 +1,325 @@
+"""The carrier-independent request handler: sessions, episodes and batched inference.
+
+Both carriers (binary TCP and HTTP/JSON) decode a request, call :meth:`Service.handle` with a
+``respond`` callback, and write whatever it is called with. Most requests are answered at once.
+``get_action`` is deferred: its observations are recorded, queued, and answered when the batch is
+flushed. A flush is scheduled with ``loop.call_soon`` on the first pending request, so it runs
+after every read that was ready in the same event-loop iteration: decisions pending from many
+clients at the same moment go through the policy in one forward pass, without adding a wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import itertools
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlserve import __version__
+from rlserve.algorithms.base import WeightsPackage
+from rlserve.errors import (
+    AuthenticationError,
+    EpisodeError,
+    RLServeError,
+    VersionMismatchError,
+)
+from rlserve.policy import NumpyPolicy
+from rlserve.protocol.limits import PROTOCOL_VERSION, Limits
+from rlserve.protocol.messages import (
+    EndEpisode,
+    GetAction,
+    Hello,
+    LogAction,
+    LogReturns,
+    Ping,
+    Request,
+    StartEpisode,
+    error_reply,
+)
+from rlserve.samples import Fragment
+from rlserve.server.episodes import Episode, EpisodeSummary, EpisodeTable
+from rlserve.server.stats import ServerStats
+from rlserve.spaces import check_batch, check_value, describe
+
+Respond = Callable[[dict[str, Any]], None]
+"""Callback a carrier passes to write one reply."""
+
+INFERENCE_MODES = ("remote",)
+"""Inference modes this server offers."""
+
+_session_ids = itertools.count(1)
+
+
+@dataclass(slots=True)
+class Session:
+    """One client's conversation: a binary connection, or the HTTP carrier as a whole.
+
+    Attributes:
+        name: The client's name from ``hello``.
+        key: Identifies the owner of the episodes this session starts.
+        authenticated: Whether ``hello`` (or the HTTP header) presented the right token.
+    """
+
+    name: str = "client"
+    key: str = field(default_factory=lambda: f"session-{next(_session_ids)}")
+    authenticated: bool = False
+
+
+@dataclass(slots=True)
+class PolicySlot:
+    """A policy's spaces and its current numpy weights (None until the learner publishes)."""
+
+    policy_id: str
+    observation_space: gym.Space[Any]
+    action_space: gym.Space[Any]
+    policy: NumpyPolicy | None = None
+    pending: list[_Pending] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Pending:
+    request: GetAction
+    episodes: list[Episode]
+    respond: Respond
+
+
+class Service:
+    """Handles every request of protocol v1 for any carrier.
+
+    Args:
+        policies: The policies served, by id, with their spaces.
+        limits: Wire limits (also sent to clients in ``welcome``).
+        token: Shared secret, or None for none.
+        fragment_length: Steps per fragment handed to the learner.
+        on_fragment: Receives each finished training fragment.
+        stats: Counters for metrics.
+        seed: Seed of action sampling.
+    """
+
+    def __init__(
+        self,
+        policies: dict[str, tuple[gym.Space[Any], gym.Space[Any]]],
+        limits: Limits,
+        token: str | None,
+        fragment_length: int,
+        on_fragment: Callable[[Fragment], None],
+        stats: ServerStats,
+        seed: int = 0,
+    ):
+        self.limits = limits
+        self._token = token
+        self._seed = seed
+        self.stats = stats
+        self.slots = {pid: PolicySlot(pid, obs, act) for pid, (obs, act) in policies.items()}
+        self.episodes = EpisodeTable(
+            fragment_length,
+            limits.max_episodes_per_server,
+            limits.max_episodes_per_client,
+            on_fragment,
+        )
+        self._flush_scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.instance_id = uuid.uuid4().hex
+        """Random per server start: a reconnecting client sees that the server restarted."""
+
+    # -- weights ---------------------------------------------------------------------------
+
+    def set_weights(self, policy_id: str, package: WeightsPackage) -> None:
+        """Switch a policy to new weights; pending requests use them at the next flush."""
+        slot = self.slots[policy_id]
+        slot.policy = NumpyPolicy(
+            package.spec, package.arrays, package.version, seed=self._seed + package.version
+        )
+        self.stats.weights_version = package.version
+        if slot.pending:
+            self._schedule_flush()
+
+    # -- dispatch --------------------------------------------------------------------------
+
+    def handle(self, request: Request, session: Session, respond: Respond) -> bool:
+        """Handle one request; return True when ``respond`` will be called later.
+
+        Errors are answered with an ``error`` reply; they never propagate to the carrier.
+        """
+        try:
+            if isinstance(request, Hello):
+                respond(self._hello(request, session))
+                return False
+            if not session.authenticated:
+                raise AuthenticationError(
+                    "the first message on a connection must be 'hello' with a valid token"
+                )
+            if isinstance(request, GetAction):
+                return self._get_action(request, session, respond)
+            respond(self._simple(request, session))
+        except RLServeError as exc:
+            self.stats.count_error(exc.code)
+            respond(error_reply(request.id, exc.code, str(exc)))
+        return False
+
+    def _simple(self, request: Request, session: Session) -> dict[str, Any]:
+        if isinstance(request, LogReturns):
+            episode = self._episode(request.episode_id, session)
+            self.episodes.log_returns(episode, request.reward)
+            return {"type": "ok", "id": request.id}
+        if isinstance(request, LogAction):
+            return self._log_action(request, session)
+        if isinstance(request, EndEpisode):
+            return self._end_episode(request, session)
+        if isinstance(request, StartEpisode):
+            if request.policy_id not in self.slots:
+                raise EpisodeError(
+                    f"unknown policy '{request.policy_id}'; this server serves "
+                    f"{sorted(self.slots)}"
+                )
+            episode_id = self.episodes.start(
+                request.episode_id, request.training_enabled, request.policy_id, session.key
+            )
+            self.stats.episodes_started += 1
+            self.stats.episodes_active = len(self.episodes)
+            return {"type": "episode_started", "id": request.id, "episode_id": episode_id}
+        if isinstance(request, Ping):
+            return {"type": "pong", "id": request.id}
+        raise EpisodeError(f"unexpected request {type(request).__name__}")
+
+    def _hello(self, hello: Hello, session: Session) -> dict[str, Any]:
+        if hello.protocol_version != PROTOCOL_VERSION:
+            raise VersionMismatchError(
+                f"client speaks protocol version {hello.protocol_version}, this server speaks "
+                f"{PROTOCOL_VERSION}; install an rlserve client of the same protocol version"
+            )
+        if self._token is not None and not hmac.compare_digest(
+            (hello.token or "").encode(), self._token.encode()
+        ):
+            raise AuthenticationError(
+                "wrong or missing token; pass the server's --token value as token= to the client"
+            )
+        if hello.inference_mode not in INFERENCE_MODES:
+            raise VersionMismatchError(
+                f"inference mode '{hello.inference_mode}' is not offered by this server; it "
+                f"offers {list(INFERENCE_MODES)}"
+            )
+        session.name = hello.client_name
+        session.authenticated = True
+        return self.welcome(hello.id)
+
+    def welcome(self, request_id: int | None) -> dict[str, Any]:
+        """The ``welcome`` reply: versions, policies and their spaces, modes, limits."""
+        return {
+            "type": "welcome",
+            "id": request_id,
+            "protocol_version": PROTOCOL_VERSION,
+            "server_version": __version__,
+            "policies": {
+                pid: {
+                    "observation_space": describe(slot.observation_space),
+                    "action_space": describe(slot.action_space),
+                }
+                for pid, slot in self.slots.items()
+            },
+            "inference_modes": list(INFERENCE_MODES),
+            "instance_id": self.instance_id,
+            "limits": self.limits.to_wire(),
+        }
+
+    def _episode(self, episode_id: str, session: Session) -> Episode:
+        episode = self.episodes.get(episode_id)
+        if episode.owner != session.key:
+            # A client that reconnected carries on with its episodes under its new connection.
+            self.episodes.adopt(episode, session.key)
+        return episode
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def _get_action(self, request: GetAction, session: Session, respond: Respond) -> bool:
+        episodes = [self._episode(eid, session) for eid in request.episode_ids]
+        policy_id = episodes[0].policy_id
+        if any(e.policy_id != policy_id for e in episodes):
+            raise EpisodeError("one get_action may only name episodes of the same policy")
+        slot = self.slots[policy_id]
+        where = "observations" if request.batched else "observation"
+        obs = check_batch(slot.observation_space, request.observations, len(episodes), where)
+        rewards = request.rewards
+        # Check every episode before changing any, so a bad batch leaves all of them untouched.
+        for i, episode in enumerate(episodes):
+            self.episodes.check_observe(episode, None if rewards is None else rewards[i])
+        for i, episode in enumerate(episodes):
+            self.episodes.observe(episode, obs[i], None if rewards is None else rewards[i])
+        slot.pending.append(_Pending(request, episodes, respond))
+        if slot.policy is not None:
+            self._schedule_flush()
+        return True
+
+    def _schedule_flush(self) -> None:
+        if self._flush_scheduled:
+            return
+        self._flush_scheduled = True
+        loop = self._loop or asyncio.get_running_loop()
+        self._loop = loop
+        loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Answer every pending ``get_action`` with one forward pass per policy."""
+        self._flush_scheduled = False
+        for slot in self.slots.values():
+            if slot.pending and slot.policy is not None:
+                self._flush_slot(slot, slot.policy)
+
+    def _flush_slot(self, slot: PolicySlot, policy: NumpyPolicy) -> None:
+        pending, slot.pending = slot.pending, []
+        rows = [ep.agent.obs[-1] for item in pending for ep in item.episodes]
+        out = policy.compute_actions(np.stack(rows))
+        env_actions = policy.to_env_actions(out.actions)
+        discrete = policy.spec.distribution == "categorical"
+        offset = 0
+        for item in pending:
+            count = len(item.episodes)
+            for j, episode in enumerate(item.episodes):
+                k = offset + j
+                action = int(out.actions[k]) if discrete else out.actions[k]
+                self.episodes.act(episode, action, float(out.logp[k]), True, policy.version)
+            chunk = env_actions[offset : offset + count]
+            offset += count
+            reply: dict[str, Any] = {"type": "action", "id": item.request.id}
+            if item.request.batched:
+                reply["actions"] = chunk
+            else:
+                reply["action"] = int(chunk[0]) if discrete else chunk[0]
+            item.respond(reply)
+        self.stats.count_actions(len(rows), batch=len(rows))
+
+    def _log_action(self, request: LogAction, session: Session) -> dict[str, Any]:
+        episode = self._episode(request.episode_id, session)
+        slot = self.slots[episode.policy_id]
+        obs = check_batch(slot.observation_space, [request.observation], 1, "observation")
+        action = check_value(slot.action_space, request.action, "action")
+        if isinstance(slot.action_space, gym.spaces.Box):
+            action = np.asarray(action, dtype=np.float32).reshape(-1)
+        self.episodes.observe(episode, obs[0], request.reward)
+        version = slot.policy.version if slot.policy is not None else 0
+        self.episodes.act(episode, action, float("nan"), False, version)
+        self.stats.count_actions(1, batch=0)
+        return {"type": "ok", "id": request.id}
+
+    def _end_episode(self, request: EndEpisode, session: Session) -> dict[str, Any]:
+        episode = self._episode(request.episode_id, session)
+        slot = self.slots[episode.policy_id]
+        obs = check_batch(slot.observation_space, [request.observation], 1, "observation")
+        summary = self.episodes.end(episode, obs[0], request.truncated, request.reward)
+        self.stats.record_episode(summary)
+        self.stats.episodes_active = len(self.episodes)
+        return {"type": "ok", "id": request.id}
+
+    def expire_idle(self, idle_timeout: float) -> list[EpisodeSummary]:
+        """Close idle episodes and count them."""
+        summaries = self.episodes.expire_idle(idle_timeout)
+        for summary in summaries:
+            self.stats.record_episode(summary)
+        self.stats.episodes_active = len(self.episodes)
+        return summaries

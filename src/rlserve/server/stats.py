@@ -1,0 +1,139 @@
+"""The server's counters, and their views: a metrics map, Prometheus text, a progress line."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from typing import Any
+
+import numpy as np
+
+from rlserve.server.episodes import EpisodeSummary
+
+RETURN_WINDOW = 100
+"""Episodes over which ``episodes/return_mean`` and ``episodes/length_mean`` are averaged."""
+
+
+class ServerStats:
+    """Counters the server updates as it works; read by metrics writers and the HTTP endpoints.
+
+    Episode metrics come from the server's own bookkeeping of external episodes, so they are
+    right whoever steps the environment.
+    """
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.env_steps = 0
+        self.actions_served = 0
+        self.inference_batches = 0
+        self.episodes_started = 0
+        self.episodes_completed = 0
+        self.episodes_timed_out = 0
+        self.episodes_empty = 0
+        self.clients = 0
+        self.episodes_active = 0
+        self.weights_version = -1
+        self.fragments_queued = 0
+        self.steps_queued = 0
+        self.steps_dropped_queue_full = 0
+        self.steps_sent_to_learner = 0
+        self.errors: Counter[str] = Counter()
+        self.returns: deque[float] = deque(maxlen=RETURN_WINDOW)
+        self.lengths: deque[int] = deque(maxlen=RETURN_WINDOW)
+        self.learner: dict[str, float] = {}
+        self._rate_mark = (time.monotonic(), 0)
+        self.actions_per_s = 0.0
+
+    def count_actions(self, steps: int, batch: int) -> None:
+        """Count ``steps`` recorded actions; ``batch`` > 0 when they came from one forward pass."""
+        self.env_steps += steps
+        if batch:
+            self.actions_served += steps
+            self.inference_batches += 1
+
+    def count_error(self, code: str) -> None:
+        """Count an error reply by its code."""
+        self.errors[code] += 1
+
+    def record_episode(self, summary: EpisodeSummary) -> None:
+        """Count an ended episode; its return enters the window unless it is empty or timed out."""
+        if summary.reason == "idle_timeout":
+            self.episodes_timed_out += 1
+            return
+        if summary.length == 0:
+            self.episodes_empty += 1
+            return
+        self.episodes_completed += 1
+        self.returns.append(summary.episode_return)
+        self.lengths.append(summary.length)
+
+    @property
+    def return_mean(self) -> float:
+        """Mean return of the last :data:`RETURN_WINDOW` completed episodes (NaN if none)."""
+        return float(np.mean(self.returns)) if self.returns else float("nan")
+
+    def tick(self) -> None:
+        """Update rates; call at the metrics interval."""
+        now = time.monotonic()
+        mark_time, mark_steps = self._rate_mark
+        if now > mark_time:
+            self.actions_per_s = (self.env_steps - mark_steps) / (now - mark_time)
+        self._rate_mark = (now, self.env_steps)
+
+    def snapshot(self) -> dict[str, float]:
+        """All metrics under slash names, as served by ``GET /v1/metrics``."""
+        metrics: dict[str, float] = {
+            "episodes/return_mean": self.return_mean,
+            "episodes/length_mean": float(np.mean(self.lengths)) if self.lengths else float("nan"),
+            "episodes/completed": self.episodes_completed,
+            "episodes/started": self.episodes_started,
+            "episodes/timed_out": self.episodes_timed_out,
+            "episodes/empty": self.episodes_empty,
+            "server/env_steps": self.env_steps,
+            "server/actions_per_s": self.actions_per_s,
+            "server/mean_inference_batch": (
+                self.actions_served / self.inference_batches if self.inference_batches else 0.0
+            ),
+            "server/clients": self.clients,
+            "server/episodes_active": self.episodes_active,
+            "server/weights_version": self.weights_version,
+            "server/uptime_s": time.monotonic() - self.started,
+            "samples/steps_queued": self.steps_queued,
+            "samples/steps_dropped_queue_full": self.steps_dropped_queue_full,
+            "samples/steps_sent_to_learner": self.steps_sent_to_learner,
+            "server/errors": sum(self.errors.values()),
+        }
+        metrics.update(self.learner)
+        return metrics
+
+    def progress_line(self) -> str:
+        """One line for the terminal."""
+        ret = self.return_mean
+        ret_text = "   -  " if ret != ret else f"{ret:6.1f}"
+        return (
+            f"steps {self.env_steps:>9,d} | {self.actions_per_s:7,.0f} steps/s | "
+            f"return(100) {ret_text} | episodes {self.episodes_completed:>6,d} | "
+            f"clients {self.clients} | weights v{max(self.weights_version, 0)} | "
+            f"{time.monotonic() - self.started:6.1f}s"
+        )
+
+    def state(self) -> dict[str, Any]:
+        """Counters a checkpoint keeps so that a resumed run continues them."""
+        return {
+            "env_steps": self.env_steps,
+            "episodes_started": self.episodes_started,
+            "episodes_completed": self.episodes_completed,
+            "episodes_timed_out": self.episodes_timed_out,
+            "returns": list(self.returns),
+            "lengths": list(self.lengths),
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue the counters of :meth:`state`."""
+        self.env_steps = int(state.get("env_steps", 0))
+        self.episodes_started = int(state.get("episodes_started", 0))
+        self.episodes_completed = int(state.get("episodes_completed", 0))
+        self.episodes_timed_out = int(state.get("episodes_timed_out", 0))
+        self.returns.extend(float(r) for r in state.get("returns", []))
+        self.lengths.extend(int(n) for n in state.get("lengths", []))
+        self._rate_mark = (time.monotonic(), self.env_steps)

@@ -1,0 +1,112 @@
+"""The binary carrier: length-prefixed msgpack frames over TCP (asyncio, uvloop when present).
+
+Requests on one connection are handled in order. While a ``get_action`` waits for its batched
+forward pass, later frames of the same connection wait in a backlog, so replies and episode state
+follow the order the client sent (a client may pipeline). A connection that sends a frame over the
+size limit gets an error and is closed: the stream cannot be resynchronised. A connection whose
+``hello`` fails (wrong token or version) is closed after the error reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any, cast
+
+from rlserve.errors import FrameTooLargeError, ProtocolError
+from rlserve.protocol.codec import decode, encode
+from rlserve.protocol.framing import FrameDecoder, frame
+from rlserve.protocol.limits import Limits
+from rlserve.protocol.messages import Hello, error_reply, parse_request
+from rlserve.server.service import Service, Session
+
+MAX_BACKLOG_FRAMES = 1024
+"""Frames a connection may have waiting before the server stops reading from it."""
+
+
+class BinaryConnection(asyncio.Protocol):
+    """One client connection of the binary carrier."""
+
+    def __init__(self, service: Service, limits: Limits):
+        self._service = service
+        self._limits = limits
+        self._decoder = FrameDecoder(limits.max_frame_bytes)
+        self._session = Session()
+        self._backlog: deque[bytes] = deque()
+        self._deferred = False
+        self._reading_paused = False
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Count the client."""
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
+        self._service.stats.clients += 1
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Uncount the client; its episodes stay open until they end or go idle."""
+        self._service.stats.clients -= 1
+        self._transport = None
+
+    def data_received(self, data: bytes) -> None:
+        """Split the bytes into frames and handle them in order."""
+        try:
+            self._backlog.extend(self._decoder.feed(data))
+        except FrameTooLargeError as exc:
+            self._write(error_reply(None, exc.code, str(exc)))
+            self._close()
+            return
+        if len(self._backlog) > MAX_BACKLOG_FRAMES and self._transport is not None:
+            self._transport.pause_reading()
+            self._reading_paused = True
+        self._drain()
+
+    def _drain(self) -> None:
+        while self._backlog and not self._deferred and self._transport is not None:
+            body = self._backlog.popleft()
+            raw: Any = None
+            try:
+                raw = decode(body, self._limits)
+                request = parse_request(raw, self._limits)
+            except ProtocolError as exc:
+                request_id = raw.get("id") if isinstance(raw, dict) else None
+                self._service.stats.count_error(exc.code)
+                self._write(error_reply(request_id if isinstance(request_id, int) else None,
+                                        exc.code, str(exc)))
+                continue
+            if isinstance(request, Hello):
+                self._service.handle(request, self._session, self._reply_hello)
+                continue
+            # A deferred reply (get_action) later comes through _write, which resumes the backlog.
+            self._deferred = self._service.handle(request, self._session, self._write)
+        if self._reading_paused and len(self._backlog) < MAX_BACKLOG_FRAMES // 2:
+            if self._transport is not None:
+                self._transport.resume_reading()
+            self._reading_paused = False
+
+    def _reply_hello(self, reply: dict[str, Any]) -> None:
+        self._write(reply)
+        if reply["type"] == "error":
+            self._close()
+
+    def _write(self, reply: dict[str, Any]) -> None:
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.write(frame(encode(reply)))
+        if self._deferred:
+            self._deferred = False
+            asyncio.get_running_loop().call_soon(self._drain)
+
+    def _close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+
+async def start_binary_server(
+    service: Service, limits: Limits, host: str, port: int
+) -> asyncio.Server:
+    """Listen for binary-carrier connections."""
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(
+        lambda: BinaryConnection(service, limits), host, port, reuse_address=True
+    )

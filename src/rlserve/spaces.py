@@ -1,0 +1,294 @@
+"""Gymnasium spaces on the wire: a JSON description, validation of values, flattening.
+
+A space is described as a JSON map with a ``type`` (``Box``, ``Discrete``, ``MultiDiscrete``,
+``MultiBinary``, ``Dict``, ``Tuple``) and its parameters; ``docs/protocol.md`` lists the fields.
+Values from the wire (observations, logged actions) are checked against their space here: shape,
+dtype, bounds where the space is bounded, NaN. Every error names the space, what was expected,
+what arrived and where (``obs['camera'][2]``) so the sender can fix it.
+
+This module needs numpy and gymnasium only, never torch: the client uses it too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from rlserve.errors import SpaceError, UnsupportedSpaceError
+
+MAX_SPACE_DEPTH = 8
+"""Deepest nesting of Dict/Tuple spaces accepted in a description."""
+
+MAX_SPACE_ELEMENTS = 4_000_000
+"""Largest number of elements in one Box or MultiDiscrete/MultiBinary description."""
+
+
+def _bound_to_wire(bound: np.ndarray) -> Any:
+    if bound.size and np.all(bound == bound.flat[0]):
+        value = bound.flat[0].item()
+        return _finite_or_none(value)
+    return [_finite_or_none(v) for v in bound.ravel().tolist()]
+
+
+def _finite_or_none(value: float) -> float | None:
+    # JSON has no infinity: an unbounded side is written as null.
+    return None if value in (float("inf"), float("-inf")) else value
+
+
+def describe(space: spaces.Space[Any]) -> dict[str, Any]:
+    """Describe ``space`` as a JSON-compatible map.
+
+    Args:
+        space: A Box, Discrete, MultiDiscrete, MultiBinary, Dict or Tuple space.
+
+    Returns:
+        The description; :func:`from_description` turns it back into an equal space.
+
+    Raises:
+        UnsupportedSpaceError: Any other space type.
+    """
+    if isinstance(space, spaces.Box):
+        return {
+            "type": "Box",
+            "shape": list(space.shape),
+            "dtype": str(space.dtype),
+            "low": _bound_to_wire(space.low),
+            "high": _bound_to_wire(space.high),
+        }
+    if isinstance(space, spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.MultiDiscrete):
+        return {
+            "type": "MultiDiscrete",
+            "nvec": space.nvec.tolist(),
+            "start": space.start.tolist(),
+            "dtype": str(space.dtype),
+        }
+    if isinstance(space, spaces.MultiBinary):
+        return {"type": "MultiBinary", "n": list(np.atleast_1d(space.n).tolist())}
+    if isinstance(space, spaces.Dict):
+        return {"type": "Dict", "spaces": {k: describe(s) for k, s in space.spaces.items()}}
+    if isinstance(space, spaces.Tuple):
+        return {"type": "Tuple", "spaces": [describe(s) for s in space.spaces]}
+    raise UnsupportedSpaceError(
+        f"{type(space).__name__} spaces cannot be described on the wire; use Box, Discrete, "
+        "MultiDiscrete, MultiBinary, Dict or Tuple"
+    )
+
+
+def _bound_from_wire(value: Any, shape: tuple[int, ...], default: float, dtype: Any) -> np.ndarray:
+    if value is None or isinstance(value, int | float):
+        scalar = default if value is None else value
+        return np.full(shape, scalar, dtype=np.float64).astype(dtype)
+    if not isinstance(value, list):
+        raise SpaceError(f"Box bound must be a number, null or a list, got {type(value).__name__}")
+    flat = [default if v is None else v for v in value]
+    if len(flat) != int(np.prod(shape)):
+        raise SpaceError(f"Box bound has {len(flat)} values; shape {shape} needs {np.prod(shape)}")
+    return np.asarray(flat, dtype=np.float64).reshape(shape).astype(dtype)
+
+
+def from_description(desc: Any, _depth: int = 0) -> spaces.Space[Any]:
+    """Build the Gymnasium space a description (from :func:`describe`) stands for.
+
+    Raises:
+        SpaceError: The description is malformed or over the size limits.
+    """
+    if _depth > MAX_SPACE_DEPTH:
+        raise SpaceError(f"space description nested deeper than {MAX_SPACE_DEPTH} levels")
+    if not isinstance(desc, dict) or not isinstance(desc.get("type"), str):
+        raise SpaceError("a space description must be a map with a string 'type'")
+    kind = desc["type"]
+    try:
+        if kind == "Box":
+            shape = tuple(int(d) for d in desc["shape"])
+            if int(np.prod(shape)) > MAX_SPACE_ELEMENTS:
+                raise SpaceError(f"Box of shape {shape} is over {MAX_SPACE_ELEMENTS} elements")
+            dtype = np.dtype(desc.get("dtype", "float32"))
+            if dtype.kind not in "biuf":
+                raise SpaceError(f"Box dtype must be numeric, got {dtype}")
+            low = _bound_from_wire(desc.get("low"), shape, -np.inf, np.float64)
+            high = _bound_from_wire(desc.get("high"), shape, np.inf, np.float64)
+            if dtype.kind in "iub":
+                info = np.iinfo(dtype) if dtype.kind != "b" else None
+                lo = info.min if info else 0
+                hi = info.max if info else 1
+                low = np.clip(np.nan_to_num(low, neginf=lo), lo, hi)
+                high = np.clip(np.nan_to_num(high, posinf=hi), lo, hi)
+            return spaces.Box(low.astype(dtype), high.astype(dtype), shape=shape, dtype=dtype)
+        if kind == "Discrete":
+            return spaces.Discrete(int(desc["n"]), start=int(desc.get("start", 0)))
+        if kind == "MultiDiscrete":
+            nvec = np.asarray(desc["nvec"], dtype=np.int64)
+            if nvec.size > MAX_SPACE_ELEMENTS:
+                raise SpaceError(f"MultiDiscrete over {MAX_SPACE_ELEMENTS} elements")
+            start = desc.get("start")
+            return spaces.MultiDiscrete(
+                nvec,
+                dtype=desc.get("dtype", "int64"),
+                start=None if start is None else np.asarray(start, dtype=np.int64),
+            )
+        if kind == "MultiBinary":
+            n = desc["n"]
+            n_value: Any = [int(v) for v in n] if isinstance(n, list) else int(n)
+            if int(np.prod(n_value)) > MAX_SPACE_ELEMENTS:
+                raise SpaceError(f"MultiBinary over {MAX_SPACE_ELEMENTS} elements")
+            return spaces.MultiBinary(n_value)
+        if kind == "Dict":
+            items = desc["spaces"]
+            if not isinstance(items, dict):
+                raise SpaceError("Dict 'spaces' must be a map")
+            return spaces.Dict({k: from_description(v, _depth + 1) for k, v in items.items()})
+        if kind == "Tuple":
+            items = desc["spaces"]
+            if not isinstance(items, list):
+                raise SpaceError("Tuple 'spaces' must be a list")
+            return spaces.Tuple([from_description(v, _depth + 1) for v in items])
+    except SpaceError:
+        raise
+    except (KeyError, TypeError, ValueError, AssertionError) as exc:
+        raise SpaceError(f"malformed {kind} space description: {exc!r}") from exc
+    raise UnsupportedSpaceError(
+        f"unknown space type '{kind}'; known: Box, Discrete, MultiDiscrete, MultiBinary, Dict, Tuple"
+    )
+
+
+def _as_array(value: Any, dtype: np.dtype[Any], where: str, space: spaces.Space[Any]) -> np.ndarray:
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise SpaceError(f"{where}: cannot be read as an array for {space}: {exc}") from exc
+    if array.dtype == object or array.dtype.kind not in "biuf":
+        raise SpaceError(f"{where}: expected numbers for {space}, got {array.dtype} values")
+    if not np.can_cast(array.dtype, dtype, casting="same_kind"):
+        raise SpaceError(
+            f"{where}: values of dtype {array.dtype} cannot stand for {space} (dtype {dtype}); "
+            f"send {dtype} values"
+        )
+    return array.astype(dtype, copy=False)
+
+
+def check_value(space: spaces.Space[Any], value: Any, where: str = "value") -> Any:
+    """Check one value against ``space`` and return it in canonical form.
+
+    Box values become arrays of the space's dtype; Discrete values become ints; Dict and Tuple
+    recurse.
+
+    Args:
+        space: The declared space.
+        value: What arrived (array, list, number, map).
+        where: A path for the error message, e.g. ``observation``.
+
+    Returns:
+        The canonical value.
+
+    Raises:
+        SpaceError: Wrong shape, dtype, NaN, out of bounds, missing or extra keys.
+    """
+    if isinstance(space, spaces.Box):
+        array = _as_array(value, space.dtype, where, space)
+        if array.shape != space.shape:
+            raise SpaceError(
+                f"{where}: shape {array.shape} does not fit {space}; expected shape {space.shape}"
+            )
+        _check_box_values(space, array[None], where)
+        return array
+    if isinstance(space, spaces.Discrete):
+        item = value.item() if isinstance(value, np.ndarray | np.generic) else value
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise SpaceError(f"{where}: {space} needs an integer, got {item!r}")
+        if not space.start <= item < space.start + space.n:
+            raise SpaceError(
+                f"{where}: {item} is outside {space}; valid values are "
+                f"{space.start}..{space.start + space.n - 1}"
+            )
+        return item
+    if isinstance(space, spaces.MultiDiscrete | spaces.MultiBinary):
+        array = _as_array(value, space.dtype, where, space)
+        if array.shape != space.shape:
+            raise SpaceError(f"{where}: shape {array.shape} does not fit {space}")
+        if not space.contains(array):
+            raise SpaceError(f"{where}: {array.tolist()} is outside {space}")
+        return array
+    if isinstance(space, spaces.Dict):
+        if not isinstance(value, dict):
+            raise SpaceError(f"{where}: {space} needs a map, got {type(value).__name__}")
+        missing = set(space.spaces) - set(value)
+        extra = set(value) - set(space.spaces)
+        if missing or extra:
+            raise SpaceError(
+                f"{where}: keys do not match the Dict space; missing {sorted(missing)}, "
+                f"unexpected {sorted(map(str, extra))}"
+            )
+        return {k: check_value(s, value[k], f"{where}[{k!r}]") for k, s in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        if not isinstance(value, list | tuple) or len(value) != len(space.spaces):
+            raise SpaceError(f"{where}: {space} needs a list of {len(space.spaces)} values")
+        return tuple(check_value(s, v, f"{where}[{i}]") for i, (s, v) in enumerate(zip(space.spaces, value, strict=True)))
+    raise UnsupportedSpaceError(f"{where}: {type(space).__name__} spaces are not supported")
+
+
+def _check_box_values(space: spaces.Box, batch: np.ndarray, where: str) -> None:
+    if space.dtype.kind == "f" and not np.isfinite(batch).all():
+        bad = np.argwhere(~np.isfinite(batch))[0]
+        raise SpaceError(
+            f"{where}: contains {batch[tuple(bad)]} at index {tuple(bad.tolist())}; "
+            "observations must be finite numbers"
+        )
+    if space.is_bounded("below") or np.isfinite(space.low).any():
+        below = batch < space.low
+        if below.any():
+            idx = tuple(np.argwhere(below)[0].tolist())
+            raise SpaceError(
+                f"{where}: value {batch[idx]} at index {idx} is below the space's low bound "
+                f"{space.low[idx[1:]]}; clip it or widen the space"
+            )
+    if space.is_bounded("above") or np.isfinite(space.high).any():
+        above = batch > space.high
+        if above.any():
+            idx = tuple(np.argwhere(above)[0].tolist())
+            raise SpaceError(
+                f"{where}: value {batch[idx]} at index {idx} is above the space's high bound "
+                f"{space.high[idx[1:]]}; clip it or widen the space"
+            )
+
+
+def check_batch(space: spaces.Space[Any], values: Any, count: int, where: str) -> np.ndarray:
+    """Check ``count`` observations and return them flattened to a float32 ``[count, D]`` batch.
+
+    A Box space takes the fast path: one stacked array is checked as a whole. Other spaces are
+    checked value by value and flattened with ``gymnasium.spaces.flatten``.
+
+    Args:
+        space: The observation space.
+        values: A stacked array ``[count, *shape]`` or a list of ``count`` values.
+        count: How many values are expected.
+        where: A path for error messages.
+
+    Raises:
+        SpaceError: A value does not fit, or the count is wrong.
+    """
+    if isinstance(space, spaces.Box):
+        array = _as_array(values, space.dtype, where, space)
+        if array.shape != (count, *space.shape):
+            if array.shape[1:] != space.shape:
+                raise SpaceError(
+                    f"{where}: shape {array.shape[1:] if array.ndim else ()} does not fit "
+                    f"{space}; expected shape {space.shape}"
+                )
+            raise SpaceError(f"{where}: {array.shape[0]} values for {count} episodes")
+        _check_box_values(space, array, where)
+        return array.reshape(count, -1).astype(np.float32, copy=False)
+    if not isinstance(values, list) or len(values) != count:
+        raise SpaceError(f"{where}: expected a list of {count} values")
+    rows = [
+        spaces.flatten(space, check_value(space, v, f"{where}[{i}]")) for i, v in enumerate(values)
+    ]
+    return np.stack(rows).astype(np.float32, copy=False)
+
+
+def flat_dim(space: spaces.Space[Any]) -> int:
+    """Length of a value of ``space`` once flattened for a network."""
+    return int(spaces.flatdim(space))
