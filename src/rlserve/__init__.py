@@ -5,8 +5,8 @@ The public surface is re-exported here; ``import rlserve`` never imports torch.
 
 __version__ = "0.1.0"
 
-from rlserve.client.policy_client import PolicyClient  # noqa: E402
-from rlserve.errors import (  # noqa: E402
+from rlserve.client.policy_client import PolicyClient
+from rlserve.errors import (
     AuthenticationError,
     CapacityError,
     ConfigError,

@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve",
         help="run a policy server that trains PPO from external clients",
-        description="Run a policy server. Flags override the TOML file's [server] and [ppo] tables.",
+        description="Run a policy server. Flags override the tables of --config.",
     )
     serve.add_argument("--config", help="TOML file with [server] and [ppo] tables")
     serve.add_argument("--resume", metavar="RUN_DIR", help="continue the run in this folder")

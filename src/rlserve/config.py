@@ -18,10 +18,12 @@ from rlserve.errors import ConfigError
 T = TypeVar("T")
 
 
-def option(default: Any, help: str) -> Any:  # noqa: A002 - mirrors argparse's name
+def option(default: Any, help: str) -> Any:
     """Declare a config field with its default and its documentation."""
     if isinstance(default, list | dict | set):
-        return dataclasses.field(default_factory=lambda: type(default)(default), metadata={"help": help})
+        return dataclasses.field(
+            default_factory=lambda: type(default)(default), metadata={"help": help}
+        )
     return dataclasses.field(default=default, metadata={"help": help})
 
 
@@ -45,9 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "") 
                 flag, dest=prefix + f.name, action=argparse.BooleanOptionalAction, help=help_text
             )
         elif typing.get_origin(tp) is tuple:
-            parser.add_argument(
-                flag, dest=prefix + f.name, type=int, nargs="+", help=help_text
-            )
+            parser.add_argument(flag, dest=prefix + f.name, type=int, nargs="+", help=help_text)
         else:
             parser.add_argument(flag, dest=prefix + f.name, type=tp, help=help_text)
 
@@ -60,7 +60,9 @@ def _default_of(f: dataclasses.Field[Any]) -> Any:
     return "required"
 
 
-def build(cls: type[T], table: dict[str, Any] | None, args: argparse.Namespace | None, prefix: str = "") -> T:
+def build(
+    cls: type[T], table: dict[str, Any] | None, args: argparse.Namespace | None, prefix: str = ""
+) -> T:
     """Build ``cls`` from a TOML table, then apply the flags that were given on the command line.
 
     Raises:
@@ -71,7 +73,8 @@ def build(cls: type[T], table: dict[str, Any] | None, args: argparse.Namespace |
     for key, value in (table or {}).items():
         if key not in names:
             raise ConfigError(
-                f"unknown option '{key}' for {cls.__name__}; known options: {', '.join(sorted(names))}"
+                f"unknown option '{key}' for {cls.__name__}; known options: "
+                f"{', '.join(sorted(names))}"
             )
         values[key] = tuple(value) if isinstance(value, list) else value
     if args is not None:

@@ -22,7 +22,9 @@ class DemoConfig:
 
     seed: int = option(0, "Seed of the server, the learner and the clients' environments.")
     clients: int = option(4, "Client processes, each stepping its own CartPole-v1.")
-    target_return: float = option(475.0, "Stop when the mean return of the last 100 episodes reaches this.")
+    target_return: float = option(
+        475.0, "Stop when the mean return of the last 100 episodes reaches this."
+    )
     max_env_steps: int = option(300_000, "Give up (exit 1) after this many env steps.")
     time_limit: float = option(300.0, "Give up (exit 1) after this many seconds.")
     run_dir: str = option("runs", "Folder for the demo's run folder.")
@@ -97,8 +99,10 @@ async def _run(config: DemoConfig) -> int:
     run = RunFolder.create(server_config.run_dir, name)
     run.save(
         {"server": to_table(server_config), "ppo": ppo},
-        {"observation_space": describe(env.observation_space),
-         "action_space": describe(env.action_space)},
+        {
+            "observation_space": describe(env.observation_space),
+            "action_space": describe(env.action_space),
+        },
     )
     server = PolicyServer(server_config, ppo, env.observation_space, env.action_space, run)
     await server.start()
@@ -106,7 +110,9 @@ async def _run(config: DemoConfig) -> int:
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
     clients = [
-        ctx.Process(target=cartpole_client, args=(address, config.seed * 1000 + i, stop), daemon=True)
+        ctx.Process(
+            target=cartpole_client, args=(address, config.seed * 1000 + i, stop), daemon=True
+        )
         for i in range(config.clients)
     ]
     for process in clients:
@@ -124,10 +130,15 @@ async def _run(config: DemoConfig) -> int:
         if not any(process.is_alive() for process in clients):
             outcome = "every client process exited"
             break
-        if stats.env_steps >= config.max_env_steps or time.monotonic() - started > config.time_limit:
+        if (
+            stats.env_steps >= config.max_env_steps
+            or time.monotonic() - started > config.time_limit
+        ):
             break
     solved_steps, solved_seconds, solved_return = (
-        stats.env_steps, time.monotonic() - started, stats.return_mean
+        stats.env_steps,
+        time.monotonic() - started,
+        stats.return_mean,
     )
     stop.set()
     loop = asyncio.get_running_loop()

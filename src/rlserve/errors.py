@@ -28,6 +28,8 @@ from __future__ import annotations
 class RLServeError(Exception):
     """Base class of every rlserve error."""
 
+    code = "error"
+
 
 class ProtocolError(RLServeError):
     """A frame or message violates the wire protocol."""

@@ -78,6 +78,11 @@ def describe(space: spaces.Space[Any]) -> dict[str, Any]:
     )
 
 
+def _int_range(dtype: np.dtype[Any]) -> tuple[int, int]:
+    info = np.iinfo(dtype.type)
+    return int(info.min), int(info.max)
+
+
 def _bound_from_wire(value: Any, shape: tuple[int, ...], default: float, dtype: Any) -> np.ndarray:
     if value is None or isinstance(value, int | float):
         scalar = default if value is None else value
@@ -112,9 +117,7 @@ def from_description(desc: Any, _depth: int = 0) -> spaces.Space[Any]:
             low = _bound_from_wire(desc.get("low"), shape, -np.inf, np.float64)
             high = _bound_from_wire(desc.get("high"), shape, np.inf, np.float64)
             if dtype.kind in "iub":
-                info = np.iinfo(dtype) if dtype.kind != "b" else None
-                lo = info.min if info else 0
-                hi = info.max if info else 1
+                lo, hi = (0, 1) if dtype.kind == "b" else _int_range(dtype)
                 low = np.clip(np.nan_to_num(low, neginf=lo), lo, hi)
                 high = np.clip(np.nan_to_num(high, posinf=hi), lo, hi)
             return spaces.Box(low.astype(dtype), high.astype(dtype), shape=shape, dtype=dtype)
@@ -151,7 +154,8 @@ def from_description(desc: Any, _depth: int = 0) -> spaces.Space[Any]:
     except (KeyError, TypeError, ValueError, AssertionError) as exc:
         raise SpaceError(f"malformed {kind} space description: {exc!r}") from exc
     raise UnsupportedSpaceError(
-        f"unknown space type '{kind}'; known: Box, Discrete, MultiDiscrete, MultiBinary, Dict, Tuple"
+        f"unknown space type '{kind}'; known: Box, Discrete, MultiDiscrete, MultiBinary, Dict, "
+        "Tuple"
     )
 
 
@@ -226,7 +230,10 @@ def check_value(space: spaces.Space[Any], value: Any, where: str = "value") -> A
     if isinstance(space, spaces.Tuple):
         if not isinstance(value, list | tuple) or len(value) != len(space.spaces):
             raise SpaceError(f"{where}: {space} needs a list of {len(space.spaces)} values")
-        return tuple(check_value(s, v, f"{where}[{i}]") for i, (s, v) in enumerate(zip(space.spaces, value, strict=True)))
+        return tuple(
+            check_value(s, v, f"{where}[{i}]")
+            for i, (s, v) in enumerate(zip(space.spaces, value, strict=True))
+        )
     raise UnsupportedSpaceError(f"{where}: {type(space).__name__} spaces are not supported")
 
 
@@ -283,8 +290,9 @@ def check_batch(space: spaces.Space[Any], values: Any, count: int, where: str) -
         return array.reshape(count, -1).astype(np.float32, copy=False)
     if not isinstance(values, list) or len(values) != count:
         raise SpaceError(f"{where}: expected a list of {count} values")
-    rows = [
-        spaces.flatten(space, check_value(space, v, f"{where}[{i}]")) for i, v in enumerate(values)
+    rows: list[np.ndarray] = [
+        np.asarray(spaces.flatten(space, check_value(space, v, f"{where}[{i}]")))
+        for i, v in enumerate(values)
     ]
     return np.stack(rows).astype(np.float32, copy=False)
 

@@ -43,12 +43,18 @@ class PPOConfig:
     ent_coef: float = option(0.0, "Weight of the entropy bonus.")
     max_grad_norm: float = option(0.5, "Global gradient norm clip.")
     norm_advantages: bool = option(True, "Normalise advantages per minibatch.")
-    target_kl: float | None = option(None, "Stop an update's epochs early past this KL (off if unset).")
+    target_kl: float | None = option(
+        None, "Stop an update's epochs early past this KL (off if unset)."
+    )
     hidden: tuple[int, ...] = option((64, 64), "Hidden layer sizes of actor and critic.")
     activation: str = option("tanh", "Activation: tanh or relu.")
-    max_policy_lag: int = option(1, "Drop steps collected by weights older than this many versions.")
+    max_policy_lag: int = option(
+        1, "Drop steps collected by weights older than this many versions."
+    )
     device: str = option("auto", "Torch device: auto (cuda when present), cpu or cuda.")
-    torch_threads: int = option(1, "Torch intra-op threads; 1 keeps the learner off the serving core.")
+    torch_threads: int = option(
+        1, "Torch intra-op threads; 1 keeps the learner off the serving core."
+    )
     seed: int = option(0, "Seed of torch's generator.")
 
     def __post_init__(self) -> None:
@@ -164,13 +170,19 @@ class PPOLearner(Learner):
         batch = self._build_batch()
         size = batch["obs"].shape[0]
         stats: dict[str, list[float]] = {
-            "policy_loss": [], "value_loss": [], "entropy": [], "approx_kl": [], "clip_frac": []
+            "policy_loss": [],
+            "value_loss": [],
+            "entropy": [],
+            "approx_kl": [],
+            "clip_frac": [],
         }
         for _ in range(cfg.num_epochs):
             order = torch.randperm(size, device=self.device)
             for lo in range(0, size, cfg.minibatch_size):
                 idx = order[lo : lo + cfg.minibatch_size]
-                logp, entropy = self.model.log_prob_entropy(batch["obs"][idx], batch["actions"][idx])
+                logp, entropy = self.model.log_prob_entropy(
+                    batch["obs"][idx], batch["actions"][idx]
+                )
                 log_ratio = logp - batch["logp"][idx]
                 ratio = log_ratio.exp()
                 adv = batch["advantages"][idx]
@@ -179,7 +191,10 @@ class PPOLearner(Learner):
                 policy_loss = torch.max(
                     -adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
                 ).mean()
-                value_loss = 0.5 * (self.model.value(batch["obs"][idx]) - batch["returns"][idx]).pow(2).mean()
+                value_loss = (
+                    0.5
+                    * (self.model.value(batch["obs"][idx]) - batch["returns"][idx]).pow(2).mean()
+                )
                 entropy_mean = entropy.mean()
                 loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy_mean
                 self.optimizer.zero_grad(set_to_none=True)
@@ -188,7 +203,9 @@ class PPOLearner(Learner):
                 self.optimizer.step()
                 with torch.no_grad():
                     stats["approx_kl"].append(float(((ratio - 1) - log_ratio).mean()))
-                    stats["clip_frac"].append(float(((ratio - 1).abs() > cfg.clip_coef).float().mean()))
+                    stats["clip_frac"].append(
+                        float(((ratio - 1).abs() > cfg.clip_coef).float().mean())
+                    )
                 stats["policy_loss"].append(policy_loss.item())
                 stats["value_loss"].append(value_loss.item())
                 stats["entropy"].append(entropy_mean.item())

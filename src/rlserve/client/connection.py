@@ -8,6 +8,7 @@ next call, naming the request it belongs to. Standard library sockets only.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from dataclasses import dataclass
@@ -135,10 +136,8 @@ class Connection:
 
     def _drop_socket(self) -> None:
         if self._sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self._sock.close()
-            except OSError:
-                pass
         self._sock = None
 
     def reconnect(self) -> dict[str, Any]:
@@ -217,10 +216,14 @@ class Connection:
             ) from exc
         except OSError as exc:
             self._drop_socket()
-            raise ConnectionLostError(f"connection to {self.host}:{self.port} broke: {exc}") from exc
+            raise ConnectionLostError(
+                f"connection to {self.host}:{self.port} broke: {exc}"
+            ) from exc
         if not data:
             self._drop_socket()
-            raise ConnectionLostError(f"the server at {self.host}:{self.port} closed the connection")
+            raise ConnectionLostError(
+                f"the server at {self.host}:{self.port} closed the connection"
+            )
         try:
             bodies = self._decoder.feed(data)
             replies = [decode(body, self.limits) for body in bodies]

@@ -120,7 +120,11 @@ class PolicyClient:
             EpisodeError: The id is active or was used before.
         """
         reply = self._request(
-            {"type": "start_episode", "episode_id": episode_id, "training_enabled": training_enabled}
+            {
+                "type": "start_episode",
+                "episode_id": episode_id,
+                "training_enabled": training_enabled,
+            }
         )
         return str(reply["episode_id"])
 
@@ -274,4 +278,3 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     return value
-

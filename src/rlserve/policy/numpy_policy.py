@@ -8,6 +8,7 @@ import torch. ``tests/policy/test_numpy_policy.py`` checks it against the torch 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from rlserve.errors import ConfigError
 
-_ACTIVATIONS = {
+_ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tanh": np.tanh,
     "relu": lambda x: np.maximum(x, 0.0),
 }

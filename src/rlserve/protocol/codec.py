@@ -104,8 +104,7 @@ def unpack_array(payload: bytes, limits: Limits = DEFAULT_LIMITS) -> np.ndarray:
         count *= dim
     if count > limits.max_array_elements:
         raise LimitExceededError(
-            f"array of shape {shape} has {count} elements; the limit is "
-            f"{limits.max_array_elements}"
+            f"array of shape {shape} has {count} elements; the limit is {limits.max_array_elements}"
         )
     expected = header_len + count * dtype.itemsize
     if len(payload) != expected:

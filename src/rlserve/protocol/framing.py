@@ -38,13 +38,12 @@ class FrameDecoder:
             FrameTooLargeError: A length prefix is over ``max_frame_bytes``; the stream cannot be
                 resynchronised and the connection should be closed.
         """
-        if not self._buffer:
-            # Fast path: the common case is exactly one whole frame per read.
-            if len(data) >= 4:
-                (length,) = HEADER.unpack_from(data)
-                self._check(length)
-                if len(data) == 4 + length:
-                    return [bytes(data[4:])]
+        # Fast path: the common case is exactly one whole frame per read.
+        if not self._buffer and len(data) >= 4:
+            (length,) = HEADER.unpack_from(data)
+            self._check(length)
+            if len(data) == 4 + length:
+                return [bytes(data[4:])]
         self._buffer += data
         frames: list[bytes] = []
         buffer = self._buffer

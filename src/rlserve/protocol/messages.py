@@ -254,7 +254,9 @@ def parse_request(raw: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Reque
     """
     kind = raw.get("type")
     if not isinstance(kind, str):
-        raise DecodeError(f"a message needs a string 'type'; known types: {', '.join(REQUEST_TYPES)}")
+        raise DecodeError(
+            f"a message needs a string 'type'; known types: {', '.join(REQUEST_TYPES)}"
+        )
     f = _Fields(raw, kind, limits)
     request_id = f.int_("id", 0)
     if kind == "get_action":

@@ -174,7 +174,11 @@ async def serve_forever(server: PolicyServer) -> Path | None:
     await server.start()
     print(
         f"rlserve listening on {server.config.host}:{server.port} (binary)"
-        + (f" and http://{server.config.host}:{server.http_port} (HTTP)" if server.http_port else "")
+        + (
+            f" and http://{server.config.host}:{server.http_port} (HTTP)"
+            if server.http_port
+            else ""
+        )
         + f"; run folder {server.run.path}",
         flush=True,
     )

@@ -16,24 +16,40 @@ class ServerConfig:
 
     host: str = option("127.0.0.1", "Address to bind; anything but loopback requires a token.")
     port: int = option(9900, "Port of the binary (msgpack over TCP) carrier; 0 picks a free one.")
-    http_port: int = option(9901, "Port of the HTTP/JSON carrier; 0 picks a free one, -1 disables it.")
+    http_port: int = option(
+        9901, "Port of the HTTP/JSON carrier; 0 picks a free one, -1 disables it."
+    )
     token: str | None = option(None, "Shared secret clients must present (hello or Bearer header).")
-    spaces_from: str | None = option(None, "Gymnasium env id whose spaces the policy uses (only its spaces are read).")
-    spaces_file: str | None = option(None, "JSON file with {observation_space, action_space} descriptions.")
+    spaces_from: str | None = option(
+        None, "Gymnasium env id whose spaces the policy uses (only its spaces are read)."
+    )
+    spaces_file: str | None = option(
+        None, "JSON file with {observation_space, action_space} descriptions."
+    )
     run_dir: str = option("runs", "Folder that holds run folders.")
-    name: str | None = option(None, "Run name (default: a timestamp); the run folder is run_dir/name.")
+    name: str | None = option(
+        None, "Run name (default: a timestamp); the run folder is run_dir/name."
+    )
     fragment_length: int = option(200, "Steps of an episode per fragment sent to the learner.")
     idle_timeout: float = option(60.0, "Seconds without a call after which an episode is closed.")
-    max_sample_queue_steps: int = option(20_000, "Steps waiting for the learner; past it the oldest fragments are dropped.")
+    max_sample_queue_steps: int = option(
+        20_000, "Steps waiting for the learner; past it the oldest fragments are dropped."
+    )
     checkpoint_every: int = option(20, "Learner updates between checkpoints (0: only at shutdown).")
     keep_checkpoints: int = option(3, "How many checkpoints to keep in the run folder.")
     metrics_interval: float = option(2.0, "Seconds between metric writes and progress lines.")
     seed: int = option(0, "Seed of the server's action sampling and the learner.")
     progress: bool = option(True, "Show a one-line progress display on the terminal.")
     max_frame_bytes: int = option(DEFAULT_LIMITS.max_frame_bytes, "Largest message in bytes.")
-    max_array_elements: int = option(DEFAULT_LIMITS.max_array_elements, "Largest array (elements) in a message.")
-    max_episodes_per_client: int = option(DEFAULT_LIMITS.max_episodes_per_client, "Concurrent episodes per client connection.")
-    max_episodes_per_server: int = option(DEFAULT_LIMITS.max_episodes_per_server, "Concurrent episodes on the server.")
+    max_array_elements: int = option(
+        DEFAULT_LIMITS.max_array_elements, "Largest array (elements) in a message."
+    )
+    max_episodes_per_client: int = option(
+        DEFAULT_LIMITS.max_episodes_per_client, "Concurrent episodes per client connection."
+    )
+    max_episodes_per_server: int = option(
+        DEFAULT_LIMITS.max_episodes_per_server, "Concurrent episodes on the server."
+    )
 
     def __post_init__(self) -> None:
         if not self.token and not _is_loopback(self.host):

@@ -135,7 +135,9 @@ class EpisodeTable:
                 f"episode '{episode_id}' is already active; end it first or use a new id"
             )
         elif episode_id in self._ended:
-            raise EpisodeError(f"episode id '{episode_id}' was used before; episode ids are single-use")
+            raise EpisodeError(
+                f"episode id '{episode_id}' was used before; episode ids are single-use"
+            )
         if len(self._active) >= self.max_episodes:
             raise CapacityError(
                 f"the server holds {len(self._active)} episodes, its limit; end episodes or raise "
@@ -249,7 +251,13 @@ class EpisodeTable:
                 # steps before it bootstrap from the observation the last action was taken in.
                 agent.rewards.append(agent.pending_reward)
                 last_obs = agent.obs.pop()
-                for steps in (agent.actions, agent.rewards, agent.logp, agent.chosen, agent.versions):
+                for steps in (
+                    agent.actions,
+                    agent.rewards,
+                    agent.logp,
+                    agent.chosen,
+                    agent.versions,
+                ):
                     steps.pop()
                 self._emit(episode, last_obs, terminated=False, truncated=False)
             summaries.append(self._close(episode, "idle_timeout"))

@@ -62,7 +62,7 @@ def build_http_app(service: Service, token: str | None) -> Starlette:
     """The Starlette application of the HTTP carrier."""
     sessions: dict[str, Session] = {}
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(_StatsCollector(service))  # type: ignore[arg-type]
+    registry.register(_StatsCollector(service))
     limits = service.limits
 
     def authorised(request: HTTPRequest) -> bool:
@@ -74,8 +74,11 @@ def build_http_app(service: Service, token: str | None) -> Starlette:
 
     def unauthorised() -> Response:
         return _json(
-            error_reply(None, "unauthorized",
-                        "missing or wrong token: send the header 'Authorization: Bearer <token>'"),
+            error_reply(
+                None,
+                "unauthorized",
+                "missing or wrong token: send the header 'Authorization: Bearer <token>'",
+            ),
             401,
         )
 
@@ -92,8 +95,10 @@ def build_http_app(service: Service, token: str | None) -> Starlette:
     async def metrics_json(request: HTTPRequest) -> Response:
         if not authorised(request):
             return unauthorised()
-        snapshot = {k: (None if isinstance(v, float) and math.isnan(v) else v)
-                    for k, v in service.stats.snapshot().items()}
+        snapshot = {
+            k: (None if isinstance(v, float) and math.isnan(v) else v)
+            for k, v in service.stats.snapshot().items()
+        }
         return JSONResponse(snapshot)
 
     async def metrics_prometheus(request: HTTPRequest) -> Response:
@@ -104,8 +109,14 @@ def build_http_app(service: Service, token: str | None) -> Starlette:
     async def message(request: HTTPRequest) -> Response:
         kind = request.path_params["kind"]
         if kind not in REQUEST_TYPES:
-            return _json(error_reply(None, "decode_error",
-                                     f"unknown message type '{kind}'; known: {', '.join(REQUEST_TYPES)}"), 404)
+            return _json(
+                error_reply(
+                    None,
+                    "decode_error",
+                    f"unknown message type '{kind}'; known: {', '.join(REQUEST_TYPES)}",
+                ),
+                404,
+            )
         if not authorised(request):
             return unauthorised()
         try:
@@ -119,11 +130,15 @@ def build_http_app(service: Service, token: str | None) -> Starlette:
         client = request.headers.get("x-rlserve-client", "anonymous")[: limits.max_id_length]
         session = sessions.get(client)
         if session is None:
-            session = sessions[client] = Session(name=client, key=f"http:{client}", authenticated=True)
+            session = sessions[client] = Session(
+                name=client, key=f"http:{client}", authenticated=True
+            )
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         service.handle(parsed, session, future.set_result)
         reply = await future
-        status = STATUS_FOR_CODE.get(reply.get("code", ""), 400) if reply["type"] == "error" else 200
+        status = (
+            STATUS_FOR_CODE.get(reply.get("code", ""), 400) if reply["type"] == "error" else 200
+        )
         return _json(to_jsonable(reply), status)
 
     return Starlette(

@@ -12,6 +12,7 @@ server over a ``multiprocessing`` pipe with the same msgpack codec as the wire (
 
 from __future__ import annotations
 
+import contextlib
 import os
 import traceback
 from multiprocessing.connection import Connection
@@ -55,10 +56,8 @@ def run_learner(conn: Connection, setup: dict[str, Any]) -> None:
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass  # the server went away; nothing left to report to
     except Exception:
-        try:
+        with contextlib.suppress(OSError):
             send(conn, {"type": "failed", "message": traceback.format_exc()})
-        except OSError:
-            pass
 
 
 def _serve(conn: Connection, setup: dict[str, Any]) -> None:
@@ -90,8 +89,16 @@ def _serve(conn: Connection, setup: dict[str, Any]) -> None:
             old.unlink(missing_ok=True)
         send(conn, {"type": "checkpointed", "path": str(path), "reason": reason})
 
-    send(conn, {"type": "weights", "package": learner.weights().to_wire(), "metrics": {},
-                "device": str(learner.device), "pid": os.getpid()})
+    send(
+        conn,
+        {
+            "type": "weights",
+            "package": learner.weights().to_wire(),
+            "metrics": {},
+            "device": str(learner.device),
+            "pid": os.getpid(),
+        },
+    )
     every = setup["checkpoint_every"]
     waiting = False
     while True:
@@ -106,8 +113,10 @@ def _serve(conn: Connection, setup: dict[str, Any]) -> None:
             learner.ingest([Fragment.from_wire(f) for f in message["fragments"]])
             while learner.ready():
                 metrics = learner.update()
-                send(conn, {"type": "weights", "package": learner.weights().to_wire(),
-                            "metrics": metrics})
+                send(
+                    conn,
+                    {"type": "weights", "package": learner.weights().to_wire(), "metrics": metrics},
+                )
                 if every and learner.counters()["updates"] % every == 0:
                     save("interval")
         elif kind == "checkpoint":

@@ -36,7 +36,7 @@ class MetricsWriter:
 
 
 class ProgressLine:
-    """A one-line progress display: rewritten in place on a terminal, a line per update otherwise."""
+    """A one-line progress display: redrawn in place on a terminal, else a line per update."""
 
     def __init__(self, enabled: bool):
         self.enabled = enabled

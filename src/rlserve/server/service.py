@@ -175,8 +175,7 @@ class Service:
         if isinstance(request, StartEpisode):
             if request.policy_id not in self.slots:
                 raise EpisodeError(
-                    f"unknown policy '{request.policy_id}'; this server serves "
-                    f"{sorted(self.slots)}"
+                    f"unknown policy '{request.policy_id}'; this server serves {sorted(self.slots)}"
                 )
             episode_id = self.episodes.start(
                 request.episode_id, request.training_enabled, request.policy_id, session.key

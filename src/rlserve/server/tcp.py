@@ -71,8 +71,11 @@ class BinaryConnection(asyncio.Protocol):
             except ProtocolError as exc:
                 request_id = raw.get("id") if isinstance(raw, dict) else None
                 self._service.stats.count_error(exc.code)
-                self._write(error_reply(request_id if isinstance(request_id, int) else None,
-                                        exc.code, str(exc)))
+                self._write(
+                    error_reply(
+                        request_id if isinstance(request_id, int) else None, exc.code, str(exc)
+                    )
+                )
                 continue
             if isinstance(request, Hello):
                 self._service.handle(request, self._session, self._reply_hello)
