@@ -71,6 +71,26 @@ class PPOConfig:
             raise ConfigError(f"device must be auto, cpu or cuda[:N], got '{self.device}'")
 
 
+def clipped_policy_loss(
+    logp: torch.Tensor, behaviour_logp: torch.Tensor, advantages: torch.Tensor, clip_coef: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate objective, as a loss to minimise.
+
+    Returns:
+        ``(loss, ratio)``: ``mean(max(-A * r, -A * clip(r, 1 - c, 1 + c)))`` with
+        ``r = exp(logp - behaviour_logp)``, and ``r`` itself.
+    """
+    ratio = (logp - behaviour_logp).exp()
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef)
+    return torch.max(unclipped, clipped).mean(), ratio
+
+
+def value_loss(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
+    """Half the mean squared error between value estimates and returns."""
+    return 0.5 * (values - returns).pow(2).mean()
+
+
 def resolve_device(name: str) -> torch.device:
     """Map ``auto`` to cuda when available, else cpu."""
     if name == "auto":
@@ -183,31 +203,27 @@ class PPOLearner(Learner):
                 logp, entropy = self.model.log_prob_entropy(
                     batch["obs"][idx], batch["actions"][idx]
                 )
-                log_ratio = logp - batch["logp"][idx]
-                ratio = log_ratio.exp()
                 adv = batch["advantages"][idx]
                 if cfg.norm_advantages and adv.numel() > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                policy_loss = torch.max(
-                    -adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)
-                ).mean()
-                value_loss = (
-                    0.5
-                    * (self.model.value(batch["obs"][idx]) - batch["returns"][idx]).pow(2).mean()
+                policy_loss, ratio = clipped_policy_loss(
+                    logp, batch["logp"][idx], adv, cfg.clip_coef
                 )
+                v_loss = value_loss(self.model.value(batch["obs"][idx]), batch["returns"][idx])
                 entropy_mean = entropy.mean()
-                loss = policy_loss + cfg.vf_coef * value_loss - cfg.ent_coef * entropy_mean
+                loss = policy_loss + cfg.vf_coef * v_loss - cfg.ent_coef * entropy_mean
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
                 self.optimizer.step()
                 with torch.no_grad():
+                    log_ratio = ratio.log()
                     stats["approx_kl"].append(float(((ratio - 1) - log_ratio).mean()))
                     stats["clip_frac"].append(
                         float(((ratio - 1).abs() > cfg.clip_coef).float().mean())
                     )
                 stats["policy_loss"].append(policy_loss.item())
-                stats["value_loss"].append(value_loss.item())
+                stats["value_loss"].append(v_loss.item())
                 stats["entropy"].append(entropy_mean.item())
             if cfg.target_kl is not None and np.mean(stats["approx_kl"][-1:]) > cfg.target_kl:
                 break
