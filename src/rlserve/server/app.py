@@ -67,7 +67,8 @@ class PolicyServer:
 
     def __post_init__(self) -> None:
         self._stopping = asyncio.Event()
-        self._tasks: list[asyncio.Task[Any]] = []
+        self._http_task: asyncio.Task[Any] | None = None
+        self._housekeeping_task: asyncio.Task[Any] | None = None
         self._http: _EmbeddedUvicorn | None = None
         self._tcp: asyncio.Server | None = None
         self.service = Service(
@@ -123,8 +124,8 @@ class PolicyServer:
             self._http = _EmbeddedUvicorn(
                 uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
             )
-            self._tasks.append(loop.create_task(self._http.serve(sockets=[sock])))
-        self._tasks.append(loop.create_task(self._housekeeping()))
+            self._http_task = loop.create_task(self._http.serve(sockets=[sock]))
+        self._housekeeping_task = loop.create_task(self._housekeeping())
 
     def request_stop(self) -> None:
         """Ask the server to shut down (safe from a signal handler)."""
@@ -152,10 +153,10 @@ class PolicyServer:
             self._tcp.close()
         if self._http is not None:
             self._http.should_exit = True
-        for task in self._tasks:
-            if task.get_coro().__name__ == "_housekeeping":  # type: ignore[union-attr]
-                task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._housekeeping_task is not None:
+            self._housekeeping_task.cancel()
+        tasks = [t for t in (self._http_task, self._housekeeping_task) if t is not None]
+        await asyncio.gather(*tasks, return_exceptions=True)
         checkpoint = await self.learner.stop()
         self.stats.tick()
         self._metrics.write(self.stats.snapshot(), self.stats.env_steps)

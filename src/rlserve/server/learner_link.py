@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
+import os
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from rlserve.algorithms.base import WeightsPackage
@@ -77,6 +77,9 @@ class LearnerLink:
         child.close()
         self._conn = parent
         loop.add_reader(parent.fileno(), self._on_readable)
+        # libuv (uvloop) switches a polled fd to non-blocking; a message must be read and written
+        # whole, and the learner always writes whole messages promptly, so keep it blocking.
+        os.set_blocking(parent.fileno(), True)
 
     @property
     def pid(self) -> int | None:
@@ -122,7 +125,10 @@ class LearnerLink:
             if isinstance(exc, RLServeError):
                 self.failure = f"unreadable message from the learner: {exc}"
             if self.failure is None:
-                self.failure = "the learner process exited unexpectedly"
+                self._process.join(1.0)
+                self.failure = (
+                    f"the learner process exited unexpectedly (exit code {self._process.exitcode})"
+                )
             return
         kind = message["type"]
         if kind == "request":
@@ -162,7 +168,3 @@ class LearnerLink:
             if self._process.is_alive():
                 self._process.terminate()
         return self.last_checkpoint
-
-    def latest_checkpoint(self) -> Path | None:
-        """Path of the newest checkpoint written in this run, if any."""
-        return None if self.last_checkpoint is None else Path(self.last_checkpoint)

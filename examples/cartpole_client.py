@@ -1,0 +1,44 @@
+"""The minimal rlserve client: step your own CartPole and let the server choose and learn.
+
+Start a server first (in another terminal)::
+
+    rlserve serve --spaces-from CartPole-v1
+
+then run ``python examples/cartpole_client.py``. Replace the gymnasium env with your simulator:
+the client only needs an observation before each decision and the reward after it.
+"""
+
+import argparse
+
+import gymnasium as gym
+
+from rlserve import PolicyClient
+
+
+def main() -> None:
+    """Run episodes against the server and print each return."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--address", default="localhost:9900", help="the server's binary port")
+    parser.add_argument("--token", default=None, help="the server's --token, if it has one")
+    parser.add_argument("--episodes", type=int, default=200)
+    args = parser.parse_args()
+
+    env = gym.make("CartPole-v1")
+    with PolicyClient(args.address, token=args.token) as client:
+        for episode in range(args.episodes):
+            episode_id = client.start_episode()
+            obs, _ = env.reset(seed=episode)
+            episode_return, done = 0.0, False
+            while not done:
+                action = client.get_action(episode_id, obs)
+                obs, reward, terminated, truncated, _ = env.step(action)
+                client.log_returns(episode_id, float(reward))
+                episode_return += float(reward)
+                done = terminated or truncated
+            # truncated=True: a time limit, not a failure; the learner bootstraps from obs.
+            client.end_episode(episode_id, obs, truncated=truncated and not terminated)
+            print(f"episode {episode}: return {episode_return:.0f}")
+
+
+if __name__ == "__main__":
+    main()
