@@ -67,7 +67,8 @@ def describe(space: spaces.Space[Any]) -> dict[str, Any]:
             "dtype": str(space.dtype),
         }
     if isinstance(space, spaces.MultiBinary):
-        return {"type": "MultiBinary", "n": list(np.atleast_1d(space.n).tolist())}
+        n: Any = space.n
+        return {"type": "MultiBinary", "n": int(n) if np.ndim(n) == 0 else [int(v) for v in n]}
     if isinstance(space, spaces.Dict):
         return {"type": "Dict", "spaces": {k: describe(s) for k, s in space.spaces.items()}}
     if isinstance(space, spaces.Tuple):
@@ -83,16 +84,27 @@ def _int_range(dtype: np.dtype[Any]) -> tuple[int, int]:
     return int(info.min), int(info.max)
 
 
-def _bound_from_wire(value: Any, shape: tuple[int, ...], default: float, dtype: Any) -> np.ndarray:
+def _bound_from_wire(
+    value: Any, shape: tuple[int, ...], side: str, dtype: np.dtype[Any]
+) -> np.ndarray:
+    count = int(np.prod(shape))
     if value is None or isinstance(value, int | float):
-        scalar = default if value is None else value
-        return np.full(shape, scalar, dtype=np.float64).astype(dtype)
-    if not isinstance(value, list):
-        raise SpaceError(f"Box bound must be a number, null or a list, got {type(value).__name__}")
-    flat = [default if v is None else v for v in value]
-    if len(flat) != int(np.prod(shape)):
-        raise SpaceError(f"Box bound has {len(flat)} values; shape {shape} needs {np.prod(shape)}")
-    return np.asarray(flat, dtype=np.float64).reshape(shape).astype(dtype)
+        flat = [value] * count
+    elif isinstance(value, list):
+        flat = value
+        if len(flat) != count:
+            raise SpaceError(f"Box {side} has {len(flat)} values; shape {shape} needs {count}")
+    else:
+        raise SpaceError(f"Box {side} must be a number, null or a list, got {type(value).__name__}")
+    if dtype.kind in "iub":
+        # Integer bounds stay integers: int64's extremes do not survive a trip through float64.
+        lo, hi = (0, 1) if dtype.kind == "b" else _int_range(dtype)
+        unbounded = lo if side == "low" else hi
+        ints = [unbounded if v is None else min(max(int(v), lo), hi) for v in flat]
+        return np.array(ints, dtype=dtype).reshape(shape)
+    unbounded_f = -np.inf if side == "low" else np.inf
+    floats = [unbounded_f if v is None else float(v) for v in flat]
+    return np.asarray(floats, dtype=np.float64).reshape(shape).astype(dtype)
 
 
 def from_description(desc: Any, _depth: int = 0) -> spaces.Space[Any]:
@@ -114,13 +126,9 @@ def from_description(desc: Any, _depth: int = 0) -> spaces.Space[Any]:
             dtype = np.dtype(desc.get("dtype", "float32"))
             if dtype.kind not in "biuf":
                 raise SpaceError(f"Box dtype must be numeric, got {dtype}")
-            low = _bound_from_wire(desc.get("low"), shape, -np.inf, np.float64)
-            high = _bound_from_wire(desc.get("high"), shape, np.inf, np.float64)
-            if dtype.kind in "iub":
-                lo, hi = (0, 1) if dtype.kind == "b" else _int_range(dtype)
-                low = np.clip(np.nan_to_num(low, neginf=lo), lo, hi)
-                high = np.clip(np.nan_to_num(high, posinf=hi), lo, hi)
-            return spaces.Box(low.astype(dtype), high.astype(dtype), shape=shape, dtype=dtype)
+            low = _bound_from_wire(desc.get("low"), shape, "low", dtype)
+            high = _bound_from_wire(desc.get("high"), shape, "high", dtype)
+            return spaces.Box(low, high, shape=shape, dtype=dtype)
         if kind == "Discrete":
             return spaces.Discrete(int(desc["n"]), start=int(desc.get("start", 0)))
         if kind == "MultiDiscrete":
@@ -166,6 +174,16 @@ def _as_array(value: Any, dtype: np.dtype[Any], where: str, space: spaces.Space[
         raise SpaceError(f"{where}: cannot be read as an array for {space}: {exc}") from exc
     if array.dtype == object or array.dtype.kind not in "biuf":
         raise SpaceError(f"{where}: expected numbers for {space}, got {array.dtype} values")
+    if dtype.kind in "iu" and array.dtype.kind in "iub":
+        # Any integers may stand for an integer space (JSON has only one integer type), but
+        # they must fit the dtype: a narrowing cast would wrap silently.
+        lo, hi = _int_range(dtype)
+        if array.size and (array.min() < lo or array.max() > hi):
+            raise SpaceError(
+                f"{where}: values {array.min()}..{array.max()} do not fit dtype {dtype} of "
+                f"{space} (range {lo}..{hi})"
+            )
+        return array.astype(dtype, copy=False)
     if not np.can_cast(array.dtype, dtype, casting="same_kind"):
         raise SpaceError(
             f"{where}: values of dtype {array.dtype} cannot stand for {space} (dtype {dtype}); "
@@ -280,7 +298,7 @@ def check_batch(space: spaces.Space[Any], values: Any, count: int, where: str) -
     if isinstance(space, spaces.Box):
         array = _as_array(values, space.dtype, where, space)
         if array.shape != (count, *space.shape):
-            if array.shape[1:] != space.shape:
+            if array.ndim == 0 or array.shape[1:] != space.shape:
                 raise SpaceError(
                     f"{where}: shape {array.shape[1:] if array.ndim else ()} does not fit "
                     f"{space}; expected shape {space.shape}"

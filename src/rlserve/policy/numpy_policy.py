@@ -139,7 +139,11 @@ class NumpyPolicy:
         if spec.distribution == "gaussian":
             if "log_std" not in weights:
                 raise ConfigError("a gaussian policy needs the array 'log_std'")
-            self._log_std = np.asarray(weights["log_std"], dtype=np.float32).reshape(-1)
+            self._log_std = np.asarray(weights["log_std"], dtype=np.float32)
+            if self._log_std.shape != (spec.action_dim,):
+                raise ConfigError(
+                    f"log_std has shape {self._log_std.shape}; expected ({spec.action_dim},)"
+                )
         self._low = np.asarray(spec.action_low, dtype=np.float32)
         self._high = np.asarray(spec.action_high, dtype=np.float32)
 

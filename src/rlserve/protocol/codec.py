@@ -138,6 +138,21 @@ def encode(message: dict[str, Any]) -> bytes:
     return msgpack.packb(message, default=_packer_default, use_bin_type=True)
 
 
+def _refuse_timestamps_in_map(obj: dict[str, Any]) -> dict[str, Any]:
+    # msgpack turns extension type -1 into a Timestamp without calling ext_hook.
+    for value in obj.values():
+        if type(value) is msgpack.Timestamp:
+            raise DecodeError("msgpack timestamps (extension type -1) are not part of the protocol")
+    return obj
+
+
+def _refuse_timestamps_in_list(obj: list[Any]) -> list[Any]:
+    for value in obj:
+        if type(value) is msgpack.Timestamp:
+            raise DecodeError("msgpack timestamps (extension type -1) are not part of the protocol")
+    return obj
+
+
 def decode(data: bytes, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
     """Decode one msgpack message, enforcing ``limits`` while unpacking.
 
@@ -162,6 +177,8 @@ def decode(data: bytes, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
         message = msgpack.unpackb(
             data,
             ext_hook=ext_hook,
+            object_hook=_refuse_timestamps_in_map,
+            list_hook=_refuse_timestamps_in_list,
             raw=False,
             strict_map_key=True,
             use_list=True,

@@ -11,6 +11,7 @@ Values that are checked against a Gymnasium space (observations, actions) stay u
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -196,10 +197,10 @@ class _Fields:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self._wrong(name, "a number", value)
-        value = float(value)
-        if value != value or value in (float("inf"), float("-inf")):
-            raise DecodeError(f"'{self.kind}' field '{name}' must be finite, got {value}")
-        return value
+        number = _finite(value)
+        if number is None:
+            raise DecodeError(f"'{self.kind}' field '{name}' must be finite, got {value!r}")
+        return number
 
     def id_(self, name: str) -> str:
         value = self.raw.get(name)
@@ -344,10 +345,22 @@ def _float_list(f: _Fields, name: str, value: Any, count: int) -> list[float]:
         raise DecodeError(f"get_action '{name}' must be a list of {count} numbers")
     out = []
     for item in value:
-        if isinstance(item, bool) or not isinstance(item, int | float) or item != item:
+        number = None if isinstance(item, bool) else _finite(item)
+        if number is None:
             raise DecodeError(f"get_action '{name}' must hold finite numbers, got {item!r}")
-        out.append(float(item))
+        out.append(number)
     return out
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float, or None (not a number, NaN, infinite, or too large)."""
+    if not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def error_reply(request_id: int | None, code: str, message: str) -> dict[str, Any]:

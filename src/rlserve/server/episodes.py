@@ -244,20 +244,12 @@ class EpisodeTable:
             agent = episode.agent
             if episode.status is EpisodeStatus.AWAITING_ACTION and agent.actions:
                 # The last observation got no action: it becomes the bootstrap observation.
-                agent.rewards.append(agent.pending_reward)
                 self._emit(episode, agent.obs.pop(), terminated=False, truncated=False)
             elif len(agent.actions) > 1:
                 # No observation followed the last action, so that one step cannot be used; the
                 # steps before it bootstrap from the observation the last action was taken in.
-                agent.rewards.append(agent.pending_reward)
                 last_obs = agent.obs.pop()
-                for steps in (
-                    agent.actions,
-                    agent.rewards,
-                    agent.logp,
-                    agent.chosen,
-                    agent.versions,
-                ):
+                for steps in (agent.actions, agent.logp, agent.chosen, agent.versions):
                     steps.pop()
                 self._emit(episode, last_obs, terminated=False, truncated=False)
             summaries.append(self._close(episode, "idle_timeout"))
