@@ -300,8 +300,8 @@ def check_batch(space: spaces.Space[Any], values: Any, count: int, where: str) -
         if array.shape != (count, *space.shape):
             if array.ndim == 0 or array.shape[1:] != space.shape:
                 raise SpaceError(
-                    f"{where}: shape {array.shape[1:] if array.ndim else ()} does not fit "
-                    f"{space}; expected shape {space.shape}"
+                    f"{where}: {count} observations of {space} must stack to shape "
+                    f"{(count, *space.shape)}, got {array.shape}"
                 )
             raise SpaceError(f"{where}: {array.shape[0]} values for {count} episodes")
         _check_box_values(space, array, where)

@@ -270,3 +270,15 @@ def test_model_spec_from_wire_missing_field() -> None:
     del raw["actor_layers"]
     with pytest.raises(ConfigError):
         ModelSpec.from_wire(raw)
+
+
+def test_discrete_start_offsets_the_actions_sent() -> None:
+    import gymnasium as gym
+
+    from rlserve.algorithms.models import ActorCritic
+
+    model = ActorCritic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2, start=5))
+    policy = NumpyPolicy(model.spec(), model.actor_arrays(), version=0, seed=0)
+    out = policy.compute_actions(np.zeros((64, 3), dtype=np.float32))
+    assert set(out.actions.tolist()) <= {0, 1}
+    assert set(policy.to_env_actions(out.actions).tolist()) <= {5, 6}

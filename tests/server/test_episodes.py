@@ -408,6 +408,7 @@ def test_activity_keeps_an_episode_alive() -> None:
     assert table.expire_idle(10.0) == []
     clock.now += 8.0
     table.observe(ep, _obs(1), None)
+    table.act(ep, 1, -0.5, True, 0)
     clock.now += 8.0
     assert table.expire_idle(10.0) == []
     clock.now += 3.0
@@ -439,23 +440,21 @@ def test_expire_idle_after_an_action_hands_on_the_steps_before_it() -> None:
     assert not f.truncated
 
 
-def test_expire_idle_while_awaiting_an_action_hands_on_all_steps() -> None:
+def test_an_episode_awaiting_its_action_is_never_idle() -> None:
+    # It waits on the server (e.g. for the learner's first weights), not on its client.
     clock = FakeClock()
     table, sink = _table(clock=clock)
     ep = _start(table)
     _step(table, ep, 0)
-    _step(table, ep, 1, reward=1.0)
-    table.observe(ep, _obs(2), 2.0)  # its action never came
+    table.observe(ep, _obs(1), 1.0)
+    clock.now += 600.0
+    assert table.expire_idle(10.0) == []
+    assert sink == []
+    table.act(ep, 1, -0.5, True, 0)
     clock.now += 60.0
     [summary] = table.expire_idle(10.0)
-    assert summary.episode_return == 3.0
-    [f] = sink
-    assert not f.terminated
-    assert not f.truncated
-    np.testing.assert_array_equal(f.obs, np.stack([_obs(0), _obs(1), _obs(2)]))
-    np.testing.assert_array_equal(f.actions, [0, 1])
-    np.testing.assert_array_equal(f.rewards, [1.0, 2.0])
-    _fragment_valid(f)
+    assert summary.reason == "idle_timeout"
+    assert summary.episode_return == 1.0
 
 
 def test_expire_idle_with_a_single_action_hands_on_nothing() -> None:

@@ -56,11 +56,13 @@ class ActorCritic(nn.Module):
             self.action_dim = int(action_space.n)
             self.action_low: tuple[float, ...] = ()
             self.action_high: tuple[float, ...] = ()
+            self.action_start = int(action_space.start)
         elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
             self.distribution = "gaussian"
             self.action_dim = int(action_space.shape[0])
             self.action_low = tuple(float(v) for v in action_space.low)
             self.action_high = tuple(float(v) for v in action_space.high)
+            self.action_start = 0
         else:
             raise UnsupportedSpaceError(
                 f"PPO supports Discrete and 1-D Box action spaces, got {action_space}"
@@ -83,6 +85,7 @@ class ActorCritic(nn.Module):
             action_dim=self.action_dim,
             action_low=self.action_low,
             action_high=self.action_high,
+            action_start=self.action_start,
         )
 
     def actor_arrays(self) -> dict[str, np.ndarray]:

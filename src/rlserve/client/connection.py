@@ -123,6 +123,7 @@ class Connection:
         limits = reply.get("limits", {})
         known = {k: v for k, v in limits.items() if k in Limits.__dataclass_fields__}
         self.limits = Limits(**known)
+        self._decoder.max_frame_bytes = self.limits.max_frame_bytes
         return reply
 
     def close(self) -> None:

@@ -38,6 +38,8 @@ class ModelSpec:
         action_dim: Number of logits, or of action dimensions.
         action_low: Lower bounds to clip Gaussian actions to before sending (may be empty).
         action_high: Upper bounds, as ``action_low``.
+        action_start: First value of a Discrete action space: choice ``i`` is sent as
+            ``action_start + i``.
     """
 
     obs_dim: int
@@ -47,6 +49,7 @@ class ModelSpec:
     action_dim: int
     action_low: tuple[float, ...] = field(default=())
     action_high: tuple[float, ...] = field(default=())
+    action_start: int = 0
 
     def to_wire(self) -> dict[str, Any]:
         """Return the spec as a plain map."""
@@ -72,6 +75,7 @@ class ModelSpec:
                 action_dim=int(raw["action_dim"]),
                 action_low=tuple(float(v) for v in raw.get("action_low", ())),
                 action_high=tuple(float(v) for v in raw.get("action_high", ())),
+                action_start=int(raw.get("action_start", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"malformed model spec: {exc!r}") from exc
@@ -200,7 +204,9 @@ class NumpyPolicy:
         return logp.astype(np.float32)
 
     def to_env_actions(self, actions: np.ndarray) -> np.ndarray:
-        """Clip gaussian actions to the action space's bounds before they are sent."""
-        if self.spec.distribution == "gaussian" and self._low.size:
+        """Actions as the environment takes them: Discrete offset by ``start``, Box clipped."""
+        if self.spec.distribution == "categorical":
+            return actions + self.spec.action_start if self.spec.action_start else actions
+        if self._low.size:
             return np.clip(actions, self._low, self._high)
         return actions

@@ -363,6 +363,14 @@ def _finite(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def valid_request_id(raw: Any) -> int | None:
+    """The ``id`` of a raw message if it is a valid request id, else None (for error replies)."""
+    request_id = raw.get("id") if isinstance(raw, dict) else None
+    if isinstance(request_id, int) and not isinstance(request_id, bool) and request_id >= 0:
+        return request_id
+    return None
+
+
 def error_reply(request_id: int | None, code: str, message: str) -> dict[str, Any]:
     """Build an ``error`` reply.
 

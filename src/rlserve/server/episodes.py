@@ -238,14 +238,17 @@ class EpisodeTable:
         from the last observation), so a dead client loses nothing it had reported.
         """
         now = self._clock()
-        stale = [e for e in self._active.values() if now - e.last_seen > idle_timeout]
+        # An episode awaiting its action waits on the server (e.g. for the first weights), not
+        # on its client, so it is never idle.
+        stale = [
+            e
+            for e in self._active.values()
+            if now - e.last_seen > idle_timeout and e.status is EpisodeStatus.ACTIVE
+        ]
         summaries = []
         for episode in stale:
             agent = episode.agent
-            if episode.status is EpisodeStatus.AWAITING_ACTION and agent.actions:
-                # The last observation got no action: it becomes the bootstrap observation.
-                self._emit(episode, agent.obs.pop(), terminated=False, truncated=False)
-            elif len(agent.actions) > 1:
+            if len(agent.actions) > 1:
                 # No observation followed the last action, so that one step cannot be used; the
                 # steps before it bootstrap from the observation the last action was taken in.
                 last_obs = agent.obs.pop()
@@ -323,6 +326,12 @@ class EpisodeTable:
         """Move ``episode`` to a new owner (a client that reconnected)."""
         if episode.owner == owner:
             return
+        held = self._per_owner.get(owner, 0)
+        if held >= self.max_per_owner:
+            raise CapacityError(
+                f"this client holds {held} open episodes, its limit, and cannot take over "
+                f"episode '{episode.episode_id}'; end episodes or raise max_episodes_per_client"
+            )
         self._per_owner[episode.owner] -= 1
         if not self._per_owner[episode.owner]:
             del self._per_owner[episode.owner]

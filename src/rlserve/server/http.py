@@ -25,7 +25,12 @@ from rlserve import __version__
 from rlserve.errors import LimitExceededError, ProtocolError
 from rlserve.protocol.codec import encode_json, to_jsonable
 from rlserve.protocol.limits import PROTOCOL_VERSION
-from rlserve.protocol.messages import REQUEST_TYPES, error_reply, parse_request
+from rlserve.protocol.messages import (
+    REQUEST_TYPES,
+    error_reply,
+    parse_request,
+    valid_request_id,
+)
 from rlserve.server.service import Service, Session
 
 STATUS_FOR_CODE = {
@@ -40,6 +45,9 @@ STATUS_FOR_CODE = {
     "frame_too_large": 413,
 }
 """HTTP status of an ``error`` reply, by its code (others: 400)."""
+
+MAX_HTTP_SESSIONS = 10_000
+"""Distinct ``X-RLServe-Client`` names remembered at once."""
 
 
 class _StatsCollector:
@@ -96,7 +104,7 @@ def build_http_app(service: Service, token: str | None) -> Starlette:
         if not authorised(request):
             return unauthorised()
         snapshot = {
-            k: (None if isinstance(v, float) and math.isnan(v) else v)
+            k: (None if isinstance(v, float) and not math.isfinite(v) else v)
             for k, v in service.stats.snapshot().items()
         }
         return JSONResponse(snapshot)
@@ -119,6 +127,7 @@ def build_http_app(service: Service, token: str | None) -> Starlette:
             )
         if not authorised(request):
             return unauthorised()
+        raw: Any = None
         try:
             raw = await _read_json(request, limits.max_frame_bytes)
             raw["type"] = kind
@@ -126,10 +135,17 @@ def build_http_app(service: Service, token: str | None) -> Starlette:
                 raw.setdefault("token", token)
             parsed = parse_request(raw, limits)
         except ProtocolError as exc:
-            return _json(error_reply(None, exc.code, str(exc)), STATUS_FOR_CODE.get(exc.code, 400))
+            return _json(
+                error_reply(valid_request_id(raw), exc.code, str(exc)),
+                STATUS_FOR_CODE.get(exc.code, 400),
+            )
         client = request.headers.get("x-rlserve-client", "anonymous")[: limits.max_id_length]
         session = sessions.get(client)
         if session is None:
+            if len(sessions) >= MAX_HTTP_SESSIONS:
+                # Sessions only hold a name; episode ownership is by key, so forgetting the
+                # oldest loses nothing.
+                sessions.pop(next(iter(sessions)))
             session = sessions[client] = Session(
                 name=client, key=f"http:{client}", authenticated=True
             )

@@ -300,6 +300,8 @@ class Service:
         action = check_value(slot.action_space, request.action, "action")
         if isinstance(slot.action_space, gym.spaces.Box):
             action = np.asarray(action, dtype=np.float32).reshape(-1)
+        elif isinstance(slot.action_space, gym.spaces.Discrete):
+            action -= int(slot.action_space.start)  # the learner works with choice indices
         self.episodes.observe(episode, obs[0], request.reward)
         version = slot.policy.version if slot.policy is not None else 0
         self.episodes.act(episode, action, float("nan"), False, version)

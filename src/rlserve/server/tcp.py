@@ -17,7 +17,7 @@ from rlserve.errors import FrameTooLargeError, ProtocolError
 from rlserve.protocol.codec import decode, encode
 from rlserve.protocol.framing import FrameDecoder, frame
 from rlserve.protocol.limits import Limits
-from rlserve.protocol.messages import Hello, error_reply, parse_request
+from rlserve.protocol.messages import Hello, error_reply, parse_request, valid_request_id
 from rlserve.server.service import Service, Session
 
 MAX_BACKLOG_FRAMES = 1024
@@ -36,6 +36,7 @@ class BinaryConnection(asyncio.Protocol):
         self._deferred = False
         self._reading_paused = False
         self._transport: asyncio.Transport | None = None
+        self._closing = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Count the client."""
@@ -62,20 +63,15 @@ class BinaryConnection(asyncio.Protocol):
         self._drain()
 
     def _drain(self) -> None:
-        while self._backlog and not self._deferred and self._transport is not None:
+        while self._backlog and not self._deferred and not self._closing:
             body = self._backlog.popleft()
             raw: Any = None
             try:
                 raw = decode(body, self._limits)
                 request = parse_request(raw, self._limits)
             except ProtocolError as exc:
-                request_id = raw.get("id") if isinstance(raw, dict) else None
                 self._service.stats.count_error(exc.code)
-                self._write(
-                    error_reply(
-                        request_id if isinstance(request_id, int) else None, exc.code, str(exc)
-                    )
-                )
+                self._write(error_reply(valid_request_id(raw), exc.code, str(exc)))
                 continue
             if isinstance(request, Hello):
                 self._service.handle(request, self._session, self._reply_hello)
@@ -101,6 +97,8 @@ class BinaryConnection(asyncio.Protocol):
             asyncio.get_running_loop().call_soon(self._drain)
 
     def _close(self) -> None:
+        self._closing = True
+        self._backlog.clear()
         if self._transport is not None:
             self._transport.close()
 
