@@ -123,6 +123,10 @@ def valid_messages(draw: st.DrawFn) -> dict[str, Any]:
         base.update(episode_id=eid, reward=2.5, info={"k": "v"})
     elif kind == "end_episode":
         base.update(episode_id=eid, observation=obs, truncated=False, reward=1.0)
+    elif kind == "get_weights":
+        base.update(policy_id="default", have_version=draw(st.integers(0, 10)))
+    elif kind == "report_samples":
+        base.update(batch_id=eid, fragments=[{"episode_id": eid}], episodes=[])
     return base
 
 

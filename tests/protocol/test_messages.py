@@ -16,10 +16,12 @@ from rlserve.protocol.messages import (
     REQUEST_TYPES,
     EndEpisode,
     GetAction,
+    GetWeights,
     Hello,
     LogAction,
     LogReturns,
     Ping,
+    ReportSamples,
     StartEpisode,
     error_reply,
     parse_request,
@@ -39,6 +41,13 @@ VALID: dict[str, dict[str, Any]] = {
     "log_returns": {"type": "log_returns", "id": 5, "episode_id": "e", "reward": 1.0},
     "end_episode": {"type": "end_episode", "id": 6, "episode_id": "e", "observation": [0.0]},
     "ping": {"type": "ping", "id": 7},
+    "get_weights": {"type": "get_weights", "id": 8, "have_version": 3},
+    "report_samples": {
+        "type": "report_samples",
+        "id": 9,
+        "batch_id": "b1",
+        "fragments": [{"episode_id": "e"}],
+    },
 }
 
 
@@ -424,3 +433,23 @@ def test_error_reply() -> None:
         "code": "episode_error",
         "message": "no such episode",
     }
+
+
+def test_get_weights_defaults() -> None:
+    req = parse_request({"type": "get_weights", "id": 1})
+    assert req == GetWeights(1, "default", None)
+
+
+def test_report_samples_needs_fragments_and_a_batch_id() -> None:
+    with pytest.raises(DecodeError, match="batch_id"):
+        parse_request({"type": "report_samples", "id": 1, "fragments": [{}]})
+    with pytest.raises(DecodeError, match="fragments"):
+        parse_request({"type": "report_samples", "id": 1, "batch_id": "b"})
+    with pytest.raises(DecodeError, match="must not be empty"):
+        parse_request({"type": "report_samples", "id": 1, "batch_id": "b", "fragments": []})
+    with pytest.raises(DecodeError, match="list of maps"):
+        parse_request({"type": "report_samples", "id": 1, "batch_id": "b", "fragments": [1]})
+    req = parse_request(VALID["report_samples"])
+    assert isinstance(req, ReportSamples)
+    assert req.batch_id == "b1"
+    assert req.episodes == []

@@ -146,7 +146,54 @@ class Ping:
     id: int
 
 
-Request = Hello | StartEpisode | GetAction | LogAction | LogReturns | EndEpisode | Ping
+@dataclass(slots=True)
+class GetWeights:
+    """Fetch a policy's model and weights for local inference (``type: get_weights``).
+
+    Attributes:
+        id: Request id.
+        policy_id: The policy.
+        have_version: The version the client holds; when it is still current the reply carries
+            no arrays (``unchanged: true``).
+    """
+
+    id: int
+    policy_id: str = DEFAULT_POLICY_ID
+    have_version: int | None = None
+
+
+@dataclass(slots=True)
+class ReportSamples:
+    """Experience collected by a local-inference client (``type: report_samples``).
+
+    Attributes:
+        id: Request id.
+        batch_id: Unique per batch; a batch re-sent after a lost reply is recognised by it and
+            not trained on twice.
+        policy_id: The policy that acted.
+        fragments: Trajectory fragments (maps; checked by the server against the policy).
+        episodes: Summaries of episodes that ended (``episode_id``, ``return``, ``length``),
+            for the episode metrics.
+    """
+
+    id: int
+    batch_id: str
+    policy_id: str
+    fragments: list[dict[str, Any]]
+    episodes: list[dict[str, Any]]
+
+
+Request = (
+    Hello
+    | StartEpisode
+    | GetAction
+    | LogAction
+    | LogReturns
+    | EndEpisode
+    | Ping
+    | GetWeights
+    | ReportSamples
+)
 """Any request a client may send."""
 
 REQUEST_TYPES = (
@@ -157,6 +204,8 @@ REQUEST_TYPES = (
     "log_returns",
     "end_episode",
     "ping",
+    "get_weights",
+    "report_samples",
 )
 """The ``type`` values of requests, in the order ``docs/protocol.md`` lists them."""
 
@@ -295,6 +344,21 @@ def parse_request(raw: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Reque
         )
     if kind == "ping":
         return Ping(request_id)
+    if kind == "get_weights":
+        have = raw.get("have_version")
+        return GetWeights(
+            request_id,
+            f.id_opt("policy_id") or DEFAULT_POLICY_ID,
+            None if have is None else f.int_("have_version"),
+        )
+    if kind == "report_samples":
+        return ReportSamples(
+            request_id,
+            f.id_("batch_id"),
+            f.id_opt("policy_id") or DEFAULT_POLICY_ID,
+            _map_list(f, "fragments", raw.get("fragments"), required=True),
+            _map_list(f, "episodes", raw.get("episodes", []), required=False),
+        )
     if kind == "hello":
         token = raw.get("token")
         if token is not None and not isinstance(token, str):
@@ -336,6 +400,16 @@ def _parse_get_action(f: _Fields, request_id: int) -> GetAction:
         None if reward is None else [reward],
         batched=False,
     )
+
+
+def _map_list(f: _Fields, name: str, value: Any, required: bool) -> list[dict[str, Any]]:
+    if value is None and required:
+        raise f._missing(name)
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise f._wrong(name, "a list of maps", value)
+    if required and not value:
+        raise DecodeError(f"'{f.kind}' field '{name}' must not be empty")
+    return value
 
 
 def _float_list(f: _Fields, name: str, value: Any, count: int) -> list[float]:

@@ -71,15 +71,6 @@ class PolicyServer:
         self._housekeeping_task: asyncio.Task[Any] | None = None
         self._http: _EmbeddedUvicorn | None = None
         self._tcp: asyncio.Server | None = None
-        self.service = Service(
-            {DEFAULT_POLICY_ID: (self.observation_space, self.action_space)},
-            self.config.limits(),
-            self.config.token,
-            self.config.fragment_length,
-            self._on_fragment,
-            self.stats,
-            seed=self.config.seed,
-        )
         self.learner = LearnerLink(
             {
                 "ppo": {**self.ppo, "seed": self.config.seed},
@@ -92,14 +83,28 @@ class PolicyServer:
             },
             self.stats,
             self._on_weights,
-            self.stats.restore,
+            self._restore,
             self.config.max_sample_queue_steps,
+            self._state,
+        )
+        self.service = Service(
+            {DEFAULT_POLICY_ID: (self.observation_space, self.action_space)},
+            self.config.limits(),
+            self.config.token,
+            self.config.fragment_length,
+            self.learner,
+            self.stats,
+            seed=self.config.seed,
         )
         self._metrics = MetricsWriter(self.run.path)
         self._progress = ProgressLine(self.config.progress)
 
-    def _on_fragment(self, fragment: Any) -> None:
-        self.learner.add(fragment)
+    def _state(self) -> dict[str, Any]:
+        return {"stats": self.stats.state(), "reported_batches": self.service.ledger.state()}
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.stats.restore(state.get("stats", {}))
+        self.service.ledger.restore(state.get("reported_batches", []))
 
     def _on_weights(self, package: WeightsPackage) -> None:
         self.service.set_weights(DEFAULT_POLICY_ID, package)

@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from rlserve.algorithms.base import WeightsPackage
@@ -28,6 +29,22 @@ class LearnerFailedError(RLServeError):
     """The learner process raised; its traceback is in the message."""
 
 
+@dataclass(slots=True)
+class _BatchTicket:
+    """Tracks a reported batch's fragments through the queue."""
+
+    remaining: int
+    on_done: Callable[[int], None]
+    dropped: int = 0
+
+    def leave(self, fragment: Fragment, dropped: bool) -> None:
+        self.remaining -= 1
+        if dropped:
+            self.dropped += len(fragment)
+        if self.remaining == 0:
+            self.on_done(self.dropped)
+
+
 class LearnerLink:
     """Starts the learner process and moves fragments to it and weights from it.
 
@@ -35,8 +52,9 @@ class LearnerLink:
         setup: Plain-value set-up for :func:`run_learner`.
         stats: Server counters (queue sizes, learner metrics, counters sent with checkpoints).
         on_weights: Called with each published weights package.
-        on_restored: Called with the server counters found in a resumed checkpoint.
+        on_restored: Called with the server state found in a resumed checkpoint.
         max_queue_steps: Bound of the sample queue.
+        state: Returns the server state a checkpoint keeps (counters, reported batch ids).
     """
 
     def __init__(
@@ -46,13 +64,15 @@ class LearnerLink:
         on_weights: Callable[[WeightsPackage], None],
         on_restored: Callable[[dict[str, Any]], None],
         max_queue_steps: int,
+        state: Callable[[], dict[str, Any]],
     ):
+        self._state = state
         self._setup = setup
         self._stats = stats
         self._on_weights = on_weights
         self._on_restored = on_restored
         self._max_queue_steps = max_queue_steps
-        self._queue: deque[Fragment] = deque()
+        self._queue: deque[tuple[Fragment, _BatchTicket | None]] = deque()
         self._queued_steps = 0
         self._learner_waiting = False
         self._send_scheduled = False
@@ -86,24 +106,36 @@ class LearnerLink:
         """The learner process id."""
         return None if self._process is None else self._process.pid
 
-    def add(self, fragment: Fragment) -> None:
+    def add(self, fragment: Fragment, ticket: _BatchTicket | None = None) -> None:
         """Queue a fragment for the learner (drops the oldest when the queue is full)."""
-        self._queue.append(fragment)
+        self._queue.append((fragment, ticket))
         self._queued_steps += len(fragment)
         while self._queued_steps > self._max_queue_steps and len(self._queue) > 1:
-            dropped = self._queue.popleft()
+            dropped, dropped_ticket = self._queue.popleft()
             self._queued_steps -= len(dropped)
             self._stats.steps_dropped_queue_full += len(dropped)
+            if dropped_ticket is not None:
+                dropped_ticket.leave(dropped, dropped=True)
         self._stats.steps_queued = self._queued_steps
         if self._learner_waiting and not self._send_scheduled and self._loop is not None:
             self._send_scheduled = True
             self._loop.call_soon(self._send_fragments)
 
+    def add_batch(self, fragments: list[Fragment], on_done: Callable[[int], None]) -> None:
+        """Queue a reported batch.
+
+        ``on_done(dropped_steps)`` runs once all of it left the queue: sent to the learner, or
+        dropped because the queue was full.
+        """
+        ticket = _BatchTicket(len(fragments), on_done)
+        for fragment in fragments:
+            self.add(fragment, ticket)
+
     def _send_fragments(self) -> None:
         self._send_scheduled = False
         if not self._learner_waiting or not self._queue or self._conn is None:
             return
-        fragments, self._queue = list(self._queue), deque()
+        entries, self._queue = list(self._queue), deque()
         steps, self._queued_steps = self._queued_steps, 0
         self._learner_waiting = False
         self._stats.steps_queued = 0
@@ -112,10 +144,13 @@ class LearnerLink:
             self._conn,
             {
                 "type": "fragments",
-                "fragments": [f.to_wire() for f in fragments],
-                "server_state": self._stats.state(),
+                "fragments": [fragment.to_wire() for fragment, _ in entries],
+                "server_state": self._state(),
             },
         )
+        for fragment, ticket in entries:
+            if ticket is not None:
+                ticket.leave(fragment, dropped=False)
 
     def _on_readable(self) -> None:
         try:
@@ -158,7 +193,7 @@ class LearnerLink:
         if self._conn is not None and self._checkpointed is not None:
             self._checkpointed.clear()
             try:
-                send(self._conn, {"type": "stop", "server_state": self._stats.state()})
+                send(self._conn, {"type": "stop", "server_state": self._state()})
                 await asyncio.wait_for(self._checkpointed.wait(), timeout)
             except (OSError, TimeoutError):
                 pass

@@ -16,7 +16,7 @@ import itertools
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -27,6 +27,7 @@ from rlserve.errors import (
     AuthenticationError,
     EpisodeError,
     RLServeError,
+    SpaceError,
     VersionMismatchError,
 )
 from rlserve.policy import NumpyPolicy
@@ -34,23 +35,26 @@ from rlserve.protocol.limits import PROTOCOL_VERSION, Limits
 from rlserve.protocol.messages import (
     EndEpisode,
     GetAction,
+    GetWeights,
     Hello,
     LogAction,
     LogReturns,
     Ping,
+    ReportSamples,
     Request,
     StartEpisode,
     error_reply,
 )
 from rlserve.samples import Fragment
 from rlserve.server.episodes import Episode, EpisodeSummary, EpisodeTable
+from rlserve.server.reports import BatchLedger, check_fragment, check_summaries
 from rlserve.server.stats import ServerStats
 from rlserve.spaces import check_batch, check_value, describe
 
 Respond = Callable[[dict[str, Any]], None]
 """Callback a carrier passes to write one reply."""
 
-INFERENCE_MODES = ("remote",)
+INFERENCE_MODES = ("remote", "local")
 """Inference modes this server offers."""
 
 _session_ids = itertools.count(1)
@@ -79,7 +83,9 @@ class PolicySlot:
     observation_space: gym.Space[Any]
     action_space: gym.Space[Any]
     policy: NumpyPolicy | None = None
+    package: WeightsPackage | None = None
     pending: list[_Pending] = field(default_factory=list)
+    weight_waiters: list[tuple[GetWeights, Respond]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -87,6 +93,16 @@ class _Pending:
     request: GetAction
     episodes: list[Episode]
     respond: Respond
+
+
+class SampleSink(Protocol):
+    """Where finished fragments go (the learner link)."""
+
+    def add(self, fragment: Fragment) -> None:
+        """Queue one fragment."""
+
+    def add_batch(self, fragments: list[Fragment], on_done: Callable[[int], None]) -> None:
+        """Queue a reported batch; ``on_done(dropped_steps)`` once it left the queue."""
 
 
 class Service:
@@ -97,7 +113,7 @@ class Service:
         limits: Wire limits (also sent to clients in ``welcome``).
         token: Shared secret, or None for none.
         fragment_length: Steps per fragment handed to the learner.
-        on_fragment: Receives each finished training fragment.
+        sink: Receives finished training fragments and reported batches.
         stats: Counters for metrics.
         seed: Seed of action sampling.
     """
@@ -108,7 +124,7 @@ class Service:
         limits: Limits,
         token: str | None,
         fragment_length: int,
-        on_fragment: Callable[[Fragment], None],
+        sink: SampleSink,
         stats: ServerStats,
         seed: int = 0,
     ):
@@ -121,8 +137,10 @@ class Service:
             fragment_length,
             limits.max_episodes_per_server,
             limits.max_episodes_per_client,
-            on_fragment,
+            sink.add,
         )
+        self._sink = sink
+        self.ledger = BatchLedger()
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self.instance_id = uuid.uuid4().hex
@@ -136,9 +154,13 @@ class Service:
         slot.policy = NumpyPolicy(
             package.spec, package.arrays, package.version, seed=self._seed + package.version
         )
+        slot.package = package
         self.stats.weights_version = package.version
         if slot.pending:
             self._schedule_flush()
+        waiters, slot.weight_waiters = slot.weight_waiters, []
+        for request, respond in waiters:
+            respond(self._weights_reply(request, package))
 
     # -- dispatch --------------------------------------------------------------------------
 
@@ -157,6 +179,10 @@ class Service:
                 )
             if isinstance(request, GetAction):
                 return self._get_action(request, session, respond)
+            if isinstance(request, ReportSamples):
+                return self._report_samples(request, respond)
+            if isinstance(request, GetWeights):
+                return self._get_weights(request, respond)
             respond(self._simple(request, session))
         except RLServeError as exc:
             self.stats.count_error(exc.code)
@@ -316,6 +342,78 @@ class Service:
         self.stats.record_episode(summary)
         self.stats.episodes_active = len(self.episodes)
         return {"type": "ok", "id": request.id}
+
+    # -- local inference -------------------------------------------------------------------
+
+    def _slot(self, policy_id: str) -> PolicySlot:
+        slot = self.slots.get(policy_id)
+        if slot is None:
+            raise EpisodeError(
+                f"unknown policy '{policy_id}'; this server serves {sorted(self.slots)}"
+            )
+        return slot
+
+    def _get_weights(self, request: GetWeights, respond: Respond) -> bool:
+        slot = self._slot(request.policy_id)
+        if slot.package is None:
+            # The learner has not published yet: answer as soon as it does.
+            slot.weight_waiters.append((request, respond))
+            return True
+        respond(self._weights_reply(request, slot.package))
+        return False
+
+    @staticmethod
+    def _weights_reply(request: GetWeights, package: WeightsPackage) -> dict[str, Any]:
+        reply: dict[str, Any] = {
+            "type": "weights",
+            "id": request.id,
+            "policy_id": request.policy_id,
+            "version": package.version,
+            "unchanged": request.have_version == package.version,
+        }
+        if not reply["unchanged"]:
+            reply["model"] = package.spec.to_wire()
+            reply["arrays"] = package.arrays
+        return reply
+
+    def _report_samples(self, request: ReportSamples, respond: Respond) -> bool:
+        slot = self._slot(request.policy_id)
+        state = self.ledger.begin(request, respond)
+        if state != "new":
+            return state == "waiting"
+        try:
+            if slot.package is None:
+                raise SpaceError(
+                    "no weights are published yet, so no reported step can be genuine; fetch "
+                    "weights with get_weights and act with them first"
+                )
+            where = f"report_samples '{request.batch_id}'"
+            fragments = [
+                check_fragment(
+                    raw,
+                    slot.observation_space,
+                    slot.action_space,
+                    slot.policy_id,
+                    slot.package.version,
+                    self.limits,
+                    f"{where}.fragments[{i}]",
+                )
+                for i, raw in enumerate(request.fragments)
+            ]
+            summaries = check_summaries(request.episodes, where)
+        except RLServeError:
+            self.ledger.abandon(request.batch_id)
+            raise
+        steps = sum(len(f) for f in fragments)
+        self.stats.count_reported(steps)
+        for summary in summaries:
+            self.stats.record_episode(summary)
+
+        def handed(dropped: int) -> None:
+            self.ledger.finish(request, steps, dropped, self.stats.weights_version)
+
+        self._sink.add_batch(fragments, handed)
+        return True
 
     def expire_idle(self, idle_timeout: float) -> list[EpisodeSummary]:
         """Close idle episodes and count them."""

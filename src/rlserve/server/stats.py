@@ -37,6 +37,7 @@ class ServerStats:
         self.steps_queued = 0
         self.steps_dropped_queue_full = 0
         self.steps_sent_to_learner = 0
+        self.steps_reported = 0
         self.errors: Counter[str] = Counter()
         self.returns: deque[float] = deque(maxlen=RETURN_WINDOW)
         self.lengths: deque[int] = deque(maxlen=RETURN_WINDOW)
@@ -50,6 +51,11 @@ class ServerStats:
         if batch:
             self.actions_served += steps
             self.inference_batches += 1
+
+    def count_reported(self, steps: int) -> None:
+        """Count env steps reported by local-inference clients."""
+        self.env_steps += steps
+        self.steps_reported += steps
 
     def count_error(self, code: str) -> None:
         """Count an error reply by its code."""
@@ -101,6 +107,7 @@ class ServerStats:
             "samples/steps_queued": self.steps_queued,
             "samples/steps_dropped_queue_full": self.steps_dropped_queue_full,
             "samples/steps_sent_to_learner": self.steps_sent_to_learner,
+            "samples/steps_reported": self.steps_reported,
             "server/errors": sum(self.errors.values()),
         }
         metrics.update(self.learner)

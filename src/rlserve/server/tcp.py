@@ -37,6 +37,7 @@ class BinaryConnection(asyncio.Protocol):
         self._reading_paused = False
         self._transport: asyncio.Transport | None = None
         self._closing = False
+        self._replied = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Count the client."""
@@ -76,8 +77,11 @@ class BinaryConnection(asyncio.Protocol):
             if isinstance(request, Hello):
                 self._service.handle(request, self._session, self._reply_hello)
                 continue
-            # A deferred reply (get_action) later comes through _write, which resumes the backlog.
-            self._deferred = self._service.handle(request, self._session, self._write)
+            # A deferred reply (get_action) later comes through _write, which resumes the backlog;
+            # a request may also be answered during handle() even when it could have waited.
+            self._replied = False
+            deferred = self._service.handle(request, self._session, self._write)
+            self._deferred = deferred and not self._replied
         if self._reading_paused and len(self._backlog) < MAX_BACKLOG_FRAMES // 2:
             if self._transport is not None:
                 self._transport.resume_reading()
@@ -92,6 +96,7 @@ class BinaryConnection(asyncio.Protocol):
         transport = self._transport
         if transport is not None and not transport.is_closing():
             transport.write(frame(encode(reply)))
+        self._replied = True
         if self._deferred:
             self._deferred = False
             asyncio.get_running_loop().call_soon(self._drain)

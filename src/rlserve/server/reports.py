@@ -1,0 +1,231 @@
+"""Experience reported by local-inference clients: validation and exactly-once bookkeeping.
+
+A ``report_samples`` batch is checked as a whole before any of it is used: every fragment's
+arrays must agree on their length, observations must fit the policy (flattened, finite, within a
+Box's bounds), actions must fit the action space, rewards must be finite, and every weights
+version must be one the server has published (a forged, future version is refused). A batch is
+identified by its ``batch_id``; the :class:`BatchLedger` remembers the ids handed to the learner
+(and saves them in checkpoints), so a batch re-sent after a lost reply or a server restart is
+answered as a duplicate and never trained on twice.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlserve.errors import LimitExceededError, SpaceError
+from rlserve.protocol.limits import Limits
+from rlserve.protocol.messages import ReportSamples
+from rlserve.samples import Fragment
+from rlserve.server.episodes import SINGLE_AGENT, EpisodeSummary
+from rlserve.spaces import flat_dim
+
+MAX_REMEMBERED_BATCHES = 100_000
+"""Batch ids remembered for de-duplication (oldest forgotten first)."""
+
+
+def _array(raw: dict[str, Any], name: str, where: str) -> np.ndarray:
+    if name not in raw:
+        raise SpaceError(f"{where}: missing '{name}'")
+    try:
+        array = np.asarray(raw[name])
+    except (TypeError, ValueError) as exc:
+        raise SpaceError(f"{where}: '{name}' is not an array: {exc}") from exc
+    if array.dtype == object or array.dtype.kind not in "biuf":
+        raise SpaceError(f"{where}: '{name}' must hold numbers, got {array.dtype}")
+    return array
+
+
+def check_fragment(
+    raw: dict[str, Any],
+    observation_space: gym.Space[Any],
+    action_space: gym.Space[Any],
+    policy_id: str,
+    published_version: int,
+    limits: Limits,
+    where: str,
+) -> Fragment:
+    """Validate one reported fragment map and build the :class:`Fragment`.
+
+    Raises:
+        SpaceError: A field is missing, mistyped, of the wrong shape, or out of range.
+        LimitExceededError: An id over the length limit.
+    """
+    episode_id = raw.get("episode_id")
+    if not isinstance(episode_id, str) or not 0 < len(episode_id) <= limits.max_id_length:
+        raise LimitExceededError(
+            f"{where}: 'episode_id' must be a string of 1 to {limits.max_id_length} characters"
+        )
+    rewards = _array(raw, "rewards", where).astype(np.float32)
+    steps = rewards.shape[0] if rewards.ndim == 1 else -1
+    if steps < 1:
+        raise SpaceError(f"{where}: 'rewards' must be a non-empty 1-D array")
+    obs_dim = flat_dim(observation_space)
+    obs = _array(raw, "obs", where)
+    if obs.shape != (steps + 1, obs_dim):
+        raise SpaceError(
+            f"{where}: 'obs' must be the flattened observations, shape ({steps + 1}, {obs_dim}) "
+            f"for {steps} steps of {observation_space}; got {obs.shape}"
+        )
+    obs = obs.astype(np.float32)
+    if not np.isfinite(obs).all():
+        raise SpaceError(f"{where}: 'obs' contains NaN or infinite values")
+    if isinstance(observation_space, gym.spaces.Box):
+        low = observation_space.low.reshape(-1)
+        high = observation_space.high.reshape(-1)
+        if (obs < low).any() or (obs > high).any():
+            raise SpaceError(f"{where}: 'obs' has values outside {observation_space}'s bounds")
+    if not np.isfinite(rewards).all():
+        raise SpaceError(f"{where}: 'rewards' must be finite")
+    actions = _check_actions(_array(raw, "actions", where), action_space, steps, where)
+    chosen = _array(raw, "policy_chosen", where)
+    if chosen.shape != (steps,):
+        raise SpaceError(f"{where}: 'policy_chosen' must have shape ({steps},)")
+    chosen = chosen.astype(bool)
+    logp = _array(raw, "behaviour_logp", where).astype(np.float32)
+    if logp.shape != (steps,) or not np.isfinite(logp[chosen]).all():
+        raise SpaceError(
+            f"{where}: 'behaviour_logp' must have shape ({steps},) and be finite where the policy "
+            "chose the action (NaN marks a logged action)"
+        )
+    versions = _array(raw, "weights_version", where)
+    if versions.shape != (steps,) or versions.dtype.kind not in "iu":
+        raise SpaceError(f"{where}: 'weights_version' must be ({steps},) integers")
+    if versions.size and (versions.min() < 0 or versions.max() > published_version):
+        raise SpaceError(
+            f"{where}: weights versions {versions.min()}..{versions.max()} are not versions this "
+            f"server published (0..{published_version}); report the version the client acted with"
+        )
+    terminated, truncated = raw.get("terminated"), raw.get("truncated")
+    if not isinstance(terminated, bool) or not isinstance(truncated, bool):
+        raise SpaceError(f"{where}: 'terminated' and 'truncated' must be true or false")
+    if terminated and truncated:
+        raise SpaceError(f"{where}: a fragment cannot be both terminated and truncated")
+    return Fragment(
+        episode_id=episode_id,
+        agent_id=SINGLE_AGENT,
+        policy_id=policy_id,
+        obs=obs,
+        actions=actions,
+        rewards=rewards,
+        behaviour_logp=logp,
+        policy_chosen=chosen,
+        weights_version=versions.astype(np.int64),
+        terminated=terminated,
+        truncated=truncated,
+    )
+
+
+def _check_actions(
+    actions: np.ndarray, space: gym.Space[Any], steps: int, where: str
+) -> np.ndarray:
+    if isinstance(space, gym.spaces.Discrete):
+        if actions.shape != (steps,) or actions.dtype.kind not in "iu":
+            raise SpaceError(f"{where}: 'actions' must be ({steps},) integer choice indices")
+        if actions.size and (actions.min() < 0 or actions.max() >= space.n):
+            raise SpaceError(
+                f"{where}: 'actions' are choice indices 0..{int(space.n) - 1} (the value minus "
+                f"the space's start); got {actions.min()}..{actions.max()}"
+            )
+        return actions.astype(np.int64)
+    if isinstance(space, gym.spaces.Box):
+        width = int(np.prod(space.shape))
+        if actions.shape != (steps, width):
+            raise SpaceError(f"{where}: 'actions' must have shape ({steps}, {width})")
+        actions = actions.astype(np.float32)
+        if not np.isfinite(actions).all():
+            raise SpaceError(f"{where}: 'actions' must be finite")
+        return actions
+    raise SpaceError(f"{where}: {space} actions cannot be reported")
+
+
+def check_summaries(raw: list[dict[str, Any]], where: str) -> list[EpisodeSummary]:
+    """Validate the ended-episode summaries of a report."""
+    summaries = []
+    for i, item in enumerate(raw):
+        episode_id, ret, length = item.get("episode_id"), item.get("return"), item.get("length")
+        if (
+            not isinstance(episode_id, str)
+            or isinstance(ret, bool)
+            or not isinstance(ret, int | float)
+            or not np.isfinite(ret)
+            or isinstance(length, bool)
+            or not isinstance(length, int)
+            or length < 0
+        ):
+            raise SpaceError(
+                f"{where}.episodes[{i}]: needs 'episode_id' (string), 'return' (finite number) "
+                "and 'length' (non-negative integer)"
+            )
+        reason = item.get("reason", "terminated")
+        if reason not in ("terminated", "truncated", "idle_timeout"):
+            raise SpaceError(f"{where}.episodes[{i}]: unknown reason '{reason}'")
+        summaries.append(EpisodeSummary(episode_id, float(ret), length, True, reason))
+    return summaries
+
+
+@dataclass
+class BatchLedger:
+    """Which reported batches were handed to the learner, and who waits on pending ones."""
+
+    handed: OrderedDict[str, int] = field(default_factory=OrderedDict)
+    pending: dict[str, list[Callable[[dict[str, Any]], None]]] = field(default_factory=dict)
+
+    def begin(self, report: ReportSamples, respond: Callable[[dict[str, Any]], None]) -> str:
+        """Register a report.
+
+        Returns:
+            ``new``; ``answered`` for a known duplicate (answered now); or ``waiting`` for a
+            duplicate of a batch still in the queue (answered with it).
+        """
+        steps = self.handed.get(report.batch_id)
+        if steps is not None:
+            respond(self.reply(report.id, report.batch_id, steps, duplicate=True))
+            return "answered"
+        waiting = self.pending.get(report.batch_id)
+        if waiting is not None:
+            waiting.append(lambda r: respond({**r, "id": report.id, "duplicate": True}))
+            return "waiting"
+        self.pending[report.batch_id] = [respond]
+        return "new"
+
+    def abandon(self, batch_id: str) -> None:
+        """Forget a pending batch that was refused."""
+        self.pending.pop(batch_id, None)
+
+    def finish(self, report: ReportSamples, steps: int, dropped: int, version: int) -> None:
+        """The batch left the queue: remember it and answer everyone waiting on it."""
+        self.handed[report.batch_id] = steps
+        while len(self.handed) > MAX_REMEMBERED_BATCHES:
+            self.handed.popitem(last=False)
+        reply = self.reply(report.id, report.batch_id, steps, duplicate=False)
+        reply["dropped_steps"] = dropped
+        reply["weights_version"] = version
+        for respond in self.pending.pop(report.batch_id, []):
+            respond(reply)
+
+    @staticmethod
+    def reply(request_id: int, batch_id: str, steps: int, duplicate: bool) -> dict[str, Any]:
+        """A ``samples_accepted`` reply."""
+        return {
+            "type": "samples_accepted",
+            "id": request_id,
+            "batch_id": batch_id,
+            "steps": steps,
+            "duplicate": duplicate,
+        }
+
+    def state(self) -> list[list[Any]]:
+        """Handed batch ids and their step counts, for checkpoints."""
+        return [[batch_id, steps] for batch_id, steps in self.handed.items()]
+
+    def restore(self, state: list[list[Any]]) -> None:
+        """Continue from :meth:`state`."""
+        for batch_id, steps in state:
+            self.handed[str(batch_id)] = int(steps)
