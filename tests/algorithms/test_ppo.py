@@ -12,10 +12,10 @@ import torch
 from gymnasium import spaces
 
 from rlserve.algorithms.ppo import PPOConfig, PPOLearner, clipped_policy_loss, value_loss
+from rlserve.episodes import EpisodeTable
 from rlserve.errors import ConfigError
 from rlserve.policy import NumpyPolicy
 from rlserve.samples import Fragment
-from rlserve.server.episodes import EpisodeTable
 
 OBS_SPACE = spaces.Box(-1.0, 1.0, (2,), np.float32)
 DISCRETE = spaces.Discrete(2)

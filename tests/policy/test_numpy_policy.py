@@ -282,3 +282,27 @@ def test_discrete_start_offsets_the_actions_sent() -> None:
     out = policy.compute_actions(np.zeros((64, 3), dtype=np.float32))
     assert set(out.actions.tolist()) <= {0, 1}
     assert set(policy.to_env_actions(out.actions).tolist()) <= {5, 6}
+
+
+def test_single_decisions_follow_the_softmax_and_report_its_logp() -> None:
+    import gymnasium as gym
+
+    from rlserve.algorithms.models import ActorCritic
+
+    model = ActorCritic(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(3))
+    arrays = model.actor_arrays()
+    last = model.spec().actor_layers[-1]
+    arrays[f"{last}.weight"] = np.zeros_like(arrays[f"{last}.weight"])
+    arrays[f"{last}.bias"] = np.array([0.0, 1.0, -1.0], dtype=np.float32)
+    policy = NumpyPolicy(model.spec(), arrays, version=0, seed=3)
+    obs = np.zeros((1, 2), dtype=np.float32)
+    probs = np.exp([0.0, 1.0, -1.0]) / np.exp([0.0, 1.0, -1.0]).sum()
+    counts = np.zeros(3)
+    for _ in range(20_000):
+        out = policy.compute_actions(obs)
+        counts[out.actions[0]] += 1
+        assert out.logp[0] == pytest.approx(np.log(probs[out.actions[0]]), abs=1e-5)
+    expected = probs * 20_000
+    chi2 = float((((counts - expected) ** 2) / expected).sum())
+    assert chi2 < 13.8  # p = 0.001 with 2 degrees of freedom
+    assert policy.compute_actions(obs, explore=False).actions[0] == 1

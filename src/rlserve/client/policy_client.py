@@ -18,6 +18,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rlserve.client.connection import Connection, Timeouts
+from rlserve.client.local import LocalConfig, LocalInference
 from rlserve.errors import ConfigError, ConnectionLostError
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.spaces import check_batch, check_value, from_description
@@ -29,18 +30,22 @@ class PolicyClient:
     Args:
         address: ``host:port`` of the server's binary port (``http://host:port`` and
             ``tcp://host:port`` are accepted too).
-        inference_mode: ``remote``: the server computes actions. ``local`` (client-side
-            inference) is not available yet.
-        update_interval: Local mode only: seconds between weight refreshes.
+        inference_mode: ``remote``: the server computes actions (one round trip per step).
+            ``local``: the client computes them with numpy from weights the server ships and
+            sends its experience in batches from a background thread.
+        update_interval: Local mode: seconds between background weight refreshes (also done
+            as soon as a batch reply shows newer weights); None: only
+            :meth:`update_policy_weights`.
         token: The server's token, when it was started with ``--token``.
         client_name: A name for the server's logs.
         timeout: Seconds to wait for a reply.
         connect_timeout: Seconds to wait for the connection to open.
         reconnect_timeout: Seconds to keep retrying, with backoff, after the connection breaks.
-        check_observations: Check observations against the space before sending.
+        check_observations: Check observations against the space before sending (remote
+            mode; local mode always checks).
+        local: Local mode's batching and buffering (:class:`~rlserve.client.local.LocalConfig`).
 
     Raises:
-        NotImplementedError: ``inference_mode="local"``.
         ConnectionLostError: The server cannot be reached.
         AuthenticationError: Wrong token.
     """
@@ -57,28 +62,40 @@ class PolicyClient:
         connect_timeout: float = 10.0,
         reconnect_timeout: float = 30.0,
         check_observations: bool = True,
+        local: LocalConfig | None = None,
     ):
-        if inference_mode == "local":
-            raise NotImplementedError(
-                "inference_mode='local' (client-side inference) is not available in this "
-                "version; use inference_mode='remote'"
-            )
-        if inference_mode != "remote":
+        if inference_mode not in ("remote", "local"):
             raise ConfigError(f"inference_mode must be 'remote' or 'local', got '{inference_mode}'")
         self.address = address
         self.inference_mode = inference_mode
         self.update_interval = update_interval
         self.check_observations = check_observations
-        self._conn = Connection(
-            address,
-            token,
-            client_name,
-            inference_mode,
-            Timeouts(connect=connect_timeout, request=timeout, reconnect=reconnect_timeout),
-        )
+        timeouts = Timeouts(connect=connect_timeout, request=timeout, reconnect=reconnect_timeout)
+
+        def connect() -> Connection:
+            return Connection(address, token, client_name, inference_mode, timeouts)
+
+        self._conn = connect()
         self._pending_reward: dict[str, float] = {}
         self._acted: set[str] = set()
         self._welcome(self._conn.open())
+        self._local: LocalInference | None = None
+        if inference_mode == "local":
+
+            def open_another() -> Connection:
+                conn = connect()
+                conn.open()
+                return conn
+
+            self._local = LocalInference(
+                self._conn,
+                open_another,
+                self.observation_space,
+                self.action_space,
+                update_interval,
+                local or LocalConfig(),
+                timeouts,
+            )
 
     def _welcome(self, welcome: dict[str, Any]) -> None:
         if getattr(self, "_instance_id", None) not in (None, welcome.get("instance_id")):
@@ -119,6 +136,8 @@ class PolicyClient:
         Raises:
             EpisodeError: The id is active or was used before.
         """
+        if self._local is not None:
+            return self._local.start_episode(episode_id, training_enabled)
         reply = self._request(
             {
                 "type": "start_episode",
@@ -141,6 +160,8 @@ class PolicyClient:
             The action (an int for Discrete, an array for Box). For a list of ids: a dict of
             actions keyed by id when ``observation`` was a dict, else a stacked array.
         """
+        if self._local is not None:
+            return self._local_get_action(episode_id, observation)
         if isinstance(episode_id, str):
             obs = self._check_one(observation)
             message: dict[str, Any] = {
@@ -170,6 +191,9 @@ class PolicyClient:
 
     def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
         """Record an observation and the action someone else took (trained on as taken)."""
+        if self._local is not None:
+            self._local.log_action(episode_id, observation, action)
+            return
         message: dict[str, Any] = {
             "type": "log_action",
             "episode_id": episode_id,
@@ -200,6 +224,9 @@ class PolicyClient:
         """
         if multiagent_done_dict is not None:
             raise NotImplementedError("multi-agent episodes are not available in this version")
+        if self._local is not None:
+            self._local.log_returns(episode_id, reward)
+            return
         if episode_id in self._acted and info is None:
             self._pending_reward[episode_id] = self._pending_reward.get(episode_id, 0.0) + float(
                 reward
@@ -223,6 +250,9 @@ class PolicyClient:
             truncated: True when a time limit cut the episode short (the learner then
                 bootstraps from ``observation``); False for a terminal state.
         """
+        if self._local is not None:
+            self._local.end_episode(episode_id, observation, truncated)
+            return
         message: dict[str, Any] = {
             "type": "end_episode",
             "episode_id": episode_id,
@@ -237,10 +267,29 @@ class PolicyClient:
 
     def update_policy_weights(self) -> None:
         """Fetch the newest weights now (local mode); in remote mode the server always has them."""
+        if self._local is not None:
+            self._local.update_weights()
 
     def close(self) -> None:
-        """Wait for outstanding replies (raising a deferred error) and disconnect."""
+        """Disconnect.
+
+        Local mode first ships what is buffered; remote mode reads outstanding replies (raising
+        a deferred error).
+        """
+        if self._local is not None:
+            self._local.close()
+            return
         self._conn.close()
+
+    @property
+    def weights_version(self) -> int | None:
+        """Version of the weights acting in local mode (None in remote mode)."""
+        return None if self._local is None else self._local.policy.version
+
+    @property
+    def local(self) -> LocalInference | None:
+        """The local-inference engine (buffer and shipping counters), in local mode."""
+        return self._local
 
     def __enter__(self) -> PolicyClient:
         return self
@@ -262,6 +311,18 @@ class PolicyClient:
                 check_batch(self.observation_space, values, count, "observations")
             return np.asarray(values, dtype=self.observation_space.dtype)
         return [self._check_one(v) for v in values]
+
+    def _local_get_action(self, episode_id: str | Sequence[str], observation: Any) -> Any:
+        assert self._local is not None
+        if isinstance(episode_id, str):
+            return self._local.get_one_action(episode_id, observation)
+        ids = list(episode_id)
+        keyed = isinstance(observation, Mapping)
+        values = [observation[eid] for eid in ids] if keyed else observation
+        actions = self._local.get_action(ids, values)
+        if keyed:
+            return {eid: self._one_action(actions[i]) for i, eid in enumerate(ids)}
+        return actions
 
     def _one_action(self, action: Any) -> Any:
         return int(action) if self._discrete else action

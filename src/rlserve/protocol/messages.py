@@ -352,13 +352,16 @@ def parse_request(raw: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Reque
             None if have is None else f.int_("have_version"),
         )
     if kind == "report_samples":
-        return ReportSamples(
+        report = ReportSamples(
             request_id,
             f.id_("batch_id"),
             f.id_opt("policy_id") or DEFAULT_POLICY_ID,
             _map_list(f, "fragments", raw.get("fragments"), required=True),
             _map_list(f, "episodes", raw.get("episodes", []), required=False),
         )
+        if not report.fragments and not report.episodes:
+            raise DecodeError("'report_samples' needs at least one fragment or episode summary")
+        return report
     if kind == "hello":
         token = raw.get("token")
         if token is not None and not isinstance(token, str):
@@ -407,8 +410,6 @@ def _map_list(f: _Fields, name: str, value: Any, required: bool) -> list[dict[st
         raise f._missing(name)
     if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
         raise f._wrong(name, "a list of maps", value)
-    if required and not value:
-        raise DecodeError(f"'{f.kind}' field '{name}' must not be empty")
     return value
 
 

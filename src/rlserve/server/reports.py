@@ -19,11 +19,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rlserve.episodes import SINGLE_AGENT, EpisodeSummary
 from rlserve.errors import LimitExceededError, SpaceError
 from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import ReportSamples
 from rlserve.samples import Fragment
-from rlserve.server.episodes import SINGLE_AGENT, EpisodeSummary
 from rlserve.spaces import flat_dim
 
 MAX_REMEMBERED_BATCHES = 100_000

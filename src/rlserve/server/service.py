@@ -23,6 +23,7 @@ import numpy as np
 
 from rlserve import __version__
 from rlserve.algorithms.base import WeightsPackage
+from rlserve.episodes import Episode, EpisodeSummary, EpisodeTable
 from rlserve.errors import (
     AuthenticationError,
     EpisodeError,
@@ -46,7 +47,6 @@ from rlserve.protocol.messages import (
     error_reply,
 )
 from rlserve.samples import Fragment
-from rlserve.server.episodes import Episode, EpisodeSummary, EpisodeTable
 from rlserve.server.reports import BatchLedger, check_fragment, check_summaries
 from rlserve.server.stats import ServerStats
 from rlserve.spaces import check_batch, check_value, describe
@@ -412,7 +412,10 @@ class Service:
         def handed(dropped: int) -> None:
             self.ledger.finish(request, steps, dropped, self.stats.weights_version)
 
-        self._sink.add_batch(fragments, handed)
+        if fragments:
+            self._sink.add_batch(fragments, handed)
+        else:
+            handed(0)
         return True
 
     def expire_idle(self, idle_timeout: float) -> list[EpisodeSummary]:

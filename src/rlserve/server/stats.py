@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from rlserve.server.episodes import EpisodeSummary
+from rlserve.episodes import EpisodeSummary
 
 RETURN_WINDOW = 100
 """Episodes over which ``episodes/return_mean`` and ``episodes/length_mean`` are averaged."""

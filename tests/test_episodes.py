@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rlserve.episodes import SINGLE_AGENT, Episode, EpisodeStatus, EpisodeTable
 from rlserve.errors import CapacityError, EpisodeError
 from rlserve.samples import Fragment
-from rlserve.server.episodes import SINGLE_AGENT, Episode, EpisodeStatus, EpisodeTable
 
 
 class FakeClock:

@@ -1,0 +1,371 @@
+"""Local inference: the client computes actions itself and ships experience in batches.
+
+The policy runs with numpy (:class:`~rlserve.policy.NumpyPolicy`) from weights the server
+publishes; the episode bookkeeping is the server's own :class:`~rlserve.episodes.EpisodeTable`,
+so the rules and errors are identical in both modes. Two background threads, each with its own
+connection, keep the network off the caller's path:
+
+* the *refresher* fetches weights every ``update_interval`` seconds, and as soon as a sample
+  report's reply shows a newer version; only a changed version is transferred, and the swap is
+  one reference assignment, so ``get_action`` always sees a whole policy;
+* the *shipper* sends fragments in batches (by step count and by time) with a unique batch id,
+  and re-sends the same batch after a lost reply or a server restart; the server trains on each
+  batch id once. The server answers a batch when it hands it to the learner, which paces the
+  shipper to the learner.
+
+The buffer of unshipped steps is bounded: past ``max_buffered_steps`` the oldest unsent
+fragments are dropped (``when_full="drop"``, the default: the simulator never waits; a warning
+and :attr:`LocalInference.dropped_steps` say what was lost) or ``get_action`` waits for room
+(``when_full="block"``, for simulators that can pause).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from rlserve.client.connection import Connection, Timeouts
+from rlserve.config import option
+from rlserve.episodes import EpisodeSummary, EpisodeTable
+from rlserve.errors import ConfigError, ConnectionLostError, ServerError, SpaceError
+from rlserve.policy import ModelSpec, NumpyPolicy
+from rlserve.protocol.messages import DEFAULT_POLICY_ID
+from rlserve.samples import Fragment
+from rlserve.spaces import check_batch, check_value
+
+logger = logging.getLogger("rlserve.client")
+
+OWNER = "local"
+
+
+@dataclass
+class LocalConfig:
+    """How a local-inference client batches and buffers experience."""
+
+    batch_steps: int = option(512, "Ship a batch once this many steps are ready.")
+    batch_interval: float = option(1.0, "Ship what is ready at least this often (seconds).")
+    fragment_length: int = option(200, "Steps of an episode per fragment.")
+    max_buffered_steps: int = option(100_000, "Unshipped steps kept while the server is away.")
+    when_full: str = option("drop", "At the bound: 'drop' the oldest steps or 'block' get_action.")
+    max_episodes: int = option(10_000, "Concurrent episodes on this client.")
+
+    def __post_init__(self) -> None:
+        if self.when_full not in ("drop", "block"):
+            raise ConfigError(f"when_full must be 'drop' or 'block', got '{self.when_full}'")
+        if self.max_buffered_steps < self.batch_steps:
+            raise ConfigError(
+                f"max_buffered_steps ({self.max_buffered_steps}) must be at least batch_steps "
+                f"({self.batch_steps})"
+            )
+
+
+class LocalInference:
+    """The local-mode engine behind :class:`~rlserve.PolicyClient`.
+
+    Args:
+        weights_conn: An open connection for fetching weights.
+        make_connection: Opens another connection (for the shipper).
+        observation_space: The policy's observation space.
+        action_space: The policy's action space.
+        update_interval: Seconds between weight refreshes; None: only on request.
+        config: Batching and buffering.
+        timeouts: Connection timeouts.
+    """
+
+    def __init__(
+        self,
+        weights_conn: Connection,
+        make_connection: Any,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        update_interval: float | None,
+        config: LocalConfig,
+        timeouts: Timeouts,
+    ):
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.update_interval = update_interval
+        self.config = config
+        self._timeouts = timeouts
+        self._discrete = isinstance(action_space, spaces.Discrete)
+        self._box_obs = isinstance(observation_space, spaces.Box)
+        self._start = int(action_space.start) if isinstance(action_space, spaces.Discrete) else 0
+        self._lock = threading.Condition()
+        self._outbox: deque[Fragment] = deque()
+        self._summaries: list[EpisodeSummary] = []
+        self._buffered_steps = 0
+        self._stopping = False
+        self._wake_refresher = threading.Event()
+        self.dropped_steps = 0
+        """Steps dropped because the buffer was full."""
+        self.rejected_steps = 0
+        """Steps the server refused (see the log for why)."""
+        self.shipped_steps = 0
+        """Steps the server has accepted."""
+        self.table = EpisodeTable(
+            config.fragment_length, config.max_episodes, config.max_episodes, self._enqueue
+        )
+        self._weights_conn = weights_conn
+        self._weights_lock = threading.Lock()
+        self._policy: NumpyPolicy = self._fetch(None)
+        self._ship_conn: Connection = make_connection()
+        self._shipper = threading.Thread(
+            target=self._ship_loop, name="rlserve-shipper", daemon=True
+        )
+        self._refresher = threading.Thread(
+            target=self._refresh_loop, name="rlserve-refresher", daemon=True
+        )
+        self._shipper.start()
+        self._refresher.start()
+
+    # -- weights -----------------------------------------------------------------------------
+
+    @property
+    def policy(self) -> NumpyPolicy:
+        """The policy acting now."""
+        return self._policy
+
+    def _fetch(self, have: int | None) -> NumpyPolicy:
+        with self._weights_lock:
+            reply = self._weights_conn.request(
+                {"type": "get_weights", "policy_id": DEFAULT_POLICY_ID, "have_version": have}
+            )
+        if reply.get("unchanged"):
+            return self._policy
+        spec = ModelSpec.from_wire(reply["model"])
+        arrays = {str(k): np.asarray(v) for k, v in reply["arrays"].items()}
+        return NumpyPolicy(spec, arrays, int(reply["version"]), seed=int(reply["version"]))
+
+    def update_weights(self) -> None:
+        """Fetch the newest weights now (blocks for one round trip)."""
+        self._policy = self._fetch(self._policy.version)
+
+    def _refresh_loop(self) -> None:
+        while not self._stopping:
+            timeout = self.update_interval
+            if timeout is None:
+                self._wake_refresher.wait()
+            else:
+                self._wake_refresher.wait(timeout)
+            self._wake_refresher.clear()
+            if self._stopping:
+                return
+            try:
+                self._policy = self._fetch(self._policy.version)
+            except ConnectionLostError:
+                self._reconnect(self._weights_conn, self._weights_lock)
+            except ServerError as exc:
+                logger.warning("rlserve: fetching weights failed: %s", exc)
+
+    # -- episode calls -----------------------------------------------------------------------
+
+    def start_episode(self, episode_id: str | None, training_enabled: bool) -> str:
+        """Open an episode on this client."""
+        return self.table.start(episode_id, training_enabled, DEFAULT_POLICY_ID, OWNER)
+
+    def get_one_action(self, episode_id: str, observation: Any) -> Any:
+        """Record one observation and compute its action (the per-step fast path)."""
+        episode = self.table.get(episode_id)
+        batch = np.asarray(observation)[None] if self._box_obs else [observation]
+        obs = check_batch(self.observation_space, batch, 1, "observation")
+        policy = self._policy
+        out = policy.compute_actions(obs)
+        self.table.observe(episode, obs[0], None)
+        action = out.actions[0]
+        self.table.act(
+            episode,
+            int(action) if self._discrete else action,
+            float(out.logp[0]),
+            True,
+            policy.version,
+        )
+        sent = policy.to_env_actions(out.actions)[0]
+        return int(sent) if self._discrete else sent
+
+    def get_action(self, episode_ids: list[str], observations: Any) -> np.ndarray:
+        """Record observations and compute actions for several episodes at once."""
+        episodes = [self.table.get(eid) for eid in episode_ids]
+        for episode in episodes:
+            self.table.check_observe(episode, None)
+        obs = check_batch(self.observation_space, observations, len(episodes), "observation")
+        policy = self._policy
+        out = policy.compute_actions(obs)
+        for i, episode in enumerate(episodes):
+            self.table.observe(episode, obs[i], None)
+            action = int(out.actions[i]) if self._discrete else out.actions[i]
+            self.table.act(episode, action, float(out.logp[i]), True, policy.version)
+        return policy.to_env_actions(out.actions)
+
+    def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
+        """Record an action someone else took."""
+        episode = self.table.get(episode_id)
+        self.table.check_observe(episode, None)
+        obs = check_batch(self.observation_space, [observation], 1, "observation")
+        value = check_value(self.action_space, action, "action")
+        if self._discrete:
+            value = int(value) - self._start
+        else:
+            value = np.asarray(value, dtype=np.float32).reshape(-1)
+        self.table.observe(episode, obs[0], None)
+        self.table.act(episode, value, float("nan"), False, self._policy.version)
+
+    def log_returns(self, episode_id: str, reward: float) -> None:
+        """Add reward to the previous action."""
+        self.table.log_returns(self.table.get(episode_id), float(reward))
+
+    def end_episode(self, episode_id: str, observation: Any, truncated: bool) -> None:
+        """Finish an episode; its steps and summary go out with the next batch."""
+        episode = self.table.get(episode_id)
+        obs = check_batch(self.observation_space, [observation], 1, "observation")
+        summary = self.table.end(episode, obs[0], truncated, None)
+        with self._lock:
+            self._summaries.append(summary)
+
+    # -- shipping ----------------------------------------------------------------------------
+
+    def _enqueue(self, fragment: Fragment) -> None:
+        with self._lock:
+            self._outbox.append(fragment)
+            self._buffered_steps += len(fragment)
+            if self._buffered_steps >= self.config.batch_steps:
+                self._lock.notify_all()
+            while self._buffered_steps > self.config.max_buffered_steps and not self._stopping:
+                if self.config.when_full == "block":
+                    self._lock.wait(1.0)
+                    continue
+                if not self._outbox:
+                    break
+                dropped = self._outbox.popleft()
+                self._buffered_steps -= len(dropped)
+                self.dropped_steps += len(dropped)
+                logger.warning(
+                    "rlserve: the experience buffer is full (%d steps; the server is unreachable "
+                    "or slower than this client); dropped %d steps, %d in all",
+                    self.config.max_buffered_steps,
+                    len(dropped),
+                    self.dropped_steps,
+                )
+
+    def _take_batch(self) -> tuple[list[Fragment], list[EpisodeSummary]]:
+        with self._lock:
+            deadline = time.monotonic() + self.config.batch_interval
+            while (
+                not self._stopping
+                and self._buffered_in_outbox() < self.config.batch_steps
+                and time.monotonic() < deadline
+            ):
+                self._lock.wait(max(0.0, deadline - time.monotonic()))
+            fragments = list(self._outbox)
+            self._outbox.clear()
+            summaries, self._summaries = self._summaries, []
+            return fragments, summaries
+
+    def _buffered_in_outbox(self) -> int:
+        return sum(len(f) for f in self._outbox)
+
+    def _ship_loop(self) -> None:
+        while True:
+            fragments, summaries = self._take_batch()
+            if fragments or summaries:
+                self._ship(fragments, summaries)
+            with self._lock:
+                if self._stopping and not self._outbox and not self._summaries:
+                    return
+
+    def _ship(self, fragments: list[Fragment], summaries: list[EpisodeSummary]) -> None:
+        steps = sum(len(f) for f in fragments)
+        message = {
+            "type": "report_samples",
+            "batch_id": uuid.uuid4().hex,
+            "policy_id": DEFAULT_POLICY_ID,
+            "fragments": [_fragment_to_wire(f) for f in fragments],
+            "episodes": [
+                {
+                    "episode_id": s.episode_id,
+                    "return": s.episode_return,
+                    "length": s.length,
+                    "reason": s.reason,
+                }
+                for s in summaries
+            ],
+        }
+        while True:
+            try:
+                reply = self._ship_conn.request(dict(message))
+                break
+            except ConnectionLostError:
+                if not self._reconnect(self._ship_conn, None):
+                    continue
+            except (ServerError, SpaceError) as exc:
+                logger.error("rlserve: the server refused %d steps: %s", steps, exc)
+                self.rejected_steps += steps
+                self._release(steps)
+                self._wake_refresher.set()
+                return
+        self.shipped_steps += steps
+        self._release(steps)
+        newer = int(reply.get("weights_version", -1)) > self._policy.version
+        if newer and self.update_interval is not None:
+            self._wake_refresher.set()
+
+    def _release(self, steps: int) -> None:
+        with self._lock:
+            self._buffered_steps -= steps
+            self._lock.notify_all()
+
+    def _reconnect(self, conn: Connection, lock: threading.Lock | None) -> bool:
+        """Re-open ``conn`` with backoff; keep trying while not stopping. True when reopened."""
+        while not self._stopping:
+            try:
+                if lock is not None:
+                    with lock:
+                        conn.reconnect()
+                else:
+                    conn.reconnect()
+                return True
+            except ConnectionLostError as exc:
+                logger.warning("rlserve: %s; retrying", exc)
+        return False
+
+    @property
+    def buffered_steps(self) -> int:
+        """Steps collected and not yet accepted by the server."""
+        return self._buffered_steps
+
+    def flush(self, timeout: float) -> bool:
+        """Ship everything buffered; True when all of it was answered within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            self._lock.notify_all()
+            while self._buffered_steps > 0 and time.monotonic() < deadline:
+                self._lock.wait(0.05)
+                self._lock.notify_all()
+            return self._buffered_steps == 0
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Ship what is buffered (up to ``timeout`` seconds), stop the threads, disconnect."""
+        self.flush(timeout)
+        with self._lock:
+            self._stopping = True
+            self._lock.notify_all()
+        self._wake_refresher.set()
+        self._shipper.join(timeout)
+        self._refresher.join(timeout)
+        for conn in (self._ship_conn, self._weights_conn):
+            with contextlib.suppress(ConnectionLostError, ServerError):
+                conn.close()
+
+
+def _fragment_to_wire(fragment: Fragment) -> dict[str, Any]:
+    wire = fragment.to_wire()
+    del wire["agent_id"], wire["policy_id"]
+    return wire
