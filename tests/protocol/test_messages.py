@@ -445,8 +445,18 @@ def test_report_samples_needs_fragments_and_a_batch_id() -> None:
         parse_request({"type": "report_samples", "id": 1, "fragments": [{}]})
     with pytest.raises(DecodeError, match="fragments"):
         parse_request({"type": "report_samples", "id": 1, "batch_id": "b"})
-    with pytest.raises(DecodeError, match="must not be empty"):
+    with pytest.raises(DecodeError, match="at least one fragment or episode summary"):
         parse_request({"type": "report_samples", "id": 1, "batch_id": "b", "fragments": []})
+    summaries_only = parse_request(
+        {
+            "type": "report_samples",
+            "id": 1,
+            "batch_id": "b",
+            "fragments": [],
+            "episodes": [{"episode_id": "e", "return": 1.0, "length": 1}],
+        }
+    )
+    assert isinstance(summaries_only, ReportSamples)
     with pytest.raises(DecodeError, match="list of maps"):
         parse_request({"type": "report_samples", "id": 1, "batch_id": "b", "fragments": [1]})
     req = parse_request(VALID["report_samples"])
