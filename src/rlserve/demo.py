@@ -9,11 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from rlserve.client.local import LocalConfig
 from rlserve.config import option
+from rlserve.errors import ConfigError
+
+DEMO_LOCAL = LocalConfig(
+    batch_steps=256, batch_interval=0.5, max_buffered_steps=512, when_full="block"
+)
+"""Local-mode batching of the demo clients: these simulators can pause, so a small buffer that
+blocks paces them to the learner instead of collecting experience it could not use."""
 
 
 @dataclass
@@ -22,6 +31,7 @@ class DemoConfig:
 
     seed: int = option(0, "Seed of the server, the learner and the clients' environments.")
     clients: int = option(4, "Client processes, each stepping its own CartPole-v1.")
+    inference: str = option("remote", "remote: the server acts; local: clients act with numpy.")
     target_return: float = option(
         475.0, "Stop when the mean return of the last 100 episodes reaches this."
     )
@@ -31,20 +41,39 @@ class DemoConfig:
     device: str = option("auto", "Torch device of the learner: auto, cpu or cuda.")
     progress: bool = option(True, "Show the progress line.")
 
+    def __post_init__(self) -> None:
+        if self.inference not in ("remote", "local"):
+            raise ConfigError(f"--inference must be remote or local, got '{self.inference}'")
 
-def cartpole_client(address: str, seed: int, stop: Any, token: str | None = None) -> None:
+
+def cartpole_client(
+    address: str, seed: int, stop: Any, token: str | None = None, inference: str = "remote"
+) -> None:
     """Step CartPole-v1 with actions from the server until ``stop`` is set.
 
     This is the loop a user writes around their own simulator (see
     ``examples/cartpole_client.py``).
     """
+    import signal
+
     import gymnasium as gym
 
     from rlserve import ConnectionLostError, PolicyClient
 
+    # The demo stops its clients through ``stop``; Ctrl-C is for the server process.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # These processes stand in for simulators on other machines; on a small shared machine the
+    # server and its learner come first, or the learner falls behind and experience is wasted.
+    os.nice(5)
     env = gym.make("CartPole-v1")
     try:
-        client = PolicyClient(address, token=token, client_name=f"cartpole-{seed}")
+        client = PolicyClient(
+            address,
+            inference_mode=inference,
+            token=token,
+            client_name=f"cartpole-{seed}",
+            local=DEMO_LOCAL if inference == "local" else None,
+        )
     except ConnectionLostError:
         return
     obs, _ = env.reset(seed=seed)
@@ -111,7 +140,9 @@ async def _run(config: DemoConfig) -> int:
     stop = ctx.Event()
     clients = [
         ctx.Process(
-            target=cartpole_client, args=(address, config.seed * 1000 + i, stop), daemon=True
+            target=cartpole_client,
+            args=(address, config.seed * 1000 + i, stop, None, config.inference),
+            daemon=True,
         )
         for i in range(config.clients)
     ]
@@ -150,7 +181,8 @@ async def _run(config: DemoConfig) -> int:
     print(
         f"{'solved' if outcome == 'solved' else 'NOT solved (' + outcome + ')'}: "
         f"env_steps={solved_steps} wall_seconds={solved_seconds:.1f} "
-        f"mean_return_100={solved_return:.1f} device={server.learner.device} "
+        f"mean_return_100={solved_return:.1f} inference={config.inference} "
+        f"device={server.learner.device} "
         f"checkpoint={checkpoint}",
         flush=True,
     )

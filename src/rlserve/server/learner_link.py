@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
-import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -97,9 +96,6 @@ class LearnerLink:
         child.close()
         self._conn = parent
         loop.add_reader(parent.fileno(), self._on_readable)
-        # libuv (uvloop) switches a polled fd to non-blocking; a message must be read and written
-        # whole, and the learner always writes whole messages promptly, so keep it blocking.
-        os.set_blocking(parent.fileno(), True)
 
     @property
     def pid(self) -> int | None:
@@ -140,14 +136,18 @@ class LearnerLink:
         self._learner_waiting = False
         self._stats.steps_queued = 0
         self._stats.steps_sent_to_learner += steps
-        send(
-            self._conn,
-            {
-                "type": "fragments",
-                "fragments": [fragment.to_wire() for fragment, _ in entries],
-                "server_state": self._state(),
-            },
-        )
+        try:
+            send(
+                self._conn,
+                {
+                    "type": "fragments",
+                    "fragments": [fragment.to_wire() for fragment, _ in entries],
+                    "server_state": self._state(),
+                },
+            )
+        except OSError as exc:
+            self._lost(f"writing to the learner failed: {exc!r}")
+            return
         for fragment, ticket in entries:
             if ticket is not None:
                 ticket.leave(fragment, dropped=False)
@@ -156,14 +156,7 @@ class LearnerLink:
         try:
             message = receive(self._conn)
         except (EOFError, OSError, RLServeError) as exc:
-            self._detach()
-            if isinstance(exc, RLServeError):
-                self.failure = f"unreadable message from the learner: {exc}"
-            if self.failure is None:
-                self._process.join(1.0)
-                self.failure = (
-                    f"the learner process exited unexpectedly (exit code {self._process.exitcode})"
-                )
+            self._lost(f"reading from the learner failed: {exc!r}")
             return
         kind = message["type"]
         if kind == "request":
@@ -182,6 +175,12 @@ class LearnerLink:
         elif kind == "failed":
             self.failure = message["message"]
             self._detach()
+
+    def _lost(self, what: str) -> None:
+        self._detach()
+        if self.failure is None:
+            self._process.join(1.0)
+            self.failure = f"{what}; learner exit code {self._process.exitcode}"
 
     def _detach(self) -> None:
         if self._conn is not None and self._loop is not None:

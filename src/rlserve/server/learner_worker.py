@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import sys
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -28,12 +30,16 @@ IPC_LIMITS = Limits(max_frame_bytes=1 << 30, max_array_elements=1 << 28, max_con
 
 
 def send(conn: Connection, message: dict[str, Any]) -> None:
-    """Write one message to the pipe."""
+    """Write one whole message to the pipe."""
+    # An event loop polling this fd (libuv) may have made it non-blocking; a message must never
+    # be written in part, so make sure the write blocks until it is all out.
+    os.set_blocking(conn.fileno(), True)
     conn.send_bytes(encode(message))
 
 
 def receive(conn: Connection) -> dict[str, Any]:
-    """Read one message from the pipe."""
+    """Read one whole message from the pipe."""
+    os.set_blocking(conn.fileno(), True)
     return decode(conn.recv_bytes(), IPC_LIMITS)
 
 
@@ -51,10 +57,14 @@ def run_learner(conn: Connection, setup: dict[str, Any]) -> None:
             ``action_space`` (descriptions), ``run_dir``, ``resume``, ``checkpoint_every``,
             ``keep_checkpoints``.
     """
+    # Ctrl-C reaches every process of the terminal's group; the server decides when the learner
+    # stops (after a final checkpoint), so the learner ignores SIGINT.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         _serve(conn, setup)
-    except (EOFError, BrokenPipeError, KeyboardInterrupt):
-        pass  # the server went away; nothing left to report to
+    except (EOFError, BrokenPipeError) as exc:
+        # The server went away: nothing is left to report to, but say so for the operator.
+        print(f"rlserve learner: lost the pipe to the server ({exc!r}); exiting", file=sys.stderr)
     except Exception:
         with contextlib.suppress(OSError):
             send(conn, {"type": "failed", "message": traceback.format_exc()})
