@@ -89,6 +89,14 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(build(DemoConfig, None, args))
 
 
+def _export(args: argparse.Namespace) -> int:
+    from rlserve.export import export_onnx
+
+    path = export_onnx(args.run_dir, args.output, args.checkpoint)
+    print(f"wrote {path} (inputs and outputs described in {path}.json)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``rlserve`` command."""
     from rlserve.algorithms.ppo import PPOConfig
@@ -112,6 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("task", choices=["cartpole"], help="the demo to run")
     add_arguments(demo, DemoConfig)
+    export = commands.add_parser(
+        "export", help="export a run's policy to run it in a simulator (ONNX)"
+    )
+    export.add_argument("run_dir", help="the run folder, e.g. runs/<name>")
+    export.add_argument("--format", choices=["onnx"], default="onnx", help="the model format")
+    export.add_argument("--output", help="file to write (default: RUN_DIR/policy.onnx)")
+    export.add_argument("--checkpoint", help="checkpoint to export (default: the newest)")
     return parser
 
 
@@ -121,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "export":
+            return _export(args)
         return _demo(args)
     except RLServeError as exc:
         print(f"rlserve: error: {exc}", file=sys.stderr)
