@@ -53,6 +53,11 @@ class Learner(abc.ABC):
     def ingest(self, fragments: list[Fragment]) -> None:
         """Take fragments into the learner's buffer."""
 
+    @property
+    @abc.abstractmethod
+    def buffered_steps(self) -> int:
+        """Steps taken in but not yet trained on."""
+
     @abc.abstractmethod
     def ready(self) -> bool:
         """Whether enough experience is buffered for :meth:`update`."""

@@ -139,6 +139,11 @@ class PPOLearner(Learner):
                 self._buffer.append(fragment)
                 self._buffered_steps += fresh
 
+    @property
+    def buffered_steps(self) -> int:
+        """Fresh steps buffered for the next update."""
+        return self._buffered_steps
+
     def ready(self) -> bool:
         """Whether ``train_batch_size`` fresh steps are buffered."""
         return self._buffered_steps >= self.config.train_batch_size

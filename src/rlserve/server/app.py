@@ -30,7 +30,7 @@ from rlserve.server.metrics import MetricsWriter, ProgressLine
 from rlserve.server.run_folder import RunFolder
 from rlserve.server.service import Service
 from rlserve.server.stats import ServerStats
-from rlserve.server.tcp import start_binary_server
+from rlserve.server.tcp import BinaryServer, start_binary_server
 from rlserve.spaces import describe
 
 
@@ -70,7 +70,7 @@ class PolicyServer:
         self._http_task: asyncio.Task[Any] | None = None
         self._housekeeping_task: asyncio.Task[Any] | None = None
         self._http: _EmbeddedUvicorn | None = None
-        self._tcp: asyncio.Server | None = None
+        self._tcp: BinaryServer | None = None
         self.learner = LearnerLink(
             {
                 "ppo": {**self.ppo, "seed": self.config.seed},
@@ -117,7 +117,7 @@ class PolicyServer:
         self._tcp = await start_binary_server(
             self.service, limits, self.config.host, self.config.port
         )
-        self.port = self._tcp.sockets[0].getsockname()[1]
+        self.port = self._tcp.port
         if self.config.http_port >= 0:
             sock = socket.socket(
                 socket.AF_INET6 if ":" in self.config.host else socket.AF_INET, socket.SOCK_STREAM

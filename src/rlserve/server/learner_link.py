@@ -82,6 +82,7 @@ class LearnerLink:
         self.device = "unknown"
         self.last_checkpoint: str | None = None
         self._checkpointed: asyncio.Event | None = None
+        self._stopping = False
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Spawn the learner process and watch its end of the pipe."""
@@ -129,7 +130,7 @@ class LearnerLink:
 
     def _send_fragments(self) -> None:
         self._send_scheduled = False
-        if not self._learner_waiting or not self._queue or self._conn is None:
+        if not self._learner_waiting or not self._queue or self._conn is None or self._stopping:
             return
         entries, self._queue = list(self._queue), deque()
         steps, self._queued_steps = self._queued_steps, 0
@@ -170,6 +171,10 @@ class LearnerLink:
             self._on_restored(message["server_state"])
         elif kind == "checkpointed":
             self.last_checkpoint = message["path"]
+            if "untrained_steps" in message:
+                self._stats.learner["learner/steps_untrained_at_shutdown"] = float(
+                    message["untrained_steps"]
+                )
             assert self._checkpointed is not None
             self._checkpointed.set()
         elif kind == "failed":
@@ -188,7 +193,12 @@ class LearnerLink:
         self._conn = None
 
     async def stop(self, timeout: float = 60.0) -> str | None:
-        """Ask the learner to write a final checkpoint and exit; return the checkpoint path."""
+        """Ask the learner to write a final checkpoint and exit; return the checkpoint path.
+
+        Nothing is handed to the learner after this: what is still queued was not acknowledged
+        to its clients, which re-send it to the next server.
+        """
+        self._stopping = True
         if self._conn is not None and self._checkpointed is not None:
             self._checkpointed.clear()
             try:

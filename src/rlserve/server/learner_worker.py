@@ -91,13 +91,27 @@ def _serve(conn: Connection, setup: dict[str, Any]) -> None:
             extra = learner.load(files[-1])
             server_state = extra.get("server", {})
             send(conn, {"type": "restored", "server_state": server_state, "path": str(files[-1])})
+        else:
+            print(
+                f"rlserve learner: --resume found no checkpoint in {run_dir / 'checkpoints'}; "
+                "starting from fresh weights",
+                file=sys.stderr,
+            )
 
     def save(reason: str) -> None:
         path = run_dir / "checkpoints" / f"ckpt_{learner.counters()['updates']:07d}.pt"
         learner.save(path, {"server": server_state, "reason": reason})
         for old in checkpoint_files(run_dir)[: -setup["keep_checkpoints"]]:
             old.unlink(missing_ok=True)
-        send(conn, {"type": "checkpointed", "path": str(path), "reason": reason})
+        send(
+            conn,
+            {
+                "type": "checkpointed",
+                "path": str(path),
+                "reason": reason,
+                "untrained_steps": learner.buffered_steps,
+            },
+        )
 
     send(
         conn,

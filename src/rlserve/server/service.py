@@ -28,7 +28,6 @@ from rlserve.errors import (
     AuthenticationError,
     EpisodeError,
     RLServeError,
-    SpaceError,
     VersionMismatchError,
 )
 from rlserve.policy import NumpyPolicy
@@ -86,6 +85,7 @@ class PolicySlot:
     package: WeightsPackage | None = None
     pending: list[_Pending] = field(default_factory=list)
     weight_waiters: list[tuple[GetWeights, Respond]] = field(default_factory=list)
+    report_waiters: list[tuple[ReportSamples, Respond]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -161,6 +161,11 @@ class Service:
         waiters, slot.weight_waiters = slot.weight_waiters, []
         for request, respond in waiters:
             respond(self._weights_reply(request, package))
+        reports, slot.report_waiters = slot.report_waiters, []
+        for report, respond in reports:
+            # Reports that arrived before the first weights (e.g. re-sent right after a
+            # restart) are checked now, against the versions this server publishes.
+            self.handle(report, Session(authenticated=True), respond)
 
     # -- dispatch --------------------------------------------------------------------------
 
@@ -378,15 +383,14 @@ class Service:
 
     def _report_samples(self, request: ReportSamples, respond: Respond) -> bool:
         slot = self._slot(request.policy_id)
+        if slot.package is None:
+            # Nothing can be checked against published versions yet: wait for the learner.
+            slot.report_waiters.append((request, respond))
+            return True
         state = self.ledger.begin(request, respond)
         if state != "new":
             return state == "waiting"
         try:
-            if slot.package is None:
-                raise SpaceError(
-                    "no weights are published yet, so no reported step can be genuine; fetch "
-                    "weights with get_weights and act with them first"
-                )
             where = f"report_samples '{request.batch_id}'"
             fragments = [
                 check_fragment(
@@ -405,11 +409,13 @@ class Service:
             self.ledger.abandon(request.batch_id)
             raise
         steps = sum(len(f) for f in fragments)
-        self.stats.count_reported(steps)
-        for summary in summaries:
-            self.stats.record_episode(summary)
 
         def handed(dropped: int) -> None:
+            # Counted once it is the learner's: a batch lost in the queue at a shutdown is
+            # re-sent by its client and must not count twice.
+            self.stats.count_reported(steps)
+            for summary in summaries:
+                self.stats.record_episode(summary)
             self.ledger.finish(request, steps, dropped, self.stats.weights_version)
 
         if fragments:

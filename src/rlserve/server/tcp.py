@@ -27,7 +27,8 @@ MAX_BACKLOG_FRAMES = 1024
 class BinaryConnection(asyncio.Protocol):
     """One client connection of the binary carrier."""
 
-    def __init__(self, service: Service, limits: Limits):
+    def __init__(self, service: Service, limits: Limits, registry: set[BinaryConnection]):
+        self._registry = registry
         self._service = service
         self._limits = limits
         self._decoder = FrameDecoder(limits.max_frame_bytes)
@@ -43,12 +44,14 @@ class BinaryConnection(asyncio.Protocol):
         """Count the client."""
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self._transport = cast(asyncio.Transport, transport)
+        self._registry.add(self)
         self._service.stats.clients += 1
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Uncount the client; its episodes stay open until they end or go idle."""
         self._service.stats.clients -= 1
         self._transport = None
+        self._registry.discard(self)
 
     def data_received(self, data: bytes) -> None:
         """Split the bytes into frames and handle them in order."""
@@ -101,6 +104,10 @@ class BinaryConnection(asyncio.Protocol):
             self._deferred = False
             asyncio.get_running_loop().call_soon(self._drain)
 
+    def close(self) -> None:
+        """Close the connection; nothing more is read from it."""
+        self._close()
+
     def _close(self) -> None:
         self._closing = True
         self._backlog.clear()
@@ -108,11 +115,32 @@ class BinaryConnection(asyncio.Protocol):
             self._transport.close()
 
 
+class BinaryServer:
+    """The listening socket of the binary carrier and its open connections."""
+
+    def __init__(self, server: asyncio.Server, connections: set[BinaryConnection]):
+        self.server = server
+        self._connections = connections
+
+    @property
+    def port(self) -> int:
+        """The port it listens on."""
+        return int(self.server.sockets[0].getsockname()[1])
+
+    def close(self) -> None:
+        """Stop accepting and close every open connection (clients reconnect elsewhere)."""
+        self.server.close()
+        for connection in list(self._connections):
+            connection.close()
+
+
 async def start_binary_server(
     service: Service, limits: Limits, host: str, port: int
-) -> asyncio.Server:
+) -> BinaryServer:
     """Listen for binary-carrier connections."""
     loop = asyncio.get_running_loop()
-    return await loop.create_server(
-        lambda: BinaryConnection(service, limits), host, port, reuse_address=True
+    connections: set[BinaryConnection] = set()
+    server = await loop.create_server(
+        lambda: BinaryConnection(service, limits, connections), host, port, reuse_address=True
     )
+    return BinaryServer(server, connections)
