@@ -1,0 +1,79 @@
+"""ONNX export runs to the same actions as the server's numpy policy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from rlserve.algorithms.ppo import PPOConfig, PPOLearner
+from rlserve.config import to_table
+from rlserve.errors import ConfigError
+from rlserve.export import export_onnx
+from rlserve.policy import NumpyPolicy
+from rlserve.server.run_folder import RunFolder
+from rlserve.spaces import describe
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def make_run(tmp_path: Path, obs: gym.Space[Any], act: gym.Space[Any]) -> tuple[Path, NumpyPolicy]:
+    config = PPOConfig(hidden=(16, 16), device="cpu", seed=3)
+    run = RunFolder.create(str(tmp_path), "run")
+    run.save(
+        {"server": {}, "ppo": to_table(config)},
+        {"observation_space": describe(obs), "action_space": describe(act)},
+    )
+    learner = PPOLearner(obs, act, config)
+    (run.path / "checkpoints").mkdir()
+    learner.save(run.path / "checkpoints" / "ckpt_0000000.pt", {"server": {}})
+    package = learner.weights()
+    return run.path, NumpyPolicy(package.spec, package.arrays, package.version)
+
+
+def test_discrete_policy_exports_to_the_same_actions(tmp_path: Path) -> None:
+    obs_space = gym.spaces.Box(-2.0, 2.0, (5,), np.float32)
+    run, policy = make_run(tmp_path, obs_space, gym.spaces.Discrete(3, start=10))
+    path = export_onnx(run)
+    session = ort.InferenceSession(str(path))
+    x = np.random.default_rng(0).uniform(-2, 2, (64, 5)).astype(np.float32)
+    action, logits = session.run(["action", "logits"], {"obs": x})
+    np.testing.assert_allclose(logits, policy.forward(x), atol=1e-5)
+    greedy = policy.to_env_actions(policy.compute_actions(x, explore=False).actions)
+    np.testing.assert_array_equal(action, greedy)
+    assert set(action.tolist()) <= {10, 11, 12}
+    description = json.loads(Path(f"{path}.json").read_text())
+    assert description["inputs"]["obs"] == {"shape": ["N", 5], "dtype": "float32"}
+    assert set(description["outputs"]) == {"action", "logits"}
+
+
+def test_box_policy_exports_mean_clipped_action_and_log_std(tmp_path: Path) -> None:
+    act_space = gym.spaces.Box(-0.01, 0.01, (2,), np.float32)
+    run, policy = make_run(tmp_path, gym.spaces.Box(-1.0, 1.0, (3,), np.float32), act_space)
+    path = export_onnx(run, output=tmp_path / "p.onnx")
+    session = ort.InferenceSession(str(path))
+    x = np.random.default_rng(1).uniform(-1, 1, (32, 3)).astype(np.float32)
+    action, mean, log_std = session.run(["action", "mean", "log_std"], {"obs": x})
+    np.testing.assert_allclose(mean, policy.forward(x), atol=1e-5)
+    np.testing.assert_allclose(action, np.clip(policy.forward(x), -0.01, 0.01), atol=1e-6)
+    np.testing.assert_allclose(log_std, np.zeros(2), atol=1e-6)
+
+
+def test_export_needs_a_checkpoint(tmp_path: Path) -> None:
+    run = RunFolder.create(str(tmp_path), "empty")
+    run.save(
+        {"server": {}, "ppo": {}},
+        {
+            "observation_space": describe(gym.spaces.Box(-1, 1, (2,))),
+            "action_space": describe(gym.spaces.Discrete(2)),
+        },
+    )
+    with pytest.raises(ConfigError, match="no checkpoint"):
+        export_onnx(run.path)
+    with pytest.raises(ConfigError, match="not a run folder"):
+        export_onnx(tmp_path / "missing")
