@@ -93,7 +93,7 @@ def export_onnx(
     """Write the run's policy as ONNX (and a JSON description beside it); return its path."""
     model, source = load_model(run_dir, checkpoint)
     path = Path(output) if output is not None else Path(run_dir) / "policy.onnx"
-    wrapper = _GreedyPolicy(model)
+    wrapper = _GreedyPolicy(model).eval()
     categorical = model.distribution == "categorical"
     outputs = ["action", "logits"] if categorical else ["action", "mean", "log_std"]
     example = torch.zeros(2, model.obs_dim)
