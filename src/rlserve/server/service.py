@@ -204,10 +204,7 @@ class Service:
         if isinstance(request, EndEpisode):
             return self._end_episode(request, session)
         if isinstance(request, StartEpisode):
-            if request.policy_id not in self.slots:
-                raise EpisodeError(
-                    f"unknown policy '{request.policy_id}'; this server serves {sorted(self.slots)}"
-                )
+            self._slot(request.policy_id)  # an unknown policy is an error
             episode_id = self.episodes.start(
                 request.episode_id, request.training_enabled, request.policy_id, session.key
             )
