@@ -17,14 +17,19 @@ def _spaces(config: Any) -> tuple[Any, Any]:
     import gymnasium as gym
 
     from rlserve.errors import ConfigError
-    from rlserve.spaces import from_description
+    from rlserve.spaces import describe, from_description
 
     if config.spaces_from:
         try:
             env = gym.make(config.spaces_from)
         except gym.error.Error as exc:
             raise ConfigError(f"--spaces-from {config.spaces_from}: {exc}") from exc
-        spaces = env.observation_space, env.action_space
+        # Rebuilt from their descriptions, so the server flattens observations exactly as a
+        # client that rebuilt them from the welcome does (e.g. the key order of a Dict).
+        spaces = (
+            from_description(describe(env.observation_space)),
+            from_description(describe(env.action_space)),
+        )
         env.close()
         return spaces
     if config.spaces_file:

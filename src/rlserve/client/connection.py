@@ -1,9 +1,11 @@
 """A blocking binary-carrier connection: framing, request ids, pipelining, reconnection.
 
 Requests get increasing ids. :meth:`Connection.request` sends one and reads replies until its
-own arrives. :meth:`Connection.send_nowait` sends one without waiting (it is pipelined); its reply
-is checked when it arrives while waiting for a later one, and an error reply is raised from the
-next call, naming the request it belongs to. Standard library sockets only.
+own arrives. :meth:`Connection.send_nowait` sends one without waiting (it is pipelined: the
+caller goes on, e.g. resets its simulator, while the reply travels). The next call first reads
+the replies of pipelined requests and raises an error among them, naming the request it belongs
+to, before it sends anything: a call that raises has taken no effect. Standard library sockets
+only.
 """
 
 from __future__ import annotations
@@ -168,17 +170,25 @@ class Connection:
     # -- requests --------------------------------------------------------------------------
 
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Send ``message`` and return its reply; an ``error`` reply is raised."""
-        self._raise_deferred()
-        reply = self._roundtrip(message)
-        self._raise_deferred()
-        return reply
+        """Send ``message`` and return its reply; an ``error`` reply is raised.
+
+        An error of an earlier pipelined request is raised before sending, never after a
+        successful round trip: a call that raises has taken no effect.
+        """
+        self._settle()
+        return self._roundtrip(message)
 
     def send_nowait(self, message: dict[str, Any]) -> None:
-        """Send ``message`` without waiting; its error, if any, is raised by a later call."""
-        self._raise_deferred()
+        """Send ``message`` without waiting; its error, if any, is raised by the next call."""
+        self._settle()
         request_id = self._send(message)
         self._unanswered[request_id] = message["type"]
+
+    def _settle(self) -> None:
+        """Read the replies of pipelined requests; raise the first error among them."""
+        while self._sock is not None and self._unanswered:
+            self._receive_some()
+        self._raise_deferred()
 
     def _roundtrip(self, message: dict[str, Any]) -> dict[str, Any]:
         request_id = self._send(message)

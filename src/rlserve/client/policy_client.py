@@ -19,7 +19,7 @@ from gymnasium import spaces
 
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.local import LocalConfig, LocalInference
-from rlserve.errors import ConfigError, ConnectionLostError
+from rlserve.errors import ConfigError, ConnectionLostError, SpaceError
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.spaces import check_batch, check_value, from_description
 
@@ -169,21 +169,21 @@ class PolicyClient:
                 "episode_id": episode_id,
                 "observation": obs,
             }
-            reward = self._pending_reward.pop(episode_id, None)
+            reward = self._pending_reward.get(episode_id)
             if reward is not None:
                 message["reward"] = reward
-            self._acted.add(episode_id)
             reply = self._request(message)
+            self._delivered([episode_id])
             return reply["action"]
         ids = list(episode_id)
         keyed = isinstance(observation, Mapping)
         values = [observation[eid] for eid in ids] if keyed else observation
         stacked = self._check_many(values, len(ids))
-        rewards = [self._pending_reward.pop(eid, 0.0) for eid in ids]
-        self._acted.update(ids)
+        rewards = [self._pending_reward.get(eid, 0.0) for eid in ids]
         reply = self._request(
             {"type": "get_action", "episode_ids": ids, "observations": stacked, "rewards": rewards}
         )
+        self._delivered(ids)
         actions = reply["actions"]
         if keyed:
             return {eid: self._one_action(actions[i]) for i, eid in enumerate(ids)}
@@ -200,11 +200,11 @@ class PolicyClient:
             "observation": self._check_one(observation),
             "action": check_value(self.action_space, action, "action"),
         }
-        reward = self._pending_reward.pop(episode_id, None)
+        reward = self._pending_reward.get(episode_id)
         if reward is not None:
             message["reward"] = reward
-        self._acted.add(episode_id)
         self._request(message)
+        self._delivered([episode_id])
 
     def log_returns(
         self,
@@ -235,11 +235,12 @@ class PolicyClient:
         message: dict[str, Any] = {
             "type": "log_returns",
             "episode_id": episode_id,
-            "reward": float(reward) + self._pending_reward.pop(episode_id, 0.0),
+            "reward": float(reward) + self._pending_reward.get(episode_id, 0.0),
         }
         if info is not None:
             message["info"] = info
         self._request(message)
+        self._pending_reward.pop(episode_id, None)
 
     def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> None:
         """Finish an episode with its final observation.
@@ -309,8 +310,18 @@ class PolicyClient:
         if isinstance(self.observation_space, spaces.Box):
             if self.check_observations:
                 check_batch(self.observation_space, values, count, "observations")
-            return np.asarray(values, dtype=self.observation_space.dtype)
+            try:
+                return np.asarray(values, dtype=self.observation_space.dtype)
+            except (TypeError, ValueError) as exc:
+                raise SpaceError(f"observations: cannot be read as numbers: {exc}") from exc
         return [self._check_one(v) for v in values]
+
+    def _delivered(self, episode_ids: list[str]) -> None:
+        # Only once the server accepted the call: a refused call leaves the pending rewards
+        # and the episode's state as they were.
+        for episode_id in episode_ids:
+            self._pending_reward.pop(episode_id, None)
+            self._acted.add(episode_id)
 
     def _local_get_action(self, episode_id: str | Sequence[str], observation: Any) -> Any:
         assert self._local is not None

@@ -59,8 +59,9 @@ class ModelSpec:
         """Return the spec as a plain map."""
         data = asdict(self)
         data["actor_layers"] = list(self.actor_layers)
-        data["action_low"] = list(self.action_low)
-        data["action_high"] = list(self.action_high)
+        # JSON has no infinity: an unbounded side is written as null, as in space descriptions.
+        data["action_low"] = [v if math.isfinite(v) else None for v in self.action_low]
+        data["action_high"] = [v if math.isfinite(v) else None for v in self.action_high]
         return data
 
     @classmethod
@@ -77,8 +78,12 @@ class ModelSpec:
                 activation=str(raw["activation"]),
                 distribution=str(raw["distribution"]),
                 action_dim=int(raw["action_dim"]),
-                action_low=tuple(float(v) for v in raw.get("action_low", ())),
-                action_high=tuple(float(v) for v in raw.get("action_high", ())),
+                action_low=tuple(
+                    -math.inf if v is None else float(v) for v in raw.get("action_low", ())
+                ),
+                action_high=tuple(
+                    math.inf if v is None else float(v) for v in raw.get("action_high", ())
+                ),
                 action_start=int(raw.get("action_start", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:

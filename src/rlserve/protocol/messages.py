@@ -357,7 +357,7 @@ def parse_request(raw: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Reque
             f.id_("batch_id"),
             f.id_opt("policy_id") or DEFAULT_POLICY_ID,
             _map_list(f, "fragments", raw.get("fragments"), required=True),
-            _map_list(f, "episodes", raw.get("episodes", []), required=False),
+            _map_list(f, "episodes", raw.get("episodes") or [], required=False),
         )
         if not report.fragments and not report.episodes:
             raise DecodeError("'report_samples' needs at least one fragment or episode summary")

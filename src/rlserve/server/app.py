@@ -124,10 +124,20 @@ class PolicyServer:
             )
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.config.host, self.config.http_port))
+            # Listen now, so the port accepts connections once the listening line is printed.
+            sock.listen(2048)
             self.http_port = sock.getsockname()[1]
             app = build_http_app(self.service, self.config.token)
             self._http = _EmbeddedUvicorn(
-                uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+                uvicorn.Config(
+                    app,
+                    log_level="warning",
+                    lifespan="off",
+                    access_log=False,
+                    # A request still waiting at shutdown (e.g. a report for a learner that
+                    # failed) must not hold the final checkpoint back.
+                    timeout_graceful_shutdown=5,
+                )
             )
             self._http_task = loop.create_task(self._http.serve(sockets=[sock]))
         self._housekeeping_task = loop.create_task(self._housekeeping())

@@ -137,6 +137,11 @@ class LearnerLink:
         self._learner_waiting = False
         self._stats.steps_queued = 0
         self._stats.steps_sent_to_learner += steps
+        # Settle the batches first, so the state sent along (kept by the next checkpoint)
+        # already remembers their ids: a checkpoint never holds training on a batch it forgot.
+        for fragment, ticket in entries:
+            if ticket is not None:
+                ticket.leave(fragment, dropped=False)
         try:
             send(
                 self._conn,
@@ -148,10 +153,6 @@ class LearnerLink:
             )
         except OSError as exc:
             self._lost(f"writing to the learner failed: {exc!r}")
-            return
-        for fragment, ticket in entries:
-            if ticket is not None:
-                ticket.leave(fragment, dropped=False)
 
     def _on_readable(self) -> None:
         try:
@@ -188,6 +189,8 @@ class LearnerLink:
             self.failure = f"{what}; learner exit code {self._process.exitcode}"
 
     def _detach(self) -> None:
+        if self._checkpointed is not None:
+            self._checkpointed.set()  # nobody may wait for a checkpoint that cannot come
         if self._conn is not None and self._loop is not None:
             self._loop.remove_reader(self._conn.fileno())
         self._conn = None
@@ -210,5 +213,7 @@ class LearnerLink:
         if self._process is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._process.join, 10)
             if self._process.is_alive():
-                self._process.terminate()
+                # It ignores SIGTERM (see run_learner), so end it for good.
+                self._process.kill()
+                self._process.join(5)
         return self.last_checkpoint

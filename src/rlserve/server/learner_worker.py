@@ -57,9 +57,10 @@ def run_learner(conn: Connection, setup: dict[str, Any]) -> None:
             ``action_space`` (descriptions), ``run_dir``, ``resume``, ``checkpoint_every``,
             ``keep_checkpoints``.
     """
-    # Ctrl-C reaches every process of the terminal's group; the server decides when the learner
-    # stops (after a final checkpoint), so the learner ignores SIGINT.
+    # Ctrl-C, systemd and `kill -- -PGID` signal the whole process group; the server decides
+    # when the learner stops (after a final checkpoint), so the learner ignores both signals.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         _serve(conn, setup)
     except (EOFError, BrokenPipeError) as exc:

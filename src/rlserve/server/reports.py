@@ -11,6 +11,7 @@ answered as a duplicate and never trained on twice.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,16 @@ from rlserve.spaces import flat_dim
 
 MAX_REMEMBERED_BATCHES = 100_000
 """Batch ids remembered for de-duplication (oldest forgotten first)."""
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _array(raw: dict[str, Any], name: str, where: str) -> np.ndarray:
@@ -58,9 +69,12 @@ def check_fragment(
         LimitExceededError: An id over the length limit.
     """
     episode_id = raw.get("episode_id")
-    if not isinstance(episode_id, str) or not 0 < len(episode_id) <= limits.max_id_length:
+    if not isinstance(episode_id, str) or not episode_id:
+        raise SpaceError(f"{where}: 'episode_id' must be a non-empty string")
+    if len(episode_id) > limits.max_id_length:
         raise LimitExceededError(
-            f"{where}: 'episode_id' must be a string of 1 to {limits.max_id_length} characters"
+            f"{where}: 'episode_id' has {len(episode_id)} characters; the limit is "
+            f"{limits.max_id_length}"
         )
     rewards = _array(raw, "rewards", where).astype(np.float32)
     steps = rewards.shape[0] if rewards.ndim == 1 else -1
@@ -94,6 +108,8 @@ def check_fragment(
             f"{where}: 'behaviour_logp' must have shape ({steps},) and be finite where the policy "
             "chose the action (NaN marks a logged action)"
         )
+    # A logged action's behaviour probability is unknown whatever number came with it.
+    logp[~chosen] = np.nan
     versions = _array(raw, "weights_version", where)
     if versions.shape != (steps,) or versions.dtype.kind not in "iu":
         raise SpaceError(f"{where}: 'weights_version' must be ({steps},) integers")
@@ -145,28 +161,29 @@ def _check_actions(
     raise SpaceError(f"{where}: {space} actions cannot be reported")
 
 
-def check_summaries(raw: list[dict[str, Any]], where: str) -> list[EpisodeSummary]:
+def check_summaries(raw: list[dict[str, Any]], limits: Limits, where: str) -> list[EpisodeSummary]:
     """Validate the ended-episode summaries of a report."""
     summaries = []
     for i, item in enumerate(raw):
-        episode_id, ret, length = item.get("episode_id"), item.get("return"), item.get("length")
+        episode_id, length = item.get("episode_id"), item.get("length")
+        ret = _finite(item.get("return"))
         if (
             not isinstance(episode_id, str)
-            or isinstance(ret, bool)
-            or not isinstance(ret, int | float)
-            or not np.isfinite(ret)
+            or not 0 < len(episode_id) <= limits.max_id_length
+            or ret is None
             or isinstance(length, bool)
             or not isinstance(length, int)
             or length < 0
         ):
             raise SpaceError(
-                f"{where}.episodes[{i}]: needs 'episode_id' (string), 'return' (finite number) "
-                "and 'length' (non-negative integer)"
+                f"{where}.episodes[{i}]: needs 'episode_id' (string of 1 to "
+                f"{limits.max_id_length} characters), 'return' (finite number) and 'length' "
+                "(non-negative integer)"
             )
         reason = item.get("reason", "terminated")
         if reason not in ("terminated", "truncated", "idle_timeout"):
             raise SpaceError(f"{where}.episodes[{i}]: unknown reason '{reason}'")
-        summaries.append(EpisodeSummary(episode_id, float(ret), length, True, reason))
+        summaries.append(EpisodeSummary(episode_id, ret, length, True, reason))
     return summaries
 
 

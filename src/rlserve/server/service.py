@@ -28,6 +28,7 @@ from rlserve.errors import (
     AuthenticationError,
     EpisodeError,
     RLServeError,
+    SpaceError,
     VersionMismatchError,
 )
 from rlserve.policy import NumpyPolicy
@@ -401,10 +402,13 @@ class Service:
                 )
                 for i, raw in enumerate(request.fragments)
             ]
-            summaries = check_summaries(request.episodes, where)
+            summaries = check_summaries(request.episodes, self.limits, where)
         except RLServeError:
             self.ledger.abandon(request.batch_id)
             raise
+        except (TypeError, ValueError, OverflowError) as exc:
+            self.ledger.abandon(request.batch_id)
+            raise SpaceError(f"report_samples '{request.batch_id}': malformed: {exc}") from exc
         steps = sum(len(f) for f in fragments)
 
         def handed(dropped: int) -> None:

@@ -1,0 +1,333 @@
+"""Shared fixtures: a real ``rlserve serve`` process on 127.0.0.1 for end-to-end tests.
+
+``launch_server(*flags)`` starts the server as a subprocess with ``--port 0 --http-port 0``, reads
+its stdout until the ``rlserve listening on ...`` line and returns a :class:`ServerHandle`. Every
+server a test started is stopped at teardown: SIGTERM, then SIGKILL if it does not exit in time.
+``module_launcher`` does the same for servers shared by a whole module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+STARTUP_TIMEOUT = 60.0
+"""Seconds a server may take to print its listening line."""
+
+STOP_TIMEOUT = 60.0
+"""Seconds a server may take to write its final checkpoint and exit after SIGTERM."""
+
+LISTENING = re.compile(
+    r"rlserve listening on (?P<host>.+?):(?P<port>\d+) \(binary\)"
+    r"(?: and http://(?P<http_host>.+?):(?P<http_port>\d+) \(HTTP\))?"
+    r"; run folder (?P<run>.+)$"
+)
+
+
+def rlserve_command() -> list[str]:
+    """The ``rlserve`` console script of this interpreter's environment."""
+    script = Path(sys.executable).parent / "rlserve"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "rlserve.cli"]
+
+
+def server_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("MKL_NUM_THREADS", "1")
+    return env
+
+
+@dataclass
+class ServerHandle:
+    """A running ``rlserve serve`` process."""
+
+    process: subprocess.Popen[str]
+    host: str
+    port: int
+    http_port: int | None
+    run_folder: Path
+    log_path: Path
+    stdout_lines: list[str] = field(default_factory=list)
+    _reader: threading.Thread | None = None
+    on_listening_result: Any = None
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the binary carrier, as PolicyClient takes it."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"{host}:{self.port}"
+
+    @property
+    def http_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host}:{self.http_port}"
+
+    @property
+    def checkpoints(self) -> list[Path]:
+        return sorted((self.run_folder / "checkpoints").glob("ckpt_*.pt"))
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stdout(self) -> str:
+        return "".join(self.stdout_lines)
+
+    def log(self) -> str:
+        """What the server wrote to stderr so far."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    # -- HTTP views ----------------------------------------------------------------------
+
+    def _auth(self, token: str | None) -> dict[str, str]:
+        return {} if token is None else {"Authorization": f"Bearer {token}"}
+
+    def metrics(self, token: str | None = None) -> dict[str, Any]:
+        """``GET /v1/metrics`` as a dict."""
+        import httpx
+
+        reply = httpx.get(f"{self.http_url}/v1/metrics", headers=self._auth(token), timeout=10)
+        reply.raise_for_status()
+        return reply.json()
+
+    def health(self) -> dict[str, Any]:
+        import httpx
+
+        reply = httpx.get(f"{self.http_url}/v1/health", timeout=10)
+        reply.raise_for_status()
+        return reply.json()
+
+    def wait_until(
+        self,
+        predicate: Callable[[dict[str, Any]], bool],
+        timeout: float = 30.0,
+        what: str = "condition",
+        token: str | None = None,
+    ) -> dict[str, Any]:
+        """Poll ``/v1/metrics`` until ``predicate(metrics)``; return those metrics."""
+        deadline = time.monotonic() + timeout
+        last: dict[str, Any] = {}
+        while True:
+            assert self.alive(), f"server exited while waiting for {what}:\n{self.log()}"
+            last = self.metrics(token)
+            if predicate(last):
+                return last
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout} s waiting for {what}; {last}")
+            time.sleep(0.05)
+
+    def wait_for_weights(self, version: int = 0, timeout: float = 60.0) -> int:
+        """Poll ``/v1/health`` until the learner published weights of at least ``version``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.alive(), f"server exited while waiting for weights:\n{self.log()}"
+            current = int(self.health()["weights_version"])
+            if current >= version:
+                return current
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"weights version stayed {current} (< {version}) for {timeout} s"
+                )
+            time.sleep(0.05)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT) -> int:
+        """Send ``sig`` and wait for the exit; SIGKILL after ``timeout``. Returns the code."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        if self._reader is not None:
+            self._reader.join(5)
+        return int(self.process.returncode)
+
+
+def _wait_accepting(handle: ServerHandle, timeout: float = 20.0) -> None:
+    host, port = handle.http_url.removeprefix("http://").rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host, int(port)), 5).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or not handle.alive():
+                raise RuntimeError(
+                    f"the HTTP port {port} never accepted a connection\n{handle.log()}"
+                ) from None
+            time.sleep(0.02)
+
+
+class ServerLauncher:
+    """Starts servers under ``base`` and stops them all at :meth:`close`."""
+
+    def __init__(self, base: Path):
+        self.base = base
+        self.servers: list[ServerHandle] = []
+        self._count = 0
+
+    def __call__(
+        self,
+        *flags: str,
+        name: str | None = None,
+        resume: Path | None = None,
+        spaces: tuple[str, ...] = ("--spaces-from", "CartPole-v1"),
+        port: int = 0,
+        wait_http: bool = True,
+        on_listening: Callable[[re.Match[str]], Any] | None = None,
+    ) -> ServerHandle:
+        """Start ``rlserve serve`` with ``flags`` and wait for its listening line.
+
+        Args:
+            flags: Extra command-line flags.
+            name: Run name (default: a fresh one); ignored with ``resume``.
+            resume: A run folder to ``--resume`` instead of starting a new run.
+            spaces: Flags that give the spaces (not used with ``resume``).
+            port: The binary port (0: a free one).
+            wait_http: Wait until the HTTP port accepts connections (see ``test_http``: the
+                listening line may come before the HTTP carrier listens).
+            on_listening: Called with the parsed listening line as soon as it is read (before
+                anything else happens); its result is kept in ``handle.on_listening_result``.
+        """
+        self._count += 1
+        log_path = self.base / f"server-{self._count}.log"
+        command = [*rlserve_command(), "serve"]
+        if resume is not None:
+            command += ["--resume", str(resume)]
+        else:
+            command += [*spaces, "--run-dir", str(self.base / "runs")]
+            command += ["--name", name or f"run{self._count}"]
+        command += ["--port", str(port), "--http-port", "0", "--no-progress"]
+        if "--ppo-device" not in flags:
+            command += ["--ppo-device", "cpu"]
+        command += list(flags)
+        with log_path.open("w") as log:
+            process = subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                env=server_env(),
+                start_new_session=True,
+            )
+        lines: list[str] = []
+        found: queue.Queue[str | None] = queue.Queue()
+        probe: list[Any] = []
+
+        def read() -> None:
+            assert process.stdout is not None
+            for line in process.stdout:
+                lines.append(line)
+                match = LISTENING.search(line.strip())
+                if match:
+                    if on_listening is not None:
+                        try:
+                            probe.append(on_listening(match))
+                        except Exception as exc:
+                            probe.append(exc)
+                    found.put(line.strip())
+            found.put(None)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            line = found.get(timeout=STARTUP_TIMEOUT)
+        except queue.Empty:
+            line = None
+        if line is None:
+            process.kill()
+            process.wait(10)
+            raise RuntimeError(
+                f"rlserve serve did not print its listening line within {STARTUP_TIMEOUT} s "
+                f"(exit code {process.returncode})\ncommand: {command}\nstdout:\n"
+                f"{''.join(lines)}\nstderr:\n{log_path.read_text(errors='replace')}"
+            )
+        match = LISTENING.search(line)
+        assert match is not None
+        handle = ServerHandle(
+            process=process,
+            host=match["host"],
+            port=int(match["port"]),
+            http_port=int(match["http_port"]) if match["http_port"] else None,
+            run_folder=Path(match["run"]),
+            log_path=log_path,
+            stdout_lines=lines,
+            _reader=reader,
+            on_listening_result=probe[0] if probe else None,
+        )
+        self.servers.append(handle)
+        if wait_http and handle.http_port is not None:
+            _wait_accepting(handle)
+        return handle
+
+    def close(self) -> None:
+        for handle in self.servers:
+            handle.stop()
+
+
+@pytest.fixture
+def launch_server(tmp_path: Path) -> Iterator[ServerLauncher]:
+    """Factory: ``launch_server(*flags)`` starts a real server; all are stopped at teardown."""
+    launcher = ServerLauncher(tmp_path)
+    try:
+        yield launcher
+    finally:
+        launcher.close()
+
+
+@pytest.fixture(scope="module")
+def module_launcher(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerLauncher]:
+    """Like ``launch_server``, for servers shared by the tests of one module."""
+    launcher = ServerLauncher(tmp_path_factory.mktemp("servers"))
+    try:
+        yield launcher
+    finally:
+        launcher.close()
+
+
+@pytest.fixture
+def run_rlserve(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ``rlserve ARGS...`` to completion (for commands that must fail fast)."""
+
+    def run(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*rlserve_command(), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=server_env(),
+            cwd=tmp_path,
+            check=False,
+        )
+
+    return run
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "e2e: end-to-end test against a real 'rlserve serve' subprocess"
+    )

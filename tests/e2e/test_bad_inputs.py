@@ -1,0 +1,343 @@
+"""Bad inputs get typed errors, and the server keeps serving the connection and everyone else."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from e2e_support import RawSocket
+
+from rlserve import (
+    CapacityError,
+    EpisodeError,
+    PolicyClient,
+    SpaceError,
+)
+from rlserve.client.connection import Connection, Timeouts
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+GOOD = np.array([0.01, -0.02, 0.03, 0.04], dtype=np.float32)
+
+BAD_OBSERVATIONS = {
+    "wrong_shape": np.zeros(3, dtype=np.float32),
+    "too_many_dims": np.zeros((2, 4), dtype=np.float32),
+    "nan": np.array([0.0, np.nan, 0.0, 0.0], dtype=np.float32),
+    "infinite": np.array([0.0, 0.0, 0.0, np.inf], dtype=np.float32),
+    "out_of_bounds": np.array([10.0, 0.0, 0.0, 0.0], dtype=np.float32),  # |x| <= 4.8
+    "not_numbers": ["a", "b", "c", "d"],
+}
+
+
+@pytest.fixture(scope="module")
+def server(module_launcher: Any) -> Any:
+    handle = module_launcher("--max-episodes-per-client", "4", "--seed", "4")
+    handle.wait_for_weights()
+    return handle
+
+
+def _client(server: Any, check: bool = True, name: str = "bad-inputs") -> PolicyClient:
+    return PolicyClient(
+        server.address, client_name=name, timeout=30, reconnect_timeout=5, check_observations=check
+    )
+
+
+@contextmanager
+def bystander(server: Any) -> Iterator[None]:
+    """An episode on another connection, started before and finished after the block."""
+    env = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=99)
+    with _client(server, name="bystander") as client:
+        eid = client.start_episode()
+        for _ in range(3):
+            obs, reward, *_ = env.step(client.get_action(eid, obs))
+            client.log_returns(eid, float(reward))
+        yield
+        for _ in range(3):
+            obs, reward, *_ = env.step(client.get_action(eid, obs))
+            client.log_returns(eid, float(reward))
+        client.end_episode(eid, obs, truncated=True)
+
+
+def _errors(server: Any) -> int:
+    return int(server.metrics()["server/errors"])
+
+
+@pytest.mark.parametrize("checked_by", ["client", "server"])
+@pytest.mark.parametrize("case", sorted(BAD_OBSERVATIONS))
+def test_bad_observation(server: Any, case: str, checked_by: str) -> None:
+    """Each call that carries an observation rejects a bad one with SpaceError, changing nothing."""
+    bad = BAD_OBSERVATIONS[case]
+    errors_before = _errors(server)
+    with bystander(server), _client(server, check=checked_by == "client") as client:
+        eid = client.start_episode()
+        calls = {
+            "get_action": lambda: client.get_action(eid, bad),
+            "batched get_action": lambda: client.get_action([eid], {eid: bad}),
+            "log_action": lambda: client.log_action(eid, bad, 0),
+            "end_episode": lambda: (client.end_episode(eid, bad), client.get_action(eid, GOOD)),
+        }
+        if case == "not_numbers" and checked_by == "server":
+            # Covered by test_unchecked_batch_of_non_numbers_raises_space_error.
+            del calls["batched get_action"]
+        for call, send in calls.items():
+            with pytest.raises(SpaceError):
+                send()
+            # The episode and the connection are untouched: a good step still works.
+            assert client.get_action(eid, GOOD) in (0, 1), call
+            client.log_returns(eid, 1.0)
+        client.end_episode(eid, GOOD)
+    expected = 0 if checked_by == "client" else len(calls)
+    assert _errors(server) - errors_before == expected
+
+
+@pytest.mark.parametrize("case", ["nan", "out_of_bounds", "wrong_shape"])
+def test_bad_row_in_a_stacked_batch_rejects_the_whole_batch(server: Any, case: str) -> None:
+    bad = BAD_OBSERVATIONS[case]
+    with _client(server, check=False) as client:
+        ids = [client.start_episode() for _ in range(3)]
+        rows = [bad, bad, bad] if case == "wrong_shape" else [GOOD, bad, GOOD]
+        batch = np.stack(rows)
+        with pytest.raises(SpaceError):
+            client.get_action(ids, batch)
+        # No episode was changed by the rejected batch.
+        actions = client.get_action(ids, np.stack([GOOD, GOOD, GOOD]))
+        assert actions.shape == (3,)
+        for eid in ids:
+            client.end_episode(eid, GOOD)
+
+
+def test_unchecked_batch_of_non_numbers_raises_space_error(server: Any) -> None:
+    """With check_observations=False the error must still be rlserve's, not numpy's."""
+    with _client(server, check=False) as client:
+        ids = [client.start_episode() for _ in range(2)]
+        with pytest.raises(SpaceError):
+            client.get_action(ids, [["a", "b", "c", "d"], ["e", "f", "g", "h"]])
+        assert client.get_action(ids, np.stack([GOOD, GOOD])).shape == (2,)
+        for eid in ids:
+            client.end_episode(eid, GOOD)
+
+
+def test_unknown_episode_id(server: Any) -> None:
+    errors_before = _errors(server)
+    with bystander(server), _client(server) as client:
+        with pytest.raises(EpisodeError, match="unknown episode"):
+            client.log_returns("no-such-episode", 1.0)
+        with pytest.raises(EpisodeError, match="unknown episode"):
+            client.get_action("no-such-episode", GOOD)
+        with pytest.raises(EpisodeError, match="unknown episode"):
+            client.get_action(["no-such-episode"], np.stack([GOOD]))
+        with pytest.raises(EpisodeError, match="unknown episode"):
+            client.log_action("no-such-episode", GOOD, 1)
+        # end_episode is pipelined: its error comes with the next call on the connection.
+        client.end_episode("no-such-episode", GOOD)
+        with pytest.raises(EpisodeError, match="end_episode"):
+            client.start_episode("after-unknown-end")
+        # A batch that names one unknown episode changes none of the known ones.
+        eid = client.start_episode()
+        with pytest.raises(EpisodeError, match="unknown episode"):
+            client.get_action([eid, "no-such-episode"], np.stack([GOOD, GOOD]))
+        assert client.get_action(eid, GOOD) in (0, 1)
+        client.end_episode(eid, GOOD)
+    assert _errors(server) - errors_before == 6
+
+
+def test_log_returns_after_a_refused_call_is_not_swallowed(server: Any) -> None:
+    """A get_action the server refused is not an action: a reward after it is still an error."""
+    with _client(server) as client:
+        with pytest.raises(EpisodeError, match="unknown episode"):
+            client.get_action("never-started", GOOD)
+        with pytest.raises(EpisodeError, match="unknown episode"):
+            client.log_returns("never-started", 1.0)
+        eid = client.start_episode()
+        client.get_action(eid, GOOD)
+        client.end_episode(eid, GOOD)
+        with pytest.raises(EpisodeError, match="ended"):
+            client.log_action(eid, GOOD, 0)
+        with pytest.raises(EpisodeError, match="ended"):
+            client.log_returns(eid, 1.0)
+
+
+def test_reused_episode_id(server: Any) -> None:
+    with bystander(server), _client(server) as client:
+        assert client.start_episode("reused-id") == "reused-id"
+        with pytest.raises(EpisodeError, match="already active"):
+            client.start_episode("reused-id")
+        assert client.get_action("reused-id", GOOD) in (0, 1)
+        client.end_episode("reused-id", GOOD)
+        with pytest.raises(EpisodeError, match="used before"):
+            client.start_episode("reused-id")
+        fresh = client.start_episode()
+        assert client.get_action(fresh, GOOD) in (0, 1)
+        client.end_episode(fresh, GOOD)
+    with _client(server) as other, pytest.raises(EpisodeError, match="used before"):
+        other.start_episode("reused-id")
+
+
+def test_calls_after_end(server: Any) -> None:
+    with bystander(server), _client(server) as client:
+        eid = client.start_episode()
+        client.get_action(eid, GOOD)
+        client.end_episode(eid, GOOD)
+        with pytest.raises(EpisodeError, match="ended"):
+            client.log_returns(eid, 1.0)
+        with pytest.raises(EpisodeError, match="ended"):
+            client.get_action(eid, GOOD)
+        with pytest.raises(EpisodeError, match="ended"):
+            client.log_action(eid, GOOD, 0)
+        with pytest.raises(EpisodeError, match="ended"):
+            client.get_action([eid], np.stack([GOOD]))
+        client.end_episode(eid, GOOD)  # a second end: its error comes with the next call
+        with pytest.raises(EpisodeError, match="ended"):
+            client.close()
+    with _client(server) as client:
+        eid = client.start_episode()
+        assert client.get_action(eid, GOOD) in (0, 1)
+        client.end_episode(eid, GOOD)
+
+
+def test_reward_before_first_action(server: Any) -> None:
+    with bystander(server), _client(server) as client:
+        eid = client.start_episode()
+        with pytest.raises(EpisodeError, match="before its first action"):
+            client.log_returns(eid, 1.0)
+        # Nothing was recorded: the episode starts normally.
+        assert client.get_action(eid, GOOD) in (0, 1)
+        client.log_returns(eid, 1.0)
+        client.end_episode(eid, GOOD)
+
+
+def test_reward_before_first_action_in_a_batch_changes_nothing(server: Any) -> None:
+    conn = Connection(server.address, None, "raw", "remote", Timeouts(request=30, reconnect=5))
+    conn.open()
+    try:
+        first = conn.request({"type": "start_episode"})["episode_id"]
+        second = conn.request({"type": "start_episode"})["episode_id"]
+        conn.request({"type": "get_action", "episode_id": first, "observation": GOOD})
+        with pytest.raises(EpisodeError, match="before its first action"):
+            conn.request(
+                {
+                    "type": "get_action",
+                    "episode_ids": [first, second],
+                    "observations": np.stack([GOOD, GOOD]),
+                    "rewards": [1.0, 1.0],
+                }
+            )
+        reply = conn.request(
+            {
+                "type": "get_action",
+                "episode_ids": [first, second],
+                "observations": np.stack([GOOD, GOOD]),
+                "rewards": [1.0, 0.0],
+            }
+        )
+        assert len(reply["actions"]) == 2
+        for eid in (first, second):
+            assert conn.request({"type": "end_episode", "episode_id": eid, "observation": GOOD})
+    finally:
+        conn.close()
+
+
+def test_server_checks_logged_actions(server: Any) -> None:
+    """An action outside the action space is refused by the server (the client checks it too)."""
+    with _client(server) as client:
+        eid = client.start_episode()
+        with pytest.raises(SpaceError):
+            client.log_action(eid, GOOD, 2)
+        client.end_episode(eid, GOOD)
+    conn = Connection(server.address, None, "raw", "remote", Timeouts(request=30, reconnect=5))
+    conn.open()
+    try:
+        eid = conn.request({"type": "start_episode"})["episode_id"]
+        for action in (2, -1, 0.5, "left", [0, 1], None):
+            with pytest.raises(SpaceError):
+                conn.request(
+                    {"type": "log_action", "episode_id": eid, "observation": GOOD, "action": action}
+                )
+        conn.request({"type": "log_action", "episode_id": eid, "observation": GOOD, "action": 1})
+        assert conn.request({"type": "end_episode", "episode_id": eid, "observation": GOOD})
+    finally:
+        conn.close()
+
+
+def test_unknown_policy(server: Any) -> None:
+    with RawSocket(server.address) as raw:
+        raw.hello()
+        reply = raw.request({"type": "start_episode", "id": 5, "policy_id": "nope"})
+        assert reply["type"] == "error"
+        assert reply["code"] == "episode_error"
+        assert reply["id"] == 5
+        assert raw.request({"type": "ping", "id": 6}) == {"type": "pong", "id": 6}
+
+
+def test_capacity_per_client(server: Any) -> None:
+    with _client(server) as client:
+        ids = [client.start_episode() for _ in range(4)]
+        with pytest.raises(CapacityError):
+            client.start_episode()
+        with _client(server, name="other") as other:  # the limit is per connection
+            eid = other.start_episode()
+            other.get_action(eid, GOOD)
+            other.end_episode(eid, GOOD)
+        client.get_action(ids[0], GOOD)
+        client.end_episode(ids[0], GOOD)
+        ids[0] = client.start_episode()
+        for eid in ids:
+            client.get_action(eid, GOOD)
+            client.end_episode(eid, GOOD)
+
+
+def test_requests_before_hello_are_refused(server: Any) -> None:
+    with RawSocket(server.address) as raw:
+        reply = raw.request({"type": "start_episode", "id": 1})
+        assert reply["type"] == "error"
+        assert reply["code"] == "unauthorized"
+        assert reply["id"] == 1
+        raw.hello()  # the same connection may still say hello
+        assert raw.request({"type": "ping", "id": 2}) == {"type": "pong", "id": 2}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("protocol_version", 2), ("inference_mode", "telepathy")]
+)
+def test_incompatible_hello_is_refused_and_closed(server: Any, field: str, value: Any) -> None:
+    with RawSocket(server.address) as raw:
+        hello = {"type": "hello", "id": 1, "protocol_version": 1, field: value}
+        reply = raw.request(hello)
+        assert reply["type"] == "error"
+        assert reply["code"] == "version_mismatch"
+        assert raw.receive() is None  # closed after the error
+
+
+def test_reward_survives_a_refused_get_action(launch_server: Any) -> None:
+    """A reward logged for a step is not lost when the next get_action is refused."""
+    server = launch_server("--seed", "12")
+    with _client(server, check=False) as client:
+        eid = client.start_episode()
+        client.get_action(eid, GOOD)
+        client.log_returns(eid, 1.0)  # buffered: would travel with the next get_action
+        with pytest.raises(SpaceError):
+            client.get_action(eid, BAD_OBSERVATIONS["nan"])
+        client.get_action(eid, GOOD)
+        client.log_returns(eid, 2.0)
+        client.end_episode(eid, GOOD)
+    metrics = server.wait_until(lambda m: m["episodes/completed"] == 1, what="the episode")
+    assert metrics["episodes/return_mean"] == pytest.approx(3.0)
+
+
+def test_a_call_that_raises_took_no_effect(server: Any) -> None:
+    """When a pipelined end_episode's error is raised by the next call, that call did nothing.
+
+    Otherwise the caller is told start_episode failed while the server opened the episode.
+    """
+    with _client(server) as client:
+        client.end_episode("never-existed", GOOD)  # pipelined; its error comes later
+        with pytest.raises(EpisodeError):
+            client.start_episode("started-or-not")
+        eid = client.start_episode("started-or-not")
+        client.get_action(eid, GOOD)
+        client.end_episode(eid, GOOD)

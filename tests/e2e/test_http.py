@@ -1,0 +1,327 @@
+"""The HTTP/JSON carrier, metrics endpoints and tokens, against a live server."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import httpx
+import numpy as np
+import pytest
+from e2e_support import RawSocket, play_cartpole
+from prometheus_client.parser import text_string_to_metric_families
+
+from rlserve import AuthenticationError, PolicyClient
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+TOKEN = "s3cret-token"
+GOOD = [0.01, -0.02, 0.03, 0.04]
+
+
+@pytest.fixture(scope="module")
+def server(module_launcher: Any) -> Any:
+    handle = module_launcher("--max-frame-bytes", "65536", "--seed", "6")
+    handle.wait_for_weights()
+    return handle
+
+
+@pytest.fixture(scope="module")
+def http(server: Any) -> Any:
+    with httpx.Client(base_url=server.http_url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def token_server(module_launcher: Any) -> Any:
+    handle = module_launcher("--token", TOKEN)
+    return handle
+
+
+def _ok(reply: httpx.Response) -> dict[str, Any]:
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["content-type"].startswith("application/json")
+    return reply.json()
+
+
+def _error(reply: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    assert reply.status_code == status, reply.text
+    assert reply.headers["content-type"].startswith("application/json")
+    body = reply.json()
+    assert body["type"] == "error", body
+    assert body["code"] == code, body
+    assert isinstance(body["message"], str) and body["message"]
+    return body
+
+
+def test_http_port_accepts_connections_once_announced(launch_server: Any) -> None:
+    """A script that reads the listening line and connects at once must not be refused."""
+
+    def connect_both(line: re.Match[str]) -> list[str]:
+        outcome = []
+        for port in (line["port"], line["http_port"]):
+            try:
+                socket.create_connection(("127.0.0.1", int(port)), 5).close()
+                outcome.append("accepted")
+            except OSError as exc:
+                outcome.append(f"refused: {exc}")
+        return outcome
+
+    server = launch_server(wait_http=False, on_listening=connect_both)
+    assert server.on_listening_result == ["accepted", "accepted"]
+
+
+def test_health(server: Any, http: httpx.Client) -> None:
+    body = _ok(http.get("/v1/health"))
+    assert body["status"] == "ok"
+    assert body["protocol_version"] == 1
+    assert isinstance(body["server_version"], str)
+    assert body["weights_version"] >= 0
+
+
+def test_hello(http: httpx.Client) -> None:
+    body = _ok(http.post("/v1/hello", json={"protocol_version": 1, "id": 3}))
+    assert body["type"] == "welcome"
+    assert body["id"] == 3
+    policy = body["policies"]["default"]
+    assert policy["observation_space"]["type"] == "Box"
+    assert policy["observation_space"]["shape"] == [4]
+    assert policy["action_space"] == {"type": "Discrete", "n": 2, "start": 0}
+    assert "remote" in body["inference_modes"]
+    _error(http.post("/v1/hello", json={"protocol_version": 99}), 400, "version_mismatch")
+
+
+def test_cartpole_episode_over_http(http: httpx.Client) -> None:
+    before = _ok(http.get("/v1/metrics"))
+    env = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=8)
+    started = _ok(http.post("/v1/start_episode", json={"id": 1}))
+    assert started["type"] == "episode_started"
+    assert started["id"] == 1
+    eid = started["episode_id"]
+    steps, terminated, truncated = 0, False, False
+    while not (terminated or truncated):
+        reply = _ok(
+            http.post("/v1/get_action", json={"episode_id": eid, "observation": obs.tolist()})
+        )
+        assert reply["type"] == "action"
+        action = reply["action"]
+        assert type(action) is int and action in (0, 1)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        assert _ok(http.post("/v1/log_returns", json={"episode_id": eid, "reward": reward})) == {
+            "type": "ok",
+            "id": 0,
+        }
+        steps += 1
+    body = {"episode_id": eid, "observation": obs.tolist(), "truncated": not terminated}
+    assert _ok(http.post("/v1/end_episode", json=body))["type"] == "ok"
+    after = _ok(http.get("/v1/metrics"))
+    assert after["episodes/completed"] - before["episodes/completed"] == 1
+    assert after["server/env_steps"] - before["server/env_steps"] == steps
+
+
+def test_batched_and_logged_actions_over_http(http: httpx.Client) -> None:
+    ids = [_ok(http.post("/v1/start_episode", json={}))["episode_id"] for _ in range(3)]
+    reply = _ok(http.post("/v1/get_action", json={"episode_ids": ids, "observations": [GOOD] * 3}))
+    assert len(reply["actions"]) == 3
+    assert set(reply["actions"]) <= {0, 1}
+    reply = _ok(
+        http.post(
+            "/v1/get_action",
+            json={"episode_ids": ids, "observations": [GOOD] * 3, "rewards": [1.0, 0.5, 0.0]},
+        )
+    )
+    assert len(reply["actions"]) == 3
+    logged = {"episode_id": ids[0], "observation": GOOD, "action": 1, "reward": 1.0}
+    assert _ok(http.post("/v1/log_action", json=logged))["type"] == "ok"
+    for eid in ids:
+        assert _ok(http.post("/v1/end_episode", json={"episode_id": eid, "observation": GOOD}))
+    assert _ok(http.post("/v1/ping", json={"id": 9})) == {"type": "pong", "id": 9}
+
+
+def test_episode_moves_between_carriers(server: Any, http: httpx.Client) -> None:
+    """An episode started over HTTP can be continued by a binary client, and back."""
+    eid = _ok(http.post("/v1/start_episode", json={}))["episode_id"]
+    with PolicyClient(server.address, timeout=30) as client:
+        assert client.get_action(eid, np.asarray(GOOD, dtype=np.float32)) in (0, 1)
+    assert _ok(http.post("/v1/get_action", json={"episode_id": eid, "observation": GOOD}))
+    assert _ok(http.post("/v1/end_episode", json={"episode_id": eid, "observation": GOOD}))
+
+
+def test_episode_errors_are_409(http: httpx.Client) -> None:
+    _error(
+        http.post("/v1/get_action", json={"episode_id": "nope", "observation": GOOD}),
+        409,
+        "episode_error",
+    )
+    eid = _ok(http.post("/v1/start_episode", json={}))["episode_id"]
+    _error(http.post("/v1/start_episode", json={"episode_id": eid}), 409, "episode_error")
+    _error(  # a reward before the first action
+        http.post("/v1/log_returns", json={"episode_id": eid, "reward": 1.0}), 409, "episode_error"
+    )
+    assert _ok(http.post("/v1/end_episode", json={"episode_id": eid, "observation": GOOD}))
+    _error(
+        http.post("/v1/end_episode", json={"episode_id": eid, "observation": GOOD}),
+        409,
+        "episode_error",
+    )
+
+
+@pytest.mark.parametrize(
+    "observation",
+    [
+        "[NaN, 0, 0, 0]",
+        "[0, Infinity, 0, 0]",
+        "[10.0, 0, 0, 0]",
+        "[0, 0, 0]",
+        "[[0, 0, 0, 0]]",
+        '["a", "b", "c", "d"]',
+        '{"x": 1}',
+        "null",
+    ],
+)
+def test_bad_values_are_422(http: httpx.Client, observation: str) -> None:
+    eid = _ok(http.post("/v1/start_episode", json={}))["episode_id"]
+    body = f'{{"episode_id": "{eid}", "observation": {observation}}}'
+    headers = {"content-type": "application/json"}
+    _error(http.post("/v1/get_action", content=body, headers=headers), 422, "bad_value")
+    # The episode is untouched by the rejected request.
+    assert _ok(http.post("/v1/get_action", json={"episode_id": eid, "observation": GOOD}))
+    _error(http.post("/v1/end_episode", content=body, headers=headers), 422, "bad_value")
+    assert _ok(http.post("/v1/end_episode", json={"episode_id": eid, "observation": GOOD}))
+
+
+@pytest.mark.parametrize(
+    ("kind", "body"),
+    [
+        ("start_episode", b"this is not json"),
+        ("start_episode", b"[1, 2, 3]"),
+        ("start_episode", b'"a string"'),
+        ("start_episode", b"\xff\xfe\x00"),
+        ("start_episode", b'{"episode_id": 5}'),
+        ("start_episode", b'{"training_enabled": "yes"}'),
+        ("get_action", b'{"episode_id": "x"}'),
+        ("get_action", b'{"episode_ids": [], "observations": []}'),
+        ("log_returns", b'{"episode_id": "x"}'),
+        ("log_returns", b'{"episode_id": "x", "reward": "1"}'),
+        ("hello", b"{}"),
+    ],
+)
+def test_undecodable_requests_are_400(http: httpx.Client, kind: str, body: bytes) -> None:
+    headers = {"content-type": "application/json"}
+    _error(http.post(f"/v1/{kind}", content=body, headers=headers), 400, "decode_error")
+
+
+def test_unknown_type_is_404(http: httpx.Client) -> None:
+    body = _error(http.post("/v1/bogus", json={}), 404, "decode_error")
+    assert "start_episode" in body["message"]  # lists the known types
+
+
+def test_oversized_body_is_413(http: httpx.Client) -> None:
+    observation = [0.0] * 40_000  # about 160 kB of JSON, over --max-frame-bytes 65536
+    reply = http.post("/v1/get_action", json={"episode_id": "x", "observation": observation})
+    _error(reply, 413, "limit_exceeded")
+
+
+def test_wrong_method(http: httpx.Client) -> None:
+    assert http.get("/v1/start_episode").status_code == 405
+
+
+def test_prometheus_metrics(server: Any, http: httpx.Client) -> None:
+    with PolicyClient(server.address, timeout=30) as client:
+        play_cartpole(client, seed=77)
+    reply = http.get("/metrics")
+    assert reply.status_code == 200
+    assert reply.headers["content-type"].startswith("text/plain")
+    text = reply.text
+    assert "rlserve_episodes_return_mean" in text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    expected = _ok(http.get("/v1/metrics"))
+    for name in ("episodes/return_mean", "episodes/completed", "server/weights_version"):
+        family = families["rlserve_" + name.replace("/", "_")]
+        assert family.type == "gauge"
+        assert family.samples[0].value == pytest.approx(expected[name])
+
+
+def test_json_metrics_are_valid_json(http: httpx.Client) -> None:
+    reply = http.get("/v1/metrics")
+    metrics = json.loads(reply.text)  # strict: no NaN/Infinity literals
+    for key in ("episodes/return_mean", "episodes/completed", "server/env_steps"):
+        assert key in metrics
+
+
+# -- tokens ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "authorization", [None, "Bearer wrong", f"Basic {TOKEN}", "Bearer", f"Bearer {TOKEN}x"]
+)
+def test_token_required_over_http(token_server: Any, authorization: str | None) -> None:
+    headers = {} if authorization is None else {"Authorization": authorization}
+    with httpx.Client(base_url=token_server.http_url, timeout=30, headers=headers) as http:
+        assert http.get("/v1/health").status_code == 200  # health needs no token
+        _error(http.get("/v1/metrics"), 401, "unauthorized")
+        assert http.get("/metrics").status_code == 401
+        _error(http.post("/v1/start_episode", json={}), 401, "unauthorized")
+        _error(http.post("/v1/hello", json={"protocol_version": 1}), 401, "unauthorized")
+
+
+def test_right_token_over_http(token_server: Any) -> None:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=token_server.http_url, timeout=60, headers=headers) as http:
+        assert _ok(http.post("/v1/hello", json={"protocol_version": 1}))["type"] == "welcome"
+        eid = _ok(http.post("/v1/start_episode", json={}))["episode_id"]
+        assert _ok(http.post("/v1/get_action", json={"episode_id": eid, "observation": GOOD}))
+        assert _ok(http.post("/v1/end_episode", json={"episode_id": eid, "observation": GOOD}))
+        assert _ok(http.get("/v1/metrics"))["episodes/started"] >= 1
+        assert http.get("/metrics").status_code == 200
+
+
+@pytest.mark.parametrize("token", [None, "wrong", ""])
+def test_wrong_token_over_binary(token_server: Any, token: str | None) -> None:
+    with pytest.raises(AuthenticationError):
+        PolicyClient(token_server.address, token=token, timeout=30)
+    with RawSocket(token_server.address) as raw:
+        reply = raw.request({"type": "hello", "id": 1, "protocol_version": 1, "token": token})
+        assert reply["code"] == "unauthorized"
+        assert raw.receive() is None  # closed after a failed hello
+
+
+def test_right_token_over_binary(token_server: Any) -> None:
+    with PolicyClient(token_server.address, token=TOKEN, timeout=60) as client:
+        result = play_cartpole(client, seed=4)
+    assert result.length > 0
+    with RawSocket(token_server.address) as raw:
+        raw.hello(TOKEN)
+        assert raw.request({"type": "ping", "id": 2}) == {"type": "pong", "id": 2}
+
+
+@pytest.mark.parametrize("token", [None, ""])
+def test_public_host_without_token_refuses_to_start(
+    tmp_path: Path, run_rlserve: Callable[..., Any], token: str | None
+) -> None:
+    args = ["serve", "--host", "0.0.0.0", "--port", "0", "--http-port", "0"]
+    args += ["--spaces-from", "CartPole-v1", "--no-progress", "--run-dir", str(tmp_path / "runs")]
+    if token is not None:
+        args += ["--token", token]
+    done = run_rlserve(*args)
+    assert done.returncode != 0
+    assert "token" in done.stderr.lower()
+    assert "Traceback" not in done.stderr
+    assert "listening" not in done.stdout
+
+
+def test_public_host_with_token_serves(launch_server: Any) -> None:
+    server = launch_server("--host", "0.0.0.0", "--token", TOKEN)
+    assert server.host == "0.0.0.0"
+    with PolicyClient(server.address, token=TOKEN, timeout=30) as client:
+        assert client.observation_space.shape == (4,)
+    reply = httpx.get(
+        f"{server.http_url}/v1/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10
+    )
+    assert reply.status_code == 200
