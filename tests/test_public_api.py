@@ -113,3 +113,14 @@ def test_the_no_torch_check_can_fail() -> None:
     )
     assert result.returncode != 0
     assert "torch" in result.stderr
+
+
+def test_the_serving_process_never_imports_torch() -> None:
+    # Only the learner process trains; the serving side (CLI, server, demo) stays torch-free,
+    # which keeps its memory small and its start fast.
+    code = (
+        "import sys, rlserve.cli, rlserve.demo, rlserve.server.app, rlserve.algorithms.ppo_config;"
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -44,7 +44,7 @@ def _spaces(config: Any) -> tuple[Any, Any]:
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from rlserve.algorithms.ppo import PPOConfig
+    from rlserve.algorithms.ppo_config import PPOConfig
     from rlserve.server.app import PolicyServer, install_uvloop, serve_forever
     from rlserve.server.config import ServerConfig
     from rlserve.server.run_folder import RunFolder
@@ -104,7 +104,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``rlserve`` command."""
-    from rlserve.algorithms.ppo import PPOConfig
+    from rlserve.algorithms.ppo_config import PPOConfig
     from rlserve.demo import DemoConfig
     from rlserve.server.config import ServerConfig
 

@@ -105,7 +105,7 @@ def run_demo(config: DemoConfig) -> int:
 async def _run(config: DemoConfig) -> int:
     import gymnasium as gym
 
-    from rlserve.algorithms.ppo import PPOConfig
+    from rlserve.algorithms.ppo_config import PPOConfig
     from rlserve.config import to_table
     from rlserve.server.app import PolicyServer
     from rlserve.server.config import ServerConfig

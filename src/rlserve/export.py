@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from rlserve.algorithms.models import ActorCritic
-from rlserve.algorithms.ppo import PPOConfig
+from rlserve.algorithms.ppo_config import PPOConfig
 from rlserve.config import build
 from rlserve.errors import ConfigError
 from rlserve.server.learner_worker import checkpoint_files
