@@ -478,3 +478,15 @@ def test_expire_idle_of_training_disabled_episode_hands_on_nothing() -> None:
     [summary] = table.expire_idle(10.0)
     assert summary.training_enabled is False
     assert sink == []
+
+
+def test_idle_time_counts_from_the_answer_not_the_question() -> None:
+    clock = FakeClock()
+    table, _ = _table(clock=clock)
+    ep = _start(table)
+    table.observe(ep, _obs(0), None)
+    clock.now += 60.0  # the server took long to answer (e.g. waiting for the first weights)
+    table.act(ep, 0, -0.5, True, 0)
+    assert table.expire_idle(10.0) == []
+    clock.now += 11.0
+    assert [s.episode_id for s in table.expire_idle(10.0)] == ["ep"]

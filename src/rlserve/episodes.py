@@ -206,6 +206,8 @@ class EpisodeTable:
         agent.versions.append(version)
         episode.length += 1
         episode.status = EpisodeStatus.ACTIVE
+        # Idle time counts from the answer: a client cannot act before it has its action.
+        episode.last_seen = self._clock()
 
     def log_returns(self, episode: Episode, reward: float) -> None:
         """Add reward to the previous action.
