@@ -246,7 +246,7 @@ class _Fields:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self._wrong(name, "a number", value)
-        number = _finite(value)
+        number = finite_number(value)
         if number is None:
             raise DecodeError(f"'{self.kind}' field '{name}' must be finite, got {value!r}")
         return number
@@ -420,16 +420,16 @@ def _float_list(f: _Fields, name: str, value: Any, count: int) -> list[float]:
         raise DecodeError(f"get_action '{name}' must be a list of {count} numbers")
     out = []
     for item in value:
-        number = None if isinstance(item, bool) else _finite(item)
+        number = finite_number(item)
         if number is None:
             raise DecodeError(f"get_action '{name}' must hold finite numbers, got {item!r}")
         out.append(number)
     return out
 
 
-def _finite(value: Any) -> float | None:
-    """``value`` as a finite float, or None (not a number, NaN, infinite, or too large)."""
-    if not isinstance(value, int | float):
+def finite_number(value: Any) -> float | None:
+    """``value`` as a finite float, or None (not a number, a bool, NaN, infinite, too large)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     try:
         number = float(value)

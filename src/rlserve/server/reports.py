@@ -11,7 +11,6 @@ answered as a duplicate and never trained on twice.
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,22 +22,12 @@ import numpy as np
 from rlserve.episodes import SINGLE_AGENT, EpisodeSummary
 from rlserve.errors import LimitExceededError, SpaceError
 from rlserve.protocol.limits import Limits
-from rlserve.protocol.messages import ReportSamples
+from rlserve.protocol.messages import ReportSamples, finite_number
 from rlserve.samples import Fragment
 from rlserve.spaces import flat_dim
 
 MAX_REMEMBERED_BATCHES = 100_000
 """Batch ids remembered for de-duplication (oldest forgotten first)."""
-
-
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
 
 
 def _array(raw: dict[str, Any], name: str, where: str) -> np.ndarray:
@@ -166,7 +155,7 @@ def check_summaries(raw: list[dict[str, Any]], limits: Limits, where: str) -> li
     summaries = []
     for i, item in enumerate(raw):
         episode_id, length = item.get("episode_id"), item.get("length")
-        ret = _finite(item.get("return"))
+        ret = finite_number(item.get("return"))
         if (
             not isinstance(episode_id, str)
             or not 0 < len(episode_id) <= limits.max_id_length
