@@ -50,6 +50,10 @@ class Learner(abc.ABC):
         """Version of the current weights (one more after each update)."""
 
     @abc.abstractmethod
+    def continue_versions_from(self, version: int) -> None:
+        """Number later weights after ``version`` if it is ahead (weights never go back)."""
+
+    @abc.abstractmethod
     def ingest(self, fragments: list[Fragment]) -> None:
         """Take fragments into the learner's buffer."""
 

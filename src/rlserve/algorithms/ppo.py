@@ -10,6 +10,7 @@ current policy's, so their first ratio is 1.
 
 from __future__ import annotations
 
+import io
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from rlserve.algorithms.advantages import gae
 from rlserve.algorithms.base import Learner, WeightsPackage
 from rlserve.algorithms.models import ActorCritic
 from rlserve.algorithms.ppo_config import PPOConfig
+from rlserve.durable import atomic_write_bytes
 from rlserve.samples import Fragment
 
 
@@ -81,6 +83,10 @@ class PPOLearner(Learner):
     def version(self) -> int:
         """Version of the current weights."""
         return self._version
+
+    def continue_versions_from(self, version: int) -> None:
+        """Number the next update's weights after ``version`` when it is ahead of ours."""
+        self._version = max(self._version, version)
 
     def _fresh_mask(self, fragment: Fragment) -> np.ndarray:
         return fragment.weights_version >= self._version - self.config.max_policy_lag
@@ -225,9 +231,9 @@ class PPOLearner(Learner):
             "torch_rng": torch.get_rng_state(),
             "extra": extra,
         }
-        tmp = path.with_suffix(".tmp")
-        torch.save(state, tmp)
-        tmp.replace(path)
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        atomic_write_bytes(path, buffer.getvalue())
 
     def load(self, path: Path) -> dict[str, Any]:
         """Restore model, optimiser, counters and RNG from ``path``."""

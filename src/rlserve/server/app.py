@@ -2,14 +2,16 @@
 
 Data flow: a carrier decodes a request -> :class:`~rlserve.server.service.Service` records it in
 the episode table and batches ``get_action`` into one numpy forward pass -> finished fragments go
-to the :class:`~rlserve.server.learner_link.LearnerLink` queue -> the learner process trains and
-sends weights back -> the service switches to them between batches.
+to the experience log through the :class:`~rlserve.server.learner_link.LearnerLink` -> the
+supervised learner process reads the log, trains and sends weights back -> the server writes
+them to the run folder and the service switches to them between batches.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import socket
 from collections.abc import Iterator
@@ -21,17 +23,20 @@ import gymnasium as gym
 import uvicorn
 
 from rlserve.algorithms.base import WeightsPackage
-from rlserve.errors import RLServeError
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.server.config import ServerConfig
+from rlserve.server.experience_log import ExperienceLog
 from rlserve.server.http import build_http_app
 from rlserve.server.learner_link import LearnerLink
 from rlserve.server.metrics import MetricsWriter, ProgressLine
 from rlserve.server.run_folder import RunFolder
 from rlserve.server.service import Service
+from rlserve.server.state_store import StateStore
 from rlserve.server.stats import ServerStats
 from rlserve.server.tcp import BinaryServer, start_binary_server
 from rlserve.spaces import describe
+
+logger = logging.getLogger("rlserve.server")
 
 
 class _EmbeddedUvicorn(uvicorn.Server):
@@ -52,7 +57,7 @@ class PolicyServer:
         observation_space: The policy's observation space.
         action_space: The policy's action space.
         run: The run folder.
-        resume: Continue from the run folder's latest checkpoint.
+        resume: Continue the run in ``run`` (its weights, counters and experience log).
     """
 
     config: ServerConfig
@@ -71,21 +76,23 @@ class PolicyServer:
         self._housekeeping_task: asyncio.Task[Any] | None = None
         self._http: _EmbeddedUvicorn | None = None
         self._tcp: BinaryServer | None = None
+        self.store = StateStore(self.run.path)
+        self.log = ExperienceLog(self.run.path / "experience")
         self.learner = LearnerLink(
             {
                 "ppo": {**self.ppo, "seed": self.config.seed},
                 "observation_space": describe(self.observation_space),
                 "action_space": describe(self.action_space),
                 "run_dir": str(self.run.path),
-                "resume": self.resume,
                 "checkpoint_every": self.config.checkpoint_every,
                 "keep_checkpoints": self.config.keep_checkpoints,
+                "max_queue_steps": self.config.max_sample_queue_steps,
             },
             self.stats,
+            self.log,
             self._on_weights,
-            self._restore,
-            self.config.max_sample_queue_steps,
-            self._state,
+            self._on_checkpointed,
+            lambda: self.stats.weights_version,
         )
         self.service = Service(
             {DEFAULT_POLICY_ID: (self.observation_space, self.action_space)},
@@ -96,22 +103,61 @@ class PolicyServer:
             self.stats,
             seed=self.config.seed,
         )
-        self._metrics = MetricsWriter(self.run.path)
+        self._metrics: MetricsWriter | None = None
         self._progress = ProgressLine(self.config.progress)
 
-    def _state(self) -> dict[str, Any]:
-        return {"stats": self.stats.state(), "reported_batches": self.service.ledger.state()}
+    def _recover(self) -> None:
+        """Continue from what the run folder holds: counters, reported batch ids, weights."""
+        records = self.log.open()
+        state = self.store.load_state()
+        self.stats.restore(state)
+        logged_before = int(state.get("log_seq", 0))
+        self.service.ledger.restore(self.store.load_ledger())
+        for record in records:
+            if record.batch_id is not None:
+                self.service.ledger.remember(record.batch_id, record.steps)
+            if record.seq > logged_before:
+                # Logged after the counters were last saved: count it now, so the counters
+                # never go back after a crash.
+                self.stats.steps_logged += record.steps
+                if record.kind == "report":
+                    self.stats.count_reported(record.steps)
+        package = self.store.load_weights()
+        if package is not None:
+            # Serve at once, without waiting for the learner (which continues after it).
+            self.service.set_weights(DEFAULT_POLICY_ID, package)
 
-    def _restore(self, state: dict[str, Any]) -> None:
-        self.stats.restore(state.get("stats", {}))
-        self.service.ledger.restore(state.get("reported_batches", []))
-
-    def _on_weights(self, package: WeightsPackage) -> None:
+    async def _on_weights(self, package: WeightsPackage) -> None:
+        try:
+            # On disk before any client sees the version: a restarted server serves it again,
+            # so versions never go back and reports made with it are never refused.
+            await asyncio.get_running_loop().run_in_executor(None, self.store.save_weights, package)
+            self.stats.storage_ok("published weights")
+        except OSError as exc:
+            self.stats.storage_failed("published weights", exc)
         self.service.set_weights(DEFAULT_POLICY_ID, package)
 
-    async def start(self) -> None:
-        """Start the learner process and listen on both carriers."""
+    async def _on_checkpointed(self, message: dict[str, Any]) -> None:
+        """Delete experience-log segments every kept checkpoint has trained past."""
+        needed_after = int(message["log_needed_after"])
+        entries = self.service.ledger.state()
         loop = asyncio.get_running_loop()
+
+        def compact() -> None:
+            # The ids of reported batches outlive their records: save them before deleting.
+            self.store.save_ledger(entries)
+            self.log.delete_through(needed_after)
+
+        try:
+            await loop.run_in_executor(None, compact)
+            self.stats.storage_ok("experience log clean-up")
+        except OSError as exc:
+            self.stats.storage_failed("experience log clean-up", exc)
+
+    async def start(self) -> None:
+        """Recover the run folder's state, start the learner and listen on both carriers."""
+        loop = asyncio.get_running_loop()
+        self._recover()
         self.learner.start(loop)
         limits = self.config.limits()
         self._tcp = await start_binary_server(
@@ -127,7 +173,7 @@ class PolicyServer:
             # Listen now, so the port accepts connections once the listening line is printed.
             sock.listen(2048)
             self.http_port = sock.getsockname()[1]
-            app = build_http_app(self.service, self.config.token)
+            app = build_http_app(self.service, self.config.token, self.health)
             self._http = _EmbeddedUvicorn(
                 uvicorn.Config(
                     app,
@@ -136,7 +182,7 @@ class PolicyServer:
                     access_log=False,
                     # A request still waiting at shutdown (e.g. a report for a learner that
                     # failed) must not hold the final checkpoint back.
-                    timeout_graceful_shutdown=5,
+                    timeout_graceful_shutdown=2,
                 )
             )
             self._http_task = loop.create_task(self._http.serve(sockets=[sock]))
@@ -147,22 +193,64 @@ class PolicyServer:
         self._stopping.set()
 
     async def wait_stopped(self) -> None:
-        """Wait until :meth:`request_stop` or a learner failure."""
+        """Wait until :meth:`request_stop`."""
         await self._stopping.wait()
 
     async def _housekeeping(self) -> None:
-        interval = self.config.metrics_interval
+        # Each chore is guarded on its own: a failing write (disk full, read-only folder, too
+        # many open files) is logged, counted and retried next time, and never stops reaping
+        # idle episodes or serving.
         while not self._stopping.is_set():
-            await asyncio.sleep(interval)
-            self.service.expire_idle(self.config.idle_timeout)
+            await asyncio.sleep(self.config.metrics_interval)
+            try:
+                self.service.expire_idle(self.config.idle_timeout)
+            except Exception:
+                logger.exception("rlserve: closing idle episodes failed")
             self.stats.tick()
-            self._metrics.write(self.stats.snapshot(), self.stats.env_steps)
+            await self._write_metrics()
+            await self._save_state()
             self._progress.show(self.stats.progress_line())
-            if self.learner.failure is not None:
-                self._stopping.set()
+
+    async def _write_metrics(self) -> None:
+        snapshot, step = self.stats.snapshot(), self.stats.env_steps
+
+        def write() -> None:
+            if self._metrics is None:
+                self._metrics = MetricsWriter(self.run.path)
+            try:
+                self._metrics.write(snapshot, step)
+            except BaseException:
+                self._metrics = None  # start a fresh event file next time
+                raise
+
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, write)
+            self.stats.storage_ok("TensorBoard metrics")
+        except Exception as exc:
+            self.stats.storage_failed("TensorBoard metrics", exc)
+
+    async def _save_state(self) -> None:
+        state = {**self.stats.state(), "log_seq": self.log.last_seq}
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self.store.save_state, state)
+            self.stats.storage_ok("server state")
+        except OSError as exc:
+            self.stats.storage_failed("server state", exc)
+
+    def health(self) -> dict[str, Any]:
+        """What ``GET /v1/health`` reports beyond the versions: degraded parts, the learner."""
+        problems = dict(self.stats.degraded)
+        if self.learner.failure is not None:
+            problems["learner"] = self.learner.failure.strip().splitlines()[-1]
+        return {"status": "degraded" if problems else "ok", "problems": problems}
 
     async def close(self) -> Path | None:
-        """Stop serving, write a final checkpoint, close everything; return the checkpoint path."""
+        """Stop serving, write a final checkpoint and state, close everything (within ~10 s).
+
+        Returns:
+            The final checkpoint, or None if the learner wrote none in time (nothing is lost:
+            the experience log holds everything acknowledged).
+        """
         self._stopping.set()
         if self._tcp is not None:
             self._tcp.close()
@@ -171,14 +259,15 @@ class PolicyServer:
         if self._housekeeping_task is not None:
             self._housekeeping_task.cancel()
         tasks = [t for t in (self._http_task, self._housekeeping_task) if t is not None]
-        await asyncio.gather(*tasks, return_exceptions=True)
-        checkpoint = await self.learner.stop()
+        stopped = await asyncio.gather(self.learner.stop(), *tasks, return_exceptions=True)
+        checkpoint = stopped[0] if isinstance(stopped[0], str) else None
         self.stats.tick()
-        self._metrics.write(self.stats.snapshot(), self.stats.env_steps)
-        self._metrics.close()
+        await self._save_state()
+        await self._write_metrics()
+        if self._metrics is not None:
+            with contextlib.suppress(Exception):
+                self._metrics.close()
         self._progress.finish()
-        if self.learner.failure is not None:
-            raise RLServeError(f"the learner process failed:\n{self.learner.failure}")
         return None if checkpoint is None else Path(checkpoint)
 
 

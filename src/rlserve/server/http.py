@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import math
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -66,8 +67,18 @@ def _json(payload: dict[str, Any], status: int = 200) -> Response:
     return Response(encode_json(payload), status_code=status, media_type="application/json")
 
 
-def build_http_app(service: Service, token: str | None) -> Starlette:
-    """The Starlette application of the HTTP carrier."""
+def build_http_app(
+    service: Service,
+    token: str | None,
+    health_state: Callable[[], dict[str, Any]] | None = None,
+) -> Starlette:
+    """The Starlette application of the HTTP carrier.
+
+    Args:
+        service: Handles the messages.
+        token: The shared secret, or None.
+        health_state: Adds ``status`` ("ok" or "degraded") and ``problems`` to the health reply.
+    """
     sessions: dict[str, Session] = {}
     registry = CollectorRegistry(auto_describe=True)
     registry.register(_StatsCollector(service))
@@ -97,6 +108,7 @@ def build_http_app(service: Service, token: str | None) -> Starlette:
                 "protocol_version": PROTOCOL_VERSION,
                 "server_version": __version__,
                 "weights_version": service.stats.weights_version,
+                **(health_state() if health_state is not None else {}),
             }
         )
 

@@ -1,219 +1,311 @@
-"""The serving side of the learner process: a bounded sample queue and the pipe to the learner.
+"""The serving side of learning: the experience log and a supervised learner process.
 
-Fragments from the episode table wait in a queue bounded by ``max_sample_queue_steps``. When it
-is full the oldest fragments are dropped (and counted in ``samples/steps_dropped_queue_full``):
-for an on-policy learner the newest experience is the most useful, and serving never blocks on a
-slow learner. The learner pulls: it asks for samples when it is ready, and everything queued is
-sent at once, so the pipe never fills while the learner is busy and the event loop never blocks
-on it.
+Every fragment the server acknowledges (cut from a remote episode, or in an accepted
+``report_samples`` batch) is appended to the run's experience log
+(:mod:`~rlserve.server.experience_log`) before any learner sees it; the learner process reads the
+log itself, so fragments never cross the learner's socket and the serving process never blocks on
+it. The server only announces how far the log goes; the learner answers how far it has read.
+
+A reported batch is acknowledged once it is both on the disk (the log's sync thread) and read by
+the learner, which paces local-inference clients to the learner. When the backlog the learner
+finds is over ``max_queue_steps``, it skips the oldest records (counted in
+``samples/steps_dropped_queue_full``): the newest experience is the most useful on-policy.
+
+The learner process is supervised: if it dies (kill -9, an exception), serving goes on with the
+weights it has, the death is logged once, and a new learner starts from the newest intact
+checkpoint and reads the log on from where that checkpoint had trained (``learner/restarts``).
+Both ends of the socket are non-blocking on the server (asyncio streams), so shutdown cannot
+deadlock: the learner gets a few seconds for a final checkpoint and is then killed, which loses
+nothing, since the log holds every acknowledged step.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import multiprocessing as mp
+import socket
+import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rlserve.algorithms.base import WeightsPackage
-from rlserve.errors import RLServeError
+from rlserve.errors import ProtocolError
+from rlserve.protocol.codec import decode, encode
+from rlserve.protocol.framing import FrameDecoder, frame
 from rlserve.samples import Fragment
-from rlserve.server.learner_worker import receive, run_learner, send
+from rlserve.server.experience_log import ExperienceLog, encode_payload
+from rlserve.server.learner_worker import IPC_LIMITS, run_learner
 from rlserve.server.stats import ServerStats
 
+logger = logging.getLogger("rlserve.server")
 
-class LearnerFailedError(RLServeError):
-    """The learner process raised; its traceback is in the message."""
+RESTART_DELAYS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+"""Seconds before restarting a learner that died, by how many times in a row it died quickly."""
 
-
-@dataclass(slots=True)
-class _BatchTicket:
-    """Tracks a reported batch's fragments through the queue."""
-
-    remaining: int
-    on_done: Callable[[int], None]
-    dropped: int = 0
-
-    def leave(self, fragment: Fragment, dropped: bool) -> None:
-        self.remaining -= 1
-        if dropped:
-            self.dropped += len(fragment)
-        if self.remaining == 0:
-            self.on_done(self.dropped)
+HEALTHY_RUN_SECONDS = 60.0
+"""A learner that ran this long before dying resets the restart back-off."""
 
 
 class LearnerLink:
-    """Starts the learner process and moves fragments to it and weights from it.
+    """Writes acknowledged experience to the log and keeps a learner process training on it.
 
     Args:
-        setup: Plain-value set-up for :func:`run_learner`.
-        stats: Server counters (queue sizes, learner metrics, counters sent with checkpoints).
-        on_weights: Called with each published weights package.
-        on_restored: Called with the server state found in a resumed checkpoint.
-        max_queue_steps: Bound of the sample queue.
-        state: Returns the server state a checkpoint keeps (counters, reported batch ids).
+        setup: Plain-value set-up for :func:`~rlserve.server.learner_worker.run_learner`
+            (``published_version`` is added at each start).
+        stats: Server counters.
+        log: The opened experience log.
+        on_weights: Persists then publishes a weights package (awaited, in order).
+        on_checkpointed: Called with each ``checkpointed`` message (log clean-up).
+        published_version: Returns the version the server serves now (-1: none).
     """
 
     def __init__(
         self,
         setup: dict[str, Any],
         stats: ServerStats,
-        on_weights: Callable[[WeightsPackage], None],
-        on_restored: Callable[[dict[str, Any]], None],
-        max_queue_steps: int,
-        state: Callable[[], dict[str, Any]],
+        log: ExperienceLog,
+        on_weights: Callable[[WeightsPackage], Awaitable[None]],
+        on_checkpointed: Callable[[dict[str, Any]], Awaitable[None]],
+        published_version: Callable[[], int],
     ):
-        self._state = state
         self._setup = setup
         self._stats = stats
+        self.log = log
         self._on_weights = on_weights
-        self._on_restored = on_restored
-        self._max_queue_steps = max_queue_steps
-        self._queue: deque[tuple[Fragment, _BatchTicket | None]] = deque()
-        self._queued_steps = 0
-        self._learner_waiting = False
-        self._send_scheduled = False
+        self._on_checkpointed = on_checkpointed
+        self._published_version = published_version
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._conn: Any = None
+        self._writer: asyncio.StreamWriter | None = None
         self._process: Any = None
+        self._supervisor: asyncio.Task[None] | None = None
+        self._syncer: asyncio.Task[None] | None = None
+        self._sync_executor = ThreadPoolExecutor(1, thread_name_prefix="rlserve-log-sync")
+        self._unsynced = asyncio.Event()
+        self._notify_scheduled = False
+        self._stopping = False
+        self._checkpointed = asyncio.Event()
+        # Records not yet read by any learner, and reported batches waiting for their reply.
+        self._unread: deque[tuple[int, int]] = deque()
+        self._tickets: dict[int, Callable[[int], None]] = {}
+        self._dropped: dict[int, int] = {}
+        self._consumed_through = 0
         self.failure: str | None = None
+        """The last learner death, for the log and ``/v1/health``; None while healthy."""
         self.device = "unknown"
         self.last_checkpoint: str | None = None
-        self._checkpointed: asyncio.Event | None = None
-        self._stopping = False
+
+    # -- experience in ---------------------------------------------------------------------
+
+    def add(self, fragment: Fragment) -> None:
+        """Log a fragment cut from a remote episode.
+
+        A failed write never reaches the client that stepped: its fragment is lost, counted in
+        ``samples/steps_lost_storage`` and the server reports itself degraded.
+        """
+        try:
+            self._append("fragments", [fragment], None)
+        except OSError as exc:
+            self._stats.steps_lost_storage += len(fragment)
+            self._stats.storage_failed("experience log", exc)
+
+    def add_batch(
+        self, fragments: list[Fragment], batch_id: str, on_done: Callable[[int], None]
+    ) -> None:
+        """Log a reported batch; ``on_done(dropped_steps)`` once it is synced and read.
+
+        Raises:
+            OSError: The log could not be written; nothing of the batch was kept.
+        """
+        seq = self._append("report", fragments, batch_id)
+        self._tickets[seq] = on_done
+
+    def _append(self, kind: str, fragments: list[Fragment], batch_id: str | None) -> int:
+        steps = sum(len(f) for f in fragments)
+        payload = encode_payload([f.to_wire() for f in fragments])
+        seq = self.log.append(kind, steps, payload, batch_id)
+        self._unread.append((seq, steps))
+        self._stats.steps_logged += steps
+        self._stats.steps_queued += steps
+        self._unsynced.set()
+        if not self._notify_scheduled and self._loop is not None:
+            self._notify_scheduled = True
+            self._loop.call_soon(self._notify)
+        return seq
+
+    def _notify(self) -> None:
+        # One message per event-loop iteration, however many records were appended in it.
+        self._notify_scheduled = False
+        self._send({"type": "available", "through": self.log.last_seq})
+
+    def _send(self, message: dict[str, Any]) -> None:
+        if self._writer is not None and not self._writer.is_closing():
+            self._writer.write(frame(encode(message)))
+
+    async def _sync_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._unsynced.wait()
+            self._unsynced.clear()
+            try:
+                await loop.run_in_executor(self._sync_executor, self.log.sync)
+            except OSError as exc:
+                self._stats.storage_failed("experience log", exc)
+                self._unsynced.set()
+                await asyncio.sleep(1.0)
+                continue
+            self._stats.storage_ok("experience log")
+            self._settle_tickets()
+
+    def _settle_tickets(self) -> None:
+        through = min(self._consumed_through, self.log.synced_seq)
+        for seq in sorted(s for s in self._tickets if s <= through):
+            self._tickets.pop(seq)(self._dropped.pop(seq, 0))
+
+    # -- the learner process ---------------------------------------------------------------
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Spawn the learner process and watch its end of the pipe."""
+        """Start the learner and its supervisor, and the log's sync thread."""
         self._loop = loop
-        self._checkpointed = asyncio.Event()
-        ctx = mp.get_context("spawn")
-        parent, child = ctx.Pipe(duplex=True)
-        self._process = ctx.Process(
-            target=run_learner, args=(child, self._setup), name="rlserve-learner", daemon=True
-        )
-        self._process.start()
-        child.close()
-        self._conn = parent
-        loop.add_reader(parent.fileno(), self._on_readable)
+        self._consumed_through = self.log.last_seq if not self._unread else 0
+        self._supervisor = loop.create_task(self._supervise())
+        self._syncer = loop.create_task(self._sync_loop())
 
     @property
     def pid(self) -> int | None:
-        """The learner process id."""
+        """The current learner process id."""
         return None if self._process is None else self._process.pid
 
-    def add(self, fragment: Fragment, ticket: _BatchTicket | None = None) -> None:
-        """Queue a fragment for the learner (drops the oldest when the queue is full)."""
-        self._queue.append((fragment, ticket))
-        self._queued_steps += len(fragment)
-        while self._queued_steps > self._max_queue_steps and len(self._queue) > 1:
-            dropped, dropped_ticket = self._queue.popleft()
-            self._queued_steps -= len(dropped)
-            self._stats.steps_dropped_queue_full += len(dropped)
-            if dropped_ticket is not None:
-                dropped_ticket.leave(dropped, dropped=True)
-        self._stats.steps_queued = self._queued_steps
-        if self._learner_waiting and not self._send_scheduled and self._loop is not None:
-            self._send_scheduled = True
-            self._loop.call_soon(self._send_fragments)
-
-    def add_batch(self, fragments: list[Fragment], on_done: Callable[[int], None]) -> None:
-        """Queue a reported batch.
-
-        ``on_done(dropped_steps)`` runs once all of it left the queue: sent to the learner, or
-        dropped because the queue was full.
-        """
-        ticket = _BatchTicket(len(fragments), on_done)
-        for fragment in fragments:
-            self.add(fragment, ticket)
-
-    def _send_fragments(self) -> None:
-        self._send_scheduled = False
-        if not self._learner_waiting or not self._queue or self._conn is None or self._stopping:
-            return
-        entries, self._queue = list(self._queue), deque()
-        steps, self._queued_steps = self._queued_steps, 0
-        self._learner_waiting = False
-        self._stats.steps_queued = 0
-        self._stats.steps_sent_to_learner += steps
-        # Settle the batches first, so the state sent along (kept by the next checkpoint)
-        # already remembers their ids: a checkpoint never holds training on a batch it forgot.
-        for fragment, ticket in entries:
-            if ticket is not None:
-                ticket.leave(fragment, dropped=False)
-        try:
-            send(
-                self._conn,
-                {
-                    "type": "fragments",
-                    "fragments": [fragment.to_wire() for fragment, _ in entries],
-                    "server_state": self._state(),
-                },
+    async def _supervise(self) -> None:
+        quick_deaths = 0
+        while not self._stopping:
+            started = time.monotonic()
+            try:
+                await self._run_learner()
+            except Exception as exc:  # e.g. too many open files: the spawn itself failed
+                self.failure = f"starting the learner failed: {exc!r}"
+            if self._stopping:
+                return
+            if time.monotonic() - started > HEALTHY_RUN_SECONDS:
+                quick_deaths = 0
+            delay = RESTART_DELAYS[min(quick_deaths, len(RESTART_DELAYS) - 1)]
+            quick_deaths += 1
+            self._stats.learner_restarts += 1
+            logger.error(
+                "rlserve: the learner process died (%s); serving goes on with weights v%d; "
+                "restarting it in %.1f s from its newest checkpoint and the experience log",
+                (self.failure or "").strip().splitlines()[-1:] or "no message",
+                self._published_version(),
+                delay,
             )
-        except OSError as exc:
-            self._lost(f"writing to the learner failed: {exc!r}")
+            await asyncio.sleep(delay)
 
-    def _on_readable(self) -> None:
+    async def _run_learner(self) -> None:
+        loop = asyncio.get_running_loop()
+        parent, child = socket.socketpair()
+        ctx = mp.get_context("spawn")
+        setup = {**self._setup, "published_version": self._published_version()}
+        process = ctx.Process(
+            target=run_learner, args=(child, setup), name="rlserve-learner", daemon=True
+        )
+        process.start()
+        child.close()
+        self._process = process
+        reader, writer = await asyncio.open_connection(sock=parent)
+        self._writer = writer
+        decoder = FrameDecoder(IPC_LIMITS.max_frame_bytes)
         try:
-            message = receive(self._conn)
-        except (EOFError, OSError, RLServeError) as exc:
-            self._lost(f"reading from the learner failed: {exc!r}")
-            return
-        kind = message["type"]
-        if kind == "request":
-            self._learner_waiting = True
-            self._send_fragments()
-        elif kind == "weights":
-            self.device = message.get("device", self.device)
-            self._stats.learner.update({k: float(v) for k, v in message["metrics"].items()})
-            self._on_weights(WeightsPackage.from_wire(message["package"]))
-        elif kind == "restored":
-            self._on_restored(message["server_state"])
-        elif kind == "checkpointed":
-            self.last_checkpoint = message["path"]
-            if "untrained_steps" in message:
-                self._stats.learner["learner/steps_untrained_at_shutdown"] = float(
-                    message["untrained_steps"]
-                )
-            assert self._checkpointed is not None
-            self._checkpointed.set()
-        elif kind == "failed":
-            self.failure = message["message"]
-            self._detach()
-
-    def _lost(self, what: str) -> None:
-        self._detach()
-        if self.failure is None:
-            self._process.join(1.0)
-            self.failure = f"{what}; learner exit code {self._process.exitcode}"
-
-    def _detach(self) -> None:
-        if self._checkpointed is not None:
+            while True:
+                data = await reader.read(1 << 20)
+                if not data:
+                    break
+                for body in decoder.feed(data):
+                    await self._dispatch(decode(body, IPC_LIMITS))
+        except (OSError, ProtocolError) as exc:
+            self.failure = f"the learner's socket broke: {exc!r}"
+        finally:
+            self._writer = None
+            writer.close()
             self._checkpointed.set()  # nobody may wait for a checkpoint that cannot come
-        if self._conn is not None and self._loop is not None:
-            self._loop.remove_reader(self._conn.fileno())
-        self._conn = None
+            await loop.run_in_executor(None, process.join, 2.0)
+            if process.is_alive():
+                process.kill()
+                await loop.run_in_executor(None, process.join, 2.0)
+            if self.failure is None and not self._stopping:
+                self.failure = f"the learner process exited with code {process.exitcode}"
 
-    async def stop(self, timeout: float = 60.0) -> str | None:
-        """Ask the learner to write a final checkpoint and exit; return the checkpoint path.
+    async def _dispatch(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind == "weights":
+            self._stats.learner.update({k: float(v) for k, v in message["metrics"].items()})
+            await self._on_weights(WeightsPackage.from_wire(message["package"]))
+        elif kind == "consumed":
+            self._consumed(int(message["through"]), message["dropped"])
+            self._stats.learner["learner/steps_consumed"] = float(message["steps_consumed"])
+        elif kind == "ready":
+            self.device = str(message["device"])
+            self.failure = None
+            if message.get("restored"):
+                logger.info("rlserve: learner restored from %s", message["restored"])
+            self._send({"type": "available", "through": self.log.last_seq})
+        elif kind == "checkpointed":
+            self.last_checkpoint = str(message["path"])
+            self._stats.learner["learner/steps_untrained_at_checkpoint"] = float(
+                message["untrained_steps"]
+            )
+            self._checkpointed.set()
+            await self._on_checkpointed(message)
+        elif kind == "failed":
+            self.failure = str(message["message"])
+            logger.error("rlserve: the learner process failed:\n%s", self.failure)
 
-        Nothing is handed to the learner after this: what is still queued was not acknowledged
-        to its clients, which re-send it to the next server.
+    def _consumed(self, through: int, dropped: list[list[int]]) -> None:
+        dropped_seqs = {int(seq): int(steps) for seq, steps in dropped}
+        for seq, steps in dropped_seqs.items():
+            if seq in self._tickets:
+                self._dropped[seq] = steps
+        while self._unread and self._unread[0][0] <= through:
+            seq, steps = self._unread.popleft()
+            lost = dropped_seqs.get(seq, 0)
+            self._stats.steps_queued -= steps
+            self._stats.steps_sent_to_learner += steps - lost
+            self._stats.steps_dropped_queue_full += lost
+        self._consumed_through = max(self._consumed_through, through)
+        self._settle_tickets()
+
+    def request_checkpoint(self) -> None:
+        """Ask the learner for a checkpoint now."""
+        self._send({"type": "checkpoint"})
+
+    async def stop(self, timeout: float = 7.0) -> str | None:
+        """Ask the learner for a final checkpoint, end it, flush the log; return the checkpoint.
+
+        The learner gets ``timeout`` seconds; then it is killed, which loses nothing: the log
+        holds every acknowledged step and the next learner reads on from its last checkpoint.
         """
         self._stopping = True
-        if self._conn is not None and self._checkpointed is not None:
+        if self._writer is not None:
             self._checkpointed.clear()
-            try:
-                send(self._conn, {"type": "stop", "server_state": self._state()})
+            self._send({"type": "stop"})
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._checkpointed.wait(), timeout)
-            except (OSError, TimeoutError):
-                pass
-        self._detach()
-        if self._process is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self._process.join, 10)
-            if self._process.is_alive():
-                # It ignores SIGTERM (see run_learner), so end it for good.
-                self._process.kill()
-                self._process.join(5)
+        if self._writer is not None:
+            self._writer.close()
+        if self._supervisor is not None:
+            # Its finally-block joins (and if needed kills) the process.
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._supervisor), 5.0)
+        if self._syncer is not None:
+            self._syncer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._syncer
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._sync_executor, self.log.close)
+        except OSError as exc:
+            self._stats.storage_failed("experience log", exc)
+        self._sync_executor.shutdown(wait=False)
         return self.last_checkpoint

@@ -1,46 +1,46 @@
-"""The learner process: trains on fragments from the server and publishes weights back.
+"""The learner process: trains on the experience log and publishes weights back.
 
-It runs apart from the serving process so a PPO update never pauses serving. It talks to the
-server over a ``multiprocessing`` pipe with the same msgpack codec as the wire (no pickle):
+It runs apart from the serving process so an update never pauses serving, and so that its death
+never stops serving: the server restarts it (see :mod:`rlserve.server.learner_link`). It reads
+experience from the run's experience log (:mod:`rlserve.server.experience_log`), from the position
+its newest intact checkpoint had trained through, so a restarted learner or a resumed run trains on
+everything the server acknowledged. It talks to the server over a socket pair, with the wire's
+framing and msgpack codec (no pickle); every message is small except ``weights``:
 
-* learner -> server: ``request`` (send me queued fragments), ``weights`` (a new actor and the
-  update's metrics), ``restored`` (server counters from a checkpoint), ``checkpointed``,
-  ``failed`` (a traceback).
-* server -> learner: ``fragments`` (with the server's counters, kept for the next checkpoint),
-  ``checkpoint`` and ``stop`` (write a checkpoint; after ``stop``, exit).
+* learner -> server: ``ready`` (version, trained position, device), ``weights`` (a new actor and
+  the update's metrics), ``consumed`` (log position read, steps dropped because the backlog was
+  over its bound), ``checkpointed``, ``failed`` (a traceback).
+* server -> learner: ``available`` (the log's newest seq), ``checkpoint``, ``stop`` (write a
+  checkpoint, then exit).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
+import socket
 import sys
 import traceback
-from multiprocessing.connection import Connection
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from rlserve.durable import atomic_write_bytes
+from rlserve.errors import ProtocolError
 from rlserve.protocol.codec import decode, encode
+from rlserve.protocol.framing import FrameDecoder, frame
 from rlserve.protocol.limits import Limits
 from rlserve.samples import Fragment
+from rlserve.server.experience_log import LogCorruptError, LogReader
 
-# The pipe is between our own processes, but a fragments batch may be large: allow 1 GiB.
+if TYPE_CHECKING:
+    from rlserve.algorithms.base import Learner
+
+# Messages between our own two processes; a weights package may be large: allow 1 GiB.
 IPC_LIMITS = Limits(max_frame_bytes=1 << 30, max_array_elements=1 << 28, max_container_len=1 << 20)
-
-
-def send(conn: Connection, message: dict[str, Any]) -> None:
-    """Write one whole message to the pipe."""
-    # An event loop polling this fd (libuv) may have made it non-blocking; a message must never
-    # be written in part, so make sure the write blocks until it is all out.
-    os.set_blocking(conn.fileno(), True)
-    conn.send_bytes(encode(message))
-
-
-def receive(conn: Connection) -> dict[str, Any]:
-    """Read one whole message from the pipe."""
-    os.set_blocking(conn.fileno(), True)
-    return decode(conn.recv_bytes(), IPC_LIMITS)
 
 
 def checkpoint_files(run_dir: Path) -> list[Path]:
@@ -48,106 +48,255 @@ def checkpoint_files(run_dir: Path) -> list[Path]:
     return sorted((run_dir / "checkpoints").glob("ckpt_*.pt"))
 
 
-def run_learner(conn: Connection, setup: dict[str, Any]) -> None:
+def trained_through_of(checkpoint: Path) -> int:
+    """The experience-log position a checkpoint trained through, from its side file (0: unknown).
+
+    A checkpoint without the side file keeps the whole log, which is always safe.
+    """
+    try:
+        return int(json.loads(checkpoint.with_suffix(".json").read_text())["trained_through"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
+class LearnerPipe:
+    """The learner's end of the socket pair: blocking, framed, msgpack."""
+
+    def __init__(self, sock: socket.socket):
+        self._sock = sock
+        self._sock.setblocking(True)
+        self._decoder = FrameDecoder(IPC_LIMITS.max_frame_bytes)
+        self._ready: deque[bytes] = deque()
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Write one whole message (blocks until the server has read enough of it)."""
+        self._sock.sendall(frame(encode(message)))
+
+    def receive(self, block: bool = True) -> dict[str, Any] | None:
+        """Read one message; None when ``block`` is False and none is waiting.
+
+        Raises:
+            EOFError: The server closed its end.
+        """
+        while not self._ready:
+            try:
+                data = self._sock.recv(1 << 16, 0 if block else socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return None
+            if not data:
+                raise EOFError("the server closed the learner's socket")
+            self._ready.extend(self._decoder.feed(data))
+        return decode(self._ready.popleft(), IPC_LIMITS)
+
+
+def run_learner(sock: socket.socket, setup: dict[str, Any]) -> None:
     """Entry point of the learner process.
 
     Args:
-        conn: The learner's end of the pipe.
+        sock: The learner's end of the socket pair.
         setup: Plain values: ``ppo`` (PPOConfig table), ``observation_space`` and
-            ``action_space`` (descriptions), ``run_dir``, ``resume``, ``checkpoint_every``,
-            ``keep_checkpoints``.
+            ``action_space`` (descriptions), ``run_dir``, ``checkpoint_every``,
+            ``keep_checkpoints``, ``published_version`` (the version the server serves, -1 for
+            none), ``max_queue_steps``.
     """
     # Ctrl-C, systemd and `kill -- -PGID` signal the whole process group; the server decides
     # when the learner stops (after a final checkpoint), so the learner ignores both signals.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    pipe = LearnerPipe(sock)
     try:
-        _serve(conn, setup)
-    except (EOFError, BrokenPipeError) as exc:
+        _LearnerLoop(pipe, setup).run()
+    except (EOFError, BrokenPipeError, ConnectionResetError) as exc:
         # The server went away: nothing is left to report to, but say so for the operator.
-        print(f"rlserve learner: lost the pipe to the server ({exc!r}); exiting", file=sys.stderr)
+        print(f"rlserve learner: lost the server ({exc!r}); exiting", file=sys.stderr)
     except Exception:
         with contextlib.suppress(OSError):
-            send(conn, {"type": "failed", "message": traceback.format_exc()})
+            pipe.send({"type": "failed", "message": traceback.format_exc()})
 
 
-def _serve(conn: Connection, setup: dict[str, Any]) -> None:
-    # Imported here so the serving process, which only spawns this, never imports torch.
-    from rlserve.algorithms.ppo import PPOConfig, PPOLearner
-    from rlserve.config import build
-    from rlserve.spaces import from_description
+def restore_newest(
+    make_learner: Callable[[], Learner], run_dir: Path
+) -> tuple[Learner, dict[str, Any], Path | None]:
+    """Load the newest checkpoint that loads; a damaged one falls back to the one before.
 
-    config = build(PPOConfig, setup["ppo"], None)
-    learner = PPOLearner(
-        from_description(setup["observation_space"]),
-        from_description(setup["action_space"]),
-        config,
-    )
-    run_dir = Path(setup["run_dir"])
-    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-    server_state: dict[str, Any] = {}
-    if setup["resume"]:
-        files = checkpoint_files(run_dir)
-        if files:
-            extra = learner.load(files[-1])
-            server_state = extra.get("server", {})
-            send(conn, {"type": "restored", "server_state": server_state, "path": str(files[-1])})
-        else:
+    Returns:
+        The learner, the checkpoint's ``extra``, and the checkpoint's path (None: fresh start).
+    """
+    for path in reversed(checkpoint_files(run_dir)):
+        learner = make_learner()
+        try:
+            extra = learner.load(path)
+        except Exception as exc:
             print(
-                f"rlserve learner: --resume found no checkpoint in {run_dir / 'checkpoints'}; "
-                "starting from fresh weights",
+                f"rlserve learner: checkpoint {path} is damaged or unreadable ({exc!r}); "
+                "falling back to the previous one",
                 file=sys.stderr,
             )
+            continue
+        return learner, extra, path
+    return make_learner(), {}, None
 
-    def save(reason: str) -> None:
-        path = run_dir / "checkpoints" / f"ckpt_{learner.counters()['updates']:07d}.pt"
-        learner.save(path, {"server": server_state, "reason": reason})
-        for old in checkpoint_files(run_dir)[: -setup["keep_checkpoints"]]:
+
+class _LearnerLoop:
+    """Reads the experience log as the server announces it, trains, publishes, checkpoints."""
+
+    def __init__(self, pipe: LearnerPipe, setup: dict[str, Any]):
+        self.pipe = pipe
+        self.setup = setup
+        self.run_dir = Path(setup["run_dir"])
+        self.checkpoints = self.run_dir / "checkpoints"
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        self.reader = LogReader(self.run_dir / "experience")
+        self.available = 0
+        self.stop_requested = False
+        self.checkpoint_requested = False
+
+    def run(self) -> None:
+        # Imported here so the serving process, which only spawns this, never imports torch.
+        from rlserve.algorithms.ppo import PPOConfig, PPOLearner
+        from rlserve.config import build
+        from rlserve.spaces import from_description
+
+        config = build(PPOConfig, self.setup["ppo"], None)
+        obs_space = from_description(self.setup["observation_space"])
+        act_space = from_description(self.setup["action_space"])
+        learner, extra, restored = restore_newest(
+            lambda: PPOLearner(obs_space, act_space, config), self.run_dir
+        )
+        self.learner = learner
+        # Everything up to `settled` is in the weights (trained or dropped); what came after it
+        # is read again by the next learner that starts from this state.
+        self.settled = self.position = int(extra.get("trained_through", 0))
+        self.consumed_steps = self.settled_consumed = int(extra.get("steps_consumed", 0))
+        published = int(self.setup["published_version"])
+        # Weights versions never go back: a learner restored from an older checkpoint numbers
+        # its next weights after the ones the server already serves.
+        learner.continue_versions_from(published)
+        self.pipe.send(
+            {
+                "type": "ready",
+                "pid": os.getpid(),
+                "device": str(getattr(learner, "device", "cpu")),
+                "version": learner.version,
+                "trained_through": self.settled,
+                "restored": None if restored is None else str(restored),
+            }
+        )
+        if learner.version > published:
+            self.publish({})
+        every = int(self.setup["checkpoint_every"])
+        while True:
+            # Wait only when nothing announced is left unread (it may have come in meanwhile).
+            self.poll(block=self.available <= self.position)
+            self.read_available()
+            while learner.ready() and not self.stop_requested:
+                metrics = learner.update()
+                self.settle()
+                self.publish(metrics)
+                if every and learner.counters()["updates"] % every == 0:
+                    self.save("interval")
+                self.poll(block=False)
+            if self.stop_requested:
+                self.save("shutdown")
+                return
+            if self.checkpoint_requested:
+                self.checkpoint_requested = False
+                self.save("request")
+
+    def poll(self, block: bool) -> None:
+        """Take every waiting message (waiting for one first when ``block``)."""
+        message = self.pipe.receive(block=block)
+        while message is not None:
+            kind = message["type"]
+            if kind == "available":
+                self.available = max(self.available, int(message["through"]))
+            elif kind == "checkpoint":
+                self.checkpoint_requested = True
+            elif kind == "stop":
+                self.stop_requested = True
+            message = self.pipe.receive(block=False)
+
+    def read_available(self) -> None:
+        """Ingest the log records the server announced, dropping the oldest over the bound."""
+        if self.available <= self.position:
+            return
+        try:
+            records = list(self.reader.records(self.position, self.available))
+        except (LogCorruptError, OSError) as exc:
+            print(
+                f"rlserve learner: cannot read the experience log past seq {self.position} "
+                f"({exc}); skipping to {self.available}",
+                file=sys.stderr,
+            )
+            self.reader.close()
+            records = []
+        bound = int(self.setup["max_queue_steps"])
+        total = sum(r.steps for r in records)
+        dropped: list[list[int]] = []
+        while total > bound and len(records) > 1:
+            oldest = records.pop(0)
+            dropped.append([oldest.seq, oldest.steps])
+            total -= oldest.steps
+        fragments: list[Fragment] = []
+        for record in records:
+            try:
+                fragments.extend(Fragment.from_wire(raw) for raw in record.fragments())
+            except (ProtocolError, KeyError, TypeError, ValueError) as exc:
+                print(
+                    f"rlserve learner: log record {record.seq} unreadable ({exc})", file=sys.stderr
+                )
+                dropped.append([record.seq, record.steps])
+        self.learner.ingest(fragments)
+        self.position = self.available
+        self.consumed_steps += sum(r.steps for r in records)
+        self.settle()
+        self.pipe.send(
+            {
+                "type": "consumed",
+                "through": self.position,
+                "dropped": dropped,
+                "steps_consumed": self.consumed_steps,
+            }
+        )
+
+    def settle(self) -> None:
+        """Move the trained position up when nothing read is waiting in the learner's buffer."""
+        if self.learner.buffered_steps == 0:
+            self.settled, self.settled_consumed = self.position, self.consumed_steps
+
+    def publish(self, metrics: dict[str, float]) -> None:
+        """Send the current actor and the update's metrics."""
+        metrics = {**metrics, "learner/steps_consumed": float(self.consumed_steps)}
+        self.pipe.send(
+            {"type": "weights", "package": self.learner.weights().to_wire(), "metrics": metrics}
+        )
+
+    def save(self, reason: str) -> None:
+        """Write a checkpoint atomically, forget the oldest, tell the server what log it needs."""
+        path = self.checkpoints / f"ckpt_{self.learner.counters()['updates']:07d}.pt"
+        extra = {
+            "trained_through": self.settled,
+            "steps_consumed": self.settled_consumed,
+            "reason": reason,
+        }
+        self.learner.save(path, extra)
+        atomic_write_bytes(
+            path.with_suffix(".json"), json.dumps({"trained_through": self.settled}).encode()
+        )
+        kept = checkpoint_files(self.run_dir)
+        for old in kept[: -int(self.setup["keep_checkpoints"])]:
             old.unlink(missing_ok=True)
-        send(
-            conn,
+            old.with_suffix(".json").unlink(missing_ok=True)
+        kept = checkpoint_files(self.run_dir)
+        self.pipe.send(
             {
                 "type": "checkpointed",
                 "path": str(path),
                 "reason": reason,
-                "untrained_steps": learner.buffered_steps,
-            },
+                "trained_through": self.settled,
+                # The log must reach back to the oldest kept checkpoint: it is the fallback
+                # when a newer one turns out damaged.
+                "log_needed_after": min(trained_through_of(p) for p in kept),
+                "untrained_steps": self.learner.buffered_steps,
+            }
         )
-
-    send(
-        conn,
-        {
-            "type": "weights",
-            "package": learner.weights().to_wire(),
-            "metrics": {},
-            "device": str(learner.device),
-            "pid": os.getpid(),
-        },
-    )
-    every = setup["checkpoint_every"]
-    waiting = False
-    while True:
-        if not waiting:
-            send(conn, {"type": "request"})
-            waiting = True
-        message = receive(conn)
-        kind = message["type"]
-        if kind == "fragments":
-            waiting = False
-            server_state = message.get("server_state", server_state)
-            learner.ingest([Fragment.from_wire(f) for f in message["fragments"]])
-            while learner.ready():
-                metrics = learner.update()
-                send(
-                    conn,
-                    {"type": "weights", "package": learner.weights().to_wire(), "metrics": metrics},
-                )
-                if every and learner.counters()["updates"] % every == 0:
-                    save("interval")
-        elif kind == "checkpoint":
-            server_state = message.get("server_state", server_state)
-            save("request")
-        elif kind == "stop":
-            server_state = message.get("server_state", server_state)
-            save("shutdown")
-            return

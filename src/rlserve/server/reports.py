@@ -201,15 +201,19 @@ class BatchLedger:
         self.pending[report.batch_id] = [respond]
         return "new"
 
+    def remember(self, batch_id: str, steps: int) -> None:
+        """Record a batch as accepted (rebuilding the ledger from the experience log)."""
+        self.handed[batch_id] = steps
+        while len(self.handed) > MAX_REMEMBERED_BATCHES:
+            self.handed.popitem(last=False)
+
     def abandon(self, batch_id: str) -> None:
         """Forget a pending batch that was refused."""
         self.pending.pop(batch_id, None)
 
     def finish(self, report: ReportSamples, steps: int, dropped: int, version: int) -> None:
-        """The batch left the queue: remember it and answer everyone waiting on it."""
-        self.handed[report.batch_id] = steps
-        while len(self.handed) > MAX_REMEMBERED_BATCHES:
-            self.handed.popitem(last=False)
+        """The batch is durable and read by a learner: answer everyone waiting on it."""
+        self.remember(report.batch_id, steps)
         reply = self.reply(report.id, report.batch_id, steps, duplicate=False)
         reply["dropped_steps"] = dropped
         reply["weights_version"] = version
@@ -228,7 +232,7 @@ class BatchLedger:
         }
 
     def state(self) -> list[list[Any]]:
-        """Handed batch ids and their step counts, for checkpoints."""
+        """Accepted batch ids and their step counts, for the run folder."""
         return [[batch_id, steps] for batch_id, steps in self.handed.items()]
 
     def restore(self, state: list[list[Any]]) -> None:

@@ -28,6 +28,7 @@ from rlserve.errors import (
     AuthenticationError,
     EpisodeError,
     RLServeError,
+    ServerError,
     SpaceError,
     VersionMismatchError,
 )
@@ -102,8 +103,14 @@ class SampleSink(Protocol):
     def add(self, fragment: Fragment) -> None:
         """Queue one fragment."""
 
-    def add_batch(self, fragments: list[Fragment], on_done: Callable[[int], None]) -> None:
-        """Queue a reported batch; ``on_done(dropped_steps)`` once it left the queue."""
+    def add_batch(
+        self, fragments: list[Fragment], batch_id: str, on_done: Callable[[int], None]
+    ) -> None:
+        """Store a reported batch durably; ``on_done(dropped_steps)`` once a learner has it.
+
+        Raises:
+            OSError: It could not be stored; nothing of it was kept.
+        """
 
 
 class Service:
@@ -412,16 +419,23 @@ class Service:
         steps = sum(len(f) for f in fragments)
 
         def handed(dropped: int) -> None:
-            # Counted once it is the learner's: a batch lost in the queue at a shutdown is
-            # re-sent by its client and must not count twice.
-            self.stats.count_reported(steps)
-            for summary in summaries:
-                self.stats.record_episode(summary)
             self.ledger.finish(request, steps, dropped, self.stats.weights_version)
 
         if fragments:
-            self._sink.add_batch(fragments, handed)
-        else:
+            try:
+                self._sink.add_batch(fragments, request.batch_id, handed)
+            except OSError as exc:
+                self.ledger.abandon(request.batch_id)
+                raise ServerError(
+                    f"report_samples '{request.batch_id}': the server cannot store experience "
+                    f"now ({exc}); nothing was kept: send the batch again later"
+                ) from exc
+        # Counted once it is in the experience log: from then on it is never lost, and a
+        # re-sent copy is answered as a duplicate, even after a crash.
+        self.stats.count_reported(steps)
+        for summary in summaries:
+            self.stats.record_episode(summary)
+        if not fragments:
             handed(0)
         return True
 

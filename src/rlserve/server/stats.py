@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter, deque
 from typing import Any
@@ -9,6 +10,8 @@ from typing import Any
 import numpy as np
 
 from rlserve.episodes import EpisodeSummary
+
+logger = logging.getLogger("rlserve.server")
 
 RETURN_WINDOW = 100
 """Episodes over which ``episodes/return_mean`` and ``episodes/length_mean`` are averaged."""
@@ -38,6 +41,13 @@ class ServerStats:
         self.steps_dropped_queue_full = 0
         self.steps_sent_to_learner = 0
         self.steps_reported = 0
+        self.steps_logged = 0
+        self.steps_lost_storage = 0
+        self.learner_restarts = 0
+        self.storage_errors = 0
+        self.degraded: dict[str, str] = {}
+        """What is not working now, by part (``/v1/health`` shows it); empty when healthy."""
+        self._last_logged: dict[str, float] = {}
         self.errors: Counter[str] = Counter()
         self.returns: deque[float] = deque(maxlen=RETURN_WINDOW)
         self.lengths: deque[int] = deque(maxlen=RETURN_WINDOW)
@@ -56,6 +66,25 @@ class ServerStats:
         """Count env steps reported by local-inference clients."""
         self.env_steps += steps
         self.steps_reported += steps
+
+    def storage_failed(self, what: str, exc: BaseException) -> None:
+        """Record that writing ``what`` failed; logged at most once a minute per part."""
+        self.storage_errors += 1
+        message = (
+            f"writing the {what} failed ({exc}); serving goes on and the write is retried. "
+            "Free disk space, check the run folder's permissions, or raise the open-file limit "
+            "(ulimit -n)"
+        )
+        self.degraded[what] = message
+        now = time.monotonic()
+        if now - self._last_logged.get(what, -1e9) >= 60.0:
+            self._last_logged[what] = now
+            logger.error("rlserve: %s (%d storage errors so far)", message, self.storage_errors)
+
+    def storage_ok(self, what: str) -> None:
+        """Record that ``what`` was written again after a failure."""
+        if self.degraded.pop(what, None) is not None:
+            logger.warning("rlserve: writing the %s works again", what)
 
     def count_error(self, code: str) -> None:
         """Count an error reply by its code."""
@@ -108,6 +137,11 @@ class ServerStats:
             "samples/steps_dropped_queue_full": self.steps_dropped_queue_full,
             "samples/steps_sent_to_learner": self.steps_sent_to_learner,
             "samples/steps_reported": self.steps_reported,
+            "samples/steps_logged": self.steps_logged,
+            "samples/steps_lost_storage": self.steps_lost_storage,
+            "learner/restarts": self.learner_restarts,
+            "server/storage_errors": self.storage_errors,
+            "server/degraded": float(bool(self.degraded)),
             "server/errors": sum(self.errors.values()),
         }
         metrics.update(self.learner)
@@ -125,9 +159,13 @@ class ServerStats:
         )
 
     def state(self) -> dict[str, Any]:
-        """Counters a checkpoint keeps so that a resumed run continues them."""
+        """Counters the run folder keeps so that a resumed run continues them."""
         return {
             "env_steps": self.env_steps,
+            "steps_reported": self.steps_reported,
+            "steps_logged": self.steps_logged,
+            "weights_version": self.weights_version,
+            "learner_restarts": self.learner_restarts,
             "episodes_started": self.episodes_started,
             "episodes_completed": self.episodes_completed,
             "episodes_timed_out": self.episodes_timed_out,
@@ -138,6 +176,10 @@ class ServerStats:
     def restore(self, state: dict[str, Any]) -> None:
         """Continue the counters of :meth:`state`."""
         self.env_steps = int(state.get("env_steps", 0))
+        self.steps_reported = int(state.get("steps_reported", 0))
+        self.steps_logged = int(state.get("steps_logged", 0))
+        self.weights_version = max(self.weights_version, int(state.get("weights_version", -1)))
+        self.learner_restarts = int(state.get("learner_restarts", 0))
         self.episodes_started = int(state.get("episodes_started", 0))
         self.episodes_completed = int(state.get("episodes_completed", 0))
         self.episodes_timed_out = int(state.get("episodes_timed_out", 0))
