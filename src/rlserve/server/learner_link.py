@@ -197,7 +197,7 @@ class LearnerLink:
             logger.error(
                 "rlserve: the learner process died (%s); serving goes on with weights v%d; "
                 "restarting it in %.1f s from its newest checkpoint and the experience log",
-                (self.failure or "").strip().splitlines()[-1:] or "no message",
+                ((self.failure or "").strip().splitlines() or ["no message"])[-1],
                 self._published_version(),
                 delay,
             )
@@ -280,7 +280,7 @@ class LearnerLink:
         """Ask the learner for a checkpoint now."""
         self._send({"type": "checkpoint"})
 
-    async def stop(self, timeout: float = 7.0) -> str | None:
+    async def stop(self, timeout: float = 6.0) -> str | None:
         """Ask the learner for a final checkpoint, end it, flush the log; return the checkpoint.
 
         The learner gets ``timeout`` seconds; then it is killed, which loses nothing: the log
