@@ -25,6 +25,11 @@ from typing import Any
 
 import pytest
 
+# A developer's own token or CA must not leak into the servers and clients of the tests; the
+# tests that need them set them (monkeypatch.setenv).
+for _name in ("RLSERVE_TOKEN", "RLSERVE_TLS_CA"):
+    os.environ.pop(_name, None)
+
 STARTUP_TIMEOUT = 60.0
 """Seconds a server may take to print its listening line."""
 

@@ -79,6 +79,19 @@ def test_https_address_and_ca_from_the_environment(
         client.close()
 
 
+def test_local_inference_over_tls(server: Any, pki: dict[str, Path]) -> None:
+    server.wait_for_weights()
+    client = PolicyClient(
+        f"tls://localhost:{server.port}", inference_mode="local", tls_ca=str(pki["ca"]), timeout=30
+    )
+    try:
+        result = play_cartpole(client, seed=4, max_steps=5)
+        assert result.length >= 1
+    finally:
+        client.close()
+    server.wait_until(lambda m: m["samples/steps_reported"] >= result.length, what="the report")
+
+
 def test_http_carrier_over_https(server: Any, pki: dict[str, Path]) -> None:
     with httpx.Client(base_url=server.http_url, verify=server.http_verify, timeout=30) as http:
         assert server.http_url.startswith("https://")
