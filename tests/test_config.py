@@ -94,13 +94,18 @@ def test_tls_needs_a_readable_certificate_and_its_key(tmp_path: Path) -> None:
     assert ServerConfig().ssl_context() is None
 
 
-def test_tls_context_loads_a_real_certificate(tmp_path: Path) -> None:
+def test_tls_context_loads_a_real_certificate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     trustme = pytest.importorskip("trustme")
     issued = trustme.CA().issue_cert("localhost")
     issued.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
     issued.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
-    config = ServerConfig(tls_cert=str(tmp_path / "cert.pem"), tls_key=str(tmp_path / "key.pem"))
+    monkeypatch.chdir(tmp_path)
+    config = ServerConfig(tls_cert="cert.pem", tls_key="key.pem")
     assert config.tls
+    # Saved absolute, so --resume from another folder finds them.
+    assert config.tls_cert == str(tmp_path / "cert.pem")
     assert config.ssl_context() is not None
 
 

@@ -75,6 +75,10 @@ class ServerConfig:
                 "TLS needs both --tls-cert FILE and --tls-key FILE (got only "
                 f"{'--tls-cert' if self.tls_cert else '--tls-key'})"
             )
+        # Absolute, so a resumed run (saved config, maybe another working folder) finds them.
+        if self.tls_cert is not None and self.tls_key is not None:
+            self.tls_cert = os.path.abspath(self.tls_cert)
+            self.tls_key = os.path.abspath(self.tls_key)
         for flag, path in (("--tls-cert", self.tls_cert), ("--tls-key", self.tls_key)):
             if path is not None and not os.access(path, os.R_OK):
                 raise ConfigError(
