@@ -74,13 +74,14 @@ def parse_address(address: str) -> Address:
     gets TLS; there is no fallback to plain text.
 
     Raises:
-        ValueError: An unknown scheme, no port, or a port that is not a number.
+        ConfigError: An unknown scheme (a ``ValueError`` too).
+        ValueError: No port, or a port that is not a number.
     """
     scheme, sep, rest = address.partition("://")
     if not sep:
         scheme, rest = "", address
     elif scheme.lower() not in PLAIN_SCHEMES + TLS_SCHEMES:
-        raise ValueError(
+        raise ConfigError(
             f"address '{address}' has the unknown scheme '{scheme}://'; use host:port, tcp:// "
             "or http:// (plain text), or tls:// or https:// (TLS)"
         )
