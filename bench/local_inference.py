@@ -29,7 +29,9 @@ from typing import Any
 
 import numpy as np
 
-LISTENING = re.compile(r"rlserve listening on [^:]+:(\d+) \(binary\) and http://[^:]+:(\d+)")
+LISTENING = re.compile(
+    r"rlserve listening on (?:tls://)?[^:]+:(\d+) \(binary\) and https?://[^:]+:(\d+)"
+)
 RLSERVE = str(Path(sys.executable).parent / "rlserve")
 
 

@@ -43,7 +43,9 @@ from typing import Any
 
 import numpy as np
 
-LISTENING = re.compile(r"rlserve listening on (\S+):(\d+) \(binary\) and http://(\S+):(\d+)")
+LISTENING = re.compile(
+    r"rlserve listening on (?:tls://)?(\S+):(\d+) \(binary\) and https?://(\S+):(\d+)"
+)
 
 TARGETS = (
     # (label, scenario key, metric, comparison, threshold)

@@ -25,6 +25,11 @@ from typing import Any
 
 import pytest
 
+# A developer's own token or CA must not leak into the servers and clients of the tests; the
+# tests that need them set them (monkeypatch.setenv).
+for _name in ("RLSERVE_TOKEN", "RLSERVE_TLS_CA"):
+    os.environ.pop(_name, None)
+
 STARTUP_TIMEOUT = 60.0
 """Seconds a server may take to print its listening line."""
 
@@ -32,8 +37,8 @@ STOP_TIMEOUT = 60.0
 """Seconds a server may take to write its final checkpoint and exit after SIGTERM."""
 
 LISTENING = re.compile(
-    r"rlserve listening on (?P<host>.+?):(?P<port>\d+) \(binary\)"
-    r"(?: and http://(?P<http_host>.+?):(?P<http_port>\d+) \(HTTP\))?"
+    r"rlserve listening on (?P<tls>tls://)?(?P<host>.+?):(?P<port>\d+) \(binary\)"
+    r"(?: and https?://(?P<http_host>.+?):(?P<http_port>\d+) \(HTTP\))?"
     r"; run folder (?P<run>.+)$"
 )
 
@@ -67,17 +72,20 @@ class ServerHandle:
     stdout_lines: list[str] = field(default_factory=list)
     _reader: threading.Thread | None = None
     on_listening_result: Any = None
+    tls: bool = False
+    http_verify: Any = True
+    """httpx's ``verify`` for the HTTP views (a CA file for a TLS server)."""
 
     @property
     def address(self) -> str:
         """``host:port`` of the binary carrier, as PolicyClient takes it."""
         host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
-        return f"{host}:{self.port}"
+        return f"{'tls://' if self.tls else ''}{host}:{self.port}"
 
     @property
     def http_url(self) -> str:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
-        return f"http://{host}:{self.http_port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.http_port}"
 
     @property
     def checkpoints(self) -> list[Path]:
@@ -105,14 +113,19 @@ class ServerHandle:
         """``GET /v1/metrics`` as a dict."""
         import httpx
 
-        reply = httpx.get(f"{self.http_url}/v1/metrics", headers=self._auth(token), timeout=10)
+        reply = httpx.get(
+            f"{self.http_url}/v1/metrics",
+            headers=self._auth(token),
+            timeout=10,
+            verify=self.http_verify,
+        )
         reply.raise_for_status()
         return reply.json()
 
     def health(self) -> dict[str, Any]:
         import httpx
 
-        reply = httpx.get(f"{self.http_url}/v1/health", timeout=10)
+        reply = httpx.get(f"{self.http_url}/v1/health", timeout=10, verify=self.http_verify)
         reply.raise_for_status()
         return reply.json()
 
@@ -167,7 +180,7 @@ class ServerHandle:
 
 
 def _wait_accepting(handle: ServerHandle, timeout: float = 20.0) -> None:
-    host, port = handle.http_url.removeprefix("http://").rsplit(":", 1)
+    host, port = handle.http_url.split("://", 1)[1].rsplit(":", 1)
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -278,6 +291,7 @@ class ServerLauncher:
             stdout_lines=lines,
             _reader=reader,
             on_listening_result=probe[0] if probe else None,
+            tls=bool(match["tls"]),
         )
         self.servers.append(handle)
         if wait_http and handle.http_port is not None:

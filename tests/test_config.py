@@ -50,3 +50,66 @@ def test_binding_beyond_loopback_needs_a_token() -> None:
         ServerConfig(host="0.0.0.0")
     assert ServerConfig(host="0.0.0.0", token="s3cret").host == "0.0.0.0"
     assert ServerConfig(host="::1").host == "::1"
+
+
+def test_the_token_never_shows_in_the_config_repr() -> None:
+    assert "s3cret" not in repr(ServerConfig(host="0.0.0.0", token="s3cret"))
+    with pytest.raises(ConfigError, match="empty"):
+        ServerConfig(token="")
+
+
+def test_token_precedence_is_flag_then_environment_then_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rlserve.server.config import with_token_from_env
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, ServerConfig)
+    table = {"token": "from-toml"}
+    monkeypatch.delenv("RLSERVE_TOKEN", raising=False)
+    assert build(ServerConfig, with_token_from_env(table), parser.parse_args([])).token == (
+        "from-toml"
+    )
+    monkeypatch.setenv("RLSERVE_TOKEN", "from-env")
+    assert build(ServerConfig, with_token_from_env(table), parser.parse_args([])).token == (
+        "from-env"
+    )
+    flagged = parser.parse_args(["--token", "from-flag"])
+    assert build(ServerConfig, with_token_from_env(table), flagged).token == "from-flag"
+    monkeypatch.setenv("RLSERVE_TOKEN", "")
+    assert build(ServerConfig, with_token_from_env({}), parser.parse_args([])).token is None
+
+
+def test_tls_needs_a_readable_certificate_and_its_key(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    with pytest.raises(ConfigError, match="both --tls-cert FILE and --tls-key FILE"):
+        ServerConfig(tls_cert=str(cert))
+    with pytest.raises(ConfigError, match=r"--tls-cert .*cert\.pem: the file does not exist"):
+        ServerConfig(tls_cert=str(cert), tls_key=str(key))
+    cert.write_text("junk")
+    key.write_text("junk")
+    config = ServerConfig(tls_cert=str(cert), tls_key=str(key))
+    with pytest.raises(ConfigError, match="cannot load the TLS certificate"):
+        config.ssl_context()
+    assert ServerConfig().ssl_context() is None
+
+
+def test_tls_context_loads_a_real_certificate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trustme = pytest.importorskip("trustme")
+    issued = trustme.CA().issue_cert("localhost")
+    issued.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
+    issued.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
+    monkeypatch.chdir(tmp_path)
+    config = ServerConfig(tls_cert="cert.pem", tls_key="key.pem")
+    assert config.tls
+    # Saved absolute, so --resume from another folder finds them.
+    assert config.tls_cert == str(tmp_path / "cert.pem")
+    assert config.ssl_context() is not None
+
+
+def test_a_token_in_clear_text_off_loopback_is_warned_about() -> None:
+    warning = ServerConfig(host="0.0.0.0", token="s3cret").plaintext_warning()
+    assert warning is not None and "clear text" in warning and "s3cret" not in warning
+    assert ServerConfig(token="s3cret").plaintext_warning() is None

@@ -23,6 +23,7 @@ EXPECTED_ALL = {
     "RequestTimeoutError",
     "ServerError",
     "SpaceError",
+    "TLSError",
     "VersionMismatchError",
     "__version__",
 }

@@ -17,6 +17,7 @@ from rlserve.errors import (
     RLServeError,
     ServerError,
     SpaceError,
+    TLSError,
     VersionMismatchError,
 )
 
@@ -32,6 +33,7 @@ __all__ = [
     "RequestTimeoutError",
     "ServerError",
     "SpaceError",
+    "TLSError",
     "VersionMismatchError",
     "__version__",
 ]

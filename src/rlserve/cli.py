@@ -45,15 +45,21 @@ def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
     from rlserve.algorithms.ppo_config import PPOConfig
+    from rlserve.errors import ConfigError
     from rlserve.server.app import PolicyServer, install_uvloop, serve_forever
-    from rlserve.server.config import ServerConfig
+    from rlserve.server.config import ServerConfig, with_token_from_env
     from rlserve.server.run_folder import RunFolder
     from rlserve.spaces import describe, from_description
 
     if args.resume:
         run = RunFolder.existing(args.resume)
         tables, spaces = run.load()
-        server_config = build(ServerConfig, tables.get("server"), args)
+        server_config = build(ServerConfig, with_token_from_env(tables.get("server")), args)
+        if run.token_required and not server_config.token:
+            raise ConfigError(
+                f"the run in {run.path} was started with a token, which is not saved in the run "
+                "folder: pass it again with RLSERVE_TOKEN=... or --token"
+            )
         ppo_config = build(PPOConfig, tables.get("ppo"), args, prefix="ppo_")
         observation_space = from_description(spaces["observation_space"])
         action_space = from_description(spaces["action_space"])
@@ -62,10 +68,16 @@ def _serve(args: argparse.Namespace) -> int:
         if args.config:
             with open(args.config, "rb") as fh:
                 tables = tomllib.load(fh)
-        server_config = build(ServerConfig, tables.get("server"), args)
+        server_config = build(ServerConfig, with_token_from_env(tables.get("server")), args)
         ppo_config = build(PPOConfig, tables.get("ppo"), args, prefix="ppo_")
         observation_space, action_space = _spaces(server_config)
+    # Loaded now, so a bad certificate or key stops the command before anything is created.
+    server_config.ssl_context()
+    if not args.resume:
         run = RunFolder.create(server_config.run_dir, server_config.name)
+    warning = server_config.plaintext_warning()
+    if warning:
+        print(f"rlserve: {warning}", file=sys.stderr, flush=True)
     run.save(
         {"server": to_table(server_config), "ppo": to_table(ppo_config)},
         {"observation_space": describe(observation_space), "action_space": describe(action_space)},

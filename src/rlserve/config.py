@@ -17,6 +17,9 @@ from rlserve.errors import ConfigError
 
 T = TypeVar("T")
 
+TOKEN_ENV = "RLSERVE_TOKEN"
+"""Environment variable the server and the client read the token from (when not given)."""
+
 
 def option(default: Any, help: str) -> Any:
     """Declare a config field with its default and its documentation."""

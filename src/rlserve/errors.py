@@ -15,7 +15,8 @@ The hierarchy::
     │   ├── EpisodeError         unknown, reused or finished episode id
     │   └── CapacityError        too many concurrent episodes
     ├── ConnectionLostError      the server cannot be reached or went away
-    │   └── RequestTimeoutError  no reply within the configured timeout
+    │   ├── RequestTimeoutError  no reply within the configured timeout
+    │   └── TLSError             the TLS handshake failed (certificate, or no TLS on one side)
     └── ConfigError              an invalid configuration value
 
 Every error says what was wrong and how to fix it. ``ServerError`` carries the wire ``code`` and
@@ -114,6 +115,13 @@ class ConnectionLostError(RLServeError, ConnectionError):
 
 class RequestTimeoutError(ConnectionLostError, TimeoutError):
     """No reply arrived within the configured timeout."""
+
+
+class TLSError(ConnectionLostError):
+    """The TLS handshake failed; nothing was sent in plain text.
+
+    The server's certificate was not accepted, or only one side uses TLS.
+    """
 
 
 class ConfigError(RLServeError, ValueError):

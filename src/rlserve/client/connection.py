@@ -11,16 +11,20 @@ only.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
+import ssl
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from rlserve.errors import (
+    ConfigError,
     ConnectionLostError,
     ProtocolError,
     RequestTimeoutError,
     RLServeError,
+    TLSError,
     error_for_code,
 )
 from rlserve.protocol.codec import decode, encode
@@ -43,17 +47,71 @@ class Timeouts:
     reconnect: float = 30.0
 
 
-def parse_address(address: str) -> tuple[str, int]:
-    """Split ``host:port``, ``tcp://host:port`` or RLlib's ``http://host:port``.
+PLAIN_SCHEMES = ("tcp", "http")
+"""Address schemes of a plain-text connection (``http`` is RLlib's form of the same address)."""
+
+TLS_SCHEMES = ("tls", "https")
+"""Address schemes of a TLS connection: the server's certificate and host name are verified."""
+
+TLS_CA_ENV = "RLSERVE_TLS_CA"
+"""Environment variable with a CA bundle file that TLS connections trust (when ``tls_ca`` is
+not given)."""
+
+
+class Address(NamedTuple):
+    """A parsed server address."""
+
+    host: str
+    port: int
+    tls: bool
+
+
+def parse_address(address: str) -> Address:
+    """Parse a server address: plain text or TLS, by its scheme.
+
+    ``host:port``, ``tcp://host:port`` and RLlib's ``http://host:port`` are plain text;
+    ``tls://host:port`` and ``https://host:port`` are TLS. A scheme that promises TLS always
+    gets TLS; there is no fallback to plain text.
 
     Raises:
+        ConfigError: An unknown scheme (a ``ValueError`` too).
         ValueError: No port, or a port that is not a number.
     """
-    rest = address.split("://", 1)[-1].rstrip("/")
-    host, sep, port = rest.rpartition(":")
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "", address
+    elif scheme.lower() not in PLAIN_SCHEMES + TLS_SCHEMES:
+        raise ConfigError(
+            f"address '{address}' has the unknown scheme '{scheme}://'; use host:port, tcp:// "
+            "or http:// (plain text), or tls:// or https:// (TLS)"
+        )
+    host, sep, port = rest.rstrip("/").rpartition(":")
     if not sep or not port.isdigit():
         raise ValueError(f"address '{address}' needs a port, e.g. 'localhost:9900'")
-    return host.strip("[]") or "127.0.0.1", int(port)
+    return Address(host.strip("[]") or "127.0.0.1", int(port), scheme.lower() in TLS_SCHEMES)
+
+
+def client_ssl_context(address: str, tls_ca: str | None) -> ssl.SSLContext | None:
+    """The TLS context of a connection to ``address``, or None for a plain-text address.
+
+    The server's certificate must chain to ``tls_ca`` (a PEM bundle; default: the
+    ``RLSERVE_TLS_CA`` environment variable, else the system's trusted CAs) and name the host.
+
+    Raises:
+        ConfigError: ``tls_ca`` given for a plain-text address, or a CA file that cannot be read.
+    """
+    if not parse_address(address).tls:
+        if tls_ca is not None:
+            raise ConfigError(
+                f"tls_ca is set but the address '{address}' is plain text; use "
+                "tls://host:port to connect with TLS"
+            )
+        return None
+    cafile = tls_ca if tls_ca is not None else os.environ.get(TLS_CA_ENV) or None
+    try:
+        return ssl.create_default_context(cafile=cafile)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot read the CA bundle {cafile} ({exc}); pass a PEM file") from exc
 
 
 class Connection:
@@ -65,6 +123,8 @@ class Connection:
         client_name: Shown in the server's logs and metrics.
         inference_mode: Sent in ``hello``.
         timeouts: Connect, request and reconnect timeouts.
+        tls_ca: CA bundle a ``tls://`` server's certificate must chain to (see
+            :func:`client_ssl_context`).
     """
 
     def __init__(
@@ -74,8 +134,12 @@ class Connection:
         client_name: str,
         inference_mode: str,
         timeouts: Timeouts,
+        tls_ca: str | None = None,
     ):
-        self.host, self.port = parse_address(address)
+        self.host, self.port, self.tls = parse_address(address)
+        self._ssl = client_ssl_context(address, tls_ca)
+        self.tcp_connected = False
+        """Whether a TCP connection to the server was ever established."""
         self._token = token
         self._client_name = client_name
         self._inference_mode = inference_mode
@@ -99,14 +163,7 @@ class Connection:
             ConnectionLostError: The server cannot be reached.
             AuthenticationError, VersionMismatchError: The server refused the hello.
         """
-        try:
-            sock = socket.create_connection((self.host, self.port), self.timeouts.connect)
-        except OSError as exc:
-            raise ConnectionLostError(
-                f"cannot reach an rlserve server at {self.host}:{self.port} ({exc}); is "
-                "'rlserve serve' running, and is this its binary port?"
-            ) from exc
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = self._connect_socket()
         sock.settimeout(self.timeouts.request)
         self._sock = sock
         self._decoder = FrameDecoder(DEFAULT_LIMITS.max_frame_bytes)
@@ -127,6 +184,42 @@ class Connection:
         self.limits = Limits(**known)
         self._decoder.max_frame_bytes = self.limits.max_frame_bytes
         return reply
+
+    def _connect_socket(self) -> socket.socket:
+        """Open the TCP connection and, for a TLS address, complete the handshake.
+
+        Raises:
+            ConnectionLostError: The server cannot be reached.
+            TLSError: The handshake failed; nothing was sent in plain text.
+        """
+        try:
+            sock = socket.create_connection((self.host, self.port), self.timeouts.connect)
+        except OSError as exc:
+            raise ConnectionLostError(
+                f"cannot reach an rlserve server at {self.host}:{self.port} ({exc}); is "
+                "'rlserve serve' running, and is this its binary port?"
+            ) from exc
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.tcp_connected = True
+        if self._ssl is None:
+            return sock
+        try:
+            return self._ssl.wrap_socket(sock, server_hostname=self.host)
+        except ssl.SSLCertVerificationError as exc:
+            sock.close()
+            raise TLSError(
+                f"the TLS certificate of {self.host}:{self.port} was not accepted "
+                f"({exc.verify_message}); if the server uses a private or self-signed CA, pass "
+                "tls_ca='ca.pem' (or set RLSERVE_TLS_CA), and connect with the host name the "
+                "certificate names"
+            ) from exc
+        except (ssl.SSLError, OSError) as exc:
+            sock.close()
+            raise TLSError(
+                f"the TLS handshake with {self.host}:{self.port} failed ({exc}); does the server "
+                "serve TLS (rlserve serve --tls-cert ... --tls-key ...)? If it does not, connect "
+                f"with tcp://{self.host}:{self.port}"
+            ) from exc
 
     def close(self) -> None:
         """Read outstanding replies (raising a deferred error) and close the socket."""

@@ -11,6 +11,7 @@ they are sent. This module needs numpy, msgpack and gymnasium's spaces; never to
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ from gymnasium import spaces
 
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.local import LocalConfig, LocalInference
+from rlserve.config import TOKEN_ENV
 from rlserve.errors import ConfigError, ConnectionLostError, SpaceError
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.spaces import check_batch, check_value, from_description
@@ -29,14 +31,17 @@ class PolicyClient:
 
     Args:
         address: ``host:port`` of the server's binary port (``http://host:port`` and
-            ``tcp://host:port`` are accepted too).
+            ``tcp://host:port`` are accepted too); ``tls://host:port`` or ``https://host:port``
+            connect with TLS and verify the server's certificate and host name (never falling
+            back to plain text).
         inference_mode: ``remote``: the server computes actions (one round trip per step).
             ``local``: the client computes them with numpy from weights the server ships and
             sends its experience in batches from a background thread.
         update_interval: Local mode: seconds between background weight refreshes (also done
             as soon as a batch reply shows newer weights); None: only
             :meth:`update_policy_weights`.
-        token: The server's token, when it was started with ``--token``.
+        token: The server's token, when it has one; None: the ``RLSERVE_TOKEN`` environment
+            variable, if set.
         client_name: A name for the server's logs.
         timeout: Seconds to wait for a reply.
         connect_timeout: Seconds to wait for the connection to open.
@@ -44,10 +49,15 @@ class PolicyClient:
         check_observations: Check observations against the space before sending (remote
             mode; local mode always checks).
         local: Local mode's batching and buffering (:class:`~rlserve.client.local.LocalConfig`).
+        tls_ca: With a TLS address: a PEM CA bundle the server's certificate must chain to (for
+            a private or self-signed CA); None: the ``RLSERVE_TLS_CA`` environment variable, else
+            the system's trusted CAs.
 
     Raises:
         ConnectionLostError: The server cannot be reached.
+        TLSError: The TLS handshake failed (certificate not trusted, or the server has no TLS).
         AuthenticationError: Wrong token.
+        ConfigError: An invalid argument (e.g. ``tls_ca`` with a plain-text address).
     """
 
     def __init__(
@@ -63,6 +73,7 @@ class PolicyClient:
         reconnect_timeout: float = 30.0,
         check_observations: bool = True,
         local: LocalConfig | None = None,
+        tls_ca: str | None = None,
     ):
         if inference_mode not in ("remote", "local"):
             raise ConfigError(f"inference_mode must be 'remote' or 'local', got '{inference_mode}'")
@@ -71,14 +82,16 @@ class PolicyClient:
         self.update_interval = update_interval
         self.check_observations = check_observations
         timeouts = Timeouts(connect=connect_timeout, request=timeout, reconnect=reconnect_timeout)
+        if token is None:
+            token = os.environ.get(TOKEN_ENV) or None
 
         def connect() -> Connection:
-            return Connection(address, token, client_name, inference_mode, timeouts)
+            return Connection(address, token, client_name, inference_mode, timeouts, tls_ca)
 
         self._conn = connect()
         self._pending_reward: dict[str, float] = {}
         self._acted: set[str] = set()
-        self._welcome(self._conn.open())
+        self._welcome(self._open_first())
         self._local: LocalInference | None = None
         if inference_mode == "local":
 
@@ -96,6 +109,18 @@ class PolicyClient:
                 local or LocalConfig(),
                 timeouts,
             )
+
+    def _open_first(self) -> dict[str, Any]:
+        try:
+            return self._conn.open()
+        except ConnectionLostError as exc:
+            if self._conn.tls or not self._conn.tcp_connected:
+                raise
+            # Connected, then cut off before the welcome: what a TLS server does to plain text.
+            raise ConnectionLostError(
+                f"{exc}; if the server was started with --tls-cert, connect with "
+                f"tls://{self._conn.host}:{self._conn.port}"
+            ) from exc
 
     def _welcome(self, welcome: dict[str, Any]) -> None:
         if getattr(self, "_instance_id", None) not in (None, welcome.get("instance_id")):

@@ -157,11 +157,12 @@ class PolicyServer:
     async def start(self) -> None:
         """Recover the run folder's state, start the learner and listen on both carriers."""
         loop = asyncio.get_running_loop()
+        tls = self.config.ssl_context()
         self._recover()
         self.learner.start(loop)
         limits = self.config.limits()
         self._tcp = await start_binary_server(
-            self.service, limits, self.config.host, self.config.port
+            self.service, limits, self.config.host, self.config.port, tls=tls
         )
         self.port = self._tcp.port
         if self.config.http_port >= 0:
@@ -183,6 +184,10 @@ class PolicyServer:
                     # A request still waiting at shutdown (e.g. a report for a learner that
                     # failed) must not hold the final checkpoint back.
                     timeout_graceful_shutdown=2,
+                    # uvicorn wraps the pre-bound socket with these too (create_server(sock=...,
+                    # ssl=config.ssl)); both carriers use the same certificate.
+                    ssl_certfile=self.config.tls_cert,
+                    ssl_keyfile=self.config.tls_key,
                 )
             )
             self._http_task = loop.create_task(self._http.serve(sockets=[sock]))
@@ -277,13 +282,10 @@ async def serve_forever(server: PolicyServer) -> Path | None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, server.request_stop)
     await server.start()
+    binary, http = ("tls://", "https://") if server.config.tls else ("", "http://")
     print(
-        f"rlserve listening on {server.config.host}:{server.port} (binary)"
-        + (
-            f" and http://{server.config.host}:{server.http_port} (HTTP)"
-            if server.http_port
-            else ""
-        )
+        f"rlserve listening on {binary}{server.config.host}:{server.port} (binary)"
+        + (f" and {http}{server.config.host}:{server.http_port} (HTTP)" if server.http_port else "")
         + f"; run folder {server.run.path}",
         flush=True,
     )

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
+import os
+import ssl
 from dataclasses import dataclass
+from typing import Any
 
-from rlserve.config import option
+from rlserve.config import TOKEN_ENV, option
 from rlserve.errors import ConfigError
 from rlserve.protocol.limits import DEFAULT_LIMITS, Limits
 
@@ -19,7 +23,15 @@ class ServerConfig:
     http_port: int = option(
         9901, "Port of the HTTP/JSON carrier; 0 picks a free one, -1 disables it."
     )
-    token: str | None = option(None, "Shared secret clients must present (hello or Bearer header).")
+    token: str | None = dataclasses.field(
+        default=None,
+        # Never shown: not in repr (tracebacks, logs), never saved in the run folder.
+        repr=False,
+        metadata={
+            "help": "Shared secret clients must present (hello or Bearer header); also "
+            "RLSERVE_TOKEN. Never written to the run folder."
+        },
+    )
     spaces_from: str | None = option(
         None, "Gymnasium env id whose spaces the policy uses (only its spaces are read)."
     )
@@ -50,18 +62,76 @@ class ServerConfig:
     max_episodes_per_server: int = option(
         DEFAULT_LIMITS.max_episodes_per_server, "Concurrent episodes on the server."
     )
+    tls_cert: str | None = option(
+        None, "PEM certificate (chain) file: serve TLS on both carriers (needs tls_key)."
+    )
+    tls_key: str | None = option(None, "PEM private key file of tls_cert.")
 
     def __post_init__(self) -> None:
+        if self.token == "":
+            raise ConfigError("the token is empty; pass a long random secret or none at all")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError(
+                "TLS needs both --tls-cert FILE and --tls-key FILE (got only "
+                f"{'--tls-cert' if self.tls_cert else '--tls-key'})"
+            )
+        # Absolute, so a resumed run (saved config, maybe another working folder) finds them.
+        if self.tls_cert is not None and self.tls_key is not None:
+            self.tls_cert = os.path.abspath(self.tls_cert)
+            self.tls_key = os.path.abspath(self.tls_key)
+        for flag, path in (("--tls-cert", self.tls_cert), ("--tls-key", self.tls_key)):
+            if path is not None and not os.access(path, os.R_OK):
+                raise ConfigError(
+                    f"{flag} {path}: the file does not exist or is not readable by this user"
+                )
         if not self.token and not _is_loopback(self.host):
             raise ConfigError(
                 f"refusing to listen on {self.host} without a token: anyone who can reach it "
-                "could feed the learner. Pass --token SECRET (clients then pass token=SECRET), "
-                "or bind 127.0.0.1"
+                "could feed the learner. Pass --token SECRET or set RLSERVE_TOKEN (clients then "
+                "pass token=SECRET or set RLSERVE_TOKEN), or bind 127.0.0.1"
             )
         if self.fragment_length < 1:
             raise ConfigError("fragment_length must be at least 1")
         if self.idle_timeout <= 0:
             raise ConfigError("idle_timeout must be positive")
+
+    @property
+    def tls(self) -> bool:
+        """Whether both carriers serve TLS."""
+        return self.tls_cert is not None
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The server's TLS context, or None without TLS.
+
+        Raises:
+            ConfigError: The certificate or key cannot be loaded (wrong format, key does not
+                match the certificate, encrypted key).
+        """
+        if self.tls_cert is None or self.tls_key is None:
+            return None
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            # An empty password callback: an encrypted key fails here instead of prompting.
+            context.load_cert_chain(self.tls_cert, self.tls_key, password=lambda: "")
+        except (ssl.SSLError, OSError) as exc:
+            raise ConfigError(
+                f"cannot load the TLS certificate {self.tls_cert} with the key {self.tls_key} "
+                f"({exc}); pass a PEM certificate and its unencrypted PEM private key"
+            ) from exc
+        return context
+
+    def plaintext_warning(self) -> str | None:
+        """A warning when a token will travel in clear text over a non-loopback network."""
+        if self.token and not self.tls and not _is_loopback(self.host):
+            return (
+                f"WARNING: listening on {self.host} with a token but without TLS: the token and "
+                "every observation and action travel in clear text, so anyone on the network "
+                "path can read the token and act as a client. Pass --tls-cert FILE --tls-key "
+                "FILE (clients then use tls://host:port), or keep the server on a private "
+                "network / behind a TLS proxy (see docs/security.md)"
+            )
+        return None
 
     def limits(self) -> Limits:
         """The wire limits this configuration sets."""
@@ -80,3 +150,17 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def with_token_from_env(table: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``[server]`` table with the token of ``RLSERVE_TOKEN`` when that is set.
+
+    The precedence is ``--token`` flag > ``RLSERVE_TOKEN`` > the ``token`` of the TOML table:
+    the flag is applied afterwards by :func:`rlserve.config.build`. An empty variable counts as
+    unset.
+    """
+    result = dict(table or {})
+    token = os.environ.get(TOKEN_ENV)
+    if token:
+        result["token"] = token
+    return result

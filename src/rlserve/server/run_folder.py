@@ -2,7 +2,8 @@
 
 Layout::
 
-    runs/<name>/config.toml       the server and PPO configuration the run started with
+    runs/<name>/config.toml       the server and PPO configuration the run started with, without
+                                  the token (``token_required = true`` records that it had one)
     runs/<name>/spaces.json       the policy's observation and action space descriptions
     runs/<name>/checkpoints/      ckpt_<updates>.pt (torch.load(weights_only=True) safe)
     runs/<name>/events.out.tfevents.*   TensorBoard scalars
@@ -27,6 +28,8 @@ class RunFolder:
     """Paths of one run."""
 
     path: Path
+    token_required: bool = False
+    """Set by :meth:`load`: the run was started with a token (which is not saved)."""
 
     @property
     def config_file(self) -> Path:
@@ -71,12 +74,28 @@ class RunFolder:
         return folder
 
     def save(self, tables: dict[str, dict[str, Any]], spaces: dict[str, Any]) -> None:
-        """Write the configuration tables and the space descriptions."""
-        self.config_file.write_text(tomli_w.dumps(tables))
+        """Write the configuration tables and the space descriptions.
+
+        The server's token is left out (a run folder is copied, shared and backed up; the token
+        must not travel with it); ``token_required = true`` takes its place, so a resumed server
+        asks for it again.
+        """
+        server = dict(tables.get("server", {}))
+        if server.pop("token", None) or server.get("token_required"):
+            server["token_required"] = True
+        self.config_file.write_text(tomli_w.dumps({**tables, "server": server}))
         self.spaces_file.write_text(json.dumps(spaces, indent=2))
 
     def load(self) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-        """Read what :meth:`save` wrote."""
+        """Read what :meth:`save` wrote; ``token_required`` is moved to :attr:`token_required`.
+
+        A ``token`` found in the file (written by an older rlserve) is dropped as well: on
+        ``--resume`` the token comes from ``--token`` or ``RLSERVE_TOKEN`` only.
+        """
         with self.config_file.open("rb") as fh:
             tables = tomllib.load(fh)
+        server = tables.setdefault("server", {})
+        self.token_required = bool(server.pop("token_required", False))
+        if server.pop("token", None):
+            self.token_required = True
         return tables, json.loads(self.spaces_file.read_text())

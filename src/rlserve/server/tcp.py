@@ -10,6 +10,7 @@ size limit gets an error and is closed: the stream cannot be resynchronised. A c
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections import deque
 from typing import Any, cast
 
@@ -134,13 +135,26 @@ class BinaryServer:
             connection.close()
 
 
+TLS_HANDSHAKE_TIMEOUT = 10.0
+"""Seconds a client has to complete the TLS handshake before the connection is closed."""
+
+
 async def start_binary_server(
-    service: Service, limits: Limits, host: str, port: int
+    service: Service, limits: Limits, host: str, port: int, *, tls: ssl.SSLContext | None = None
 ) -> BinaryServer:
-    """Listen for binary-carrier connections."""
+    """Listen for binary-carrier connections, with TLS when ``tls`` is given.
+
+    A failed handshake (a plain-text client, an unknown certificate authority on the client's
+    side) closes that connection before any frame is read; asyncio logs it only in debug mode.
+    """
     loop = asyncio.get_running_loop()
     connections: set[BinaryConnection] = set()
     server = await loop.create_server(
-        lambda: BinaryConnection(service, limits, connections), host, port, reuse_address=True
+        lambda: BinaryConnection(service, limits, connections),
+        host,
+        port,
+        reuse_address=True,
+        ssl=tls,
+        ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT if tls is not None else None,
     )
     return BinaryServer(server, connections)
