@@ -413,8 +413,6 @@ def _bad_discrete(good: Fragment, case: str) -> Fragment:
             return _with(good, obs=np.zeros((steps + 1, 3), np.float32))
         case "obs no next":
             return _with(good, obs=good.obs[:steps])
-        case "behaviour_logp -inf":
-            return _with(good, behaviour_logp=_set(good.behaviour_logp, 0, -np.inf))
         case "action out of range":
             return _with(good, actions=_set(good.actions, 0, 7))
         case "action negative":
@@ -439,7 +437,6 @@ DISCRETE_CASES = [
     "obs nan in the last",
     "obs wrong width",
     "obs no next",
-    "behaviour_logp -inf",
     "action out of range",
     "action negative",
     "action not whole",
@@ -491,11 +488,17 @@ def test_values_of_other_dtypes_are_cast_and_trained() -> None:
     assert learner.version == 1
 
 
-def test_absurd_behaviour_logp_is_clamped_not_excluded() -> None:
+def test_absurd_behaviour_logp_is_clamped_or_taken_as_unknown() -> None:
     learner = PPOLearner(OBS_SPACE, DISCRETE, _config())
     fragments = collect(learner, 64)
     fragments[0] = _with(fragments[0], behaviour_logp=np.full(len(fragments[0]), -1e30, np.float32))
     fragments[1] = _with(fragments[1], behaviour_logp=np.full(len(fragments[1]), 1e30, np.float32))
+    fragments[2] = _with(fragments[2], behaviour_logp=_set(fragments[2].behaviour_logp, 0, -np.inf))
+    fragments[3] = _with(fragments[3], behaviour_logp=_set(fragments[3].behaviour_logp, 1, np.inf))
+    sanitised, _ = learner.sanitise(fragments[2])
+    assert sanitised is not None
+    assert np.isnan(sanitised.behaviour_logp[0])  # unknown: the current policy's is used
+    assert np.isfinite(sanitised.behaviour_logp[1:]).all()
     learner.ingest(fragments)
     assert learner.counters()["fragments_excluded_invalid"] == 0
     metrics = learner.update()

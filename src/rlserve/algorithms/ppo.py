@@ -207,8 +207,9 @@ class PPOLearner(Learner):
         """Return the fragment in the dtypes trained on, or ``None`` and why it cannot be used.
 
         Values are checked after the cast: shapes must match the model, observations, rewards
-        and Box actions must be finite and within ``max_abs_input``, behaviour log-probabilities
-        finite or NaN (unknown), Discrete actions whole choice indices, versions integers.
+        and Box actions must be finite and within ``max_abs_input``, Discrete actions whole
+        choice indices, versions integers. An infinite behaviour log-probability becomes NaN
+        (unknown); a finite but absurd one is left to the clamp of the log-ratio.
         """
         steps = fragment.rewards.shape[0] if fragment.rewards.ndim == 1 else 0
         if steps == 0:
@@ -259,8 +260,11 @@ class PPOLearner(Learner):
                     f"{name} holds {array[large][0]:.3g}, beyond max_abs_input {limit:.3g} "
                     "(raise --ppo-max-abs-input if such values are real)"
                 )
-        if np.isinf(logp).any():
-            return None, f"behaviour_logp holds {logp[np.isinf(logp)][0]}"
+        infinite = np.isinf(logp)
+        if infinite.any():
+            # No action sampled from a policy has probability 0 or infinite density: an
+            # infinite value is as unknown as NaN, and takes the current policy's log-prob.
+            logp = np.where(infinite, np.float32(np.nan), logp)
         return (
             dataclasses.replace(
                 fragment,
