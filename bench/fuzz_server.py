@@ -48,6 +48,7 @@ import json
 import multiprocessing as mp
 import queue
 import random
+import re
 import socket
 import struct
 import sys
@@ -172,8 +173,31 @@ class Tally:
             recent.append(case)
             del recent[:-4]
             if outcome.status in FAILURE_STATUSES:
-                key = f"{outcome.status} | {case.msg_type} | {case.mutation}"
+                key = signature(case, outcome.status)
                 self.failures.setdefault(key, []).append((case, outcome))
+
+
+def _fields_touched(ops: str) -> str:
+    names = set()
+    for op in ops.split(";"):
+        op = op.strip().removeprefix("drop ").removeprefix("wrap ")
+        if op.startswith("add a field"):
+            names.add("<added field>")
+        else:
+            names.add(re.split(r"[ .\[]", op, maxsplit=1)[0])
+    return ",".join(sorted(names))
+
+
+def signature(case: Case, status: str) -> str:
+    """What makes two failures the same kind: the outcome, the request and what was mutated."""
+    what = case.description.split(": ", 1)[-1]
+    if case.mutation == "http":
+        if ":=" in what or what.startswith(("drop ", "wrap ", "add ")):
+            what = "value mutation of " + _fields_touched(what)
+        return f"http {status} | {re.sub(r'[0-9]+', 'N', what)}"
+    if case.mutation in ("value", "raw"):
+        return f"{status} | {case.msg_type} | {case.mutation} of {_fields_touched(what)}"
+    return f"{status} | {case.msg_type} | {case.mutation}"
 
 
 # -- valid requests ---------------------------------------------------------------------------
@@ -341,7 +365,10 @@ def mutate_message(rng: random.Random, msg: dict[str, Any]) -> list[str]:
     done: list[str] = []
     for _ in range(rng.choice([1, 1, 1, 2, 3])):
         paths = _paths(msg)
-        path = rng.choice(paths) if paths else ("id",)
+        if not paths:
+            msg["id"] = None
+            paths = [("id",)]
+        path = rng.choice(paths)
         parent = _get(msg, path[:-1]) if len(path) > 1 else msg
         key = path[-1]
         where = ".".join(str(p) for p in path)
@@ -761,7 +788,12 @@ def http_worker(
     for _ in range(count):
         if stop.is_set():
             break
-        method, path, body, headers, what = http_case(rng, state)
+        try:
+            method, path, body, headers, what = http_case(rng, state)
+        except Exception:  # a bug of this benchmark, not of the server: say so, go on
+            with tally.lock:
+                tally.generator_errors.append(traceback.format_exc()[-800:])
+            continue
         status = "dropped"
         for attempt in range(2):
             reused = conn is not None
@@ -794,7 +826,7 @@ def http_worker(
             tally.http_requests += 1
             tally.http_status[status] += 1
             if status == "hang" or status.startswith("5") or status.startswith("dropped"):
-                key = f"http {status} | {path}"
+                key = signature(case, status)
                 tally.failures.setdefault(key, []).append((case, Outcome(status, [], what)))
     if conn is not None:
         conn.close()
@@ -853,9 +885,11 @@ def _mib(value: int | None) -> str:
 
 def save_findings(
     tally: Tally, folder: Path, recent_on_crash: list[Case]
-) -> list[tuple[str, int, Path]]:
-    """Write the first example of each distinct failure; return (key, count, file)."""
+) -> list[tuple[str, int, Path, str]]:
+    """Write the first example of each distinct failure; return (key, count, file, example)."""
     folder.mkdir(parents=True, exist_ok=True)
+    for old in [*folder.glob("finding-*.json"), *folder.glob("crash-suspect-*.json")]:
+        old.unlink()
     saved = []
     items = sorted(tally.failures.items(), key=lambda kv: -len(kv[1]))
     for n, (key, examples) in enumerate(items):
@@ -876,7 +910,7 @@ def save_findings(
                 indent=1,
             )
         )
-        saved.append((key, len(examples), path))
+        saved.append((key, len(examples), path, case.description))
     for n, case in enumerate(recent_on_crash):
         path = folder / f"crash-suspect-{n:02d}.json"
         path.write_text(
@@ -891,7 +925,7 @@ def save_findings(
                 }
             )
         )
-        saved.append((f"crash suspect: {case.description[:80]}", 1, path))
+        saved.append(("crash suspect", 1, path, case.description))
     return saved
 
 
@@ -1103,11 +1137,19 @@ def run(args: argparse.Namespace) -> int:
         print("training client error:\n" + error)
     if saved:
         print(f"distinct failures ({len(saved)}), first example of each saved; repro with:")
-        for key, count, path in saved:
-            print(
-                f"  [{count:>5}x] {key}\n"
-                f"          {sys.executable} {Path(__file__)} --replay {path}"
-            )
+        for key, count, path, example in saved:
+            print(f"  [{count:>5}x] {key}\n          e.g. {example[:150]}")
+            print(f"          {sys.executable} {Path(__file__)} --replay {path}")
+    raised = Counter(
+        re.sub(r"[0-9]+", "N", m.group(0))[:140]
+        for m in re.finditer(r"^\w+(?:Error|Exception): .*$", log, re.MULTILINE)
+    )
+    if raised:
+        print("exceptions in the server log (by kind):")
+        for line, count in raised.most_common(12):
+            print(f"  [{count:>5}x] {line}")
+    for error in tally.generator_errors[:2]:
+        print("benchmark error (not the server's):\n" + error)
     total = sum(failures.values())
     print(f"RESULT: {'FAIL' if total else 'PASS'} ({total} failures)")
     return 1 if total else 0
