@@ -57,6 +57,7 @@ import threading
 import time
 import traceback
 import uuid
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +70,9 @@ from _server import BenchServer, start_server
 from rlserve.protocol.codec import decode, pack_array
 
 TOKEN = "fuzz-token-0123456789"
+NEWEST_VERSION = [0]
+"""The newest weights version, polled from ``/v1/health``: reported fragments use it (or one
+before it) so that their values reach training instead of being dropped as stale."""
 PROBE_ID_BASE = 1 << 50
 """Probe pings use ids from here up, far from the small ids of the mutated requests."""
 CLOSING_CODES = ("frame_too_large",)
@@ -138,6 +142,7 @@ class Outcome:
     ``bad_reply``, ``sent`` (desync: nothing to check)."""
     replies: list[dict[str, Any]] = field(default_factory=list)
     detail: str = ""
+    at: float = field(default_factory=time.monotonic)
 
 
 FAILURE_STATUSES = ("dropped", "hang", "unanswered", "extra_replies", "bad_reply")
@@ -157,6 +162,7 @@ class Tally:
     failures: dict[str, list[tuple[Case, Outcome]]] = field(default_factory=dict)
     recent: dict[int, list[Case]] = field(default_factory=dict)
     generator_errors: list[str] = field(default_factory=list)
+    accepted_reports: list[Case] = field(default_factory=list)
 
     def record(self, worker: int, case: Case, outcome: Outcome) -> None:
         """Count one case's outcome; keep failures and each worker's last cases."""
@@ -169,6 +175,9 @@ class Tally:
                 if kind == "error":
                     kind = f"error:{reply.get('code')}"
                 self.replies[kind] += 1
+            if any(r.get("type") == "samples_accepted" for r in outcome.replies):
+                self.accepted_reports.append(case)
+                del self.accepted_reports[:-3]
             recent = self.recent.setdefault(worker, [])
             recent.append(case)
             del recent[:-4]
@@ -193,7 +202,7 @@ def signature(case: Case, status: str) -> str:
     what = case.description.split(": ", 1)[-1]
     if case.mutation == "http":
         if ":=" in what or what.startswith(("drop ", "wrap ", "add ")):
-            what = "value mutation of " + _fields_touched(what)
+            what = "value mutation"
         return f"http {status} | {re.sub(r'[0-9]+', 'N', what)}"
     if case.mutation in ("value", "raw"):
         return f"{status} | {case.msg_type} | {case.mutation} of {_fields_touched(what)}"
@@ -222,6 +231,11 @@ def _episode(rng: random.Random, state: ConnState) -> str:
     return f"fz-{rng.getrandbits(48):012x}"
 
 
+def _version(rng: random.Random, state: ConnState) -> int:
+    newest = max(state.version, NEWEST_VERSION[0])
+    return max(newest - rng.choice([0, 0, 0, 1, 5]), 0)
+
+
 def _fragment(rng: random.Random, state: ConnState) -> dict[str, Any]:
     steps = rng.randint(1, 16)
     return {
@@ -231,7 +245,7 @@ def _fragment(rng: random.Random, state: ConnState) -> dict[str, Any]:
         "rewards": np.ones(steps, "f4"),
         "behaviour_logp": np.full(steps, -0.69, "f4"),
         "policy_chosen": np.ones(steps, bool),
-        "weights_version": np.full(steps, state.version, "i8"),
+        "weights_version": np.full(steps, _version(rng, state), "i8"),
         "terminated": rng.random() < 0.3,
         "truncated": False,
     }
@@ -411,6 +425,32 @@ def mutate_message(rng: random.Random, msg: dict[str, Any]) -> list[str]:
     return done
 
 
+def poison(rng: random.Random, msg: dict[str, Any]) -> str:
+    """Put extreme numbers into a well-typed request, leaving its structure valid.
+
+    Finite float64 values that are infinite as float32, huge float32 values, -1e30
+    log-probabilities: the values of issue finding 1.
+    """
+    value = rng.choice([1e39, -1e39, 3e38, -3e38, 1e38, -1e30, 1e30, 1e20])
+    if msg["type"] == "report_samples":
+        fragment = rng.choice(msg["fragments"])
+        name = rng.choice(["rewards", "obs", "behaviour_logp", "rewards", "behaviour_logp"])
+        array = fragment[name].astype(np.float64 if abs(value) > 3.4e38 else np.float32)
+        if rng.random() < 0.5:
+            array[...] = value
+        else:
+            array.flat[rng.randrange(array.size)] = value
+        fragment[name] = array
+        return f"fragments.{name} holds {value} ({array.dtype})"
+    if "observation" in msg and rng.random() < 0.5:
+        obs = msg["observation"].astype(np.float64)
+        obs[rng.randrange(4)] = value
+        msg["observation"] = obs
+        return f"observation holds {value} (float64)"
+    msg["reward"] = value
+    return f"reward := {value}"
+
+
 def _pack(value: Any) -> bytes:
     def default(obj: Any) -> Any:
         if isinstance(obj, np.ndarray):
@@ -502,6 +542,12 @@ def make_case(rng: random.Random, state: ConnState, max_frame_bytes: int) -> Cas
     roll = rng.random()
     if roll < 0.10:
         mutation, what, body = "none", "valid request", _pack(msg)
+    elif roll < 0.18:
+        kind = rng.choice(
+            ["report_samples", "get_action", "log_action", "log_returns", "end_episode"]
+        )
+        msg = valid_request(rng, state, kind)
+        mutation, what, body = "extreme", poison(rng, msg), _pack(msg)
     elif roll < 0.55:
         done = mutate_message(rng, msg)
         mutation, what = "value", "; ".join(done)
@@ -641,6 +687,14 @@ def _brief(replies: list[dict[str, Any]]) -> str:
     return str([r.get("code") or r.get("type") for r in replies])
 
 
+def server_gone(server: BenchServer) -> bool:
+    """Whether the server process has exited (waiting a moment: a failure may precede it)."""
+    if not server.alive():
+        return True
+    time.sleep(0.5)
+    return not server.alive()
+
+
 def hello(link: Link, state: ConnState, hang_timeout: float) -> bool:
     """Authenticate with the valid token; True on ``welcome``."""
     link.send(frame(_pack({"type": "hello", "id": 0, "protocol_version": 1, "token": TOKEN})))
@@ -698,11 +752,12 @@ def fuzz_worker(
             probe += 1
             outcome = run_case(link, case, probe, args.hang_timeout)
         except OSError as exc:
-            if not server.alive():
-                break
             case = Case("connect", "none", "open a connection", b"")
             outcome = Outcome("dropped", [], f"connection failed: {exc!r}")
             link = None
+        if outcome.status in FAILURE_STATUSES and server_gone(server):
+            stop.set()  # the crash is the finding; what fails after it is its consequence
+            break
         tally.record(worker, case, outcome)
         _learn(state, outcome)
         if outcome.status not in ("ok",) and link is not None:
@@ -822,6 +877,9 @@ def http_worker(
             # A kept-alive connection the server had closed after the previous request (which
             # that request's outcome already counts): send this one again on a fresh one.
         case = Case(path, "http", what, body)
+        if not status[0].isdigit() and server_gone(server):
+            stop.set()
+            break
         with tally.lock:
             tally.http_requests += 1
             tally.http_status[status] += 1
@@ -1025,9 +1083,13 @@ def run(args: argparse.Namespace) -> int:
             if not server.alive():
                 crash = {"at_frame": tally.frames, "code": server.process.returncode}
                 with tally.lock:
-                    crash["recent"] = [c for cases in tally.recent.values() for c in cases[-2:]]
+                    crash["recent"] = [c for cases in tally.recent.values() for c in cases[-1:]]
+                crash["recent"] += tally.accepted_reports
+                crash["seen_at"] = time.monotonic()
                 stop.set()
                 break
+            with contextlib.suppress(OSError, ValueError):
+                NEWEST_VERSION[0] = int(server.get_json("/v1/health", timeout=2)["weights_version"])
             if time.perf_counter() - last_report > 10:
                 last_report = time.perf_counter()
                 print(
@@ -1036,6 +1098,12 @@ def run(args: argparse.Namespace) -> int:
         for thread in threads:
             thread.join(args.hang_timeout + 5)
         elapsed = time.perf_counter() - started
+        if not crash and not server.alive():
+            crash = {"at_frame": tally.frames, "code": server.process.returncode}
+            with tally.lock:
+                crash["recent"] = [c for cases in tally.recent.values() for c in cases[-1:]]
+                crash["recent"] += tally.accepted_reports
+                crash["seen_at"] = time.monotonic()
         rss_after = server.rss()
         learner: dict[str, Any] = {}
         if server.alive():
@@ -1064,20 +1132,30 @@ def run(args: argparse.Namespace) -> int:
             "steps": 0,
             "returns": [],
         }
-    saved = save_findings(tally, findings, crash.get("recent", []))
     tmp.cleanup()
 
+    if crash:
+        # A crashing server closes its connections a moment before its process is seen to exit:
+        # failures from then on are the crash's consequences, not findings of their own.
+        cutoff = crash["seen_at"] - 5.0
+        after = sum(1 for v in tally.failures.values() for _, o in v if o.at >= cutoff)
+        tally.failures = {
+            k: kept
+            for k, v in tally.failures.items()
+            if (kept := [x for x in v if x[1].at < cutoff])
+        }
+        print(f"({after} failures in the 5 s before the crash was seen are not counted)")
+    saved = save_findings(tally, findings, crash.get("recent", []))
+    found = Counter(key.split(" | ")[0] for key, v in tally.failures.items() for _ in v)
     failures = {
         "server crashes (process exited)": 1 if crash else 0,
-        "hangs (no reply within the hang timeout)": tally.by_status["hang"]
-        + tally.http_status["hang"],
+        "hangs (no reply within the hang timeout)": found["hang"] + found["http hang"],
         "training client errors": len(client["errors"]),
-        "connections dropped without a reason": tally.by_status["dropped"],
-        "frames answered 0 or 2+ times": tally.by_status["unanswered"]
-        + tally.by_status["extra_replies"],
-        "undecodable replies": tally.by_status["bad_reply"],
+        "connections dropped without a reason": found["dropped"],
+        "frames answered 0 or 2+ times": found["unanswered"] + found["extra_replies"],
+        "undecodable replies": found["bad_reply"],
         "HTTP 5xx or dropped": sum(
-            v for k, v in tally.http_status.items() if k.startswith(("5", "dropped"))
+            v for k, v in found.items() if k.startswith(("http 5", "http d"))
         ),
     }
     mean_return = float(np.mean(client["returns"][-20:])) if client["returns"] else float("nan")
@@ -1132,7 +1210,12 @@ def run(args: argparse.Namespace) -> int:
             f"the server exited with code {crash['code']} after about "
             f"{crash['at_frame']} frames; log tail:"
         )
-        print(log[-3000:])
+        lines = [
+            line[:200]
+            for line in log.splitlines()
+            if re.search(r"Error|Exception|Traceback|rlserve|failed", line)
+        ]
+        print("\n".join(lines[-15:]))
     for error in client["errors"][:3]:
         print("training client error:\n" + error)
     if saved:
@@ -1157,7 +1240,9 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the flags and run the benchmark (or one replay)."""
-    np.seterr(all="ignore")  # extreme values are cast to float32 on purpose
+    # Extreme values are cast to float32 on purpose.
+    np.seterr(all="ignore")
+    warnings.filterwarnings("ignore", category=RuntimeWarning)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--frames", type=int, default=100_000, help="mutated binary frames to send")
     parser.add_argument("--seed", type=int, default=0)
