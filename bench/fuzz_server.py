@@ -13,7 +13,9 @@ What it does, on one command::
    batched ``get_action``, ``log_action``, ``log_returns``, ``end_episode``, ``ping``,
    ``get_weights``, ``report_samples``) and is mutated: fields dropped, added or replaced by
    values of another type (arrays where maps go, maps where arrays go), extreme numbers (1e39,
-   -1e30, 3e38, NaN, infinities, 2**64-1), malformed ndarray extensions (wrong dtype codes,
+   -1e30, 3e38, NaN, infinities, 2**64-1), also inside otherwise valid requests (fragments of
+   ``report_samples`` with the newest weights version, so the values reach the learner),
+   malformed ndarray extensions (wrong dtype codes,
    ndims, shapes, payload lengths), deep nesting, msgpack headers with oversized lengths, bit
    flips, truncations, insertions, random bytes; some frames are sent unmutated (they open
    episodes, so later mutations reach deep handler code), some split into many small writes.
