@@ -425,6 +425,8 @@ def _bad_discrete(good: Fragment, case: str) -> Fragment:
             return _with(good, weights_version=good.weights_version.astype(np.float64))
         case "rewards scalar":
             return _with(good, rewards=np.float32(1.0))
+        case "rewards ragged":
+            return _with(good, rewards=[1.0, [2.0, 3.0]])
     raise AssertionError(case)
 
 
@@ -443,6 +445,7 @@ DISCRETE_CASES = [
     "action text",
     "versions float",
     "rewards scalar",
+    "rewards ragged",
 ]
 
 
@@ -454,7 +457,9 @@ def test_a_fragment_that_cannot_be_trained_on_is_excluded_and_counted(case: str)
     learner.ingest([bad, *good])
     counters = learner.counters()
     assert counters["fragments_excluded_invalid"] == 1
-    assert counters["steps_excluded_invalid"] == (0 if case == "rewards scalar" else 8)
+    assert counters["steps_excluded_invalid"] == (
+        0 if case.startswith("rewards s") or case.endswith("ragged") else 8
+    )
     assert learner.buffered_steps == 64
     metrics = learner.update()
     _assert_metrics_finite(metrics)

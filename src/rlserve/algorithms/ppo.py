@@ -189,7 +189,9 @@ class PPOLearner(Learner):
         for raw in fragments:
             fragment, problem = self.sanitise(raw)
             if fragment is None:
-                self._exclude(len(raw.rewards) if raw.rewards.ndim == 1 else 0, problem)
+                rewards = raw.rewards
+                ndarray = isinstance(rewards, np.ndarray)
+                self._exclude(len(rewards) if ndarray and rewards.ndim == 1 else 0, problem)
                 continue
             fresh = int(self._fresh_mask(fragment).sum())
             self._counters["steps_dropped_stale"] += len(fragment) - fresh
@@ -211,9 +213,14 @@ class PPOLearner(Learner):
         choice indices, versions integers. An infinite behaviour log-probability becomes NaN
         (unknown); a finite but absurd one is left to the clamp of the log-ratio.
         """
-        steps = fragment.rewards.shape[0] if fragment.rewards.ndim == 1 else 0
+        names = ("obs", "actions", "rewards", "behaviour_logp", "weights_version")
+        try:
+            arrays = {name: np.asarray(getattr(fragment, name)) for name in names}
+        except (ValueError, TypeError) as exc:
+            return None, f"a field is not an array ({exc})"
+        steps = arrays["rewards"].shape[0] if arrays["rewards"].ndim == 1 else 0
         if steps == 0:
-            return None, f"rewards has shape {fragment.rewards.shape}, expected a non-empty [T]"
+            return None, f"rewards has shape {arrays['rewards'].shape}, expected a non-empty [T]"
         categorical = self.model.distribution == "categorical"
         expected = {
             "obs": (steps + 1, self.model.obs_dim),
@@ -222,18 +229,16 @@ class PPOLearner(Learner):
             "weights_version": (steps,),
         }
         for name, shape in expected.items():
-            array = getattr(fragment, name)
-            if array.shape != shape:
-                return None, f"{name} has shape {array.shape}, expected {shape}"
-        for name in ("obs", "actions", "rewards", "behaviour_logp", "weights_version"):
-            kinds = "iu" if name == "weights_version" else "biuf"
-            if getattr(fragment, name).dtype.kind not in kinds:
-                return None, f"{name} has dtype {getattr(fragment, name).dtype}"
+            if arrays[name].shape != shape:
+                return None, f"{name} has shape {arrays[name].shape}, expected {shape}"
+        for name, array in arrays.items():
+            if array.dtype.kind not in ("iu" if name == "weights_version" else "biuf"):
+                return None, f"{name} has dtype {array.dtype}"
         with np.errstate(over="ignore", invalid="ignore"):
-            obs = fragment.obs.astype(np.float32, copy=False)
-            rewards = fragment.rewards.astype(np.float32, copy=False)
-            logp = fragment.behaviour_logp.astype(np.float32, copy=False)
-            raw_actions = fragment.actions
+            obs = arrays["obs"].astype(np.float32, copy=False)
+            rewards = arrays["rewards"].astype(np.float32, copy=False)
+            logp = arrays["behaviour_logp"].astype(np.float32, copy=False)
+            raw_actions = arrays["actions"]
             if categorical:
                 if raw_actions.dtype.kind == "f":
                     whole = np.isfinite(raw_actions) & (raw_actions == np.round(raw_actions))
@@ -272,7 +277,7 @@ class PPOLearner(Learner):
                 actions=actions,
                 rewards=rewards,
                 behaviour_logp=logp,
-                weights_version=fragment.weights_version.astype(np.int64, copy=False),
+                weights_version=arrays["weights_version"].astype(np.int64, copy=False),
             ),
             "",
         )
