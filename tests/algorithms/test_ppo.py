@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,14 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from rlserve.algorithms.ppo import PPOConfig, PPOLearner, clipped_policy_loss, value_loss
+from rlserve.algorithms.ppo import (
+    WARN_INTERVAL_S,
+    PPOConfig,
+    PPOLearner,
+    clipped_policy_loss,
+    normalise_advantages,
+    value_loss,
+)
 from rlserve.episodes import EpisodeTable
 from rlserve.errors import ConfigError
 from rlserve.policy import NumpyPolicy
@@ -98,6 +107,8 @@ def test_value_loss_by_hand() -> None:
         {"train_batch_size": 64, "minibatch_size": 128},
         {"activation": "gelu"},
         {"device": "tpu"},
+        {"max_abs_input": 0.0},
+        {"max_abs_input": float("nan")},
     ],
     ids=str,
 )
@@ -238,6 +249,10 @@ def test_update_increments_version_and_returns_finite_metrics() -> None:
         "updates": 1,
         "steps_trained": 64,
         "steps_dropped_stale": 0,
+        "fragments_excluded_invalid": 0,
+        "steps_excluded_invalid": 0,
+        "minibatches_skipped_nonfinite": 0,
+        "updates_skipped_nonfinite": 0,
         "version": 1,
     }
     # The weights moved, and the buffer was consumed.
@@ -359,6 +374,273 @@ def test_terminated_fragment_does_not_bootstrap() -> None:
     batch = learner._build_batch()
     expected = 1.0 + learner.config.gamma * float(values[1])
     assert batch["returns"][0].item() == pytest.approx(expected, abs=1e-6)
+
+
+# -- hostile and broken experience ------------------------------------------------------------
+
+
+def _assert_params_finite(learner: PPOLearner) -> None:
+    for name, value in learner.model.state_dict().items():
+        assert torch.isfinite(value).all(), name
+
+
+def _with(fragment: Fragment, **fields: Any) -> Fragment:
+    return dataclasses.replace(fragment, **fields)
+
+
+def _set(array: np.ndarray, index: Any, value: Any) -> np.ndarray:
+    out = array.copy()
+    out[index] = value
+    return out
+
+
+def _bad_discrete(good: Fragment, case: str) -> Fragment:
+    steps = len(good)
+    match case:
+        case "rewards 3e38":
+            return _with(good, rewards=_set(good.rewards, 2, 3e38))
+        case "rewards -inf":
+            return _with(good, rewards=_set(good.rewards, 0, -np.inf))
+        case "rewards nan":
+            return _with(good, rewards=_set(good.rewards, 1, np.nan))
+        case "obs 1e38":
+            return _with(good, obs=_set(good.obs, (3, 0), 1e38))
+        case "obs float64 1e39":
+            return _with(good, obs=_set(good.obs.astype(np.float64), (1, 1), 1e39))
+        case "obs nan in the last":
+            return _with(good, obs=_set(good.obs, (steps, 0), np.nan))
+        case "obs wrong width":
+            return _with(good, obs=np.zeros((steps + 1, 3), np.float32))
+        case "obs no next":
+            return _with(good, obs=good.obs[:steps])
+        case "action out of range":
+            return _with(good, actions=_set(good.actions, 0, 7))
+        case "action negative":
+            return _with(good, actions=_set(good.actions, 0, -1))
+        case "action not whole":
+            return _with(good, actions=_set(good.actions.astype(np.float64), 0, 0.5))
+        case "action text":
+            return _with(good, actions=np.array(["left"] * steps))
+        case "versions float":
+            return _with(good, weights_version=good.weights_version.astype(np.float64))
+        case "rewards scalar":
+            return _with(good, rewards=np.float32(1.0))
+        case "rewards ragged":
+            return _with(good, rewards=[1.0, [2.0, 3.0]])
+    raise AssertionError(case)
+
+
+DISCRETE_CASES = [
+    "rewards 3e38",
+    "rewards -inf",
+    "rewards nan",
+    "obs 1e38",
+    "obs float64 1e39",
+    "obs nan in the last",
+    "obs wrong width",
+    "obs no next",
+    "action out of range",
+    "action negative",
+    "action not whole",
+    "action text",
+    "versions float",
+    "rewards scalar",
+    "rewards ragged",
+]
+
+
+@pytest.mark.parametrize("case", DISCRETE_CASES)
+def test_a_fragment_that_cannot_be_trained_on_is_excluded_and_counted(case: str) -> None:
+    learner = PPOLearner(OBS_SPACE, DISCRETE, _config())
+    good = collect(learner, 64)
+    bad = _bad_discrete(_fragment([0] * 8), case)
+    learner.ingest([bad, *good])
+    counters = learner.counters()
+    assert counters["fragments_excluded_invalid"] == 1
+    assert counters["steps_excluded_invalid"] == (
+        0 if case.startswith("rewards s") or case.endswith("ragged") else 8
+    )
+    assert learner.buffered_steps == 64
+    metrics = learner.update()
+    _assert_metrics_finite(metrics)
+    _assert_params_finite(learner)
+    assert learner.version == 1
+    assert metrics["learner/steps_trained"] == 64
+    assert metrics["learner/fragments_excluded_invalid"] == 1
+    assert metrics["learner/minibatches_skipped_nonfinite"] == 0
+
+
+@pytest.mark.parametrize("value", [1e38, np.nan, np.inf, -2e9])
+def test_a_box_action_that_cannot_be_trained_on_is_excluded(value: float) -> None:
+    learner = PPOLearner(OBS_SPACE, BOX_ACTIONS, _config())
+    good = collect(learner, 64, continuous=True)
+    bad = _with(good[0], actions=_set(good[0].actions, (0, 1), value))
+    learner.ingest([bad, *good[1:]])
+    assert learner.counters()["fragments_excluded_invalid"] == 1
+    _assert_metrics_finite(learner.update())
+    _assert_params_finite(learner)
+
+
+def test_values_of_other_dtypes_are_cast_and_trained() -> None:
+    learner = PPOLearner(OBS_SPACE, DISCRETE, _config())
+    fragments = [
+        _with(f, obs=f.obs.astype(np.float64), rewards=f.rewards.astype(np.float64))
+        for f in collect(learner, 64)
+    ]
+    learner.ingest(fragments)
+    _assert_metrics_finite(learner.update())
+    assert learner.counters()["fragments_excluded_invalid"] == 0
+    assert learner.version == 1
+
+
+def test_absurd_behaviour_logp_is_clamped_or_taken_as_unknown() -> None:
+    learner = PPOLearner(OBS_SPACE, DISCRETE, _config())
+    fragments = collect(learner, 64)
+    fragments[0] = _with(fragments[0], behaviour_logp=np.full(len(fragments[0]), -1e30, np.float32))
+    fragments[1] = _with(fragments[1], behaviour_logp=np.full(len(fragments[1]), 1e30, np.float32))
+    fragments[2] = _with(fragments[2], behaviour_logp=_set(fragments[2].behaviour_logp, 0, -np.inf))
+    fragments[3] = _with(fragments[3], behaviour_logp=_set(fragments[3].behaviour_logp, 1, np.inf))
+    sanitised, _ = learner.sanitise(fragments[2])
+    assert sanitised is not None
+    assert np.isnan(sanitised.behaviour_logp[0])  # unknown: the current policy's is used
+    assert np.isfinite(sanitised.behaviour_logp[1:]).all()
+    learner.ingest(fragments)
+    assert learner.counters()["fragments_excluded_invalid"] == 0
+    metrics = learner.update()
+    _assert_metrics_finite(metrics)
+    _assert_params_finite(learner)
+    assert metrics["learner/minibatches_skipped_nonfinite"] == 0
+    assert learner.version == 1
+
+
+def test_clipped_policy_loss_is_finite_for_an_absurd_behaviour_logp() -> None:
+    logp = torch.tensor([-0.5, -0.7], requires_grad=True)
+    loss, ratio = clipped_policy_loss(
+        logp, torch.tensor([-1e30, 1e30]), torch.tensor([-1.0, 1.0]), 0.2
+    )
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert torch.isfinite(ratio).all()
+    assert logp.grad is not None and torch.isfinite(logp.grad).all()
+
+
+def test_advantage_normalisation_never_divides_by_zero() -> None:
+    assert torch.equal(normalise_advantages(torch.full((8,), 3.0)), torch.zeros(8))
+    tiny = normalise_advantages(torch.tensor([1.0, 1.0000001, 1.0, 1.0000001]))
+    assert torch.isfinite(tiny).all() and tiny.abs().max() < 1.0
+    normal = normalise_advantages(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    assert normal.mean().item() == pytest.approx(0.0, abs=1e-6)
+    assert normal.std().item() == pytest.approx(1.0, rel=1e-5)
+
+
+def _nonfinite_loss(fragment: Fragment) -> Fragment:
+    # Finite and within a raised max_abs_input, but the value loss squares it past float32.
+    return _with(fragment, rewards=np.full(len(fragment), 1e30, np.float32))
+
+
+def test_a_batch_whose_every_step_is_nonfinite_changes_nothing() -> None:
+    learner = PPOLearner(OBS_SPACE, DISCRETE, _config(max_abs_input=3e38))
+    before = _params(learner)
+    optimizer_before = learner.optimizer.state_dict()
+    learner.ingest([_nonfinite_loss(f) for f in collect(learner, 64)])
+    metrics = learner.update()
+    # No step applied: same weights, same optimiser state, same version, buffer consumed.
+    after = _params(learner)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    _optimizer_state_equal(optimizer_before, learner.optimizer.state_dict())
+    assert learner.version == 0
+    assert learner.weights().version == 0
+    assert not learner.ready()
+    assert metrics["learner/minibatches_skipped_nonfinite"] == 8  # 2 epochs x 4 minibatches
+    assert metrics["learner/updates_skipped_nonfinite"] == 1
+    assert metrics["learner/weights_version"] == 0
+    assert metrics["learner/updates"] == 0
+    assert metrics["learner/steps_trained"] == 0
+    assert "learner/policy_loss" not in metrics
+    assert all(math.isfinite(v) for v in metrics.values())
+    # A normal batch afterwards trains normally.
+    learner.ingest(collect(learner, 64, seed=3))
+    metrics = learner.update()
+    _assert_metrics_finite(metrics)
+    assert learner.version == 1
+    assert metrics["learner/steps_trained"] == 64
+    assert metrics["learner/updates_skipped_nonfinite"] == 1
+    after_normal = _params(learner)
+    assert any(not torch.equal(before[k], after_normal[k]) for k in before)
+
+
+@pytest.mark.parametrize("kind", ["loss", "gradient"])
+def test_a_nonfinite_minibatch_skips_its_step_and_the_rest_train(kind: str) -> None:
+    continuous = kind == "gradient"
+    learner = PPOLearner(
+        OBS_SPACE, BOX_ACTIONS if continuous else DISCRETE, _config(max_abs_input=3e38)
+    )
+    fragments = collect(learner, 64, continuous=continuous, fragment_length=1)
+    if continuous:
+        # The log-probability is -inf, clamped in the ratio, but its gradient is NaN.
+        fragments[5] = _with(fragments[5], actions=np.full((1, 2), 1e38, np.float32))
+    else:
+        fragments[5] = _nonfinite_loss(fragments[5])
+    learner.ingest(fragments)
+    metrics = learner.update()
+    # The one bad step sits in exactly one minibatch of each of the 2 epochs.
+    assert metrics["learner/minibatches_skipped_nonfinite"] == 2
+    assert metrics["learner/updates_skipped_nonfinite"] == 0
+    _assert_metrics_finite(metrics)
+    _assert_params_finite(learner)
+    assert learner.version == 1
+    learner.ingest(collect(learner, 64, seed=4, continuous=continuous))
+    metrics = learner.update()
+    assert metrics["learner/minibatches_skipped_nonfinite"] == 2
+    assert learner.version == 2
+    _assert_params_finite(learner)
+
+
+def test_overflowing_advantages_exclude_the_fragment() -> None:
+    learner = PPOLearner(OBS_SPACE, DISCRETE, _config(max_abs_input=3.4e38))
+    fragments = collect(learner, 64)
+    fragments[0] = _with(fragments[0], rewards=np.full(len(fragments[0]), 3e38, np.float32))
+    learner.ingest(fragments)
+    metrics = learner.update()
+    assert metrics["learner/fragments_excluded_invalid"] == 1
+    assert metrics["learner/steps_excluded_invalid"] == len(fragments[0])
+    assert metrics["learner/steps_trained"] == 64 - len(fragments[0])
+    _assert_metrics_finite(metrics)
+    _assert_params_finite(learner)
+
+
+def test_problems_are_logged_once_per_interval_with_counts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    learner = PPOLearner(OBS_SPACE, DISCRETE, _config(max_abs_input=3e38))
+    now = [1000.0]
+    learner._warnings.clock = lambda: now[0]
+    caplog.set_level(logging.WARNING, logger="rlserve.learner")
+
+    def records() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "rlserve.learner"]
+
+    bad = _bad_discrete(_fragment([0] * 8), "rewards nan")
+    learner.ingest([bad, bad])
+    assert len(records()) == 1
+    assert "2 fragments excluded" in records()[0]
+    assert "rewards holds nan" in records()[0]
+    # Within the interval: counted, not logged.
+    now[0] += 1.0
+    learner.ingest([_nonfinite_loss(f) for f in collect(learner, 64)])
+    learner.update()
+    learner.ingest([bad])
+    assert len(records()) == 1
+    # After the interval, the next call logs everything gathered since, in one line.
+    now[0] += WARN_INTERVAL_S
+    learner.ingest(collect(learner, 64, seed=1))
+    assert len(records()) == 2
+    line = records()[1]
+    assert "8 minibatch steps skipped" in line
+    assert "1 updates that applied no step" in line
+    assert "1 fragments excluded" in line
+    learner.update()
+    assert len(records()) == 2
 
 
 # -- checkpoints -----------------------------------------------------------------------------

@@ -47,7 +47,7 @@ class Learner(abc.ABC):
     @property
     @abc.abstractmethod
     def version(self) -> int:
-        """Version of the current weights (one more after each update)."""
+        """Version of the current weights (one more after each update that changed them)."""
 
     @abc.abstractmethod
     def continue_versions_from(self, version: int) -> None:

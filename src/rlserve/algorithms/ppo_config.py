@@ -31,6 +31,10 @@ class PPOConfig:
     max_policy_lag: int = option(
         1, "Drop steps collected by weights older than this many versions."
     )
+    max_abs_input: float = option(
+        1e9,
+        "Exclude fragments holding an observation, reward or Box action of larger magnitude.",
+    )
     device: str = option("auto", "Torch device: auto (cuda when present), cpu or cuda.")
     torch_threads: int = option(
         1, "Torch intra-op threads; 1 keeps the learner off the serving core."
@@ -45,6 +49,8 @@ class PPOConfig:
                 f"minibatch_size {self.minibatch_size} is larger than train_batch_size "
                 f"{self.train_batch_size}; lower it"
             )
+        if not self.max_abs_input > 0:
+            raise ConfigError(f"max_abs_input must be positive, got {self.max_abs_input}")
         if self.activation not in ("tanh", "relu"):
             raise ConfigError(f"activation must be tanh or relu, got '{self.activation}'")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):

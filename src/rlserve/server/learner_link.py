@@ -242,6 +242,8 @@ class LearnerLink:
         if kind == "weights":
             self._stats.learner.update({k: float(v) for k, v in message["metrics"].items()})
             await self._on_weights(WeightsPackage.from_wire(message["package"]))
+        elif kind == "metrics":
+            self._stats.learner.update({k: float(v) for k, v in message["metrics"].items()})
         elif kind == "consumed":
             self._consumed(int(message["through"]), message["dropped"])
             self._stats.learner["learner/steps_consumed"] = float(message["steps_consumed"])

@@ -8,7 +8,7 @@ everything the server acknowledged. It talks to the server over a socket pair, w
 framing and msgpack codec (no pickle); every message is small except ``weights``:
 
 * learner -> server: ``ready`` (version, trained position, device), ``weights`` (a new actor and
-  the update's metrics), ``consumed`` (log position read, steps dropped because the backlog was
+  the update's metrics), ``metrics`` (an update that applied no step), ``consumed`` (log position read, steps dropped because the backlog was
   over its bound), ``checkpointed``, ``failed`` (a traceback).
 * server -> learner: ``available`` (the log's newest seq), ``checkpoint``, ``stop`` (write a
   checkpoint, then exit).
@@ -168,10 +168,10 @@ class _LearnerLoop:
         # is read again by the next learner that starts from this state.
         self.settled = self.position = int(extra.get("trained_through", 0))
         self.consumed_steps = self.settled_consumed = int(extra.get("steps_consumed", 0))
-        published = int(self.setup["published_version"])
+        self.published = int(self.setup["published_version"])
         # Weights versions never go back: a learner restored from an older checkpoint numbers
         # its next weights after the ones the server already serves.
-        learner.continue_versions_from(published)
+        learner.continue_versions_from(self.published)
         self.pipe.send(
             {
                 "type": "ready",
@@ -182,7 +182,7 @@ class _LearnerLoop:
                 "restored": None if restored is None else str(restored),
             }
         )
-        if learner.version > published:
+        if learner.version > self.published:
             self.publish({})
         every = int(self.setup["checkpoint_every"])
         while True:
@@ -265,8 +265,13 @@ class _LearnerLoop:
             self.settled, self.settled_consumed = self.position, self.consumed_steps
 
     def publish(self, metrics: dict[str, float]) -> None:
-        """Send the current actor and the update's metrics."""
+        """Send the current actor and the update's metrics (the metrics alone when an update
+        applied no step and the version did not move)."""
         metrics = {**metrics, "learner/steps_consumed": float(self.consumed_steps)}
+        if self.learner.version == self.published:
+            self.pipe.send({"type": "metrics", "metrics": metrics})
+            return
+        self.published = self.learner.version
         self.pipe.send(
             {"type": "weights", "package": self.learner.weights().to_wire(), "metrics": metrics}
         )
