@@ -8,8 +8,9 @@ everything the server acknowledged. It talks to the server over a socket pair, w
 framing and msgpack codec (no pickle); every message is small except ``weights``:
 
 * learner -> server: ``ready`` (version, trained position, device), ``weights`` (a new actor and
-  the update's metrics), ``metrics`` (an update that applied no step), ``consumed`` (log position read, steps dropped because the backlog was
-  over its bound), ``checkpointed``, ``failed`` (a traceback).
+  the update's metrics), ``metrics`` (an update that applied no step), ``consumed`` (log
+  position read, steps dropped because the backlog was over its bound), ``checkpointed``,
+  ``failed`` (a traceback).
 * server -> learner: ``available`` (the log's newest seq), ``checkpoint``, ``stop`` (write a
   checkpoint, then exit).
 """
@@ -265,8 +266,10 @@ class _LearnerLoop:
             self.settled, self.settled_consumed = self.position, self.consumed_steps
 
     def publish(self, metrics: dict[str, float]) -> None:
-        """Send the current actor and the update's metrics (the metrics alone when an update
-        applied no step and the version did not move)."""
+        """Send the current actor and the update's metrics.
+
+        An update that applied no step leaves the version where it was: then only the metrics go.
+        """
         metrics = {**metrics, "learner/steps_consumed": float(self.consumed_steps)}
         if self.learner.version == self.published:
             self.pipe.send({"type": "metrics", "metrics": metrics})
