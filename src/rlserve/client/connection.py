@@ -18,6 +18,7 @@ from typing import Any
 
 from rlserve.errors import (
     ConnectionLostError,
+    FrameTooLargeError,
     ProtocolError,
     RequestTimeoutError,
     RLServeError,
@@ -65,6 +66,8 @@ class Connection:
         client_name: Shown in the server's logs and metrics.
         inference_mode: Sent in ``hello``.
         timeouts: Connect, request and reconnect timeouts.
+        client_id: The client identity sent in every ``hello`` (episodes belong to it); None:
+            the server treats each connection as its own client.
     """
 
     def __init__(
@@ -74,17 +77,19 @@ class Connection:
         client_name: str,
         inference_mode: str,
         timeouts: Timeouts,
+        client_id: str | None = None,
     ):
         self.host, self.port = parse_address(address)
         self._token = token
         self._client_name = client_name
         self._inference_mode = inference_mode
+        self._client_id = client_id
         self.timeouts = timeouts
         self.limits: Limits = DEFAULT_LIMITS
         self._sock: socket.socket | None = None
         self._decoder = FrameDecoder(DEFAULT_LIMITS.max_frame_bytes)
         self._next_id = 1
-        self._unanswered: dict[int, str] = {}
+        self._unanswered: dict[int, dict[str, Any]] = {}
         self._replies: dict[int, dict[str, Any]] = {}
         self._deferred_error: RLServeError | None = None
         self.welcome: dict[str, Any] = {}
@@ -119,6 +124,7 @@ class Connection:
                 "client_name": self._client_name,
                 "token": self._token,
                 "inference_mode": self._inference_mode,
+                "client_id": self._client_id,
             }
         )
         self.welcome = reply
@@ -143,14 +149,18 @@ class Connection:
                 self._sock.close()
         self._sock = None
 
-    def reconnect(self) -> dict[str, Any]:
+    def reconnect(self, deadline: float | None = None) -> dict[str, Any]:
         """Re-open the connection with exponential backoff until the reconnect timeout.
+
+        Args:
+            deadline: Give up at this ``time.monotonic()`` instead (e.g. a call's own deadline).
 
         Raises:
             ConnectionLostError: The server stayed unreachable.
         """
         self._drop_socket()
-        deadline = time.monotonic() + self.timeouts.reconnect
+        if deadline is None:
+            deadline = time.monotonic() + self.timeouts.reconnect
         delay = 0.05
         while True:
             try:
@@ -164,7 +174,7 @@ class Connection:
                         f"reconnect within {self.timeouts.reconnect:.0f} s; start the server "
                         "or raise the reconnect timeout"
                     ) from None
-                time.sleep(delay)
+                time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
                 delay = min(delay * 2, 2.0)
 
     # -- requests --------------------------------------------------------------------------
@@ -182,7 +192,28 @@ class Connection:
         """Send ``message`` without waiting; its error, if any, is raised by the next call."""
         self._settle()
         request_id = self._send(message)
-        self._unanswered[request_id] = message["type"]
+        self._unanswered[request_id] = message
+
+    @property
+    def unanswered(self) -> int:
+        """How many pipelined requests still wait for their reply."""
+        return len(self._unanswered)
+
+    def abort(self) -> None:
+        """Shut the socket down from another thread: a blocked read returns at once."""
+        sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def take_unanswered(self) -> list[dict[str, Any]]:
+        """The pipelined requests whose replies never came (the connection broke), in order.
+
+        The caller decides whether re-sending them is safe; they are forgotten here.
+        """
+        lost = [self._unanswered[key] for key in sorted(self._unanswered)]
+        self._unanswered.clear()
+        return lost
 
     def _settle(self) -> None:
         """Read the replies of pipelined requests; raise the first error among them."""
@@ -201,10 +232,16 @@ class Connection:
         if self._sock is None:
             raise ConnectionLostError("the connection is closed")
         request_id = self._next_id
-        self._next_id += 1
         message["id"] = request_id
+        body = encode(message)
+        if len(body) > self.limits.max_frame_bytes:
+            raise FrameTooLargeError(
+                f"a {message.get('type')} of {len(body)} bytes is over the server's frame limit "
+                f"of {self.limits.max_frame_bytes} bytes; send less per call"
+            )
+        self._next_id += 1
         try:
-            self._sock.sendall(frame(encode(message)))
+            self._sock.sendall(frame(body))
         except OSError as exc:
             self._drop_socket()
             raise ConnectionLostError(f"sending to {self.host}:{self.port} failed: {exc}") from exc
@@ -244,7 +281,7 @@ class Connection:
         for reply in replies:
             reply_id = reply.get("id")
             if isinstance(reply_id, int) and reply_id in self._unanswered:
-                kind = self._unanswered.pop(reply_id)
+                kind = self._unanswered.pop(reply_id)["type"]
                 if reply.get("type") == "error" and self._deferred_error is None:
                     self._deferred_error = error_for_code(
                         str(reply.get("code")),

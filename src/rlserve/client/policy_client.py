@@ -7,10 +7,18 @@ rewards logged with ``log_returns`` are added up on the client and travel with t
 ``get_action``, ``log_action`` or ``end_episode``; ``end_episode`` is pipelined (its error, if
 any, is raised by the next call). Observations are checked against the server's space before
 they are sent. This module needs numpy, msgpack and gymnasium's spaces; never torch.
+
+Every episode call carries the episode's next sequence number ``seq`` and every ``hello`` the
+client's random ``client_id``, so a call re-sent after a lost reply or a timeout is answered with
+its first answer and never applied twice (see ``docs/protocol.md``, "Exactly-once calls").
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,6 +30,8 @@ from rlserve.client.local import LocalConfig, LocalInference
 from rlserve.errors import ConfigError, ConnectionLostError, SpaceError
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.spaces import check_batch, check_value, from_description
+
+logger = logging.getLogger("rlserve.client")
 
 
 class PolicyClient:
@@ -44,6 +54,27 @@ class PolicyClient:
         check_observations: Check observations against the space before sending (remote
             mode; local mode always checks).
         local: Local mode's batching and buffering (:class:`~rlserve.client.local.LocalConfig`).
+        seed: Local mode: seed of this client's action sampling (a ``SeedSequence`` entropy;
+            each policy swap spawns a child stream), for reproducible runs; None: fresh
+            entropy, so every client samples differently. Remote mode: unused (the server
+            samples).
+
+    Retries: a call whose connection breaks, or that gets no reply within ``timeout`` (the
+    server is alive but slow, e.g. still waiting for its learner's first weights), is re-sent on
+    a fresh connection, with backoff, until it is answered or ``reconnect_timeout`` seconds have
+    passed since its first failure; then the last error is raised. So a call raises
+    :class:`~rlserve.errors.RequestTimeoutError` or
+    :class:`~rlserve.errors.ConnectionLostError` after at most about ``reconnect_timeout + 2 *
+    timeout`` seconds. Re-sending is safe because every call is idempotent on the server:
+    episode calls carry a per-episode sequence number (a retry gets the first answer, a pending
+    ``get_action`` is joined), ``start_episode`` always names its id (a retry of an unused
+    episode is answered as started), and a pipelined ``end_episode`` whose reply was lost is
+    re-sent before the next call. If the server restarted (its episodes are gone), nothing is
+    replayed and the episode's next call raises :class:`~rlserve.errors.EpisodeError`.
+
+    Threads: one client may be shared by several threads. Each call holds the client's lock
+    for its duration (calls are serialised, never interleaved on the connection); run one
+    client per thread for parallel round trips.
 
     Raises:
         ConnectionLostError: The server cannot be reached.
@@ -63,6 +94,7 @@ class PolicyClient:
         reconnect_timeout: float = 30.0,
         check_observations: bool = True,
         local: LocalConfig | None = None,
+        seed: int | None = None,
     ):
         if inference_mode not in ("remote", "local"):
             raise ConfigError(f"inference_mode must be 'remote' or 'local', got '{inference_mode}'")
@@ -71,13 +103,19 @@ class PolicyClient:
         self.update_interval = update_interval
         self.check_observations = check_observations
         timeouts = Timeouts(connect=connect_timeout, request=timeout, reconnect=reconnect_timeout)
+        self._timeouts = timeouts
+        # The client identity: a secret random id, the same on every (re)connection.
+        self.client_id = uuid.uuid4().hex
+        client_id = self.client_id
 
         def connect() -> Connection:
-            return Connection(address, token, client_name, inference_mode, timeouts)
+            return Connection(address, token, client_name, inference_mode, timeouts, client_id)
 
+        self._lock = threading.RLock()
         self._conn = connect()
         self._pending_reward: dict[str, float] = {}
         self._acted: set[str] = set()
+        self._seq: dict[str, int] = {}
         self._welcome(self._conn.open())
         self._local: LocalInference | None = None
         if inference_mode == "local":
@@ -95,34 +133,68 @@ class PolicyClient:
                 update_interval,
                 local or LocalConfig(),
                 timeouts,
+                seed,
             )
 
-    def _welcome(self, welcome: dict[str, Any]) -> None:
-        if getattr(self, "_instance_id", None) not in (None, welcome.get("instance_id")):
+    def _welcome(self, welcome: dict[str, Any]) -> bool:
+        """Take the server's ``welcome``; True when it is a restarted server."""
+        restarted = getattr(self, "_instance_id", None) not in (None, welcome.get("instance_id"))
+        if restarted:
             # The server restarted: the episodes this client had open are gone there.
             self._pending_reward.clear()
             self._acted.clear()
+            self._seq.clear()
         self._instance_id = welcome.get("instance_id")
         policy = welcome["policies"][DEFAULT_POLICY_ID]
         self.observation_space: spaces.Space[Any] = from_description(policy["observation_space"])
         self.action_space: spaces.Space[Any] = from_description(policy["action_space"])
         self._discrete = isinstance(self.action_space, spaces.Discrete)
+        return restarted
 
-    # -- transport with one retry after a reconnect ------------------------------------------
+    # -- transport: re-send idempotent calls after a lost reply or a timeout -----------------
 
     def _request(self, message: dict[str, Any]) -> dict[str, Any]:
-        try:
-            return self._conn.request(dict(message))
-        except ConnectionLostError:
-            self._welcome(self._conn.reconnect())
-            return self._conn.request(dict(message))
+        reply = self._call(message, wait=True)
+        assert reply is not None
+        return reply
 
     def _send_nowait(self, message: dict[str, Any]) -> None:
-        try:
-            self._conn.send_nowait(dict(message))
-        except ConnectionLostError:
-            self._welcome(self._conn.reconnect())
-            self._conn.send_nowait(dict(message))
+        self._call(message, wait=False)
+
+    def _call(self, message: dict[str, Any], wait: bool) -> dict[str, Any] | None:
+        """Send ``message`` (and re-send pipelined calls a broken connection lost) until done.
+
+        Every message this client sends is idempotent on the server (see the class docstring),
+        so re-sending after a lost reply never applies a call twice.
+        """
+        deadline: float | None = None
+        replay: list[dict[str, Any]] = []
+        while True:
+            try:
+                while replay:
+                    self._conn.request(dict(replay[0]))
+                    replay.pop(0)
+                if wait:
+                    return self._conn.request(dict(message))
+                self._conn.send_nowait(dict(message))
+                return None
+            except ConnectionLostError:  # RequestTimeoutError included
+                replay = self._conn.take_unanswered() + replay
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self._timeouts.reconnect
+                if now >= deadline:
+                    raise
+                if self._welcome(self._conn.reconnect(deadline)) and replay:
+                    logger.warning(
+                        "rlserve: the server restarted; %d unanswered call(s) for its ended "
+                        "episodes are not re-sent",
+                        len(replay),
+                    )
+                    replay = []
+
+    def _next_seq(self, episode_id: str) -> int:
+        return self._seq.get(episode_id, 0) + 1
 
     # -- the RLlib calls ---------------------------------------------------------------------
 
@@ -130,22 +202,24 @@ class PolicyClient:
         """Start an episode and return its id.
 
         Args:
-            episode_id: A unique id, or None for the server to assign one.
+            episode_id: A unique id, or None for a random one (``uuid4().hex``, chosen by the
+                client so that a retried start is recognised).
             training_enabled: False serves actions but keeps the episode out of training.
 
         Raises:
             EpisodeError: The id is active or was used before.
         """
-        if self._local is not None:
-            return self._local.start_episode(episode_id, training_enabled)
-        reply = self._request(
-            {
-                "type": "start_episode",
-                "episode_id": episode_id,
-                "training_enabled": training_enabled,
-            }
-        )
-        return str(reply["episode_id"])
+        with self._lock:
+            if self._local is not None:
+                return self._local.start_episode(episode_id, training_enabled)
+            reply = self._request(
+                {
+                    "type": "start_episode",
+                    "episode_id": episode_id or uuid.uuid4().hex,
+                    "training_enabled": training_enabled,
+                }
+            )
+            return str(reply["episode_id"])
 
     def get_action(self, episode_id: str | Sequence[str], observation: Any) -> Any:
         """Record an observation and return the policy's action.
@@ -160,51 +234,63 @@ class PolicyClient:
             The action (an int for Discrete, an array for Box). For a list of ids: a dict of
             actions keyed by id when ``observation`` was a dict, else a stacked array.
         """
-        if self._local is not None:
-            return self._local_get_action(episode_id, observation)
-        if isinstance(episode_id, str):
-            obs = self._check_one(observation)
+        with self._lock:
+            if self._local is not None:
+                return self._local_get_action(episode_id, observation)
+            if isinstance(episode_id, str):
+                seq = self._next_seq(episode_id)
+                message: dict[str, Any] = {
+                    "type": "get_action",
+                    "episode_id": episode_id,
+                    "observation": self._check_one(observation),
+                    "seq": seq,
+                }
+                reward = self._pending_reward.get(episode_id)
+                if reward is not None:
+                    message["reward"] = reward
+                reply = self._request(message)
+                self._delivered([episode_id], [seq])
+                return reply["action"]
+            ids = list(episode_id)
+            keyed = isinstance(observation, Mapping)
+            values = [observation[eid] for eid in ids] if keyed else observation
+            stacked = self._check_many(values, len(ids))
+            rewards = [self._pending_reward.get(eid, 0.0) for eid in ids]
+            seqs = [self._next_seq(eid) for eid in ids]
+            reply = self._request(
+                {
+                    "type": "get_action",
+                    "episode_ids": ids,
+                    "observations": stacked,
+                    "rewards": rewards,
+                    "seqs": seqs,
+                }
+            )
+            self._delivered(ids, seqs)
+            actions = reply["actions"]
+            if keyed:
+                return {eid: self._one_action(actions[i]) for i, eid in enumerate(ids)}
+            return actions
+
+    def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
+        """Record an observation and the action someone else took (trained on as taken)."""
+        with self._lock:
+            if self._local is not None:
+                self._local.log_action(episode_id, observation, action)
+                return
+            seq = self._next_seq(episode_id)
             message: dict[str, Any] = {
-                "type": "get_action",
+                "type": "log_action",
                 "episode_id": episode_id,
-                "observation": obs,
+                "observation": self._check_one(observation),
+                "action": check_value(self.action_space, action, "action"),
+                "seq": seq,
             }
             reward = self._pending_reward.get(episode_id)
             if reward is not None:
                 message["reward"] = reward
-            reply = self._request(message)
-            self._delivered([episode_id])
-            return reply["action"]
-        ids = list(episode_id)
-        keyed = isinstance(observation, Mapping)
-        values = [observation[eid] for eid in ids] if keyed else observation
-        stacked = self._check_many(values, len(ids))
-        rewards = [self._pending_reward.get(eid, 0.0) for eid in ids]
-        reply = self._request(
-            {"type": "get_action", "episode_ids": ids, "observations": stacked, "rewards": rewards}
-        )
-        self._delivered(ids)
-        actions = reply["actions"]
-        if keyed:
-            return {eid: self._one_action(actions[i]) for i, eid in enumerate(ids)}
-        return actions
-
-    def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
-        """Record an observation and the action someone else took (trained on as taken)."""
-        if self._local is not None:
-            self._local.log_action(episode_id, observation, action)
-            return
-        message: dict[str, Any] = {
-            "type": "log_action",
-            "episode_id": episode_id,
-            "observation": self._check_one(observation),
-            "action": check_value(self.action_space, action, "action"),
-        }
-        reward = self._pending_reward.get(episode_id)
-        if reward is not None:
-            message["reward"] = reward
-        self._request(message)
-        self._delivered([episode_id])
+            self._request(message)
+            self._delivered([episode_id], [seq])
 
     def log_returns(
         self,
@@ -224,23 +310,27 @@ class PolicyClient:
         """
         if multiagent_done_dict is not None:
             raise NotImplementedError("multi-agent episodes are not available in this version")
-        if self._local is not None:
-            self._local.log_returns(episode_id, reward)
-            return
-        if episode_id in self._acted and info is None:
-            self._pending_reward[episode_id] = self._pending_reward.get(episode_id, 0.0) + float(
-                reward
-            )
-            return
-        message: dict[str, Any] = {
-            "type": "log_returns",
-            "episode_id": episode_id,
-            "reward": float(reward) + self._pending_reward.get(episode_id, 0.0),
-        }
-        if info is not None:
-            message["info"] = info
-        self._request(message)
-        self._pending_reward.pop(episode_id, None)
+        with self._lock:
+            if self._local is not None:
+                self._local.log_returns(episode_id, reward)
+                return
+            if episode_id in self._acted and info is None:
+                self._pending_reward[episode_id] = self._pending_reward.get(
+                    episode_id, 0.0
+                ) + float(reward)
+                return
+            seq = self._next_seq(episode_id)
+            message: dict[str, Any] = {
+                "type": "log_returns",
+                "episode_id": episode_id,
+                "reward": float(reward) + self._pending_reward.get(episode_id, 0.0),
+                "seq": seq,
+            }
+            if info is not None:
+                message["info"] = info
+            self._request(message)
+            self._pending_reward.pop(episode_id, None)
+            self._seq[episode_id] = seq
 
     def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> None:
         """Finish an episode with its final observation.
@@ -251,25 +341,31 @@ class PolicyClient:
             truncated: True when a time limit cut the episode short (the learner then
                 bootstraps from ``observation``); False for a terminal state.
         """
-        if self._local is not None:
-            self._local.end_episode(episode_id, observation, truncated)
-            return
-        message: dict[str, Any] = {
-            "type": "end_episode",
-            "episode_id": episode_id,
-            "observation": self._check_one(observation),
-            "truncated": bool(truncated),
-        }
-        reward = self._pending_reward.pop(episode_id, None)
-        if reward is not None:
-            message["reward"] = reward
-        self._acted.discard(episode_id)
-        self._send_nowait(message)
+        with self._lock:
+            if self._local is not None:
+                self._local.end_episode(episode_id, observation, truncated)
+                return
+            message: dict[str, Any] = {
+                "type": "end_episode",
+                "episode_id": episode_id,
+                "observation": self._check_one(observation),
+                "truncated": bool(truncated),
+                "seq": self._next_seq(episode_id),
+            }
+            reward = self._pending_reward.get(episode_id)
+            if reward is not None:
+                message["reward"] = reward
+            self._send_nowait(message)
+            # Pipelined: its error, if any, is raised by the next call; the episode is over here.
+            self._pending_reward.pop(episode_id, None)
+            self._acted.discard(episode_id)
+            self._seq.pop(episode_id, None)
 
     def update_policy_weights(self) -> None:
         """Fetch the newest weights now (local mode); in remote mode the server always has them."""
-        if self._local is not None:
-            self._local.update_weights()
+        with self._lock:
+            if self._local is not None:
+                self._local.update_weights()
 
     def close(self) -> None:
         """Disconnect.
@@ -277,10 +373,14 @@ class PolicyClient:
         Local mode first ships what is buffered; remote mode reads outstanding replies (raising
         a deferred error).
         """
-        if self._local is not None:
-            self._local.close()
-            return
-        self._conn.close()
+        with self._lock:
+            if self._local is not None:
+                self._local.close()
+                return
+            if self._conn.unanswered:
+                # Settles a pipelined end_episode, re-sending it if the connection broke.
+                self._request({"type": "ping"})
+            self._conn.close()
 
     @property
     def weights_version(self) -> int | None:
@@ -316,12 +416,13 @@ class PolicyClient:
                 raise SpaceError(f"observations: cannot be read as numbers: {exc}") from exc
         return [self._check_one(v) for v in values]
 
-    def _delivered(self, episode_ids: list[str]) -> None:
-        # Only once the server accepted the call: a refused call leaves the pending rewards
-        # and the episode's state as they were.
-        for episode_id in episode_ids:
+    def _delivered(self, episode_ids: list[str], seqs: list[int]) -> None:
+        # Only once the server accepted the call: a refused call leaves the pending rewards,
+        # the episode's state and its next seq as they were.
+        for episode_id, seq in zip(episode_ids, seqs, strict=True):
             self._pending_reward.pop(episode_id, None)
             self._acted.add(episode_id)
+            self._seq[episode_id] = seq
 
     def _local_get_action(self, episode_id: str | Sequence[str], observation: Any) -> Any:
         assert self._local is not None
