@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,6 +33,9 @@ from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.spaces import check_batch, check_value, from_description
 
 logger = logging.getLogger("rlserve.client")
+
+ENDED_SEQS_KEPT = 4096
+"""Ended episodes whose last call number is kept (in case the server refuses the end)."""
 
 
 class PolicyClient:
@@ -58,6 +62,10 @@ class PolicyClient:
             each policy swap spawns a child stream), for reproducible runs; None: fresh
             entropy, so every client samples differently. Remote mode: unused (the server
             samples).
+        client_id: This client's identity on the server (its episodes belong to it): a
+            secret; None: a random ``uuid4().hex``. Pass the same value to continue one
+            client's episodes from another ``PolicyClient`` (or over HTTP as the
+            ``X-RLServe-Client`` header).
 
     Retries: a call whose connection breaks, or that gets no reply within ``timeout`` (the
     server is alive but slow, e.g. still waiting for its learner's first weights), is re-sent on
@@ -95,6 +103,7 @@ class PolicyClient:
         check_observations: bool = True,
         local: LocalConfig | None = None,
         seed: int | None = None,
+        client_id: str | None = None,
     ):
         if inference_mode not in ("remote", "local"):
             raise ConfigError(f"inference_mode must be 'remote' or 'local', got '{inference_mode}'")
@@ -105,7 +114,7 @@ class PolicyClient:
         timeouts = Timeouts(connect=connect_timeout, request=timeout, reconnect=reconnect_timeout)
         self._timeouts = timeouts
         # The client identity: a secret random id, the same on every (re)connection.
-        self.client_id = uuid.uuid4().hex
+        self.client_id = client_id or uuid.uuid4().hex
         client_id = self.client_id
 
         def connect() -> Connection:
@@ -116,6 +125,9 @@ class PolicyClient:
         self._pending_reward: dict[str, float] = {}
         self._acted: set[str] = set()
         self._seq: dict[str, int] = {}
+        # The last seq of recently ended episodes: an end_episode the server refuses leaves
+        # the episode open, and its next call must take the end's number.
+        self._ended_seq: OrderedDict[str, int] = OrderedDict()
         self._welcome(self._conn.open())
         self._local: LocalInference | None = None
         if inference_mode == "local":
@@ -144,6 +156,7 @@ class PolicyClient:
             self._pending_reward.clear()
             self._acted.clear()
             self._seq.clear()
+            self._ended_seq.clear()
         self._instance_id = welcome.get("instance_id")
         policy = welcome["policies"][DEFAULT_POLICY_ID]
         self.observation_space: spaces.Space[Any] = from_description(policy["observation_space"])
@@ -194,7 +207,10 @@ class PolicyClient:
                     replay = []
 
     def _next_seq(self, episode_id: str) -> int:
-        return self._seq.get(episode_id, 0) + 1
+        last = self._seq.get(episode_id)
+        if last is None:
+            last = self._ended_seq.get(episode_id, 0)
+        return last + 1
 
     # -- the RLlib calls ---------------------------------------------------------------------
 
@@ -359,7 +375,9 @@ class PolicyClient:
             # Pipelined: its error, if any, is raised by the next call; the episode is over here.
             self._pending_reward.pop(episode_id, None)
             self._acted.discard(episode_id)
-            self._seq.pop(episode_id, None)
+            self._ended_seq[episode_id] = self._seq.pop(episode_id, 0)
+            if len(self._ended_seq) > ENDED_SEQS_KEPT:
+                self._ended_seq.popitem(last=False)
 
     def update_policy_weights(self) -> None:
         """Fetch the newest weights now (local mode); in remote mode the server always has them."""
