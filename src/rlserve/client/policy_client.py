@@ -385,15 +385,16 @@ class PolicyClient:
             if self._local is not None:
                 self._local.update_weights()
 
-    def close(self) -> None:
+    def close(self, timeout: float = 30.0) -> None:
         """Disconnect.
 
-        Local mode first ships what is buffered; remote mode reads outstanding replies (raising
-        a deferred error).
+        Local mode first ships what is buffered, for up to ``timeout`` seconds (what is left
+        then is logged and lost), and stops its threads; remote mode reads outstanding replies
+        (raising a deferred error).
         """
         with self._lock:
             if self._local is not None:
-                self._local.close()
+                self._local.close(timeout)
                 return
             if self._conn.unanswered:
                 # Settles a pipelined end_episode, re-sending it if the connection broke.
