@@ -92,6 +92,9 @@ class Connection:
         self._unanswered: dict[int, dict[str, Any]] = {}
         self._replies: dict[int, dict[str, Any]] = {}
         self._deferred_error: RLServeError | None = None
+        self._deferred_message: dict[str, Any] | None = None
+        self.failed_message: dict[str, Any] | None = None
+        """The pipelined request whose error was raised last (for the caller to undo it)."""
         self.welcome: dict[str, Any] = {}
         self.reconnects = 0
 
@@ -281,8 +284,10 @@ class Connection:
         for reply in replies:
             reply_id = reply.get("id")
             if isinstance(reply_id, int) and reply_id in self._unanswered:
-                kind = self._unanswered.pop(reply_id)["type"]
+                sent = self._unanswered.pop(reply_id)
+                kind = sent["type"]
                 if reply.get("type") == "error" and self._deferred_error is None:
+                    self._deferred_message = sent
                     self._deferred_error = error_for_code(
                         str(reply.get("code")),
                         f"an earlier {kind} (request {reply_id}) failed: {reply.get('message')}",
@@ -298,4 +303,5 @@ class Connection:
     def _raise_deferred(self) -> None:
         error, self._deferred_error = self._deferred_error, None
         if error is not None:
+            self.failed_message = self._deferred_message
             raise error

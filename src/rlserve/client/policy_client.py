@@ -28,7 +28,7 @@ from gymnasium import spaces
 
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.local import LocalConfig, LocalInference
-from rlserve.errors import ConfigError, ConnectionLostError, SpaceError
+from rlserve.errors import ConfigError, ConnectionLostError, RLServeError, SpaceError
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.spaces import check_batch, check_value, from_description
 
@@ -125,8 +125,8 @@ class PolicyClient:
         self._pending_reward: dict[str, float] = {}
         self._acted: set[str] = set()
         self._seq: dict[str, int] = {}
-        # The last seq of recently ended episodes: an end_episode the server refuses leaves
-        # the episode open, and its next call must take the end's number.
+        # The end_episode seq of recently ended episodes: calls after the end take the next
+        # number; if the server refuses the end, the episode goes on with the end's number.
         self._ended_seq: OrderedDict[str, int] = OrderedDict()
         self._welcome(self._conn.open())
         self._local: LocalInference | None = None
@@ -185,8 +185,15 @@ class PolicyClient:
         while True:
             try:
                 while replay:
-                    self._conn.request(dict(replay[0]))
+                    try:
+                        self._conn.request(dict(replay[0]))
+                    except ConnectionLostError:
+                        raise
+                    except RLServeError:
+                        self._undo_refused(replay[0])
+                        raise
                     replay.pop(0)
+                self._conn.failed_message = None
                 if wait:
                     return self._conn.request(dict(message))
                 self._conn.send_nowait(dict(message))
@@ -205,6 +212,22 @@ class PolicyClient:
                         len(replay),
                     )
                     replay = []
+            except RLServeError:
+                # A pipelined end_episode the server refused leaves its episode open.
+                if self._conn.failed_message is not None:
+                    self._undo_refused(self._conn.failed_message)
+                raise
+
+    def _undo_refused(self, message: dict[str, Any]) -> None:
+        """An ``end_episode`` was refused: the episode goes on, its next call takes the number."""
+        if message.get("type") != "end_episode":
+            return
+        episode_id, seq = message["episode_id"], int(message["seq"])
+        if self._ended_seq.get(episode_id) == seq:
+            del self._ended_seq[episode_id]
+            if seq > 1:
+                self._seq[episode_id] = seq - 1
+                self._acted.add(episode_id)
 
     def _next_seq(self, episode_id: str) -> int:
         last = self._seq.get(episode_id)
@@ -375,7 +398,8 @@ class PolicyClient:
             # Pipelined: its error, if any, is raised by the next call; the episode is over here.
             self._pending_reward.pop(episode_id, None)
             self._acted.discard(episode_id)
-            self._ended_seq[episode_id] = self._seq.pop(episode_id, 0)
+            self._seq.pop(episode_id, None)
+            self._ended_seq[episode_id] = message["seq"]
             if len(self._ended_seq) > ENDED_SEQS_KEPT:
                 self._ended_seq.popitem(last=False)
 
