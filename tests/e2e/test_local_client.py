@@ -160,3 +160,16 @@ def test_close_while_the_server_is_down_stops_the_threads(
     after = resource.getrusage(resource.RUSAGE_SELF)
     used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     assert used < 0.5, f"the process used {used:.2f} s of CPU in 1 s after close()"
+
+
+def test_a_short_timeout_while_the_server_starts_does_not_fail(launch_server: Any) -> None:
+    """The first get_weights waits for the learner's first weights, longer than the timeout."""
+    server = launch_server(*SMALL_PPO)
+    client = PolicyClient(
+        server.address, inference_mode="local", timeout=0.5, reconnect_timeout=60.0
+    )
+    try:
+        assert _steps(client, 20, seed=3) == 20
+        assert client.weights_version is not None
+    finally:
+        client.close()

@@ -143,7 +143,7 @@ class LocalInference:
         self._weights_conn = weights_conn
         self._weights_lock = threading.Lock()
         self._seeds = np.random.SeedSequence(seed)
-        self._policy: NumpyPolicy = self._fetch(None)
+        self._policy: NumpyPolicy = self._fetch_retrying(None)
         self._ship_conn: Connection = make_connection()
         self._shipper = threading.Thread(
             target=self._ship_loop, name="rlserve-shipper", daemon=True
@@ -176,9 +176,27 @@ class LocalInference:
         seed = int(child.generate_state(1, np.uint64)[0])
         return NumpyPolicy(spec, arrays, int(reply["version"]), seed=seed)
 
+    def _fetch_retrying(self, have: int | None) -> NumpyPolicy:
+        """:meth:`_fetch`, re-sent after a lost reply or a timeout within the reconnect timeout.
+
+        ``get_weights`` is safe to repeat (e.g. while the server waits for its first weights).
+        """
+        deadline: float | None = None
+        while True:
+            try:
+                return self._fetch(have)
+            except ConnectionLostError:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self._timeouts.reconnect
+                if now >= deadline:
+                    raise
+                with self._weights_lock:
+                    self._weights_conn.reconnect(deadline)
+
     def update_weights(self) -> None:
-        """Fetch the newest weights now (blocks for one round trip)."""
-        self._policy = self._fetch(self._policy.version)
+        """Fetch the newest weights now (blocks for one round trip, or more to retry)."""
+        self._policy = self._fetch_retrying(self._policy.version)
 
     def _refresh_loop(self) -> None:
         while not self._stopping:
