@@ -7,12 +7,12 @@ per-episode sequence numbers answer the retry with the first answer.
 
 from __future__ import annotations
 
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import gymnasium as gym
 import httpx
 import numpy as np
 import pytest
@@ -225,38 +225,55 @@ def test_client_id_is_validated(shared: Any) -> None:
 
 @pytest.mark.parametrize("mode", ["remote", "local"])
 def test_one_client_shared_by_threads(launch_server: Any, mode: str) -> None:
-    server = launch_server("--seed", "6")
-    server.wait_for_weights()
-    steps = [0] * 4
-    errors: list[BaseException] = []
-    with PolicyClient(server.address, inference_mode=mode, timeout=30) as client:
+    """Eight threads step their own episodes through one client.
 
-        def play(worker: int) -> None:
+    Threads switch as often as the interpreter allows, so that unguarded shared state (request
+    ids, the socket, the episode table) would be interleaved mid-update: without the client's
+    lock, threads read each other's replies, waited for ever, timed out and re-sent.
+    """
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        _play_in_threads(launch_server, mode)
+    finally:
+        sys.setswitchinterval(switch)
+
+
+def _play_in_threads(launch_server: Any, mode: str) -> None:
+    server = launch_server("--seed", "6")
+    if mode == "local":
+        server.wait_for_weights()
+    threads_count, episodes, steps = 8, 2, 5
+    errors: list[BaseException] = []
+    start = threading.Barrier(threads_count)
+    with PolicyClient(
+        server.address, inference_mode=mode, timeout=10, reconnect_timeout=30
+    ) as client:
+
+        def play() -> None:
             try:
-                env = gym.make("CartPole-v1")
-                for episode in range(3):
-                    obs, _ = env.reset(seed=10 * worker + episode)
-                    eid, done = client.start_episode(), False
-                    while not done:
-                        obs, reward, terminated, truncated, _ = env.step(
-                            client.get_action(eid, obs)
-                        )
-                        client.log_returns(eid, float(reward))
-                        steps[worker] += 1
-                        done = terminated or truncated
-                    client.end_episode(eid, obs, truncated=truncated and not terminated)
+                start.wait(30)
+                for _ in range(episodes):
+                    eid = client.start_episode()
+                    for _ in range(steps):
+                        assert client.get_action(eid, GOOD) in (0, 1)
+                        client.log_returns(eid, 1.0)
+                    client.end_episode(eid, GOOD, truncated=True)
             except BaseException as exc:
                 errors.append(exc)
 
-        threads = [threading.Thread(target=play, args=(i,)) for i in range(4)]
+        threads = [threading.Thread(target=play) for _ in range(threads_count)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(120)
         assert not any(thread.is_alive() for thread in threads)
     assert not errors, errors
+    total = threads_count * episodes
     metrics = server.wait_until(
-        lambda m: m["episodes/completed"] == 12 and m["server/env_steps"] == sum(steps),
-        what="every step of every thread",
+        lambda m: m["episodes/completed"] == total, what="every episode of every thread"
     )
+    assert metrics["server/env_steps"] == total * steps
+    assert metrics["episodes/length_mean"] == steps
+    assert metrics["episodes/return_mean"] == steps
     assert metrics["server/errors"] == 0
