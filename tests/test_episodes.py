@@ -366,13 +366,59 @@ def test_per_server_capacity() -> None:
     assert len(table) == 3
 
 
-def test_adopt_moves_the_episode_to_a_new_owner() -> None:
-    table, _ = _table(max_per_owner=1)
-    ep = _start(table, "e", owner="old")
-    table.adopt(ep, "new")
-    assert ep.owner == "new"
-    assert table.owners() == {"new": 1}
-    _start(table, "f", owner="old")  # the old owner's slot was freed
+def test_an_episode_belongs_to_its_owner() -> None:
+    table, _ = _table()
+    ep = _start(table, "e", owner="A")
+    assert table.owned("e", "A") is ep
+    with pytest.raises(EpisodeError, match="belongs to another client"):
+        table.owned("e", "B")
+
+
+def test_started_unused_only_for_the_owner_before_any_step() -> None:
+    table, _ = _table()
+    ep = _start(table, "e", owner="A")
+    assert table.started_unused("e", "A")
+    assert not table.started_unused("e", "B")
+    assert not table.started_unused("other", "A")
+    _step(table, ep, 0)
+    assert not table.started_unused("e", "A")
+
+
+# -- sequence numbers ------------------------------------------------------------------------
+
+
+def test_seq_next_retry_and_out_of_order() -> None:
+    table, _ = _table()
+    ep = _start(table, "e")
+    assert not table.check_seq(ep, None, "get_action")  # untracked: always applied
+    assert not table.check_seq(ep, 1, "get_action")
+    table.record_seq(ep, 1, "get_action", answer=1)
+    assert table.check_seq(ep, 1, "get_action")  # a retry
+    assert ep.answer == 1
+    assert not table.check_seq(ep, 2, "log_returns")
+    with pytest.raises(EpisodeError, match="repeats the number of its get_action"):
+        table.check_seq(ep, 1, "log_returns")
+    for wrong in (3, 7):
+        with pytest.raises(EpisodeError, match="out of order: the next call is 2"):
+            table.check_seq(ep, wrong, "get_action")
+    table.record_seq(ep, 2, "log_returns")
+    with pytest.raises(EpisodeError, match="out of order"):
+        table.check_seq(ep, 1, "get_action")  # going back
+
+
+def test_the_end_is_remembered_with_its_seq_and_owner() -> None:
+    table, _ = _table()
+    ep = _start(table, "e", owner="A")
+    _step(table, ep, 0)
+    table.end(ep, _obs(1), truncated=False, reward=None, seq=2)
+    assert table.ended_by("e", "A", 2)
+    assert not table.ended_by("e", "A", 3)
+    assert not table.ended_by("e", "B", 2)
+    assert not table.ended_by("e", "A", None)
+    idle = _start(table, "i", owner="A")
+    table.expire_idle(-1.0)
+    assert idle.status is EpisodeStatus.ENDED
+    assert not table.ended_by("i", "A", 1)  # closed by the server, not by a call
 
 
 # -- idle expiry -----------------------------------------------------------------------------

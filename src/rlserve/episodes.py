@@ -3,6 +3,11 @@
 The rules (the seed's semantics, plus truncation):
 
 * ``start_episode`` opens an episode; an id that is active or was used before is an error.
+* An episode belongs to the owner (client identity) that started it; another owner's call for it
+  is an error.
+* Calls may carry a per-episode sequence number ``seq`` (1, 2, 3, ...): a call with the next
+  number is applied; a repeat of the last number is a retry, answered with the first answer and
+  not applied again (:meth:`EpisodeTable.check_seq`); any other number is an error.
 * ``get_action`` / ``log_action`` record an observation and then an action. The reward logged
   since the previous action (``log_returns`` calls plus the ``reward`` field) belongs to that
   previous action; none logged means 0.0. A reward before the episode's first action has no action
@@ -84,6 +89,20 @@ class Episode:
     episode_return: float = 0.0
     length: int = 0
     agent: AgentTrajectory = field(default_factory=AgentTrajectory)
+    seq: int = 0
+    """Sequence number of the last call applied (0: none, or calls without ``seq``)."""
+    seq_call: str = ""
+    """The kind of that call (``get_action``, ``log_action``, ``log_returns``)."""
+    answer: Any = None
+    """What that call answered (the action of a ``get_action``), for a retry of it."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Ended:
+    """What is remembered of an ended episode: who owned it and the seq of its ``end_episode``."""
+
+    owner: str
+    end_seq: int
 
 
 class EpisodeTable:
@@ -92,7 +111,7 @@ class EpisodeTable:
     Args:
         fragment_length: Actions per fragment before it is cut and handed on.
         max_episodes: Most concurrent episodes on the server.
-        max_per_owner: Most concurrent episodes one owner (client connection) may hold.
+        max_per_owner: Most concurrent episodes one owner (client identity) may hold.
         on_fragment: Called with each finished fragment of a training episode.
         clock: Monotonic time source (seconds).
     """
@@ -111,8 +130,9 @@ class EpisodeTable:
         self._on_fragment = on_fragment
         self._clock = clock
         self._active: dict[str, Episode] = {}
-        # Ended ids are remembered so a reused id is refused; bounded so it cannot grow forever.
-        self._ended: dict[str, None] = {}
+        # Ended ids are remembered so a reused id is refused and a retried end_episode is
+        # recognised; bounded so it cannot grow forever.
+        self._ended: dict[str, _Ended] = {}
         self._max_remembered = 1_000_000
         self._per_owner: dict[str, int] = {}
 
@@ -154,6 +174,75 @@ class EpisodeTable:
             episode_id, policy_id, owner, training_enabled, self._clock()
         )
         return episode_id
+
+    def started_unused(self, episode_id: str, owner: str) -> bool:
+        """Whether ``owner`` started this active episode and has not used it yet.
+
+        A repeated ``start_episode`` of such an episode (a retry after a lost reply) is answered
+        as started.
+        """
+        episode = self._active.get(episode_id)
+        return (
+            episode is not None
+            and episode.owner == owner
+            and episode.length == 0
+            and episode.status is EpisodeStatus.ACTIVE
+            and not episode.agent.obs
+        )
+
+    def owned(self, episode_id: str, owner: str) -> Episode:
+        """The active episode with this id, if ``owner`` started it.
+
+        Raises:
+            EpisodeError: Unknown, already ended, or started by another owner.
+        """
+        episode = self.get(episode_id)
+        if episode.owner != owner:
+            raise EpisodeError(
+                f"episode '{episode_id}' belongs to another client; a client may only act in "
+                "the episodes it started (reconnect with the same client_id to continue yours)"
+            )
+        return episode
+
+    def ended_by(self, episode_id: str, owner: str, seq: int | None) -> bool:
+        """Whether ``owner`` ended this episode with ``end_episode`` number ``seq`` (a retry)."""
+        ended = self._ended.get(episode_id)
+        return (
+            seq is not None and ended is not None and ended.owner == owner and ended.end_seq == seq
+        )
+
+    def check_seq(self, episode: Episode, seq: int | None, call: str) -> bool:
+        """Check a call's sequence number; True when it repeats the last call (a retry).
+
+        Args:
+            episode: The episode.
+            seq: The call's ``seq``, or None (not tracked: always applied).
+            call: The call's kind (``get_action``, ``log_action``, ``log_returns``,
+                ``end_episode``).
+
+        Raises:
+            EpisodeError: ``seq`` is neither the next number nor a retry of the last call.
+        """
+        if seq is None or seq == episode.seq + 1:
+            return False
+        if seq == episode.seq and call == episode.seq_call:
+            return True
+        if seq == episode.seq:
+            raise EpisodeError(
+                f"{call} seq {seq} for episode '{episode.episode_id}' repeats the number of its "
+                f"{episode.seq_call}; each call of an episode takes the next number"
+            )
+        raise EpisodeError(
+            f"{call} seq {seq} for episode '{episode.episode_id}' is out of order: the next "
+            f"call is {episode.seq + 1} (or {episode.seq} to retry the last one); number an "
+            "episode's calls 1, 2, 3, ... and re-send a call only with its own number"
+        )
+
+    @staticmethod
+    def record_seq(episode: Episode, seq: int | None, call: str, answer: Any = None) -> None:
+        """Remember that call number ``seq`` was applied and what it answered."""
+        if seq is not None:
+            episode.seq, episode.seq_call, episode.answer = seq, call, answer
 
     def get(self, episode_id: str) -> Episode:
         """The active episode with this id.
@@ -220,9 +309,18 @@ class EpisodeTable:
         episode.last_seen = self._clock()
 
     def end(
-        self, episode: Episode, obs: np.ndarray, truncated: bool, reward: float | None
+        self,
+        episode: Episode,
+        obs: np.ndarray,
+        truncated: bool,
+        reward: float | None,
+        seq: int | None = None,
     ) -> EpisodeSummary:
-        """Close the episode with its final observation and hand on its last fragment."""
+        """Close the episode with its final observation and hand on its last fragment.
+
+        ``seq`` (the call's sequence number) is remembered with the ended id, so a retry of this
+        ``end_episode`` is recognised (:meth:`ended_by`).
+        """
         self._check_not_awaiting(episode, "end_episode")
         if reward is not None:
             self._add_reward(episode, reward)
@@ -231,7 +329,7 @@ class EpisodeTable:
             agent.rewards.append(agent.pending_reward)
             agent.pending_reward = 0.0
             self._emit(episode, obs, terminated=not truncated, truncated=truncated)
-        return self._close(episode, "truncated" if truncated else "terminated")
+        return self._close(episode, "truncated" if truncated else "terminated", seq or 0)
 
     def expire_idle(self, idle_timeout: float) -> list[EpisodeSummary]:
         """Close episodes silent for longer than ``idle_timeout`` seconds.
@@ -303,13 +401,13 @@ class EpisodeTable:
         agent.obs, agent.actions, agent.rewards = [], [], []
         agent.logp, agent.chosen, agent.versions = [], [], []
 
-    def _close(self, episode: Episode, reason: str) -> EpisodeSummary:
+    def _close(self, episode: Episode, reason: str, end_seq: int = 0) -> EpisodeSummary:
         episode.status = EpisodeStatus.ENDED
         del self._active[episode.episode_id]
         self._per_owner[episode.owner] -= 1
         if not self._per_owner[episode.owner]:
             del self._per_owner[episode.owner]
-        self._ended[episode.episode_id] = None
+        self._ended[episode.episode_id] = _Ended(episode.owner, end_seq)
         if len(self._ended) > self._max_remembered:
             self._ended.pop(next(iter(self._ended)))
         return EpisodeSummary(
@@ -323,19 +421,3 @@ class EpisodeTable:
     def owners(self) -> dict[str, int]:
         """Open episodes per owner."""
         return dict(self._per_owner)
-
-    def adopt(self, episode: Episode, owner: str) -> None:
-        """Move ``episode`` to a new owner (a client that reconnected)."""
-        if episode.owner == owner:
-            return
-        held = self._per_owner.get(owner, 0)
-        if held >= self.max_per_owner:
-            raise CapacityError(
-                f"this client holds {held} open episodes, its limit, and cannot take over "
-                f"episode '{episode.episode_id}'; end episodes or raise max_episodes_per_client"
-            )
-        self._per_owner[episode.owner] -= 1
-        if not self._per_owner[episode.owner]:
-            del self._per_owner[episode.owner]
-        self._per_owner[owner] = self._per_owner.get(owner, 0) + 1
-        episode.owner = owner

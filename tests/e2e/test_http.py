@@ -145,12 +145,14 @@ def test_batched_and_logged_actions_over_http(http: httpx.Client) -> None:
 
 
 def test_episode_moves_between_carriers(server: Any, http: httpx.Client) -> None:
-    """An episode started over HTTP can be continued by a binary client, and back."""
-    eid = _ok(http.post("/v1/start_episode", json={}))["episode_id"]
-    with PolicyClient(server.address, timeout=30) as client:
+    """An episode started over HTTP can be continued by a binary client of the same identity."""
+    me = {"X-RLServe-Client": "carrier-mover"}
+    eid = _ok(http.post("/v1/start_episode", json={}, headers=me))["episode_id"]
+    with PolicyClient(server.address, timeout=30, client_id="carrier-mover") as client:
         assert client.get_action(eid, np.asarray(GOOD, dtype=np.float32)) in (0, 1)
-    assert _ok(http.post("/v1/get_action", json={"episode_id": eid, "observation": GOOD}))
-    assert _ok(http.post("/v1/end_episode", json={"episode_id": eid, "observation": GOOD}))
+    body = {"episode_id": eid, "observation": GOOD}
+    assert _ok(http.post("/v1/get_action", json=body, headers=me))
+    assert _ok(http.post("/v1/end_episode", json=body, headers=me))
 
 
 def test_episode_errors_are_409(http: httpx.Client) -> None:
@@ -160,7 +162,9 @@ def test_episode_errors_are_409(http: httpx.Client) -> None:
         "episode_error",
     )
     eid = _ok(http.post("/v1/start_episode", json={}))["episode_id"]
-    _error(http.post("/v1/start_episode", json={"episode_id": eid}), 409, "episode_error")
+    other = {"X-RLServe-Client": "another-client"}
+    again = http.post("/v1/start_episode", json={"episode_id": eid}, headers=other)
+    _error(again, 409, "episode_error")
     _error(  # a reward before the first action
         http.post("/v1/log_returns", json={"episode_id": eid, "reward": 1.0}), 409, "episode_error"
     )

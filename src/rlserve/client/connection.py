@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from rlserve.errors import (
     ConfigError,
     ConnectionLostError,
+    FrameTooLargeError,
     ProtocolError,
     RequestTimeoutError,
     RLServeError,
@@ -125,6 +126,8 @@ class Connection:
         timeouts: Connect, request and reconnect timeouts.
         tls_ca: CA bundle a ``tls://`` server's certificate must chain to (see
             :func:`client_ssl_context`).
+        client_id: The client identity sent in every ``hello`` (episodes belong to it); None:
+            the server treats each connection as its own client.
     """
 
     def __init__(
@@ -135,6 +138,7 @@ class Connection:
         inference_mode: str,
         timeouts: Timeouts,
         tls_ca: str | None = None,
+        client_id: str | None = None,
     ):
         self.host, self.port, self.tls = parse_address(address)
         self._ssl = client_ssl_context(address, tls_ca)
@@ -143,14 +147,18 @@ class Connection:
         self._token = token
         self._client_name = client_name
         self._inference_mode = inference_mode
+        self._client_id = client_id
         self.timeouts = timeouts
         self.limits: Limits = DEFAULT_LIMITS
         self._sock: socket.socket | None = None
         self._decoder = FrameDecoder(DEFAULT_LIMITS.max_frame_bytes)
         self._next_id = 1
-        self._unanswered: dict[int, str] = {}
+        self._unanswered: dict[int, dict[str, Any]] = {}
         self._replies: dict[int, dict[str, Any]] = {}
         self._deferred_error: RLServeError | None = None
+        self._deferred_message: dict[str, Any] | None = None
+        self.failed_message: dict[str, Any] | None = None
+        """The pipelined request whose error was raised last (for the caller to undo it)."""
         self.welcome: dict[str, Any] = {}
         self.reconnects = 0
 
@@ -176,6 +184,7 @@ class Connection:
                 "client_name": self._client_name,
                 "token": self._token,
                 "inference_mode": self._inference_mode,
+                "client_id": self._client_id,
             }
         )
         self.welcome = reply
@@ -236,14 +245,18 @@ class Connection:
                 self._sock.close()
         self._sock = None
 
-    def reconnect(self) -> dict[str, Any]:
+    def reconnect(self, deadline: float | None = None) -> dict[str, Any]:
         """Re-open the connection with exponential backoff until the reconnect timeout.
+
+        Args:
+            deadline: Give up at this ``time.monotonic()`` instead (e.g. a call's own deadline).
 
         Raises:
             ConnectionLostError: The server stayed unreachable.
         """
         self._drop_socket()
-        deadline = time.monotonic() + self.timeouts.reconnect
+        if deadline is None:
+            deadline = time.monotonic() + self.timeouts.reconnect
         delay = 0.05
         while True:
             try:
@@ -257,7 +270,7 @@ class Connection:
                         f"reconnect within {self.timeouts.reconnect:.0f} s; start the server "
                         "or raise the reconnect timeout"
                     ) from None
-                time.sleep(delay)
+                time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
                 delay = min(delay * 2, 2.0)
 
     # -- requests --------------------------------------------------------------------------
@@ -275,7 +288,28 @@ class Connection:
         """Send ``message`` without waiting; its error, if any, is raised by the next call."""
         self._settle()
         request_id = self._send(message)
-        self._unanswered[request_id] = message["type"]
+        self._unanswered[request_id] = message
+
+    @property
+    def unanswered(self) -> int:
+        """How many pipelined requests still wait for their reply."""
+        return len(self._unanswered)
+
+    def abort(self) -> None:
+        """Shut the socket down from another thread: a blocked read returns at once."""
+        sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def take_unanswered(self) -> list[dict[str, Any]]:
+        """The pipelined requests whose replies never came (the connection broke), in order.
+
+        The caller decides whether re-sending them is safe; they are forgotten here.
+        """
+        lost = [self._unanswered[key] for key in sorted(self._unanswered)]
+        self._unanswered.clear()
+        return lost
 
     def _settle(self) -> None:
         """Read the replies of pipelined requests; raise the first error among them."""
@@ -294,10 +328,16 @@ class Connection:
         if self._sock is None:
             raise ConnectionLostError("the connection is closed")
         request_id = self._next_id
-        self._next_id += 1
         message["id"] = request_id
+        body = encode(message)
+        if len(body) > self.limits.max_frame_bytes:
+            raise FrameTooLargeError(
+                f"a {message.get('type')} of {len(body)} bytes is over the server's frame limit "
+                f"of {self.limits.max_frame_bytes} bytes; send less per call"
+            )
+        self._next_id += 1
         try:
-            self._sock.sendall(frame(encode(message)))
+            self._sock.sendall(frame(body))
         except OSError as exc:
             self._drop_socket()
             raise ConnectionLostError(f"sending to {self.host}:{self.port} failed: {exc}") from exc
@@ -337,8 +377,10 @@ class Connection:
         for reply in replies:
             reply_id = reply.get("id")
             if isinstance(reply_id, int) and reply_id in self._unanswered:
-                kind = self._unanswered.pop(reply_id)
+                sent = self._unanswered.pop(reply_id)
+                kind = sent["type"]
                 if reply.get("type") == "error" and self._deferred_error is None:
+                    self._deferred_message = sent
                     self._deferred_error = error_for_code(
                         str(reply.get("code")),
                         f"an earlier {kind} (request {reply_id}) failed: {reply.get('message')}",
@@ -354,4 +396,5 @@ class Connection:
     def _raise_deferred(self) -> None:
         error, self._deferred_error = self._deferred_error, None
         if error is not None:
+            self.failed_message = self._deferred_message
             raise error

@@ -11,7 +11,13 @@ connection, keep the network off the caller's path:
 * the *shipper* sends fragments in batches (by step count and by time) with a unique batch id,
   and re-sends the same batch after a lost reply or a server restart; the server trains on each
   batch id once. The server answers a batch when it hands it to the learner, which paces the
-  shipper to the learner.
+  shipper to the learner. What is ready is cut into reports that each fit the server's
+  ``max_frame_bytes`` and ``max_array_elements`` (a fragment is split by steps when needed), so a
+  backlog after an outage drains report after report; a single step too large for any report is
+  dropped and counted in :attr:`LocalInference.rejected_steps`.
+
+Each client samples actions from its own random stream: a ``SeedSequence`` of the client's seed
+(fresh entropy by default) spawns a child for every policy it swaps in.
 
 The buffer of unshipped steps is bounded: past ``max_buffered_steps`` the oldest unsent
 fragments are dropped (``when_full="drop"``, the default: the simulator never waits; a warning
@@ -36,7 +42,13 @@ from gymnasium import spaces
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.config import option
 from rlserve.episodes import EpisodeSummary, EpisodeTable
-from rlserve.errors import ConfigError, ConnectionLostError, ServerError, SpaceError
+from rlserve.errors import (
+    ConfigError,
+    ConnectionLostError,
+    FrameTooLargeError,
+    ServerError,
+    SpaceError,
+)
 from rlserve.policy import ModelSpec, NumpyPolicy
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.samples import Fragment
@@ -45,6 +57,18 @@ from rlserve.spaces import check_batch, check_value
 logger = logging.getLogger("rlserve.client")
 
 OWNER = "local"
+
+MESSAGE_OVERHEAD = 1024
+"""Bytes reserved per report for its fixed fields (type, ids, map keys)."""
+
+FRAGMENT_OVERHEAD = 512
+"""Bytes reserved per fragment for its keys, flags and array headers (plus its id)."""
+
+SUMMARY_BYTES = 256
+"""Bytes reserved per episode summary (plus its id)."""
+
+RECONNECT_SLICE = 0.25
+"""Seconds a background thread tries to reconnect before it checks whether it should stop."""
 
 
 @dataclass
@@ -79,6 +103,7 @@ class LocalInference:
         update_interval: Seconds between weight refreshes; None: only on request.
         config: Batching and buffering.
         timeouts: Connection timeouts.
+        seed: Entropy of this client's sampling ``SeedSequence``; None: fresh entropy.
     """
 
     def __init__(
@@ -90,6 +115,7 @@ class LocalInference:
         update_interval: float | None,
         config: LocalConfig,
         timeouts: Timeouts,
+        seed: int | None = None,
     ):
         self.observation_space = observation_space
         self.action_space = action_space
@@ -116,7 +142,8 @@ class LocalInference:
         )
         self._weights_conn = weights_conn
         self._weights_lock = threading.Lock()
-        self._policy: NumpyPolicy = self._fetch(None)
+        self._seeds = np.random.SeedSequence(seed)
+        self._policy: NumpyPolicy = self._fetch_retrying(None)
         self._ship_conn: Connection = make_connection()
         self._shipper = threading.Thread(
             target=self._ship_loop, name="rlserve-shipper", daemon=True
@@ -141,13 +168,35 @@ class LocalInference:
             )
         if reply.get("unchanged"):
             return self._policy
+        with self._weights_lock:
+            # Each swapped-in policy samples from its own child of this client's stream.
+            child = self._seeds.spawn(1)[0]
         spec = ModelSpec.from_wire(reply["model"])
         arrays = {str(k): np.asarray(v) for k, v in reply["arrays"].items()}
-        return NumpyPolicy(spec, arrays, int(reply["version"]), seed=int(reply["version"]))
+        seed = int(child.generate_state(1, np.uint64)[0])
+        return NumpyPolicy(spec, arrays, int(reply["version"]), seed=seed)
+
+    def _fetch_retrying(self, have: int | None) -> NumpyPolicy:
+        """:meth:`_fetch`, re-sent after a lost reply or a timeout within the reconnect timeout.
+
+        ``get_weights`` is safe to repeat (e.g. while the server waits for its first weights).
+        """
+        deadline: float | None = None
+        while True:
+            try:
+                return self._fetch(have)
+            except ConnectionLostError:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self._timeouts.reconnect
+                if now >= deadline:
+                    raise
+                with self._weights_lock:
+                    self._weights_conn.reconnect(deadline)
 
     def update_weights(self) -> None:
-        """Fetch the newest weights now (blocks for one round trip)."""
-        self._policy = self._fetch(self._policy.version)
+        """Fetch the newest weights now (blocks for one round trip, or more to retry)."""
+        self._policy = self._fetch_retrying(self._policy.version)
 
     def _refresh_loop(self) -> None:
         while not self._stopping:
@@ -276,12 +325,39 @@ class LocalInference:
         while True:
             fragments, summaries = self._take_batch()
             if fragments or summaries:
-                self._ship(fragments, summaries)
+                limits = self._ship_conn.limits
+                batches, too_big = plan_reports(
+                    fragments,
+                    summaries,
+                    limits.max_frame_bytes,
+                    limits.max_array_elements,
+                    limits.max_container_len,
+                )
+                for fragment in too_big:
+                    self._drop_oversized([fragment])
+                for part in batches:
+                    if not self._ship(*part):
+                        return  # closing while the server is unreachable
             with self._lock:
                 if self._stopping and not self._outbox and not self._summaries:
                     return
 
-    def _ship(self, fragments: list[Fragment], summaries: list[EpisodeSummary]) -> None:
+    def _drop_oversized(self, fragments: list[Fragment]) -> None:
+        steps = sum(len(f) for f in fragments)
+        self.rejected_steps += steps
+        self._release(steps)
+        logger.error(
+            "rlserve: dropped %d steps: one step of %s does not fit in a report under the "
+            "server's limits (max_frame_bytes %d, max_array_elements %d); raise the server's "
+            "--max-frame-bytes",
+            steps,
+            ", ".join(sorted({f.episode_id for f in fragments})),
+            self._ship_conn.limits.max_frame_bytes,
+            self._ship_conn.limits.max_array_elements,
+        )
+
+    def _ship(self, fragments: list[Fragment], summaries: list[EpisodeSummary]) -> bool:
+        """Send one report until the server answers it; False when closing gave up on it."""
         steps = sum(len(f) for f in fragments)
         message = {
             "type": "report_samples",
@@ -302,20 +378,28 @@ class LocalInference:
             try:
                 reply = self._ship_conn.request(dict(message))
                 break
+            except FrameTooLargeError:
+                # The size estimate was short: ship the batch in two halves.
+                halves = halve_report(fragments, summaries)
+                if halves is None:
+                    self._drop_oversized(fragments)
+                    return True
+                return self._ship(*halves[0]) and self._ship(*halves[1])
             except ConnectionLostError:
                 if not self._reconnect(self._ship_conn, None):
-                    continue
+                    return False
             except (ServerError, SpaceError) as exc:
                 logger.error("rlserve: the server refused %d steps: %s", steps, exc)
                 self.rejected_steps += steps
                 self._release(steps)
                 self._wake_refresher.set()
-                return
+                return True
         self.shipped_steps += steps
         self._release(steps)
         newer = int(reply.get("weights_version", -1)) > self._policy.version
         if newer and self.update_interval is not None:
             self._wake_refresher.set()
+        return True
 
     def _release(self, steps: int) -> None:
         with self._lock:
@@ -323,17 +407,25 @@ class LocalInference:
             self._lock.notify_all()
 
     def _reconnect(self, conn: Connection, lock: threading.Lock | None) -> bool:
-        """Re-open ``conn`` with backoff; keep trying while not stopping. True when reopened."""
+        """Re-open ``conn`` with backoff; keep trying while not stopping. True when reopened.
+
+        Tries in short slices so that :meth:`close` stops a thread waiting for a server that
+        is down within a fraction of a second.
+        """
+        warned = False
         while not self._stopping:
             try:
-                if lock is not None:
-                    with lock:
-                        conn.reconnect()
-                else:
-                    conn.reconnect()
+                with lock if lock is not None else contextlib.nullcontext():
+                    conn.reconnect(time.monotonic() + RECONNECT_SLICE)
                 return True
             except ConnectionLostError as exc:
-                logger.warning("rlserve: %s; retrying", exc)
+                if not warned:
+                    logger.warning(
+                        "rlserve: %s; retrying until it is back (%d steps buffered)",
+                        exc,
+                        self._buffered_steps,
+                    )
+                    warned = True
         return False
 
     @property
@@ -352,15 +444,34 @@ class LocalInference:
             return self._buffered_steps == 0
 
     def close(self, timeout: float = 30.0) -> None:
-        """Ship what is buffered (up to ``timeout`` seconds), stop the threads, disconnect."""
-        self.flush(timeout)
+        """Ship what is buffered, stop the threads and disconnect, within ``timeout`` seconds.
+
+        What could not be shipped in time (e.g. the server is down) is logged and lost.
+        """
+        deadline = time.monotonic() + timeout
+        # Keep a little of the time for the threads to notice the stop.
+        self.flush(max(0.0, timeout - min(1.0, timeout / 4)))
         with self._lock:
             self._stopping = True
             self._lock.notify_all()
         self._wake_refresher.set()
-        self._shipper.join(timeout)
-        self._refresher.join(timeout)
+        for thread, conn in (
+            (self._shipper, self._ship_conn),
+            (self._refresher, self._weights_conn),
+        ):
+            thread.join(max(0.0, deadline - time.monotonic() - 0.1))
+            if thread.is_alive():
+                conn.abort()  # blocked waiting for a reply: make the read return
+                thread.join(max(0.05, deadline - time.monotonic()))
+        if self._buffered_steps:
+            logger.warning(
+                "rlserve: closed with %d steps not shipped (the server did not take them within "
+                "%.1f s)",
+                self._buffered_steps,
+                timeout,
+            )
         for conn in (self._ship_conn, self._weights_conn):
+            conn.abort()
             with contextlib.suppress(ConnectionLostError, ServerError):
                 conn.close()
 
@@ -369,3 +480,129 @@ def _fragment_to_wire(fragment: Fragment) -> dict[str, Any]:
     wire = fragment.to_wire()
     del wire["agent_id"], wire["policy_id"]
     return wire
+
+
+def plan_reports(
+    fragments: list[Fragment],
+    summaries: list[EpisodeSummary],
+    max_frame_bytes: int,
+    max_array_elements: int,
+    max_items: int,
+) -> tuple[list[tuple[list[Fragment], list[EpisodeSummary]]], list[Fragment]]:
+    """Cut what is ready into reports that each fit the server's limits.
+
+    The encoded size is estimated from the arrays' bytes plus fixed overheads. A fragment that
+    does not fit is split by steps (the head bootstraps from the tail's first observation, as
+    at any fragment cut).
+
+    Returns:
+        The reports as (fragments, summaries), in order; and the fragments of which not even
+        one step fits in a report (to be dropped).
+    """
+    budget = int(max_frame_bytes * 0.95) - MESSAGE_OVERHEAD
+    reports: list[tuple[list[Fragment], list[EpisodeSummary]]] = []
+    too_big: list[Fragment] = []
+    current: list[Fragment] = []
+    ended: list[EpisodeSummary] = []
+    used = 0
+    queue = deque(fragments)
+    while queue:
+        fragment = queue.popleft()
+        room = budget - used if len(current) < max_items else 0
+        fits = _steps_fitting(fragment, room, max_array_elements)
+        if fits >= len(fragment):
+            current.append(fragment)
+            used += _fragment_bytes(fragment, len(fragment))
+            continue
+        if fits > 0:
+            head, tail = split_fragment(fragment, fits)
+            current.append(head)
+            queue.appendleft(tail)
+        elif not current:
+            too_big.append(fragment)  # not even one step fits in an empty report
+            continue
+        else:
+            queue.appendleft(fragment)
+        reports.append((current, []))
+        current, used = [], 0
+    for summary in summaries:
+        size = SUMMARY_BYTES + len(summary.episode_id)
+        if used + size > budget or len(ended) >= max_items:
+            reports.append((current, ended))
+            current, ended, used = [], [], 0
+        ended.append(summary)
+        used += size
+    reports.append((current, ended))
+    return [r for r in reports if r[0] or r[1]], too_big
+
+
+def _step_bytes(fragment: Fragment) -> int:
+    return (
+        fragment.obs[0].nbytes
+        + fragment.actions[:1].nbytes
+        + fragment.rewards.itemsize
+        + fragment.behaviour_logp.itemsize
+        + fragment.policy_chosen.itemsize
+        + fragment.weights_version.itemsize
+    )
+
+
+def _fragment_bytes(fragment: Fragment, steps: int) -> int:
+    overhead = FRAGMENT_OVERHEAD + len(fragment.episode_id) + fragment.obs[0].nbytes
+    return overhead + steps * _step_bytes(fragment)
+
+
+def _steps_fitting(fragment: Fragment, room: int, max_elements: int) -> int:
+    """How many of the fragment's first steps fit in ``room`` bytes and the element limit."""
+    per_step = _step_bytes(fragment)
+    by_bytes = (room - _fragment_bytes(fragment, 0)) // per_step
+    obs_elements = max(1, fragment.obs[0].size)
+    action_elements = max(1, fragment.actions[:1].size)
+    by_elements = min(max_elements // obs_elements - 1, max_elements // action_elements)
+    return max(0, min(len(fragment), by_bytes, by_elements))
+
+
+def split_fragment(fragment: Fragment, steps: int) -> tuple[Fragment, Fragment]:
+    """Cut a fragment after ``steps`` steps; the head ends in the tail's first observation."""
+    head = Fragment(
+        fragment.episode_id,
+        fragment.agent_id,
+        fragment.policy_id,
+        fragment.obs[: steps + 1],
+        fragment.actions[:steps],
+        fragment.rewards[:steps],
+        fragment.behaviour_logp[:steps],
+        fragment.policy_chosen[:steps],
+        fragment.weights_version[:steps],
+        terminated=False,
+        truncated=False,
+    )
+    tail = Fragment(
+        fragment.episode_id,
+        fragment.agent_id,
+        fragment.policy_id,
+        fragment.obs[steps:],
+        fragment.actions[steps:],
+        fragment.rewards[steps:],
+        fragment.behaviour_logp[steps:],
+        fragment.policy_chosen[steps:],
+        fragment.weights_version[steps:],
+        terminated=fragment.terminated,
+        truncated=fragment.truncated,
+    )
+    return head, tail
+
+
+def halve_report(
+    fragments: list[Fragment], summaries: list[EpisodeSummary]
+) -> tuple[tuple[list[Fragment], list[EpisodeSummary]], ...] | None:
+    """Two smaller reports with the same content, or None when one step cannot be split."""
+    if len(fragments) > 1:
+        middle = len(fragments) // 2
+        return (fragments[:middle], []), (fragments[middle:], summaries)
+    if fragments and len(fragments[0]) > 1:
+        head, tail = split_fragment(fragments[0], len(fragments[0]) // 2)
+        return ([head], []), ([tail], summaries)
+    if fragments and summaries:
+        return (fragments, []), ([], summaries)
+    return None

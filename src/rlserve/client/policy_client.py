@@ -7,11 +7,20 @@ rewards logged with ``log_returns`` are added up on the client and travel with t
 ``get_action``, ``log_action`` or ``end_episode``; ``end_episode`` is pipelined (its error, if
 any, is raised by the next call). Observations are checked against the server's space before
 they are sent. This module needs numpy, msgpack and gymnasium's spaces; never torch.
+
+Every episode call carries the episode's next sequence number ``seq`` and every ``hello`` the
+client's random ``client_id``, so a call re-sent after a lost reply or a timeout is answered with
+its first answer and never applied twice (see ``docs/protocol.md``, "Exactly-once calls").
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
+import time
+import uuid
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,9 +30,14 @@ from gymnasium import spaces
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.local import LocalConfig, LocalInference
 from rlserve.config import TOKEN_ENV
-from rlserve.errors import ConfigError, ConnectionLostError, SpaceError
+from rlserve.errors import ConfigError, ConnectionLostError, RLServeError, SpaceError
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.spaces import check_batch, check_value, from_description
+
+logger = logging.getLogger("rlserve.client")
+
+ENDED_SEQS_KEPT = 4096
+"""Ended episodes whose last call number is kept (in case the server refuses the end)."""
 
 
 class PolicyClient:
@@ -52,6 +66,31 @@ class PolicyClient:
         tls_ca: With a TLS address: a PEM CA bundle the server's certificate must chain to (for
             a private or self-signed CA); None: the ``RLSERVE_TLS_CA`` environment variable, else
             the system's trusted CAs.
+        seed: Local mode: seed of this client's action sampling (a ``SeedSequence`` entropy;
+            each policy swap spawns a child stream), for reproducible runs; None: fresh
+            entropy, so every client samples differently. Remote mode: unused (the server
+            samples).
+        client_id: This client's identity on the server (its episodes belong to it): a
+            secret; None: a random ``uuid4().hex``. Pass the same value to continue one
+            client's episodes from another ``PolicyClient`` (or over HTTP as the
+            ``X-RLServe-Client`` header).
+
+    Retries: a call whose connection breaks, or that gets no reply within ``timeout`` (the
+    server is alive but slow, e.g. still waiting for its learner's first weights), is re-sent on
+    a fresh connection, with backoff, until it is answered or ``reconnect_timeout`` seconds have
+    passed since its first failure; then the last error is raised. So a call raises
+    :class:`~rlserve.errors.RequestTimeoutError` or
+    :class:`~rlserve.errors.ConnectionLostError` after at most about ``reconnect_timeout + 2 *
+    timeout`` seconds. Re-sending is safe because every call is idempotent on the server:
+    episode calls carry a per-episode sequence number (a retry gets the first answer, a pending
+    ``get_action`` is joined), ``start_episode`` always names its id (a retry of an unused
+    episode is answered as started), and a pipelined ``end_episode`` whose reply was lost is
+    re-sent before the next call. If the server restarted (its episodes are gone), nothing is
+    replayed and the episode's next call raises :class:`~rlserve.errors.EpisodeError`.
+
+    Threads: one client may be shared by several threads. Each call holds the client's lock
+    for its duration (calls are serialised, never interleaved on the connection); run one
+    client per thread for parallel round trips.
 
     Raises:
         ConnectionLostError: The server cannot be reached.
@@ -74,6 +113,8 @@ class PolicyClient:
         check_observations: bool = True,
         local: LocalConfig | None = None,
         tls_ca: str | None = None,
+        seed: int | None = None,
+        client_id: str | None = None,
     ):
         if inference_mode not in ("remote", "local"):
             raise ConfigError(f"inference_mode must be 'remote' or 'local', got '{inference_mode}'")
@@ -84,13 +125,24 @@ class PolicyClient:
         timeouts = Timeouts(connect=connect_timeout, request=timeout, reconnect=reconnect_timeout)
         if token is None:
             token = os.environ.get(TOKEN_ENV) or None
+        self._timeouts = timeouts
+        # The client identity: a secret random id, the same on every (re)connection.
+        self.client_id = client_id or uuid.uuid4().hex
+        client_id = self.client_id
 
         def connect() -> Connection:
-            return Connection(address, token, client_name, inference_mode, timeouts, tls_ca)
+            return Connection(
+                address, token, client_name, inference_mode, timeouts, tls_ca, client_id
+            )
 
+        self._lock = threading.RLock()
         self._conn = connect()
         self._pending_reward: dict[str, float] = {}
         self._acted: set[str] = set()
+        self._seq: dict[str, int] = {}
+        # The end_episode seq of recently ended episodes: calls after the end take the next
+        # number; if the server refuses the end, the episode goes on with the end's number.
+        self._ended_seq: OrderedDict[str, int] = OrderedDict()
         self._welcome(self._open_first())
         self._local: LocalInference | None = None
         if inference_mode == "local":
@@ -108,6 +160,7 @@ class PolicyClient:
                 update_interval,
                 local or LocalConfig(),
                 timeouts,
+                seed,
             )
 
     def _open_first(self) -> dict[str, Any]:
@@ -122,32 +175,92 @@ class PolicyClient:
                 f"tls://{self._conn.host}:{self._conn.port}"
             ) from exc
 
-    def _welcome(self, welcome: dict[str, Any]) -> None:
-        if getattr(self, "_instance_id", None) not in (None, welcome.get("instance_id")):
+    def _welcome(self, welcome: dict[str, Any]) -> bool:
+        """Take the server's ``welcome``; True when it is a restarted server."""
+        restarted = getattr(self, "_instance_id", None) not in (None, welcome.get("instance_id"))
+        if restarted:
             # The server restarted: the episodes this client had open are gone there.
             self._pending_reward.clear()
             self._acted.clear()
+            self._seq.clear()
+            self._ended_seq.clear()
         self._instance_id = welcome.get("instance_id")
         policy = welcome["policies"][DEFAULT_POLICY_ID]
         self.observation_space: spaces.Space[Any] = from_description(policy["observation_space"])
         self.action_space: spaces.Space[Any] = from_description(policy["action_space"])
         self._discrete = isinstance(self.action_space, spaces.Discrete)
+        return restarted
 
-    # -- transport with one retry after a reconnect ------------------------------------------
+    # -- transport: re-send idempotent calls after a lost reply or a timeout -----------------
 
     def _request(self, message: dict[str, Any]) -> dict[str, Any]:
-        try:
-            return self._conn.request(dict(message))
-        except ConnectionLostError:
-            self._welcome(self._conn.reconnect())
-            return self._conn.request(dict(message))
+        reply = self._call(message, wait=True)
+        assert reply is not None
+        return reply
 
     def _send_nowait(self, message: dict[str, Any]) -> None:
-        try:
-            self._conn.send_nowait(dict(message))
-        except ConnectionLostError:
-            self._welcome(self._conn.reconnect())
-            self._conn.send_nowait(dict(message))
+        self._call(message, wait=False)
+
+    def _call(self, message: dict[str, Any], wait: bool) -> dict[str, Any] | None:
+        """Send ``message`` (and re-send pipelined calls a broken connection lost) until done.
+
+        Every message this client sends is idempotent on the server (see the class docstring),
+        so re-sending after a lost reply never applies a call twice.
+        """
+        deadline: float | None = None
+        replay: list[dict[str, Any]] = []
+        while True:
+            try:
+                while replay:
+                    try:
+                        self._conn.request(dict(replay[0]))
+                    except ConnectionLostError:
+                        raise
+                    except RLServeError:
+                        self._undo_refused(replay[0])
+                        raise
+                    replay.pop(0)
+                self._conn.failed_message = None
+                if wait:
+                    return self._conn.request(dict(message))
+                self._conn.send_nowait(dict(message))
+                return None
+            except ConnectionLostError:  # RequestTimeoutError included
+                replay = self._conn.take_unanswered() + replay
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self._timeouts.reconnect
+                if now >= deadline:
+                    raise
+                if self._welcome(self._conn.reconnect(deadline)) and replay:
+                    logger.warning(
+                        "rlserve: the server restarted; %d unanswered call(s) for its ended "
+                        "episodes are not re-sent",
+                        len(replay),
+                    )
+                    replay = []
+            except RLServeError:
+                # A pipelined end_episode the server refused leaves its episode open.
+                if self._conn.failed_message is not None:
+                    self._undo_refused(self._conn.failed_message)
+                raise
+
+    def _undo_refused(self, message: dict[str, Any]) -> None:
+        """An ``end_episode`` was refused: the episode goes on, its next call takes the number."""
+        if message.get("type") != "end_episode":
+            return
+        episode_id, seq = message["episode_id"], int(message["seq"])
+        if self._ended_seq.get(episode_id) == seq:
+            del self._ended_seq[episode_id]
+            if seq > 1:
+                self._seq[episode_id] = seq - 1
+                self._acted.add(episode_id)
+
+    def _next_seq(self, episode_id: str) -> int:
+        last = self._seq.get(episode_id)
+        if last is None:
+            last = self._ended_seq.get(episode_id, 0)
+        return last + 1
 
     # -- the RLlib calls ---------------------------------------------------------------------
 
@@ -155,22 +268,24 @@ class PolicyClient:
         """Start an episode and return its id.
 
         Args:
-            episode_id: A unique id, or None for the server to assign one.
+            episode_id: A unique id, or None for a random one (``uuid4().hex``, chosen by the
+                client so that a retried start is recognised).
             training_enabled: False serves actions but keeps the episode out of training.
 
         Raises:
             EpisodeError: The id is active or was used before.
         """
-        if self._local is not None:
-            return self._local.start_episode(episode_id, training_enabled)
-        reply = self._request(
-            {
-                "type": "start_episode",
-                "episode_id": episode_id,
-                "training_enabled": training_enabled,
-            }
-        )
-        return str(reply["episode_id"])
+        with self._lock:
+            if self._local is not None:
+                return self._local.start_episode(episode_id, training_enabled)
+            reply = self._request(
+                {
+                    "type": "start_episode",
+                    "episode_id": episode_id or uuid.uuid4().hex,
+                    "training_enabled": training_enabled,
+                }
+            )
+            return str(reply["episode_id"])
 
     def get_action(self, episode_id: str | Sequence[str], observation: Any) -> Any:
         """Record an observation and return the policy's action.
@@ -185,51 +300,63 @@ class PolicyClient:
             The action (an int for Discrete, an array for Box). For a list of ids: a dict of
             actions keyed by id when ``observation`` was a dict, else a stacked array.
         """
-        if self._local is not None:
-            return self._local_get_action(episode_id, observation)
-        if isinstance(episode_id, str):
-            obs = self._check_one(observation)
+        with self._lock:
+            if self._local is not None:
+                return self._local_get_action(episode_id, observation)
+            if isinstance(episode_id, str):
+                seq = self._next_seq(episode_id)
+                message: dict[str, Any] = {
+                    "type": "get_action",
+                    "episode_id": episode_id,
+                    "observation": self._check_one(observation),
+                    "seq": seq,
+                }
+                reward = self._pending_reward.get(episode_id)
+                if reward is not None:
+                    message["reward"] = reward
+                reply = self._request(message)
+                self._delivered([episode_id], [seq])
+                return reply["action"]
+            ids = list(episode_id)
+            keyed = isinstance(observation, Mapping)
+            values = [observation[eid] for eid in ids] if keyed else observation
+            stacked = self._check_many(values, len(ids))
+            rewards = [self._pending_reward.get(eid, 0.0) for eid in ids]
+            seqs = [self._next_seq(eid) for eid in ids]
+            reply = self._request(
+                {
+                    "type": "get_action",
+                    "episode_ids": ids,
+                    "observations": stacked,
+                    "rewards": rewards,
+                    "seqs": seqs,
+                }
+            )
+            self._delivered(ids, seqs)
+            actions = reply["actions"]
+            if keyed:
+                return {eid: self._one_action(actions[i]) for i, eid in enumerate(ids)}
+            return actions
+
+    def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
+        """Record an observation and the action someone else took (trained on as taken)."""
+        with self._lock:
+            if self._local is not None:
+                self._local.log_action(episode_id, observation, action)
+                return
+            seq = self._next_seq(episode_id)
             message: dict[str, Any] = {
-                "type": "get_action",
+                "type": "log_action",
                 "episode_id": episode_id,
-                "observation": obs,
+                "observation": self._check_one(observation),
+                "action": check_value(self.action_space, action, "action"),
+                "seq": seq,
             }
             reward = self._pending_reward.get(episode_id)
             if reward is not None:
                 message["reward"] = reward
-            reply = self._request(message)
-            self._delivered([episode_id])
-            return reply["action"]
-        ids = list(episode_id)
-        keyed = isinstance(observation, Mapping)
-        values = [observation[eid] for eid in ids] if keyed else observation
-        stacked = self._check_many(values, len(ids))
-        rewards = [self._pending_reward.get(eid, 0.0) for eid in ids]
-        reply = self._request(
-            {"type": "get_action", "episode_ids": ids, "observations": stacked, "rewards": rewards}
-        )
-        self._delivered(ids)
-        actions = reply["actions"]
-        if keyed:
-            return {eid: self._one_action(actions[i]) for i, eid in enumerate(ids)}
-        return actions
-
-    def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
-        """Record an observation and the action someone else took (trained on as taken)."""
-        if self._local is not None:
-            self._local.log_action(episode_id, observation, action)
-            return
-        message: dict[str, Any] = {
-            "type": "log_action",
-            "episode_id": episode_id,
-            "observation": self._check_one(observation),
-            "action": check_value(self.action_space, action, "action"),
-        }
-        reward = self._pending_reward.get(episode_id)
-        if reward is not None:
-            message["reward"] = reward
-        self._request(message)
-        self._delivered([episode_id])
+            self._request(message)
+            self._delivered([episode_id], [seq])
 
     def log_returns(
         self,
@@ -249,23 +376,27 @@ class PolicyClient:
         """
         if multiagent_done_dict is not None:
             raise NotImplementedError("multi-agent episodes are not available in this version")
-        if self._local is not None:
-            self._local.log_returns(episode_id, reward)
-            return
-        if episode_id in self._acted and info is None:
-            self._pending_reward[episode_id] = self._pending_reward.get(episode_id, 0.0) + float(
-                reward
-            )
-            return
-        message: dict[str, Any] = {
-            "type": "log_returns",
-            "episode_id": episode_id,
-            "reward": float(reward) + self._pending_reward.get(episode_id, 0.0),
-        }
-        if info is not None:
-            message["info"] = info
-        self._request(message)
-        self._pending_reward.pop(episode_id, None)
+        with self._lock:
+            if self._local is not None:
+                self._local.log_returns(episode_id, reward)
+                return
+            if episode_id in self._acted and info is None:
+                self._pending_reward[episode_id] = self._pending_reward.get(
+                    episode_id, 0.0
+                ) + float(reward)
+                return
+            seq = self._next_seq(episode_id)
+            message: dict[str, Any] = {
+                "type": "log_returns",
+                "episode_id": episode_id,
+                "reward": float(reward) + self._pending_reward.get(episode_id, 0.0),
+                "seq": seq,
+            }
+            if info is not None:
+                message["info"] = info
+            self._request(message)
+            self._pending_reward.pop(episode_id, None)
+            self._seq[episode_id] = seq
 
     def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> None:
         """Finish an episode with its final observation.
@@ -276,36 +407,50 @@ class PolicyClient:
             truncated: True when a time limit cut the episode short (the learner then
                 bootstraps from ``observation``); False for a terminal state.
         """
-        if self._local is not None:
-            self._local.end_episode(episode_id, observation, truncated)
-            return
-        message: dict[str, Any] = {
-            "type": "end_episode",
-            "episode_id": episode_id,
-            "observation": self._check_one(observation),
-            "truncated": bool(truncated),
-        }
-        reward = self._pending_reward.pop(episode_id, None)
-        if reward is not None:
-            message["reward"] = reward
-        self._acted.discard(episode_id)
-        self._send_nowait(message)
+        with self._lock:
+            if self._local is not None:
+                self._local.end_episode(episode_id, observation, truncated)
+                return
+            message: dict[str, Any] = {
+                "type": "end_episode",
+                "episode_id": episode_id,
+                "observation": self._check_one(observation),
+                "truncated": bool(truncated),
+                "seq": self._next_seq(episode_id),
+            }
+            reward = self._pending_reward.get(episode_id)
+            if reward is not None:
+                message["reward"] = reward
+            self._send_nowait(message)
+            # Pipelined: its error, if any, is raised by the next call; the episode is over here.
+            self._pending_reward.pop(episode_id, None)
+            self._acted.discard(episode_id)
+            self._seq.pop(episode_id, None)
+            self._ended_seq[episode_id] = message["seq"]
+            if len(self._ended_seq) > ENDED_SEQS_KEPT:
+                self._ended_seq.popitem(last=False)
 
     def update_policy_weights(self) -> None:
         """Fetch the newest weights now (local mode); in remote mode the server always has them."""
-        if self._local is not None:
-            self._local.update_weights()
+        with self._lock:
+            if self._local is not None:
+                self._local.update_weights()
 
-    def close(self) -> None:
+    def close(self, timeout: float = 30.0) -> None:
         """Disconnect.
 
-        Local mode first ships what is buffered; remote mode reads outstanding replies (raising
-        a deferred error).
+        Local mode first ships what is buffered, for up to ``timeout`` seconds (what is left
+        then is logged and lost), and stops its threads; remote mode reads outstanding replies
+        (raising a deferred error).
         """
-        if self._local is not None:
-            self._local.close()
-            return
-        self._conn.close()
+        with self._lock:
+            if self._local is not None:
+                self._local.close(timeout)
+                return
+            if self._conn.unanswered:
+                # Settles a pipelined end_episode, re-sending it if the connection broke.
+                self._request({"type": "ping"})
+            self._conn.close()
 
     @property
     def weights_version(self) -> int | None:
@@ -341,12 +486,13 @@ class PolicyClient:
                 raise SpaceError(f"observations: cannot be read as numbers: {exc}") from exc
         return [self._check_one(v) for v in values]
 
-    def _delivered(self, episode_ids: list[str]) -> None:
-        # Only once the server accepted the call: a refused call leaves the pending rewards
-        # and the episode's state as they were.
-        for episode_id in episode_ids:
+    def _delivered(self, episode_ids: list[str], seqs: list[int]) -> None:
+        # Only once the server accepted the call: a refused call leaves the pending rewards,
+        # the episode's state and its next seq as they were.
+        for episode_id, seq in zip(episode_ids, seqs, strict=True):
             self._pending_reward.pop(episode_id, None)
             self._acted.add(episode_id)
+            self._seq[episode_id] = seq
 
     def _local_get_action(self, episode_id: str | Sequence[str], observation: Any) -> Any:
         assert self._local is not None

@@ -21,6 +21,9 @@ from rlserve.protocol.limits import DEFAULT_LIMITS, Limits
 DEFAULT_POLICY_ID = "default"
 """The policy an episode uses unless it names another."""
 
+MAX_SEQ = 2**53
+"""Largest episode call sequence number (``seq``): exact in JSON numbers too."""
+
 
 @dataclass(slots=True)
 class Hello:
@@ -32,6 +35,8 @@ class Hello:
         client_name: A label for logs and metrics.
         token: The server's shared secret, when it has one.
         inference_mode: ``remote`` (the server computes actions) or ``local``.
+        client_id: A secret random id the client keeps across reconnects: episodes belong to
+            it. None: the connection is the identity.
     """
 
     id: int
@@ -39,6 +44,7 @@ class Hello:
     client_name: str = "client"
     token: str | None = None
     inference_mode: str = "remote"
+    client_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -74,6 +80,7 @@ class GetAction:
         observations: One observation per episode (stacked array, list, or list of maps).
         rewards: Reward per episode for its previous action, or None.
         batched: Whether the request used the plural form (the reply mirrors it).
+        seqs: Each episode's call sequence number (``seq`` / ``seqs``), or None.
     """
 
     id: int
@@ -81,6 +88,7 @@ class GetAction:
     observations: Any
     rewards: list[float] | None = None
     batched: bool = False
+    seqs: list[int] | None = None
 
 
 @dataclass(slots=True)
@@ -93,6 +101,7 @@ class LogAction:
         observation: The observation the action was taken in.
         action: The action taken; this is what is trained on.
         reward: Reward for the previous action, as in ``GetAction``.
+        seq: The episode's call sequence number, or None.
     """
 
     id: int
@@ -100,6 +109,7 @@ class LogAction:
     observation: Any
     action: Any
     reward: float | None = None
+    seq: int | None = None
 
 
 @dataclass(slots=True)
@@ -111,12 +121,14 @@ class LogReturns:
         episode_id: The episode.
         reward: The reward; rewards add up until the next action.
         info: Optional map of extra information.
+        seq: The episode's call sequence number, or None.
     """
 
     id: int
     episode_id: str
     reward: float
     info: dict[str, Any] | None = None
+    seq: int | None = None
 
 
 @dataclass(slots=True)
@@ -130,6 +142,7 @@ class EndEpisode:
         truncated: True when the episode was cut short (a time limit), so the learner bootstraps
             from the final observation; False for a true terminal state.
         reward: Reward for the last action, as in ``GetAction``.
+        seq: The episode's call sequence number, or None.
     """
 
     id: int
@@ -137,6 +150,7 @@ class EndEpisode:
     observation: Any
     truncated: bool = False
     reward: float | None = None
+    seq: int | None = None
 
 
 @dataclass(slots=True)
@@ -251,6 +265,18 @@ class _Fields:
             raise DecodeError(f"'{self.kind}' field '{name}' must be finite, got {value!r}")
         return number
 
+    def seq_opt(self, name: str) -> int | None:
+        value = self.raw.get(name)
+        return None if value is None else self.check_seq(name, value)
+
+    def check_seq(self, name: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SEQ:
+            raise DecodeError(
+                f"'{self.kind}' field '{name}' must be an integer from 1 to {MAX_SEQ} (the "
+                f"episode's call number), got {value!r}"
+            )
+        return value
+
     def id_(self, name: str) -> str:
         value = self.raw.get(name)
         if value is None:
@@ -318,7 +344,7 @@ def parse_request(raw: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Reque
         reward = f.float_opt("reward")
         if reward is None:
             raise f._missing("reward")
-        return LogReturns(request_id, f.id_("episode_id"), reward, info)
+        return LogReturns(request_id, f.id_("episode_id"), reward, info, f.seq_opt("seq"))
     if kind == "log_action":
         return LogAction(
             request_id,
@@ -326,6 +352,7 @@ def parse_request(raw: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Reque
             f.present("observation"),
             f.present("action"),
             f.float_opt("reward"),
+            f.seq_opt("seq"),
         )
     if kind == "end_episode":
         return EndEpisode(
@@ -334,6 +361,7 @@ def parse_request(raw: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Reque
             f.present("observation"),
             f.bool_("truncated", False),
             f.float_opt("reward"),
+            f.seq_opt("seq"),
         )
     if kind == "start_episode":
         return StartEpisode(
@@ -372,6 +400,7 @@ def parse_request(raw: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Reque
             f.str_("client_name", "client"),
             token,
             f.str_("inference_mode", "remote"),
+            f.id_opt("client_id"),
         )
     raise DecodeError(f"unknown message type '{kind}'; known types: {', '.join(REQUEST_TYPES)}")
 
@@ -394,14 +423,29 @@ def _parse_get_action(f: _Fields, request_id: int) -> GetAction:
         reward_list: list[float] | None = None
         if rewards is not None:
             reward_list = _float_list(f, "rewards", rewards, len(episode_ids))
-        return GetAction(request_id, episode_ids, observations, reward_list, batched=True)
+        seqs = raw.get("seqs")
+        seq_list: list[int] | None = None
+        if seqs is not None:
+            if hasattr(seqs, "tolist"):
+                seqs = seqs.tolist()
+            if not isinstance(seqs, list) or len(seqs) != len(episode_ids):
+                raise DecodeError(
+                    f"get_action 'seqs' must be a list of {len(episode_ids)} integers, one per "
+                    "episode of 'episode_ids'"
+                )
+            seq_list = [f.check_seq("seqs", seq) for seq in seqs]
+        return GetAction(
+            request_id, episode_ids, observations, reward_list, batched=True, seqs=seq_list
+        )
     reward = f.float_opt("reward")
+    seq = f.seq_opt("seq")
     return GetAction(
         request_id,
         [f.id_("episode_id")],
         [f.present("observation")],
         None if reward is None else [reward],
         batched=False,
+        seqs=None if seq is None else [seq],
     )
 
 

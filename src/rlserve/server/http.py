@@ -32,7 +32,7 @@ from rlserve.protocol.messages import (
     parse_request,
     valid_request_id,
 )
-from rlserve.server.service import Service, Session
+from rlserve.server.service import Service, Session, identity_key
 
 STATUS_FOR_CODE = {
     "unauthorized": 401,
@@ -151,7 +151,11 @@ def build_http_app(
                 error_reply(valid_request_id(raw), exc.code, str(exc)),
                 STATUS_FOR_CODE.get(exc.code, 400),
             )
-        client = request.headers.get("x-rlserve-client", "anonymous")[: limits.max_id_length]
+        # The header is the client identity (a bearer secret): its episodes are its own.
+        client = request.headers.get("x-rlserve-client", "anonymous")
+        if not 1 <= len(client) <= limits.max_id_length:
+            message = f"header X-RLServe-Client must have 1 to {limits.max_id_length} characters"
+            return _json(error_reply(None, "limit_exceeded", message), 413)
         session = sessions.get(client)
         if session is None:
             if len(sessions) >= MAX_HTTP_SESSIONS:
@@ -159,7 +163,7 @@ def build_http_app(
                 # oldest loses nothing.
                 sessions.pop(next(iter(sessions)))
             session = sessions[client] = Session(
-                name=client, key=f"http:{client}", authenticated=True
+                name=client, key=identity_key(client), authenticated=True
             )
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         service.handle(parsed, session, future.set_result)

@@ -23,7 +23,7 @@ import numpy as np
 
 from rlserve import __version__
 from rlserve.algorithms.base import WeightsPackage
-from rlserve.episodes import Episode, EpisodeSummary, EpisodeTable
+from rlserve.episodes import Episode, EpisodeStatus, EpisodeSummary, EpisodeTable
 from rlserve.errors import (
     AuthenticationError,
     EpisodeError,
@@ -67,7 +67,9 @@ class Session:
 
     Attributes:
         name: The client's name from ``hello``.
-        key: Identifies the owner of the episodes this session starts.
+        key: The client identity that owns the episodes this session starts: ``client:<id>``
+            for a ``client_id`` (binary ``hello``) or ``X-RLServe-Client`` header (HTTP), else
+            one per connection.
         authenticated: Whether ``hello`` (or the HTTP header) presented the right token.
     """
 
@@ -95,6 +97,13 @@ class _Pending:
     request: GetAction
     episodes: list[Episode]
     respond: Respond
+    joined: list[tuple[GetAction, Respond]] = field(default_factory=list)
+    """Retries of this request (same episodes and seqs) answered with the same actions."""
+
+
+def identity_key(client_id: str) -> str:
+    """The episode-owner key of a client identity (the same on both carriers)."""
+    return f"client:{client_id}"
 
 
 class SampleSink(Protocol):
@@ -205,7 +214,9 @@ class Service:
     def _simple(self, request: Request, session: Session) -> dict[str, Any]:
         if isinstance(request, LogReturns):
             episode = self._episode(request.episode_id, session)
-            self.episodes.log_returns(episode, request.reward)
+            if not self.episodes.check_seq(episode, request.seq, "log_returns"):
+                self.episodes.log_returns(episode, request.reward)
+                self.episodes.record_seq(episode, request.seq, "log_returns")
             return {"type": "ok", "id": request.id}
         if isinstance(request, LogAction):
             return self._log_action(request, session)
@@ -213,6 +224,15 @@ class Service:
             return self._end_episode(request, session)
         if isinstance(request, StartEpisode):
             self._slot(request.policy_id)  # an unknown policy is an error
+            if request.episode_id is not None and self.episodes.started_unused(
+                request.episode_id, session.key
+            ):
+                # A retry after a lost reply: the episode is this client's and still unused.
+                return {
+                    "type": "episode_started",
+                    "id": request.id,
+                    "episode_id": request.episode_id,
+                }
             episode_id = self.episodes.start(
                 request.episode_id, request.training_enabled, request.policy_id, session.key
             )
@@ -241,6 +261,8 @@ class Service:
                 f"offers {list(INFERENCE_MODES)}"
             )
         session.name = hello.client_name
+        if hello.client_id is not None:
+            session.key = identity_key(hello.client_id)
         session.authenticated = True
         return self.welcome(hello.id)
 
@@ -264,11 +286,7 @@ class Service:
         }
 
     def _episode(self, episode_id: str, session: Session) -> Episode:
-        episode = self.episodes.get(episode_id)
-        if episode.owner != session.key:
-            # A client that reconnected carries on with its episodes under its new connection.
-            self.episodes.adopt(episode, session.key)
-        return episode
+        return self.episodes.owned(episode_id, session.key)
 
     # -- actions ---------------------------------------------------------------------------
 
@@ -278,6 +296,13 @@ class Service:
         if any(e.policy_id != policy_id for e in episodes):
             raise EpisodeError("one get_action may only name episodes of the same policy")
         slot = self.slots[policy_id]
+        if request.seqs is not None:
+            retried = [
+                self.episodes.check_seq(e, seq, "get_action")
+                for e, seq in zip(episodes, request.seqs, strict=True)
+            ]
+            if any(retried):
+                return self._retry_get_action(request, episodes, retried, slot, respond)
         where = "observations" if request.batched else "observation"
         obs = check_batch(slot.observation_space, request.observations, len(episodes), where)
         rewards = request.rewards
@@ -286,10 +311,44 @@ class Service:
             self.episodes.check_observe(episode, None if rewards is None else rewards[i])
         for i, episode in enumerate(episodes):
             self.episodes.observe(episode, obs[i], None if rewards is None else rewards[i])
+            if request.seqs is not None:
+                self.episodes.record_seq(episode, request.seqs[i], "get_action")
         slot.pending.append(_Pending(request, episodes, respond))
         if slot.policy is not None:
             self._schedule_flush()
         return True
+
+    def _retry_get_action(
+        self,
+        request: GetAction,
+        episodes: list[Episode],
+        retried: list[bool],
+        slot: PolicySlot,
+        respond: Respond,
+    ) -> bool:
+        """Answer a repeated ``get_action`` with the first answer, or join it while pending."""
+        if not all(retried):
+            raise EpisodeError(
+                "get_action 'seqs' mix retries (the episode's last number) and new calls; "
+                "re-send a batched call exactly as it was, or number every episode's next call"
+            )
+        if any(e.status is EpisodeStatus.AWAITING_ACTION for e in episodes):
+            for item in slot.pending:
+                if len(item.episodes) == len(episodes) and all(
+                    a is b for a, b in zip(item.episodes, episodes, strict=True)
+                ):
+                    item.joined.append((request, respond))
+                    return True
+            raise EpisodeError(
+                "get_action retry names other episodes than the call it repeats, which is still "
+                "being answered; re-send a call exactly as it was"
+            )
+        if request.batched:
+            actions = np.asarray([e.answer for e in episodes])
+            respond({"type": "action", "id": request.id, "actions": actions})
+        else:
+            respond({"type": "action", "id": request.id, "action": episodes[0].answer})
+        return False
 
     def _schedule_flush(self) -> None:
         if self._flush_scheduled:
@@ -319,6 +378,9 @@ class Service:
                 k = offset + j
                 action = int(out.actions[k]) if discrete else out.actions[k]
                 self.episodes.act(episode, action, float(out.logp[k]), True, policy.version)
+                if item.request.seqs is not None:
+                    # Kept for a retry of this call; a copy, so the batch's array is not kept.
+                    episode.answer = int(env_actions[k]) if discrete else env_actions[k].copy()
             chunk = env_actions[offset : offset + count]
             offset += count
             reply: dict[str, Any] = {"type": "action", "id": item.request.id}
@@ -327,10 +389,14 @@ class Service:
             else:
                 reply["action"] = int(chunk[0]) if discrete else chunk[0]
             item.respond(reply)
+            for joined, respond in item.joined:
+                respond({**reply, "id": joined.id})
         self.stats.count_actions(len(rows), batch=len(rows))
 
     def _log_action(self, request: LogAction, session: Session) -> dict[str, Any]:
         episode = self._episode(request.episode_id, session)
+        if self.episodes.check_seq(episode, request.seq, "log_action"):
+            return {"type": "ok", "id": request.id}
         slot = self.slots[episode.policy_id]
         obs = check_batch(slot.observation_space, [request.observation], 1, "observation")
         action = check_value(slot.action_space, request.action, "action")
@@ -341,14 +407,18 @@ class Service:
         self.episodes.observe(episode, obs[0], request.reward)
         version = slot.policy.version if slot.policy is not None else 0
         self.episodes.act(episode, action, float("nan"), False, version)
+        self.episodes.record_seq(episode, request.seq, "log_action")
         self.stats.count_actions(1, batch=0)
         return {"type": "ok", "id": request.id}
 
     def _end_episode(self, request: EndEpisode, session: Session) -> dict[str, Any]:
+        if self.episodes.ended_by(request.episode_id, session.key, request.seq):
+            return {"type": "ok", "id": request.id}  # a retry of the call that ended it
         episode = self._episode(request.episode_id, session)
+        self.episodes.check_seq(episode, request.seq, "end_episode")
         slot = self.slots[episode.policy_id]
         obs = check_batch(slot.observation_space, [request.observation], 1, "observation")
-        summary = self.episodes.end(episode, obs[0], request.truncated, request.reward)
+        summary = self.episodes.end(episode, obs[0], request.truncated, request.reward, request.seq)
         self.stats.record_episode(summary)
         self.stats.episodes_active = len(self.episodes)
         return {"type": "ok", "id": request.id}

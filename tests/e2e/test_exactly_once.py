@@ -1,0 +1,281 @@
+"""Retried calls are applied once; episodes belong to the client that started them.
+
+A proxy between the client and a real server loses chosen replies (the server has applied the
+request, the client never hears back), so the client reconnects and re-sends: the server's
+per-episode sequence numbers answer the retry with the first answer.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from fault_proxy import FaultProxy
+
+from rlserve import CapacityError, EpisodeError, PolicyClient, RLServeError
+from rlserve.client.connection import Connection, Timeouts
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+GOOD = np.array([0.01, -0.02, 0.03, 0.04], dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def shared(module_launcher: Any) -> Any:
+    handle = module_launcher("--max-episodes-per-client", "2", "--seed", "3")
+    handle.wait_for_weights()
+    return handle
+
+
+@pytest.fixture
+def proxy_to(request: pytest.FixtureRequest) -> Iterator[Any]:
+    proxies: list[FaultProxy] = []
+
+    def make(server: Any) -> FaultProxy:
+        proxies.append(FaultProxy(server.address))
+        return proxies[-1]
+
+    yield make
+    for proxy in proxies:
+        proxy.close()
+
+
+def test_calls_whose_replies_are_lost_count_once(launch_server: Any, proxy_to: Any) -> None:
+    server = launch_server("--seed", "1")
+    server.wait_for_weights()
+    proxy = proxy_to(server)
+    with PolicyClient(proxy.address, timeout=30, reconnect_timeout=30) as client:
+        proxy.drop_reply("start_episode")
+        eid = client.start_episode()  # re-sent with the same id: answered as started
+        first = client.get_action(eid, GOOD)
+        client.log_returns(eid, 5.0)  # travels with the next get_action
+        proxy.drop_reply("get_action")
+        second = client.get_action(eid, GOOD)  # applied, reply lost, re-sent
+        proxy.drop_reply("log_returns")
+        client.log_returns(eid, 1.0, info={"sent": "now"})
+        proxy.drop_reply("log_action")
+        client.log_action(eid, GOOD, 1)
+        proxy.drop_reply("end_episode")
+        client.end_episode(eid, GOOD)  # pipelined: its lost reply is noticed by close()
+        assert first in (0, 1) and second in (0, 1)
+    assert proxy.dropped == [
+        "start_episode",
+        "get_action",
+        "log_returns",
+        "log_action",
+        "end_episode",
+    ]
+    assert client.reconnects == 5
+    metrics = server.wait_until(lambda m: m["episodes/completed"] == 1, what="the episode")
+    assert metrics["episodes/started"] == 1
+    assert metrics["episodes/length_mean"] == 3  # not 4 or 5
+    assert metrics["episodes/return_mean"] == pytest.approx(6.0)  # 5.0 counted once
+    assert metrics["server/env_steps"] == 3
+    assert metrics["server/errors"] == 0
+
+
+def test_a_lost_batched_reply_is_answered_with_the_same_actions(shared: Any, proxy_to: Any) -> None:
+    proxy = proxy_to(shared)
+    before = shared.metrics()
+    with PolicyClient(proxy.address, timeout=30) as client:
+        ids = [client.start_episode(), client.start_episode()]
+        client.get_action(ids, np.stack([GOOD, GOOD]))
+        proxy.drop_reply("get_action")
+        actions = client.get_action(ids, {eid: GOOD for eid in ids})
+        assert set(actions) == set(ids)
+        for eid in ids:
+            client.end_episode(eid, GOOD)
+    assert proxy.dropped == ["get_action"]
+    after = shared.wait_until(
+        lambda m: m["episodes/completed"] == before["episodes/completed"] + 2, what="episodes"
+    )
+    assert after["server/env_steps"] - before["server/env_steps"] == 4
+
+
+def test_a_short_timeout_while_the_server_starts_does_not_fail(launch_server: Any) -> None:
+    """The first get_action waits for the learner's first weights, longer than the timeout."""
+    server = launch_server("--seed", "2")
+    with PolicyClient(server.address, timeout=0.5, reconnect_timeout=60) as client:
+        eid = client.start_episode()
+        assert client.get_action(eid, GOOD) in (0, 1)
+        client.log_returns(eid, 1.0)
+        assert client.get_action(eid, GOOD) in (0, 1)
+        client.end_episode(eid, GOOD)
+    metrics = server.wait_until(lambda m: m["episodes/completed"] == 1, what="the episode")
+    assert metrics["server/env_steps"] == 2
+    assert metrics["episodes/return_mean"] == 1.0
+
+
+def test_out_of_order_seq_is_refused(shared: Any) -> None:
+    conn = Connection(shared.address, None, "raw", "remote", Timeouts(request=30.0))
+    conn.open()
+    try:
+        eid = conn.request({"type": "start_episode"})["episode_id"]
+        ask = {"type": "get_action", "episode_id": eid, "observation": GOOD}
+        action = conn.request({**ask, "seq": 1})["action"]
+        assert conn.request({**ask, "seq": 1})["action"] == action  # a retry
+        with pytest.raises(EpisodeError, match="out of order: the next call is 2"):
+            conn.request({**ask, "seq": 3})
+        with pytest.raises(EpisodeError, match="repeats the number of its get_action"):
+            conn.request({"type": "log_returns", "episode_id": eid, "reward": 1.0, "seq": 1})
+        end = {"type": "end_episode", "episode_id": eid, "observation": GOOD, "seq": 2}
+        conn.request(dict(end))
+        conn.request(dict(end))  # a retry after the end: still answered
+        with pytest.raises(EpisodeError, match="has ended"):
+            conn.request({**end, "seq": 3})
+    finally:
+        conn.close()
+
+
+# -- ownership -------------------------------------------------------------------------------
+
+
+def test_another_client_cannot_touch_an_episode(shared: Any, proxy_to: Any) -> None:
+    proxy = proxy_to(shared)
+    with PolicyClient(proxy.address, timeout=30) as owner, PolicyClient(shared.address) as other:
+        eid = owner.start_episode()
+        owner.get_action(eid, GOOD)
+        for call in (
+            lambda: other.get_action(eid, GOOD),
+            lambda: other.log_returns(eid, 100.0, info={}),
+            lambda: other.log_action(eid, GOOD, 0),
+            lambda: other.get_action([eid], np.stack([GOOD])),
+        ):
+            with pytest.raises(EpisodeError, match="belongs to another client"):
+                call()
+        other.end_episode(eid, GOOD)  # pipelined: refused, raised by the next call
+        with pytest.raises(EpisodeError, match="belongs to another client"):
+            other.start_episode()
+        # The owner carries on, also after its connection broke.
+        proxy.drop_reply("get_action")
+        owner.log_returns(eid, 1.0)
+        owner.get_action(eid, GOOD)
+        assert owner.reconnects == 1
+        owner.end_episode(eid, GOOD)
+
+
+def test_http_identity_owns_its_episodes(shared: Any) -> None:
+    with httpx.Client(base_url=shared.http_url, timeout=30) as http:
+        mine = {"X-RLServe-Client": uuid.uuid4().hex}
+        theirs = {"X-RLServe-Client": uuid.uuid4().hex}
+        eid = http.post("/v1/start_episode", json={}, headers=mine).json()["episode_id"]
+        assert http.post(
+            "/v1/get_action", json={"episode_id": eid, "observation": GOOD.tolist()}, headers=mine
+        ).is_success
+        for kind, body in (
+            ("log_returns", {"reward": 1.0}),
+            ("get_action", {"observation": GOOD.tolist()}),
+            ("end_episode", {"observation": GOOD.tolist()}),
+        ):
+            reply = http.post(f"/v1/{kind}", json={"episode_id": eid, **body}, headers=theirs)
+            assert reply.status_code == 409
+            assert "belongs to another client" in reply.json()["message"]
+        # Without the header the caller is "anonymous": another client too.
+        reply = http.post("/v1/log_returns", json={"episode_id": eid, "reward": 1.0})
+        assert reply.status_code == 409
+        # A binary client cannot take it over either.
+        with PolicyClient(shared.address) as client, pytest.raises(EpisodeError):
+            client.get_action(eid, GOOD)
+        reply = http.post(
+            "/v1/end_episode", json={"episode_id": eid, "observation": GOOD.tolist()}, headers=mine
+        )
+        assert reply.is_success
+        too_long = {"X-RLServe-Client": "x" * 1000}
+        assert http.post("/v1/ping", json={}, headers=too_long).status_code == 413
+
+
+def _raw(server: Any, client_id: str | None) -> Connection:
+    conn = Connection(
+        server.address, None, "raw", "remote", Timeouts(request=30.0), client_id=client_id
+    )
+    conn.open()
+    return conn
+
+
+def test_the_per_client_limit_counts_per_identity(shared: Any) -> None:
+    """--max-episodes-per-client 2: two connections of one client share the count."""
+    identity = uuid.uuid4().hex
+    first, second, stranger = _raw(shared, identity), _raw(shared, identity), _raw(shared, None)
+    try:
+        ids = [first.request({"type": "start_episode"})["episode_id"] for _ in range(2)]
+        with pytest.raises(CapacityError, match="holds 2 open episodes"):
+            second.request({"type": "start_episode"})
+        # The second connection is the same client: it may use and end the first's episodes.
+        second.request({"type": "end_episode", "episode_id": ids[0], "observation": GOOD})
+        second.request({"type": "start_episode"})
+        # Another client has its own count.
+        for _ in range(2):
+            stranger.request({"type": "start_episode"})
+    finally:
+        for conn in (first, second, stranger):
+            conn.close()
+
+
+def test_client_id_is_validated(shared: Any) -> None:
+    with pytest.raises(RLServeError, match="'client_id' must have 1 to 128 characters"):
+        _raw(shared, "x" * 1000)
+
+
+# -- threads ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["remote", "local"])
+def test_one_client_shared_by_threads(launch_server: Any, mode: str) -> None:
+    """Eight threads step their own episodes through one client.
+
+    Threads switch as often as the interpreter allows, so that unguarded shared state (request
+    ids, the socket, the episode table) would be interleaved mid-update: without the client's
+    lock, threads read each other's replies, waited for ever, timed out and re-sent.
+    """
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        _play_in_threads(launch_server, mode)
+    finally:
+        sys.setswitchinterval(switch)
+
+
+def _play_in_threads(launch_server: Any, mode: str) -> None:
+    server = launch_server("--seed", "6")
+    if mode == "local":
+        server.wait_for_weights()
+    threads_count, episodes, steps = 8, 2, 5
+    errors: list[BaseException] = []
+    start = threading.Barrier(threads_count)
+    with PolicyClient(
+        server.address, inference_mode=mode, timeout=10, reconnect_timeout=30
+    ) as client:
+
+        def play() -> None:
+            try:
+                start.wait(30)
+                for _ in range(episodes):
+                    eid = client.start_episode()
+                    for _ in range(steps):
+                        assert client.get_action(eid, GOOD) in (0, 1)
+                        client.log_returns(eid, 1.0)
+                    client.end_episode(eid, GOOD, truncated=True)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=play) for _ in range(threads_count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert not any(thread.is_alive() for thread in threads)
+    assert not errors, errors
+    total = threads_count * episodes
+    metrics = server.wait_until(
+        lambda m: m["episodes/completed"] == total, what="every episode of every thread"
+    )
+    assert metrics["server/env_steps"] == total * steps
+    assert metrics["episodes/length_mean"] == steps
+    assert metrics["episodes/return_mean"] == steps
+    assert metrics["server/errors"] == 0
