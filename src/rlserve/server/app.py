@@ -23,14 +23,15 @@ import uvicorn
 from rlserve.algorithms.base import WeightsPackage
 from rlserve.errors import RLServeError
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
-from rlserve.server.config import ServerConfig
-from rlserve.server.http import build_http_app
+from rlserve.server.config import ServerConfig, _is_loopback
+from rlserve.server.http import BrowserPolicy, build_http_app
+from rlserve.server.http_deadline import protocol_kwargs
 from rlserve.server.learner_link import LearnerLink
 from rlserve.server.metrics import MetricsWriter, ProgressLine
 from rlserve.server.run_folder import RunFolder
 from rlserve.server.service import Service
 from rlserve.server.stats import ServerStats
-from rlserve.server.tcp import BinaryServer, start_binary_server
+from rlserve.server.tcp import BinaryServer, ConnectionPolicy, start_binary_server
 from rlserve.spaces import describe
 
 
@@ -114,8 +115,13 @@ class PolicyServer:
         loop = asyncio.get_running_loop()
         self.learner.start(loop)
         limits = self.config.limits()
+        cfg = self.config
+        hygiene = ConnectionPolicy(
+            cfg.max_connections, cfg.pre_hello_frame_bytes, cfg.hello_timeout,
+            cfg.connection_idle_timeout,
+        )  # fmt: skip
         self._tcp = await start_binary_server(
-            self.service, limits, self.config.host, self.config.port
+            self.service, limits, self.config.host, self.config.port, hygiene
         )
         self.port = self._tcp.port
         if self.config.http_port >= 0:
@@ -127,7 +133,10 @@ class PolicyServer:
             # Listen now, so the port accepts connections once the listening line is printed.
             sock.listen(2048)
             self.http_port = sock.getsockname()[1]
-            app = build_http_app(self.service, self.config.token)
+            browsers = BrowserPolicy(
+                _is_loopback(cfg.host), cfg.http_allowed_origins, cfg.http_request_timeout
+            )
+            app = build_http_app(self.service, self.config.token, browsers)
             self._http = _EmbeddedUvicorn(
                 uvicorn.Config(
                     app,
@@ -137,6 +146,9 @@ class PolicyServer:
                     # A request still waiting at shutdown (e.g. a report for a learner that
                     # failed) must not hold the final checkpoint back.
                     timeout_graceful_shutdown=5,
+                    **protocol_kwargs(
+                        cfg.http_request_timeout, cfg.http_idle_timeout, cfg.http_max_connections
+                    ),
                 )
             )
             self._http_task = loop.create_task(self._http.serve(sockets=[sock]))

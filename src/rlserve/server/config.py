@@ -50,6 +50,24 @@ class ServerConfig:
     max_episodes_per_server: int = option(
         DEFAULT_LIMITS.max_episodes_per_server, "Concurrent episodes on the server."
     )
+    max_connections: int = option(
+        512, "Open binary connections; one more gets a capacity error (fits ulimit -n 1024)."
+    )
+    hello_timeout: float = option(10.0, "Seconds a new binary connection has to say hello.")
+    pre_hello_frame_bytes: int = option(65536, "Largest binary frame before a successful hello.")
+    connection_idle_timeout: float = option(
+        600.0, "Seconds without traffic before a binary connection is closed (0: never)."
+    )
+    http_max_connections: int = option(
+        256, "Concurrent HTTP connections and requests; more get HTTP 503."
+    )
+    http_idle_timeout: float = option(30.0, "Seconds an idle HTTP keep-alive connection stays.")
+    http_request_timeout: float = option(
+        30.0, "Seconds an HTTP client has to send a whole request (headers and body)."
+    )
+    http_allowed_origins: tuple[str, ...] = option(
+        (), "Browser origins (e.g. https://app.example) allowed to call the HTTP carrier."
+    )
 
     def __post_init__(self) -> None:
         if not self.token and not _is_loopback(self.host):
@@ -62,6 +80,12 @@ class ServerConfig:
             raise ConfigError("fragment_length must be at least 1")
         if self.idle_timeout <= 0:
             raise ConfigError("idle_timeout must be positive")
+        for name in ("max_connections", "http_max_connections", "pre_hello_frame_bytes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1")
+        for name in ("hello_timeout", "http_idle_timeout", "http_request_timeout"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive")
 
     def limits(self) -> Limits:
         """The wire limits this configuration sets."""
