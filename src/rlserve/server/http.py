@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from rlserve import __version__
-from rlserve.errors import LimitExceededError, ProtocolError
+from rlserve.errors import LimitExceededError, RLServeError
 from rlserve.protocol.codec import encode_json, to_jsonable
 from rlserve.protocol.limits import PROTOCOL_VERSION
 from rlserve.protocol.messages import (
@@ -214,15 +214,15 @@ def build_http_app(
             )
         raw: Any = None
         try:
-            raw = await asyncio.wait_for(
-                _read_json(request, limits.max_frame_bytes, arrays_for_obs),
-                policy.request_timeout,
+            body = await asyncio.wait_for(
+                _read_body(request, limits.max_frame_bytes), policy.request_timeout
             )
+            raw = await parse_body(body, arrays_for_obs) if body else {}
             raw["type"] = kind
             if kind == "hello":
                 raw.setdefault("token", token)
             parsed = parse_request(raw, limits)
-        except ProtocolError as exc:
+        except RLServeError as exc:  # a ProtocolError, or a SpaceError of an out-of-range reward
             return _json(
                 error_reply(valid_request_id(raw), exc.code, str(exc)),
                 STATUS_FOR_CODE.get(exc.code, 400),
@@ -290,7 +290,7 @@ def build_http_app(
     )
 
 
-async def _read_json(request: HTTPRequest, max_bytes: int, arrays_for_obs: bool) -> dict[str, Any]:
+async def _read_body(request: HTTPRequest, max_bytes: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise LimitExceededError(f"body of {declared} bytes is over the limit of {max_bytes}")
@@ -299,6 +299,4 @@ async def _read_json(request: HTTPRequest, max_bytes: int, arrays_for_obs: bool)
         body += chunk
         if len(body) > max_bytes:
             raise LimitExceededError(f"body is over the limit of {max_bytes} bytes")
-    if not body:
-        return {}
-    return await parse_body(bytes(body), arrays_for_obs)
+    return bytes(body)

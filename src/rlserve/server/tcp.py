@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, cast
 
-from rlserve.errors import DecodeError, FrameTooLargeError, ProtocolError
+from rlserve.errors import DecodeError, FrameTooLargeError, RLServeError
 from rlserve.protocol.codec import decode, encode
 from rlserve.protocol.framing import FrameDecoder, frame
 from rlserve.protocol.limits import Limits
@@ -192,7 +192,7 @@ class BinaryConnection(asyncio.Protocol):
         try:
             raw = decode(body, self._limits)
             request = parse_request(raw, self._limits)
-        except ProtocolError as exc:
+        except RLServeError as exc:  # a ProtocolError, or a SpaceError of an out-of-range reward
             self._refuse(raw, exc)
             return
         except Exception as exc:  # the parser's bug, but the frame is at fault: answer it
@@ -208,7 +208,7 @@ class BinaryConnection(asyncio.Protocol):
         deferred = self._service.handle(request, self._session, self._write)
         self._deferred = deferred and not self._replied
 
-    def _refuse(self, raw: Any, exc: ProtocolError) -> None:
+    def _refuse(self, raw: Any, exc: RLServeError) -> None:
         self._service.stats.count_error(exc.code)
         self._write(error_reply(valid_request_id(raw), exc.code, str(exc)))
 
