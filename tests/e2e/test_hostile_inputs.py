@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from e2e_support import RawSocket
 
+from rlserve import PolicyClient
 from rlserve.protocol.codec import encode
 from rlserve.protocol.framing import frame
 from rlserve.spaces import describe
@@ -398,3 +399,25 @@ def test_http_clients_dropping_mid_body_log_no_traceback(server: Any) -> None:
     log = server.log()
     assert "Traceback" not in log, log
     assert log.count("disconnected mid-request") <= 1, log
+
+
+def test_idle_connections_are_closed_and_clients_reconnect_transparently(
+    launch_server: Any,
+) -> None:
+    server = launch_server("--idle-timeout", "1", "--connection-idle-timeout", "1.5")
+    server.wait_for_weights()
+    with RawSocket(server.address) as raw:
+        raw.hello()
+        assert raw.receive(timeout=30) is None  # closed, without an error frame
+    env = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=1)
+    with PolicyClient(server.address, timeout=30) as client:
+        eid = client.start_episode()
+        client.get_action(eid, obs)
+        client.end_episode(eid, obs)
+        time.sleep(3.0)  # the server closes the quiet connection meanwhile
+        eid = client.start_episode()
+        assert client.action_space.contains(client.get_action(eid, obs))
+        client.end_episode(eid, obs)
+        assert client._conn.reconnects >= 1
+    assert server.wait_until(lambda m: m["episodes/completed"] >= 2)

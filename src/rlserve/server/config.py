@@ -86,6 +86,12 @@ class ServerConfig:
         for name in ("hello_timeout", "http_idle_timeout", "http_request_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
+        if 0 < self.connection_idle_timeout < self.idle_timeout:
+            # A connection cut while one of its episodes is alive could lose a pipelined call.
+            raise ConfigError(
+                f"connection_idle_timeout ({self.connection_idle_timeout:g} s) must be 0 or at "
+                f"least idle_timeout ({self.idle_timeout:g} s)"
+            )
 
     def limits(self) -> Limits:
         """The wire limits this configuration sets."""
