@@ -11,6 +11,7 @@ clients at the same moment go through the policy in one forward pass, without ad
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import itertools
 import uuid
@@ -205,14 +206,15 @@ class Service:
                 f"internal error handling '{type(request).__name__}': {exc!r} (a bug; please "
                 "report it with the request that caused it)",
             )
-            respond(
-                error_reply(
-                    request.id,
-                    INTERNAL_ERROR,
-                    f"the server failed to handle this request ({type(exc).__name__}: {exc}); "
-                    "it may be partly applied; the connection stays usable",
+            with contextlib.suppress(Exception):  # a broken respond cannot be answered
+                respond(
+                    error_reply(
+                        request.id,
+                        INTERNAL_ERROR,
+                        f"the server failed to handle this request ({type(exc).__name__}: "
+                        f"{exc}); it may be partly applied; the connection stays usable",
+                    )
                 )
-            )
         return False
 
     def _simple(self, request: Request, session: Session) -> dict[str, Any]:
