@@ -27,7 +27,7 @@ from rlserve.spaces import describe
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 HELLO_TIMEOUT = 1.5
-REQUEST_TIMEOUT = 1.5
+REQUEST_TIMEOUT = 5.0
 ALLOWED_ORIGIN = "https://ok.example"
 OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (4,), np.float64)
 GOOD = np.zeros(4, dtype=np.float64)
@@ -341,23 +341,33 @@ def _http_request(server: Any, body: bytes, path: str = "/v1/ping") -> bytes:
 
 
 def test_a_large_body_does_not_stall_binary_clients(server: Any) -> None:
-    """While a big body is parsed, a binary ping is answered before the HTTP reply comes."""
-    rng = np.random.default_rng(0)
-    padding = json.dumps(rng.random(700_000).tolist())  # ~13 MB of floats
-    body = ('{"id": 1, "padding": ' + padding + "}").encode()
+    """While a big body is parsed, a binary ping is answered before the HTTP reply comes.
+
+    The body (15 MB, about a second of parsing) is sent but for its last byte; the last byte goes,
+    then the ping. A server that parsed on its event loop would be inside the parse when the
+    ping arrives and would write the HTTP reply first; ours parses in a worker process.
+    """
+    observations = ",".join(["[]"] * 5_000_000)  # parses slowly, becomes a tiny array
+    body = '{"id": 1, "episode_ids": ["nobody"], "observations": [' + observations + "]}"
+    request = _http_request(server, body.encode(), "/v1/get_action")
     with RawSocket(server.address) as binary:
         binary.hello()
         for attempt in range(2):
             http = socket.create_connection(("127.0.0.1", server.http_port), 30)
             try:
-                http.sendall(_http_request(server, body))
-                time.sleep(0.3)  # the server is now reading or parsing the body
+                http.sendall(request[:-1])
+                time.sleep(0.5)  # the server reads all but the last byte meanwhile
+                http.sendall(request[-1:])
+                time.sleep(0.2)  # and starts parsing
                 binary.send({"type": "ping", "id": 100 + attempt})
                 readable, _, _ = select.select([binary.sock, http], [], [], 60)
-                assert binary.sock in readable, "the HTTP reply came before the ping's"
+                if binary.sock not in readable:
+                    http.settimeout(10)
+                    raise AssertionError(f"the HTTP reply came first: {http.recv(300)!r}")
                 assert binary.receive() == {"type": "pong", "id": 100 + attempt}
                 http.settimeout(60)
-                assert http.recv(65536).startswith(b"HTTP/1.1 200"), "no HTTP reply"
+                reply = http.recv(65536)
+                assert reply.startswith(b"HTTP/1.1 409"), reply  # an unknown episode
             finally:
                 http.close()
 

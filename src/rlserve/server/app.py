@@ -23,7 +23,7 @@ import uvicorn
 from rlserve.algorithms.base import WeightsPackage
 from rlserve.errors import RLServeError
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
-from rlserve.server.config import ServerConfig, _is_loopback
+from rlserve.server.config import ServerConfig
 from rlserve.server.http import BrowserPolicy, build_http_app
 from rlserve.server.http_deadline import protocol_kwargs
 from rlserve.server.learner_link import LearnerLink
@@ -115,11 +115,7 @@ class PolicyServer:
         loop = asyncio.get_running_loop()
         self.learner.start(loop)
         limits = self.config.limits()
-        cfg = self.config
-        hygiene = ConnectionPolicy(
-            cfg.max_connections, cfg.pre_hello_frame_bytes, cfg.hello_timeout,
-            cfg.connection_idle_timeout,
-        )  # fmt: skip
+        hygiene = ConnectionPolicy.from_config(self.config)
         self._tcp = await start_binary_server(
             self.service, limits, self.config.host, self.config.port, hygiene
         )
@@ -133,9 +129,7 @@ class PolicyServer:
             # Listen now, so the port accepts connections once the listening line is printed.
             sock.listen(2048)
             self.http_port = sock.getsockname()[1]
-            browsers = BrowserPolicy(
-                _is_loopback(cfg.host), cfg.http_allowed_origins, cfg.http_request_timeout
-            )
+            browsers = BrowserPolicy.from_config(self.config)
             app = build_http_app(self.service, self.config.token, browsers)
             self._http = _EmbeddedUvicorn(
                 uvicorn.Config(
@@ -146,9 +140,7 @@ class PolicyServer:
                     # A request still waiting at shutdown (e.g. a report for a learner that
                     # failed) must not hold the final checkpoint back.
                     timeout_graceful_shutdown=5,
-                    **protocol_kwargs(
-                        cfg.http_request_timeout, cfg.http_idle_timeout, cfg.http_max_connections
-                    ),
+                    **protocol_kwargs(self.config),
                 )
             )
             self._http_task = loop.create_task(self._http.serve(sockets=[sock]))

@@ -40,6 +40,7 @@ from rlserve.protocol.messages import (
     parse_request,
     valid_request_id,
 )
+from rlserve.server.config import ServerConfig, is_loopback
 from rlserve.server.json_body import parse_body
 from rlserve.server.service import INTERNAL_ERROR, Service, Session
 from rlserve.server.throttled_log import SERVER_LOG
@@ -79,6 +80,13 @@ class BrowserPolicy:
     loopback_only: bool = True
     allowed_origins: tuple[str, ...] = ()
     request_timeout: float = 30.0
+
+    @classmethod
+    def from_config(cls, config: ServerConfig) -> BrowserPolicy:
+        """The policy a server configuration sets."""
+        return cls(
+            is_loopback(config.host), config.http_allowed_origins, config.http_request_timeout
+        )
 
 
 def _host_name(host: str) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from rlserve.server.config import ServerConfig
 from rlserve.server.throttled_log import SERVER_LOG
 
 
@@ -102,15 +103,14 @@ def deadline_protocol(request_timeout: float, max_connections: int) -> type[H11P
     return DeadlineH11Protocol
 
 
-def protocol_kwargs(
-    request_timeout: float, idle_timeout: float, max_connections: int
-) -> dict[str, Any]:
+def protocol_kwargs(config: ServerConfig) -> dict[str, Any]:
     """The ``uvicorn.Config`` keyword arguments of the HTTP carrier's hygiene."""
     return {
-        "http": deadline_protocol(request_timeout, max_connections),
-        "timeout_keep_alive": idle_timeout,
-        # uvicorn answers 503 past this many connections or running requests.
-        "limit_concurrency": max_connections + 1,  # counts the asking connection itself
+        "http": deadline_protocol(config.http_request_timeout, config.http_max_connections),
+        "timeout_keep_alive": config.http_idle_timeout,
+        # uvicorn answers 503 past this many connections or running requests; it counts the
+        # asking connection itself.
+        "limit_concurrency": config.http_max_connections + 1,
         # Headers larger than this are refused by h11 (431 / connection closed).
         "h11_max_incomplete_event_size": 64 * 1024,
     }

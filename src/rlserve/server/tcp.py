@@ -26,6 +26,7 @@ from rlserve.protocol.codec import decode, encode
 from rlserve.protocol.framing import FrameDecoder, frame
 from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import Hello, error_reply, parse_request, valid_request_id
+from rlserve.server.config import ServerConfig
 from rlserve.server.service import Service, Session
 from rlserve.server.throttled_log import SERVER_LOG
 
@@ -58,6 +59,16 @@ class ConnectionPolicy:
     pre_hello_frame_bytes: int = 64 * 1024
     hello_timeout: float = 10.0
     idle_timeout: float = 600.0
+
+    @classmethod
+    def from_config(cls, config: ServerConfig) -> ConnectionPolicy:
+        """The policy a server configuration sets."""
+        return cls(
+            config.max_connections,
+            config.pre_hello_frame_bytes,
+            config.hello_timeout,
+            config.connection_idle_timeout,
+        )
 
 
 class BinaryConnection(asyncio.Protocol):
