@@ -96,8 +96,11 @@ class BinaryConnection(asyncio.Protocol):
         self._closing = False
         self._replied = False
         self._counted = False
-        self._last_active = 0.0
-        self._timers: list[asyncio.TimerHandle] = []
+        self._activity = 0  # frames received plus replies sent; cheaper than a clock per frame
+        self._seen_activity = 0
+        self._quiet_since = 0.0
+        self._hello_timer: asyncio.TimerHandle | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Count the client, or refuse it when the server is at its connection cap."""
@@ -125,16 +128,16 @@ class BinaryConnection(asyncio.Protocol):
         self._counted = True
         self._service.stats.clients += 1
         loop = asyncio.get_running_loop()
-        self._last_active = loop.time()
-        self._timers.append(loop.call_later(self._policy.hello_timeout, self._hello_expired))
+        self._quiet_since = loop.time()
+        self._hello_timer = loop.call_later(self._policy.hello_timeout, self._hello_expired)
         if self._policy.idle_timeout > 0:
-            self._timers.append(loop.call_later(self._policy.idle_timeout, self._check_idle))
+            self._idle_timer = loop.call_later(self._policy.idle_timeout / 4, self._check_idle)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Uncount the client; its episodes stay open until they end or go idle."""
-        for timer in self._timers:
-            timer.cancel()
-        self._timers.clear()
+        for timer in (self._hello_timer, self._idle_timer):
+            if timer is not None:
+                timer.cancel()
         if self._counted:
             self._service.stats.clients -= 1
             self._counted = False
@@ -157,7 +160,7 @@ class BinaryConnection(asyncio.Protocol):
         """Split the bytes into frames and handle them in order."""
         if self._closing:
             return
-        self._last_active = asyncio.get_running_loop().time()
+        self._activity += 1
         try:
             frames = self._decoder.feed(data)
         except FrameTooLargeError as exc:
@@ -245,23 +248,25 @@ class BinaryConnection(asyncio.Protocol):
         self._close()
 
     def _check_idle(self) -> None:
+        """Runs every quarter of the idle timeout: closes after a whole timeout of quiet."""
         if self._closing:
             return
         loop = asyncio.get_running_loop()
-        quiet = loop.time() - self._last_active
-        if quiet >= self._policy.idle_timeout and not self._deferred and not self._backlog:
+        now = loop.time()
+        if self._activity != self._seen_activity or self._deferred or self._backlog:
+            self._seen_activity = self._activity
+            self._quiet_since = now
+        elif now - self._quiet_since >= self._policy.idle_timeout:
             # No error frame: a client that comes back simply reconnects.
             self._close()
             return
-        wait = self._policy.idle_timeout - quiet if quiet < self._policy.idle_timeout else 1.0
-        self._timers = [t for t in self._timers if not t.cancelled()]
-        self._timers.append(loop.call_later(max(wait, 0.01), self._check_idle))
+        self._idle_timer = loop.call_later(self._policy.idle_timeout / 4, self._check_idle)
 
     def _write(self, reply: dict[str, Any]) -> None:
         transport = self._transport
         if transport is not None and not transport.is_closing():
             transport.write(frame(encode(reply)))
-            self._last_active = asyncio.get_running_loop().time()
+            self._activity += 1
         self._replied = True
         if self._deferred:
             self._deferred = False
