@@ -453,3 +453,19 @@ def test_flat_dim() -> None:
     assert flat_dim(spaces.Box(0, 1, (2, 3))) == 6
     assert flat_dim(spaces.Discrete(4)) == 4
     assert flat_dim(DICT) == 5
+
+
+def test_discrete_refuses_an_array_of_several_values() -> None:
+    with pytest.raises(SpaceError, match=r"action: Discrete\(2\) needs one integer, got an array"):
+        check_value(spaces.Discrete(2), np.array([0, 1, 1]), "action")
+    assert check_value(spaces.Discrete(2), np.array([1])) == 1
+
+
+def test_a_float64_value_that_overflows_float32_is_refused_after_the_cast() -> None:
+    space = spaces.Box(-np.inf, np.inf, (2,), np.float64)
+    with pytest.raises(SpaceError, match=r"obs: value 1e\+39 at index \(0, 1\).*float32"):
+        check_batch(space, np.array([[0.0, 1e39]]), 1, "obs")
+    nested = spaces.Dict({"x": space})
+    with pytest.raises(SpaceError, match=r"float32"):
+        check_batch(nested, [{"x": np.array([-1e39, 0.0])}], 1, "obs")
+    assert check_batch(space, np.array([[0.0, 1e38]]), 1, "obs").dtype == np.float32

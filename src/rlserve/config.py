@@ -50,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "") 
                 flag, dest=prefix + f.name, action=argparse.BooleanOptionalAction, help=help_text
             )
         elif typing.get_origin(tp) is tuple:
-            parser.add_argument(flag, dest=prefix + f.name, type=int, nargs="+", help=help_text)
+            item = typing.get_args(tp)[0]
+            parser.add_argument(flag, dest=prefix + f.name, type=item, nargs="+", help=help_text)
         else:
             parser.add_argument(flag, dest=prefix + f.name, type=tp, help=help_text)
 

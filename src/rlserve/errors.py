@@ -21,6 +21,9 @@ The hierarchy::
 
 Every error says what was wrong and how to fix it. ``ServerError`` carries the wire ``code`` and
 the request id; the client maps codes back to the subclasses above with :func:`error_for_code`.
+Codes without a subclass of their own arrive as a plain ``ServerError``: ``internal`` (a server
+bug while handling the request), ``timeout`` (no ``hello`` in time; an HTTP body too slow) and
+``forbidden`` (HTTP: a cross-origin request or a foreign ``Host``); see ``docs/protocol.md``.
 """
 
 from __future__ import annotations

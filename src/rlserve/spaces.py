@@ -17,6 +17,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rlserve.errors import SpaceError, UnsupportedSpaceError
+from rlserve.values import FLOAT32_MAX, check_float32
 
 MAX_SPACE_DEPTH = 8
 """Deepest nesting of Dict/Tuple spaces accepted in a description."""
@@ -189,7 +190,8 @@ def _as_array(value: Any, dtype: np.dtype[Any], where: str, space: spaces.Space[
             f"{where}: values of dtype {array.dtype} cannot stand for {space} (dtype {dtype}); "
             f"send {dtype} values"
         )
-    return array.astype(dtype, copy=False)
+    with np.errstate(over="ignore"):  # an overflow becomes inf, refused by the value checks
+        return array.astype(dtype, copy=False)
 
 
 def check_value(space: spaces.Space[Any], value: Any, where: str = "value") -> Any:
@@ -218,6 +220,10 @@ def check_value(space: spaces.Space[Any], value: Any, where: str = "value") -> A
         _check_box_values(space, array[None], where)
         return array
     if isinstance(space, spaces.Discrete):
+        if isinstance(value, np.ndarray) and value.size != 1:
+            raise SpaceError(
+                f"{where}: {space} needs one integer, got an array of shape {value.shape}"
+            )
         item = value.item() if isinstance(value, np.ndarray | np.generic) else value
         if isinstance(item, bool) or not isinstance(item, int):
             raise SpaceError(f"{where}: {space} needs an integer, got {item!r}")
@@ -284,7 +290,8 @@ def _check_box_values(space: spaces.Box, batch: np.ndarray, where: str) -> None:
         bad = np.argwhere(~np.isfinite(batch))[0]
         raise SpaceError(
             f"{where}: contains {batch[tuple(bad)]} at index {tuple(bad.tolist())}; "
-            "observations must be finite numbers"
+            f"values must be finite in {space.dtype} (the server stores float32: "
+            f"|x| <= {FLOAT32_MAX:.8g})"
         )
     below = batch < space.low
     if below.any():
@@ -326,14 +333,18 @@ def check_batch(space: spaces.Space[Any], values: Any, count: int, where: str) -
                 )
             raise SpaceError(f"{where}: {array.shape[0]} values for {count} episodes")
         _check_box_values(space, array, where)
-        return array.reshape(count, -1).astype(np.float32, copy=False)
+        flat = array.reshape(count, -1)
+        if flat.dtype == np.float32:
+            return flat  # already checked finite by the bounds check
+        return check_float32(flat, where)
     if not isinstance(values, list) or len(values) != count:
         raise SpaceError(f"{where}: expected a list of {count} values")
     rows: list[np.ndarray] = [
         np.asarray(spaces.flatten(space, check_value(space, v, f"{where}[{i}]")))
         for i, v in enumerate(values)
     ]
-    return np.stack(rows).astype(np.float32, copy=False)
+    # Checked after the cast: a float64 1e39 is finite but becomes infinite in float32.
+    return check_float32(np.stack(rows), where)
 
 
 def flat_dim(space: spaces.Space[Any]) -> int:

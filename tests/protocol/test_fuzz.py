@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlserve.errors import ProtocolError
+from rlserve.errors import ProtocolError, SpaceError
 from rlserve.protocol.codec import DTYPE_CODES, NDARRAY_EXT, decode, encode
 from rlserve.protocol.framing import FrameDecoder, frame
 from rlserve.protocol.limits import Limits
@@ -37,11 +37,14 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def _decode_and_parse(data: bytes, limits: Limits) -> None:
-    """Run the server's path for one frame body; any non-protocol exception escapes."""
+    """Run the server's path for one frame body; any non-protocol exception escapes.
+
+    A SpaceError (``bad_value``) is a protocol answer too: a reward outside the float32 range.
+    """
     try:
         raw = decode(data, limits)
         parse_request(raw, limits)
-    except ProtocolError:
+    except (ProtocolError, SpaceError):
         pass
 
 

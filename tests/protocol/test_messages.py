@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rlserve.errors import DecodeError, LimitExceededError, ProtocolError
+from rlserve.errors import DecodeError, LimitExceededError, ProtocolError, SpaceError
 from rlserve.protocol.codec import decode, encode
 from rlserve.protocol.limits import DEFAULT_LIMITS, Limits
 from rlserve.protocol.messages import (
@@ -463,3 +463,26 @@ def test_report_samples_needs_fragments_and_a_batch_id() -> None:
     assert isinstance(req, ReportSamples)
     assert req.batch_id == "b1"
     assert req.episodes == []
+
+
+def test_report_episodes_sent_as_an_array_is_a_decode_error() -> None:
+    raw = {"type": "report_samples", "id": 1, "batch_id": "b", "fragments": [{}]}
+    with pytest.raises(DecodeError, match="'episodes' must be a list of maps"):
+        parse_request({**raw, "episodes": np.zeros(3)})
+    assert parse_request({**raw, "episodes": None}).episodes == []  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("reward", [-1e39, 3e38, 2e9])
+def test_rewards_outside_the_trained_range_are_bad_values(reward: float) -> None:
+    with pytest.raises(SpaceError, match=r"reward .* is out of range.*float32"):
+        parse_request({"type": "log_returns", "id": 1, "episode_id": "e", "reward": reward})
+    with pytest.raises(SpaceError, match=r"get_action 'rewards'"):
+        parse_request(
+            {
+                "type": "get_action",
+                "id": 1,
+                "episode_ids": ["e"],
+                "observations": [[0.0]],
+                "rewards": [reward],
+            }
+        )

@@ -17,6 +17,7 @@ from typing import Any
 
 from rlserve.errors import DecodeError, LimitExceededError
 from rlserve.protocol.limits import DEFAULT_LIMITS, Limits
+from rlserve.values import check_reward
 
 DEFAULT_POLICY_ID = "default"
 """The policy an episode uses unless it names another."""
@@ -263,7 +264,7 @@ class _Fields:
         number = finite_number(value)
         if number is None:
             raise DecodeError(f"'{self.kind}' field '{name}' must be finite, got {value!r}")
-        return number
+        return check_reward(number, f"'{self.kind}' field '{name}'")
 
     def seq_opt(self, name: str) -> int | None:
         value = self.raw.get(name)
@@ -385,7 +386,7 @@ def parse_request(raw: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Reque
             f.id_("batch_id"),
             f.id_opt("policy_id") or DEFAULT_POLICY_ID,
             _map_list(f, "fragments", raw.get("fragments"), required=True),
-            _map_list(f, "episodes", raw.get("episodes") or [], required=False),
+            _map_list(f, "episodes", raw.get("episodes", []), required=False),
         )
         if not report.fragments and not report.episodes:
             raise DecodeError("'report_samples' needs at least one fragment or episode summary")
@@ -450,8 +451,10 @@ def _parse_get_action(f: _Fields, request_id: int) -> GetAction:
 
 
 def _map_list(f: _Fields, name: str, value: Any, required: bool) -> list[dict[str, Any]]:
-    if value is None and required:
-        raise f._missing(name)
+    if value is None:
+        if required:
+            raise f._missing(name)
+        return []
     if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
         raise f._wrong(name, "a list of maps", value)
     return value
@@ -467,7 +470,7 @@ def _float_list(f: _Fields, name: str, value: Any, count: int) -> list[float]:
         number = finite_number(item)
         if number is None:
             raise DecodeError(f"get_action '{name}' must hold finite numbers, got {item!r}")
-        out.append(number)
+        out.append(check_reward(number, f"get_action '{name}'"))
     return out
 
 

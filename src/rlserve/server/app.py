@@ -24,16 +24,18 @@ import uvicorn
 
 from rlserve.algorithms.base import WeightsPackage
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
+from rlserve.server import json_body
 from rlserve.server.config import ServerConfig
 from rlserve.server.experience_log import ExperienceLog
-from rlserve.server.http import build_http_app
+from rlserve.server.http import BrowserPolicy, build_http_app
+from rlserve.server.http_deadline import protocol_kwargs
 from rlserve.server.learner_link import LearnerLink
 from rlserve.server.metrics import MetricsWriter, ProgressLine
 from rlserve.server.run_folder import RunFolder
 from rlserve.server.service import Service
 from rlserve.server.state_store import StateStore
 from rlserve.server.stats import ServerStats
-from rlserve.server.tcp import BinaryServer, start_binary_server
+from rlserve.server.tcp import BinaryServer, ConnectionPolicy, start_binary_server
 from rlserve.spaces import describe
 
 logger = logging.getLogger("rlserve.server")
@@ -161,8 +163,9 @@ class PolicyServer:
         self._recover()
         self.learner.start(loop)
         limits = self.config.limits()
+        hygiene = ConnectionPolicy.from_config(self.config)
         self._tcp = await start_binary_server(
-            self.service, limits, self.config.host, self.config.port, tls=tls
+            self.service, limits, self.config.host, self.config.port, hygiene, tls=tls
         )
         self.port = self._tcp.port
         if self.config.http_port >= 0:
@@ -174,7 +177,8 @@ class PolicyServer:
             # Listen now, so the port accepts connections once the listening line is printed.
             sock.listen(2048)
             self.http_port = sock.getsockname()[1]
-            app = build_http_app(self.service, self.config.token, self.health)
+            browsers = BrowserPolicy.from_config(self.config)
+            app = build_http_app(self.service, self.config.token, browsers, self.health)
             self._http = _EmbeddedUvicorn(
                 uvicorn.Config(
                     app,
@@ -188,6 +192,7 @@ class PolicyServer:
                     # ssl=config.ssl)); both carriers use the same certificate.
                     ssl_certfile=self.config.tls_cert,
                     ssl_keyfile=self.config.tls_key,
+                    **protocol_kwargs(self.config),
                 )
             )
             self._http_task = loop.create_task(self._http.serve(sockets=[sock]))
@@ -265,6 +270,7 @@ class PolicyServer:
             self._housekeeping_task.cancel()
         tasks = [t for t in (self._http_task, self._housekeeping_task) if t is not None]
         stopped = await asyncio.gather(self.learner.stop(), *tasks, return_exceptions=True)
+        json_body.shutdown()
         checkpoint = stopped[0] if isinstance(stopped[0], str) else None
         self.stats.tick()
         await self._save_state()

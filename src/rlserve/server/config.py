@@ -66,6 +66,24 @@ class ServerConfig:
         None, "PEM certificate (chain) file: serve TLS on both carriers (needs tls_key)."
     )
     tls_key: str | None = option(None, "PEM private key file of tls_cert.")
+    max_connections: int = option(
+        512, "Open binary connections; one more gets a capacity error (fits ulimit -n 1024)."
+    )
+    hello_timeout: float = option(10.0, "Seconds a new binary connection has to say hello.")
+    pre_hello_frame_bytes: int = option(65536, "Largest binary frame before a successful hello.")
+    connection_idle_timeout: float = option(
+        600.0, "Seconds without traffic before a binary connection is closed (0: never)."
+    )
+    http_max_connections: int = option(
+        256, "Concurrent HTTP connections and requests; more get HTTP 503."
+    )
+    http_idle_timeout: float = option(30.0, "Seconds an idle HTTP keep-alive connection stays.")
+    http_request_timeout: float = option(
+        30.0, "Seconds an HTTP client has to send a whole request (headers and body)."
+    )
+    http_allowed_origins: tuple[str, ...] = option(
+        (), "Browser origins (e.g. https://app.example) allowed to call the HTTP carrier."
+    )
 
     def __post_init__(self) -> None:
         if self.token == "":
@@ -94,6 +112,18 @@ class ServerConfig:
             raise ConfigError("fragment_length must be at least 1")
         if self.idle_timeout <= 0:
             raise ConfigError("idle_timeout must be positive")
+        for name in ("max_connections", "http_max_connections", "pre_hello_frame_bytes"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1")
+        for name in ("hello_timeout", "http_idle_timeout", "http_request_timeout"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive")
+        if 0 < self.connection_idle_timeout < self.idle_timeout:
+            # A connection cut while one of its episodes is alive could lose a pipelined call.
+            raise ConfigError(
+                f"connection_idle_timeout ({self.connection_idle_timeout:g} s) must be 0 or at "
+                f"least idle_timeout ({self.idle_timeout:g} s)"
+            )
 
     @property
     def tls(self) -> bool:
@@ -164,3 +194,8 @@ def with_token_from_env(table: dict[str, Any] | None) -> dict[str, Any]:
     if token:
         result["token"] = token
     return result
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is ``localhost`` or a loopback address."""
+    return _is_loopback(host)

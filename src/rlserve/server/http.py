@@ -5,6 +5,12 @@ is optional) and answers with the reply as JSON; errors use HTTP status codes an
 ``error`` message body. With a token, requests need ``Authorization: Bearer <token>``. Episodes are
 owned per ``X-RLServe-Client`` header (default ``anonymous``). ``GET /v1/health`` needs no token;
 ``GET /v1/metrics`` (JSON) and ``GET /metrics`` (Prometheus text) do.
+
+Browser safety: ``POST /v1/*`` requires ``Content-Type: application/json`` (415 otherwise, which
+also stops "simple" cross-site form posts); a request with an ``Origin`` header other than the
+server's own is refused with 403 unless the origin is in ``http_allowed_origins``; on a loopback
+bind the ``Host`` header must name a loopback host (421 otherwise), which defeats DNS rebinding.
+Large bodies are parsed off the event loop; a body must arrive within ``http_request_timeout``.
 """
 
 from __future__ import annotations
@@ -13,17 +19,20 @@ import asyncio
 import hmac
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import gymnasium as gym
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from rlserve import __version__
-from rlserve.errors import LimitExceededError, ProtocolError
+from rlserve.errors import LimitExceededError, RLServeError
 from rlserve.protocol.codec import encode_json, to_jsonable
 from rlserve.protocol.limits import PROTOCOL_VERSION
 from rlserve.protocol.messages import (
@@ -32,7 +41,10 @@ from rlserve.protocol.messages import (
     parse_request,
     valid_request_id,
 )
-from rlserve.server.service import Service, Session, identity_key
+from rlserve.server.config import ServerConfig, is_loopback
+from rlserve.server.json_body import parse_body
+from rlserve.server.service import INTERNAL_ERROR, Service, Session, identity_key
+from rlserve.server.throttled_log import SERVER_LOG
 
 STATUS_FOR_CODE = {
     "unauthorized": 401,
@@ -44,11 +56,79 @@ STATUS_FOR_CODE = {
     "decode_error": 400,
     "limit_exceeded": 413,
     "frame_too_large": 413,
+    "timeout": 408,
+    INTERNAL_ERROR: 500,
 }
 """HTTP status of an ``error`` reply, by its code (others: 400)."""
 
 MAX_HTTP_SESSIONS = 10_000
 """Distinct ``X-RLServe-Client`` names remembered at once."""
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
+"""Host names a loopback-bound server answers to."""
+
+
+@dataclass(frozen=True)
+class BrowserPolicy:
+    """What the HTTP carrier accepts from browsers and foreign hosts.
+
+    Attributes:
+        loopback_only: The server is bound to a loopback address: ``Host`` must name one.
+        allowed_origins: ``Origin`` values allowed besides the server's own.
+        request_timeout: Seconds a client has to send a request body.
+    """
+
+    loopback_only: bool = True
+    allowed_origins: tuple[str, ...] = ()
+    request_timeout: float = 30.0
+
+    @classmethod
+    def from_config(cls, config: ServerConfig) -> BrowserPolicy:
+        """The policy a server configuration sets."""
+        return cls(
+            is_loopback(config.host), config.http_allowed_origins, config.http_request_timeout
+        )
+
+
+def _host_name(host: str) -> str:
+    """The name part of a ``Host`` header (``[::1]:9901`` -> ``[::1]``, ``a:80`` -> ``a``)."""
+    if host.startswith("["):
+        return host[: host.find("]") + 1] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _refusal(request: HTTPRequest, policy: BrowserPolicy) -> Response | None:
+    """A 421/403 response when the request's Host or Origin is not acceptable, else None."""
+    host = request.headers.get("host", "")
+    if policy.loopback_only and _host_name(host).lower() not in LOOPBACK_HOSTS:
+        return _json(
+            error_reply(
+                None,
+                "forbidden",
+                f"Host header {host!r} does not name this loopback server; use localhost, "
+                "127.0.0.1 or [::1] (a foreign Host is how DNS rebinding reaches a local server)",
+            ),
+            421,
+        )
+    origin = request.headers.get("origin")
+    if origin is not None and origin not in policy.allowed_origins:
+        own = {f"{request.url.scheme}://{host}"}
+        if origin not in own:
+            return _json(
+                error_reply(
+                    None,
+                    "forbidden",
+                    f"cross-origin request from {origin!r} refused; allow it with the server "
+                    "option http_allowed_origins",
+                ),
+                403,
+            )
+    return None
+
+
+def _is_json(request: HTTPRequest) -> bool:
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return media == "application/json"
 
 
 class _StatsCollector:
@@ -70,6 +150,7 @@ def _json(payload: dict[str, Any], status: int = 200) -> Response:
 def build_http_app(
     service: Service,
     token: str | None,
+    policy: BrowserPolicy | None = None,
     health_state: Callable[[], dict[str, Any]] | None = None,
 ) -> Starlette:
     """The Starlette application of the HTTP carrier.
@@ -77,8 +158,10 @@ def build_http_app(
     Args:
         service: Handles the messages.
         token: The shared secret, or None.
+        policy: Which browser origins and hosts may call it, and its deadlines.
         health_state: Adds ``status`` ("ok" or "degraded") and ``problems`` to the health reply.
     """
+    policy = policy or BrowserPolicy()
     sessions: dict[str, Session] = {}
     registry = CollectorRegistry(auto_describe=True)
     registry.register(_StatsCollector(service))
@@ -139,17 +222,48 @@ def build_http_app(
             )
         if not authorised(request):
             return unauthorised()
+        if not _is_json(request):
+            return _json(
+                error_reply(
+                    None,
+                    "decode_error",
+                    "POST /v1/* needs the header 'Content-Type: application/json', got "
+                    f"{request.headers.get('content-type')!r}",
+                ),
+                415,
+            )
         raw: Any = None
         try:
-            raw = await _read_json(request, limits.max_frame_bytes)
+            body = await asyncio.wait_for(
+                _read_body(request, limits.max_frame_bytes), policy.request_timeout
+            )
+            raw = await parse_body(body, arrays_for_obs) if body else {}
             raw["type"] = kind
             if kind == "hello":
                 raw.setdefault("token", token)
             parsed = parse_request(raw, limits)
-        except ProtocolError as exc:
+        except RLServeError as exc:  # a ProtocolError, or a SpaceError of an out-of-range reward
             return _json(
                 error_reply(valid_request_id(raw), exc.code, str(exc)),
                 STATUS_FOR_CODE.get(exc.code, 400),
+            )
+        except TimeoutError:
+            return _json(
+                error_reply(
+                    None,
+                    "timeout",
+                    f"the request body did not arrive within {policy.request_timeout:g} s",
+                ),
+                408,
+            )
+        except ClientDisconnect:
+            SERVER_LOG.warn("http_disconnect", "an HTTP client disconnected mid-request")
+            return Response(status_code=400)
+        except Exception as exc:  # the parser's bug, but the body is at fault: answer it
+            SERVER_LOG.warn("http_parse", f"unexpected error parsing an HTTP body: {exc!r}")
+            return _json(
+                error_reply(valid_request_id(raw), "decode_error", f"malformed message: {exc}"),
+                400,
             )
         # The header is the client identity (a bearer secret): its episodes are its own.
         client = request.headers.get("x-rlserve-client", "anonymous")
@@ -166,28 +280,48 @@ def build_http_app(
                 name=client, key=identity_key(client), authenticated=True
             )
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        service.handle(parsed, session, future.set_result)
+
+        def respond(reply: dict[str, Any]) -> None:
+            # A retried seq that joined a pending get_action is answered later too; a caller
+            # that has gone (its future cancelled) is skipped.
+            if not future.done():
+                future.set_result(reply)
+
+        service.handle(parsed, session, respond)
         reply = await future
         status = (
             STATUS_FOR_CODE.get(reply.get("code", ""), 400) if reply["type"] == "error" else 200
         )
         return _json(to_jsonable(reply), status)
 
+    # Box observations become arrays anyway: converting them in the parsing thread keeps a large
+    # batch's list-to-array work off the event loop too.
+    arrays_for_obs = all(
+        isinstance(slot.observation_space, gym.spaces.Box) for slot in service.slots.values()
+    )
+
+    def guarded(handler: Any) -> Any:
+        async def endpoint(request: HTTPRequest) -> Response:
+            refusal = _refusal(request, policy)
+            if refusal is not None:
+                service.stats.count_error("forbidden")
+                return refusal
+            response: Response = await handler(request)
+            return response
+
+        return endpoint
+
     return Starlette(
         routes=[
-            Route("/v1/health", health, methods=["GET"]),
-            Route("/v1/metrics", metrics_json, methods=["GET"]),
-            Route("/metrics", metrics_prometheus, methods=["GET"]),
-            Route("/v1/{kind}", message, methods=["POST"]),
+            Route("/v1/health", guarded(health), methods=["GET"]),
+            Route("/v1/metrics", guarded(metrics_json), methods=["GET"]),
+            Route("/metrics", guarded(metrics_prometheus), methods=["GET"]),
+            Route("/v1/{kind}", guarded(message), methods=["POST"]),
         ]
     )
 
 
-async def _read_json(request: HTTPRequest, max_bytes: int) -> dict[str, Any]:
-    import json
-
-    from rlserve.errors import DecodeError
-
+async def _read_body(request: HTTPRequest, max_bytes: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise LimitExceededError(f"body of {declared} bytes is over the limit of {max_bytes}")
@@ -196,12 +330,4 @@ async def _read_json(request: HTTPRequest, max_bytes: int) -> dict[str, Any]:
         body += chunk
         if len(body) > max_bytes:
             raise LimitExceededError(f"body is over the limit of {max_bytes} bytes")
-    if not body:
-        return {}
-    try:
-        value = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DecodeError(f"body is not valid JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise DecodeError("the body must be a JSON object of the message's fields")
-    return value
+    return bytes(body)

@@ -25,6 +25,7 @@ from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import ReportSamples, finite_number
 from rlserve.samples import Fragment
 from rlserve.spaces import flat_dim
+from rlserve.values import MAX_ABS_LOGP, MAX_ABS_REWARD, check_float32
 
 MAX_REMEMBERED_BATCHES = 100_000
 """Batch ids remembered for de-duplication (oldest forgotten first)."""
@@ -65,10 +66,11 @@ def check_fragment(
             f"{where}: 'episode_id' has {len(episode_id)} characters; the limit is "
             f"{limits.max_id_length}"
         )
-    rewards = _array(raw, "rewards", where).astype(np.float32)
+    rewards = _array(raw, "rewards", where)
     steps = rewards.shape[0] if rewards.ndim == 1 else -1
     if steps < 1:
         raise SpaceError(f"{where}: 'rewards' must be a non-empty 1-D array")
+    rewards = check_float32(rewards, f"{where}.rewards", MAX_ABS_REWARD)
     obs_dim = flat_dim(observation_space)
     obs = _array(raw, "obs", where)
     if obs.shape != (steps + 1, obs_dim):
@@ -76,27 +78,27 @@ def check_fragment(
             f"{where}: 'obs' must be the flattened observations, shape ({steps + 1}, {obs_dim}) "
             f"for {steps} steps of {observation_space}; got {obs.shape}"
         )
-    obs = obs.astype(np.float32)
-    if not np.isfinite(obs).all():
-        raise SpaceError(f"{where}: 'obs' contains NaN or infinite values")
+    obs = check_float32(obs, f"{where}.obs")
     if isinstance(observation_space, gym.spaces.Box):
         low = observation_space.low.reshape(-1)
         high = observation_space.high.reshape(-1)
         if (obs < low).any() or (obs > high).any():
             raise SpaceError(f"{where}: 'obs' has values outside {observation_space}'s bounds")
-    if not np.isfinite(rewards).all():
-        raise SpaceError(f"{where}: 'rewards' must be finite")
     actions = _check_actions(_array(raw, "actions", where), action_space, steps, where)
     chosen = _array(raw, "policy_chosen", where)
     if chosen.shape != (steps,):
         raise SpaceError(f"{where}: 'policy_chosen' must have shape ({steps},)")
     chosen = chosen.astype(bool)
-    logp = _array(raw, "behaviour_logp", where).astype(np.float32)
-    if logp.shape != (steps,) or not np.isfinite(logp[chosen]).all():
+    logp = _array(raw, "behaviour_logp", where)
+    if logp.shape != (steps,):
         raise SpaceError(
             f"{where}: 'behaviour_logp' must have shape ({steps},) and be finite where the policy "
             "chose the action (NaN marks a logged action)"
         )
+    # Only the policy's own choices carry a log-probability; a logged action's is ignored.
+    check_float32(logp[chosen], f"{where}.behaviour_logp (where policy_chosen)", MAX_ABS_LOGP)
+    with np.errstate(over="ignore", invalid="ignore"):
+        logp = logp.astype(np.float32)
     # A logged action's behaviour probability is unknown whatever number came with it.
     logp[~chosen] = np.nan
     versions = _array(raw, "weights_version", where)
@@ -143,10 +145,7 @@ def _check_actions(
         width = int(np.prod(space.shape))
         if actions.shape != (steps, width):
             raise SpaceError(f"{where}: 'actions' must have shape ({steps}, {width})")
-        actions = actions.astype(np.float32)
-        if not np.isfinite(actions).all():
-            raise SpaceError(f"{where}: 'actions' must be finite")
-        return actions
+        return check_float32(actions, f"{where}.actions")
     raise SpaceError(f"{where}: {space} actions cannot be reported")
 
 

@@ -11,6 +11,7 @@ clients at the same moment go through the policy in one forward pass, without ad
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import itertools
 import uuid
@@ -50,10 +51,15 @@ from rlserve.protocol.messages import (
 from rlserve.samples import Fragment
 from rlserve.server.reports import BatchLedger, check_fragment, check_summaries
 from rlserve.server.stats import ServerStats
+from rlserve.server.throttled_log import SERVER_LOG
 from rlserve.spaces import check_batch, check_value, describe
+from rlserve.values import check_float32
 
 Respond = Callable[[dict[str, Any]], None]
 """Callback a carrier passes to write one reply."""
+
+INTERNAL_ERROR = "internal"
+"""Error code of a request the server failed to handle because of its own fault."""
 
 INFERENCE_MODES = ("remote", "local")
 """Inference modes this server offers."""
@@ -209,6 +215,22 @@ class Service:
         except RLServeError as exc:
             self.stats.count_error(exc.code)
             respond(error_reply(request.id, exc.code, str(exc)))
+        except Exception as exc:  # a bug must cost one reply, never the connection or server
+            self.stats.count_error(INTERNAL_ERROR)
+            SERVER_LOG.warn(
+                INTERNAL_ERROR,
+                f"internal error handling '{type(request).__name__}': {exc!r} (a bug; please "
+                "report it with the request that caused it)",
+            )
+            with contextlib.suppress(Exception):  # a broken respond cannot be answered
+                respond(
+                    error_reply(
+                        request.id,
+                        INTERNAL_ERROR,
+                        f"the server failed to handle this request ({type(exc).__name__}: "
+                        f"{exc}); it may be partly applied; the connection stays usable",
+                    )
+                )
         return False
 
     def _simple(self, request: Request, session: Session) -> dict[str, Any]:
@@ -401,7 +423,7 @@ class Service:
         obs = check_batch(slot.observation_space, [request.observation], 1, "observation")
         action = check_value(slot.action_space, request.action, "action")
         if isinstance(slot.action_space, gym.spaces.Box):
-            action = np.asarray(action, dtype=np.float32).reshape(-1)
+            action = check_float32(action, "log_action 'action'").reshape(-1)
         elif isinstance(slot.action_space, gym.spaces.Discrete):
             action -= int(slot.action_space.start)  # the learner works with choice indices
         self.episodes.observe(episode, obs[0], request.reward)

@@ -5,6 +5,13 @@ forward pass, later frames of the same connection wait in a backlog, so replies 
 follow the order the client sent (a client may pipeline). A connection that sends a frame over the
 size limit gets an error and is closed: the stream cannot be resynchronised. A connection whose
 ``hello`` fails (wrong token or version) is closed after the error reply.
+
+Hygiene (see :class:`ConnectionPolicy`): before a successful ``hello`` frames are limited to a
+small size and the connection must say ``hello`` within a deadline; the number of connections is
+capped; a connection quiet for too long is closed (without an error frame, so that a client simply
+reconnects). Back-pressure: when a connection's unsent replies pass the transport's high-water mark
+(the client does not read), the server stops handling and reading that connection until the
+replies drain, so its memory stays bounded whatever the client sends.
 """
 
 from __future__ import annotations
@@ -12,94 +19,255 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, cast
 
-from rlserve.errors import FrameTooLargeError, ProtocolError
+from rlserve.errors import DecodeError, FrameTooLargeError, RLServeError
 from rlserve.protocol.codec import decode, encode
 from rlserve.protocol.framing import FrameDecoder, frame
 from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import Hello, error_reply, parse_request, valid_request_id
+from rlserve.server.config import ServerConfig
 from rlserve.server.service import Service, Session
+from rlserve.server.throttled_log import SERVER_LOG
 
 MAX_BACKLOG_FRAMES = 1024
 """Frames a connection may have waiting before the server stops reading from it."""
+
+MAX_BACKLOG_BYTES = 4 * 1024 * 1024
+"""Bytes of frames a connection may have waiting before the server stops reading from it."""
+
+WRITE_HIGH_WATER = 1024 * 1024
+"""Unsent reply bytes of a connection past which the server stops handling its requests."""
+
+TIMEOUT_CODE = "timeout"
+"""Error code of a connection closed for not saying ``hello`` in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionPolicy:
+    """Per-connection hygiene of the binary carrier.
+
+    Attributes:
+        max_connections: Most open connections; one more gets a ``capacity`` error and is closed.
+        pre_hello_frame_bytes: Largest frame accepted before a successful ``hello``.
+        hello_timeout: Seconds a new connection has to complete ``hello``.
+        idle_timeout: Seconds without a frame or reply after which a connection is closed
+            (0 or less: never).
+    """
+
+    max_connections: int = 512
+    pre_hello_frame_bytes: int = 64 * 1024
+    hello_timeout: float = 10.0
+    idle_timeout: float = 600.0
+
+    @classmethod
+    def from_config(cls, config: ServerConfig) -> ConnectionPolicy:
+        """The policy a server configuration sets."""
+        return cls(
+            config.max_connections,
+            config.pre_hello_frame_bytes,
+            config.hello_timeout,
+            config.connection_idle_timeout,
+        )
 
 
 class BinaryConnection(asyncio.Protocol):
     """One client connection of the binary carrier."""
 
-    def __init__(self, service: Service, limits: Limits, registry: set[BinaryConnection]):
+    def __init__(
+        self,
+        service: Service,
+        limits: Limits,
+        registry: set[BinaryConnection],
+        policy: ConnectionPolicy = ConnectionPolicy(),
+    ):
         self._registry = registry
         self._service = service
         self._limits = limits
-        self._decoder = FrameDecoder(limits.max_frame_bytes)
+        self._policy = policy
+        self._decoder = FrameDecoder(min(policy.pre_hello_frame_bytes, limits.max_frame_bytes))
         self._session = Session()
         self._backlog: deque[bytes] = deque()
+        self._backlog_bytes = 0
         self._deferred = False
         self._reading_paused = False
+        self._writing_paused = False
         self._transport: asyncio.Transport | None = None
         self._closing = False
         self._replied = False
+        self._counted = False
+        self._activity = 0  # frames received plus replies sent; cheaper than a clock per frame
+        self._seen_activity = 0
+        self._quiet_since = 0.0
+        self._hello_timer: asyncio.TimerHandle | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """Count the client."""
+        """Count the client, or refuse it when the server is at its connection cap."""
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self._transport = cast(asyncio.Transport, transport)
+        if len(self._registry) >= self._policy.max_connections:
+            self._service.stats.count_error("capacity")
+            SERVER_LOG.warn(
+                "max_connections",
+                f"refused a binary connection: {self._policy.max_connections} are open "
+                "(raise max_connections if the clients are legitimate)",
+            )
+            self._write(
+                error_reply(
+                    None,
+                    "capacity",
+                    f"the server has {self._policy.max_connections} open connections, its limit; "
+                    "retry later or ask the operator to raise max_connections",
+                )
+            )
+            self._close()
+            return
+        self._transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self._registry.add(self)
+        self._counted = True
         self._service.stats.clients += 1
+        loop = asyncio.get_running_loop()
+        self._quiet_since = loop.time()
+        self._hello_timer = loop.call_later(self._policy.hello_timeout, self._hello_expired)
+        if self._policy.idle_timeout > 0:
+            self._idle_timer = loop.call_later(self._policy.idle_timeout / 4, self._check_idle)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Uncount the client; its episodes stay open until they end or go idle."""
-        self._service.stats.clients -= 1
+        for timer in (self._hello_timer, self._idle_timer):
+            if timer is not None:
+                timer.cancel()
+        if self._counted:
+            self._service.stats.clients -= 1
+            self._counted = False
         self._transport = None
+        self._closing = True
+        self._backlog.clear()
         self._registry.discard(self)
+
+    def pause_writing(self) -> None:
+        """The client does not read its replies: stop handling (and so reading) its requests."""
+        self._writing_paused = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        """The replies drained: carry on with the backlog."""
+        self._writing_paused = False
+        asyncio.get_running_loop().call_soon(self._drain)
 
     def data_received(self, data: bytes) -> None:
         """Split the bytes into frames and handle them in order."""
+        if self._closing:
+            return
+        self._activity += 1
         try:
-            self._backlog.extend(self._decoder.feed(data))
+            frames = self._decoder.feed(data)
         except FrameTooLargeError as exc:
-            self._write(error_reply(None, exc.code, str(exc)))
+            message = str(exc)
+            if not self._session.authenticated:
+                message += "; before a successful hello frames are limited to " + (
+                    f"{self._decoder.max_frame_bytes} bytes"
+                )
+            self._service.stats.count_error(exc.code)
+            self._write(error_reply(None, exc.code, message))
             self._close()
             return
-        if len(self._backlog) > MAX_BACKLOG_FRAMES and self._transport is not None:
+        self._backlog.extend(frames)
+        self._backlog_bytes += sum(len(body) for body in frames)
+        if len(self._backlog) > MAX_BACKLOG_FRAMES or self._backlog_bytes > MAX_BACKLOG_BYTES:
+            self._pause_reading()
+        self._drain()
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and self._transport is not None:
             self._transport.pause_reading()
             self._reading_paused = True
-        self._drain()
 
     def _drain(self) -> None:
         while self._backlog and not self._deferred and not self._closing:
+            if self._writing_paused:
+                return
             body = self._backlog.popleft()
-            raw: Any = None
-            try:
-                raw = decode(body, self._limits)
-                request = parse_request(raw, self._limits)
-            except ProtocolError as exc:
-                self._service.stats.count_error(exc.code)
-                self._write(error_reply(valid_request_id(raw), exc.code, str(exc)))
-                continue
-            if isinstance(request, Hello):
-                self._service.handle(request, self._session, self._reply_hello)
-                continue
-            # A deferred reply (get_action) later comes through _write, which resumes the backlog;
-            # a request may also be answered during handle() even when it could have waited.
-            self._replied = False
-            deferred = self._service.handle(request, self._session, self._write)
-            self._deferred = deferred and not self._replied
-        if self._reading_paused and len(self._backlog) < MAX_BACKLOG_FRAMES // 2:
+            self._backlog_bytes -= len(body)
+            self._handle_frame(body)
+        if (
+            self._reading_paused
+            and not self._writing_paused
+            and len(self._backlog) < MAX_BACKLOG_FRAMES // 2
+            and self._backlog_bytes < MAX_BACKLOG_BYTES // 2
+        ):
             if self._transport is not None:
                 self._transport.resume_reading()
             self._reading_paused = False
+
+    def _handle_frame(self, body: bytes) -> None:
+        raw: Any = None
+        try:
+            raw = decode(body, self._limits)
+            request = parse_request(raw, self._limits)
+        except RLServeError as exc:  # a ProtocolError, or a SpaceError of an out-of-range reward
+            self._refuse(raw, exc)
+            return
+        except Exception as exc:  # the parser's bug, but the frame is at fault: answer it
+            SERVER_LOG.warn("parse", f"unexpected error parsing a frame: {exc!r}")
+            self._refuse(raw, DecodeError(f"malformed message: {type(exc).__name__}: {exc}"))
+            return
+        if isinstance(request, Hello):
+            self._service.handle(request, self._session, self._reply_hello)
+            return
+        # A deferred reply (get_action) later comes through _write, which resumes the backlog;
+        # a request may also be answered during handle() even when it could have waited.
+        self._replied = False
+        deferred = self._service.handle(request, self._session, self._write)
+        self._deferred = deferred and not self._replied
+
+    def _refuse(self, raw: Any, exc: RLServeError) -> None:
+        self._service.stats.count_error(exc.code)
+        self._write(error_reply(valid_request_id(raw), exc.code, str(exc)))
 
     def _reply_hello(self, reply: dict[str, Any]) -> None:
         self._write(reply)
         if reply["type"] == "error":
             self._close()
+        else:
+            self._decoder.max_frame_bytes = self._limits.max_frame_bytes
+
+    def _hello_expired(self) -> None:
+        if self._session.authenticated or self._closing:
+            return
+        self._service.stats.count_error(TIMEOUT_CODE)
+        self._write(
+            error_reply(
+                None,
+                TIMEOUT_CODE,
+                f"no successful hello within {self._policy.hello_timeout:g} s of connecting; "
+                "send hello first",
+            )
+        )
+        self._close()
+
+    def _check_idle(self) -> None:
+        """Runs every quarter of the idle timeout: closes after a whole timeout of quiet."""
+        if self._closing:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self._activity != self._seen_activity or self._deferred or self._backlog:
+            self._seen_activity = self._activity
+            self._quiet_since = now
+        elif now - self._quiet_since >= self._policy.idle_timeout:
+            # No error frame: a client that comes back simply reconnects.
+            self._close()
+            return
+        self._idle_timer = loop.call_later(self._policy.idle_timeout / 4, self._check_idle)
 
     def _write(self, reply: dict[str, Any]) -> None:
         transport = self._transport
         if transport is not None and not transport.is_closing():
             transport.write(frame(encode(reply)))
+            self._activity += 1
         self._replied = True
         if self._deferred:
             self._deferred = False
@@ -112,6 +280,7 @@ class BinaryConnection(asyncio.Protocol):
     def _close(self) -> None:
         self._closing = True
         self._backlog.clear()
+        self._backlog_bytes = 0
         if self._transport is not None:
             self._transport.close()
 
@@ -140,7 +309,13 @@ TLS_HANDSHAKE_TIMEOUT = 10.0
 
 
 async def start_binary_server(
-    service: Service, limits: Limits, host: str, port: int, *, tls: ssl.SSLContext | None = None
+    service: Service,
+    limits: Limits,
+    host: str,
+    port: int,
+    policy: ConnectionPolicy = ConnectionPolicy(),
+    *,
+    tls: ssl.SSLContext | None = None,
 ) -> BinaryServer:
     """Listen for binary-carrier connections, with TLS when ``tls`` is given.
 
@@ -150,7 +325,7 @@ async def start_binary_server(
     loop = asyncio.get_running_loop()
     connections: set[BinaryConnection] = set()
     server = await loop.create_server(
-        lambda: BinaryConnection(service, limits, connections),
+        lambda: BinaryConnection(service, limits, connections, policy),
         host,
         port,
         reuse_address=True,

@@ -1,0 +1,52 @@
+"""A bug while handling one request costs one error reply, never the connection or the server."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from rlserve.protocol.limits import Limits
+from rlserve.protocol.messages import Ping
+from rlserve.server import service as service_module
+from rlserve.server.service import INTERNAL_ERROR, Service, Session
+from rlserve.server.stats import ServerStats
+from rlserve.server.throttled_log import ThrottledLog
+
+
+class _Sink:
+    def add(self, fragment: Any) -> None:
+        pass
+
+    def add_batch(self, fragments: Any, on_done: Any) -> None:
+        on_done(0)
+
+
+def test_an_unexpected_exception_becomes_an_internal_error_reply_logged_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stream = io.StringIO()
+    monkeypatch.setattr(service_module, "SERVER_LOG", ThrottledLog(60.0, stream))
+    space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    service = Service(
+        {"default": (space, gym.spaces.Discrete(2))}, Limits(), None, 8, _Sink(), ServerStats()
+    )
+
+    def broken(request: Any, session: Any) -> dict[str, Any]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(service, "_simple", broken)
+    replies: list[dict[str, Any]] = []
+    session = Session(authenticated=True)
+    for i in range(3):
+        assert service.handle(Ping(i), session, replies.append) is False
+    assert [(r["type"], r["id"], r["code"]) for r in replies] == [
+        ("error", i, INTERNAL_ERROR) for i in range(3)
+    ]
+    assert "RuntimeError: boom" in replies[0]["message"]
+    assert stream.getvalue().count("\n") == 1, stream.getvalue()
+    assert "Traceback" not in stream.getvalue()
+    assert service.stats.errors[INTERNAL_ERROR] == 3
