@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rlserve.protocol.limits import Limits
-from rlserve.protocol.messages import Ping
+from rlserve.protocol.messages import GetAction, Ping, StartEpisode
 from rlserve.server import service as service_module
 from rlserve.server.service import INTERNAL_ERROR, Service, Session
 from rlserve.server.stats import ServerStats
@@ -21,7 +21,7 @@ class _Sink:
     def add(self, fragment: Any) -> None:
         pass
 
-    def add_batch(self, fragments: Any, on_done: Any) -> None:
+    def add_batch(self, fragments: Any, batch_id: str, on_done: Any) -> None:
         on_done(0)
 
 
@@ -50,3 +50,34 @@ def test_an_unexpected_exception_becomes_an_internal_error_reply_logged_once(
     assert stream.getvalue().count("\n") == 1, stream.getvalue()
     assert "Traceback" not in stream.getvalue()
     assert service.stats.errors[INTERNAL_ERROR] == 3
+
+
+def test_a_failing_forward_pass_answers_every_waiting_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stream = io.StringIO()
+    monkeypatch.setattr(service_module, "SERVER_LOG", ThrottledLog(60.0, stream))
+    space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    service = Service(
+        {"default": (space, gym.spaces.Discrete(2))}, Limits(), None, 8, _Sink(), ServerStats()
+    )
+    session = Session(authenticated=True)
+    replies: list[dict[str, Any]] = []
+    for i, eid in enumerate(("a", "b")):
+        service.handle(StartEpisode(10 + i, eid), session, replies.append)
+        deferred = service.handle(
+            GetAction(i, [eid], np.zeros((1, 2), np.float32)), session, replies.append
+        )
+        assert deferred
+
+    class BrokenPolicy:
+        def compute_actions(self, obs: Any) -> Any:
+            raise FloatingPointError("bad weights")
+
+    slot = service.slots["default"]
+    slot.policy = BrokenPolicy()  # type: ignore[assignment]
+    service.flush()
+    errors = [r for r in replies if r["type"] == "error"]
+    assert [(r["id"], r["code"]) for r in errors] == [(0, INTERNAL_ERROR), (1, INTERNAL_ERROR)]
+    assert "start new ones" in errors[0]["message"]
+    assert stream.getvalue().count("\n") == 1, stream.getvalue()

@@ -387,11 +387,29 @@ class Service:
             if slot.pending and slot.policy is not None:
                 self._flush_slot(slot, slot.policy)
 
+    def _fail_pending(self, pending: list[_Pending], exc: Exception) -> None:
+        """Answer every request of a failed forward pass with an ``internal`` error."""
+        self.stats.count_error(INTERNAL_ERROR)
+        SERVER_LOG.warn(INTERNAL_ERROR, f"internal error computing actions: {exc!r} (a bug)")
+        message = (
+            f"the server failed to compute this action ({type(exc).__name__}: {exc}); "
+            "end these episodes and start new ones"
+        )
+        for item in pending:
+            answers = [(item.request.id, item.respond), *((j.id, r) for j, r in item.joined)]
+            for request_id, respond in answers:
+                with contextlib.suppress(Exception):
+                    respond(error_reply(request_id, INTERNAL_ERROR, message))
+
     def _flush_slot(self, slot: PolicySlot, policy: NumpyPolicy) -> None:
         pending, slot.pending = slot.pending, []
         rows = [ep.agent.obs[-1] for item in pending for ep in item.episodes]
-        out = policy.compute_actions(np.stack(rows))
-        env_actions = policy.to_env_actions(out.actions)
+        try:
+            out = policy.compute_actions(np.stack(rows))
+            env_actions = policy.to_env_actions(out.actions)
+        except Exception as exc:  # a bug in inference must not leave its clients waiting
+            self._fail_pending(pending, exc)
+            return
         discrete = policy.spec.distribution == "categorical"
         offset = 0
         for item in pending:
