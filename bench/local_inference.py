@@ -110,6 +110,10 @@ def measure_client(run_dir: str, warmup: float, window: float) -> tuple[float, i
         stop_server(process)
 
 
+WARMUP_BATCHES = 50
+"""Batches sent before the ingest measurement starts."""
+
+
 def synthetic_batch(version: int, rng: np.random.Generator) -> dict[str, Any]:
     fragments = []
     for _ in range(10):
@@ -143,6 +147,11 @@ def measure_ingest(run_dir: str, batches: int) -> float:
         version = conn.request({"type": "get_weights"})["version"]
         template = synthetic_batch(version, np.random.default_rng(0))
         steps = sum(len(f["rewards"]) for f in template["fragments"])
+        # Warm up first (the learner's first reads, the log's first segment), as a running
+        # server would be: the figure is the steady ingest rate.
+        for i in range(WARMUP_BATCHES):
+            conn.send_nowait({**template, "batch_id": f"warmup{i}"})
+        conn.request({"type": "ping"})
         started = time.perf_counter()
         for i in range(batches):
             conn.send_nowait({**template, "batch_id": f"b{i}"})

@@ -176,7 +176,9 @@ def test_kill_9_of_the_learner_keeps_serving_and_restarts_it(launch_server: Any)
     server = launch_server(*SMALL_PPO, "--checkpoint-every", "2")
     server.wait_for_weights(0)
     remote = RemotePlayer(server.address, seed=0)
+    local = LocalPlayer(server.address, seed=5_000)
     remote.start()
+    local.start()
     try:
         server.wait_until(lambda m: m.get("learner/updates", 0) >= 3, what="some updates")
         version = int(server.health()["weights_version"])
@@ -191,12 +193,21 @@ def test_kill_9_of_the_learner_keeps_serving_and_restarts_it(launch_server: Any)
         )
     finally:
         remote.stop.set()
+        local.stop.set()
         remote.join(60)
+        local.join(60)
         remote.client.close()
+        local.client.close()
     assert server.alive()
     assert remote.errors == []
     assert server.health()["status"] == "ok"
-    settled(server)
+    assert local.client.local is not None
+    assert local.client.local.rejected_steps == local.client.local.dropped_steps == 0
+    metrics = settled(server)
+    # Exact accounting across the learner's death: every step the local client took was
+    # accepted once, and every logged step (both kinds of clients) reached the learner lineage.
+    assert metrics["samples/steps_reported"] == local.steps
+    assert metrics["learner/steps_consumed"] == metrics["samples/steps_logged"]
     log = server.log()
     assert log.count("the learner process died") == 1, log
     assert "Traceback" not in log

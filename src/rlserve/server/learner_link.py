@@ -6,8 +6,9 @@ Every fragment the server acknowledges (cut from a remote episode, or in an acce
 log itself, so fragments never cross the learner's socket and the serving process never blocks on
 it. The server only announces how far the log goes; the learner answers how far it has read.
 
-A reported batch is acknowledged once it is both on the disk (the log's sync thread) and read by
-the learner, which paces local-inference clients to the learner. When the backlog the learner
+A reported batch is acknowledged once it is both on the disk (the log's sync thread) and taken by
+the learner: read by it, or announced while it waited idle (it reads all it is told at once).
+This paces local-inference clients to the learner. When the backlog the learner
 finds is over ``max_queue_steps``, it skips the oldest records (counted in
 ``samples/steps_dropped_queue_full``): the newest experience is the most useful on-policy.
 
@@ -45,6 +46,9 @@ logger = logging.getLogger("rlserve.server")
 
 RESTART_DELAYS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 """Seconds before restarting a learner that died, by how many times in a row it died quickly."""
+
+SYNC_INTERVAL = 0.2
+"""Seconds between fsyncs of the log when no reported batch waits for one."""
 
 HEALTHY_RUN_SECONDS = 60.0
 """A learner that ran this long before dying resets the restart back-off."""
@@ -93,6 +97,10 @@ class LearnerLink:
         self._tickets: dict[int, Callable[[int], None]] = {}
         self._dropped: dict[int, int] = {}
         self._consumed_through = 0
+        # While the learner waits idle, what is appended is handed to it at once (it reads
+        # everything announced as soon as it wakes), up to its backlog bound.
+        self._waiting_budget = 0
+        self._handed_through = 0
         self.failure: str | None = None
         """The last learner death, for the log and ``/v1/health``; None while healthy."""
         self.device = "unknown"
@@ -127,6 +135,11 @@ class LearnerLink:
         steps = sum(len(f) for f in fragments)
         payload = encode_payload([f.to_wire() for f in fragments])
         seq = self.log.append(kind, steps, payload, batch_id)
+        if self._waiting_budget >= steps and self._handed_through == seq - 1:
+            self._waiting_budget -= steps
+            self._handed_through = seq
+        else:
+            self._waiting_budget = 0
         self._unread.append((seq, steps))
         self._stats.steps_logged += steps
         self._stats.steps_queued += steps
@@ -149,6 +162,10 @@ class LearnerLink:
         loop = asyncio.get_running_loop()
         while True:
             await self._unsynced.wait()
+            if not self._tickets:
+                # Only remote fragments to flush: nobody waits for them, so gather a few
+                # fractions of a second of them into one fsync (group commit).
+                await asyncio.sleep(SYNC_INTERVAL)
             self._unsynced.clear()
             try:
                 await loop.run_in_executor(self._sync_executor, self.log.sync)
@@ -161,7 +178,7 @@ class LearnerLink:
             self._settle_tickets()
 
     def _settle_tickets(self) -> None:
-        through = min(self._consumed_through, self.log.synced_seq)
+        through = min(max(self._consumed_through, self._handed_through), self.log.synced_seq)
         for seq in sorted(s for s in self._tickets if s <= through):
             self._tickets.pop(seq)(self._dropped.pop(seq, 0))
 
@@ -244,6 +261,11 @@ class LearnerLink:
             await self._on_weights(WeightsPackage.from_wire(message["package"]))
         elif kind == "metrics":
             self._stats.learner.update({k: float(v) for k, v in message["metrics"].items()})
+        elif kind == "waiting":
+            through = int(message["through"])
+            if through >= self.log.last_seq:
+                self._handed_through = through
+                self._waiting_budget = int(self._setup["max_queue_steps"])
         elif kind == "consumed":
             self._consumed(int(message["through"]), message["dropped"])
             self._stats.learner["learner/steps_consumed"] = float(message["steps_consumed"])
@@ -265,6 +287,7 @@ class LearnerLink:
             logger.error("rlserve: the learner process failed:\n%s", self.failure)
 
     def _consumed(self, through: int, dropped: list[list[int]]) -> None:
+        self._waiting_budget = 0  # busy until it says it waits again
         dropped_seqs = {int(seq): int(steps) for seq, steps in dropped}
         for seq, steps in dropped_seqs.items():
             if seq in self._tickets:

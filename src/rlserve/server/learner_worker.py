@@ -7,7 +7,8 @@ its newest intact checkpoint had trained through, so a restarted learner or a re
 everything the server acknowledged. It talks to the server over a socket pair, with the wire's
 framing and msgpack codec (no pickle); every message is small except ``weights``:
 
-* learner -> server: ``ready`` (version, trained position, device), ``weights`` (a new actor and
+* learner -> server: ``ready`` (version, trained position, device), ``waiting`` (idle: it will
+  read whatever is announced next at once), ``weights`` (a new actor and
   the update's metrics), ``metrics`` (an update that applied no step), ``consumed`` (log
   position read, steps dropped because the backlog was over its bound), ``checkpointed``,
   ``failed`` (a traceback).
@@ -23,6 +24,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import traceback
 from collections import deque
 from collections.abc import Callable
@@ -61,17 +63,63 @@ def trained_through_of(checkpoint: Path) -> int:
 
 
 class LearnerPipe:
-    """The learner's end of the socket pair: blocking, framed, msgpack."""
+    """The learner's end of the socket pair: framed msgpack, never blocking the training loop.
+
+    Reads happen in the training loop between updates. Writes go through a writer thread, so
+    the loop never waits for the server to read; of several unsent ``weights`` messages only the
+    newest is kept (an old actor is worth nothing once a newer one exists).
+    """
 
     def __init__(self, sock: socket.socket):
         self._sock = sock
         self._sock.setblocking(True)
         self._decoder = FrameDecoder(IPC_LIMITS.max_frame_bytes)
         self._ready: deque[bytes] = deque()
+        self._outbox: deque[tuple[str, bytes]] = deque()
+        self._wake = threading.Condition()
+        self._closing = False
+        self.write_error: OSError | None = None
+        self._writer = threading.Thread(
+            target=self._write_loop, name="rlserve-learner-writer", daemon=True
+        )
+        self._writer.start()
 
     def send(self, message: dict[str, Any]) -> None:
-        """Write one whole message (blocks until the server has read enough of it)."""
-        self._sock.sendall(frame(encode(message)))
+        """Queue one message for the server.
+
+        Raises:
+            BrokenPipeError: An earlier write failed: the server is gone.
+        """
+        if self.write_error is not None:
+            raise BrokenPipeError(f"writing to the server failed: {self.write_error!r}")
+        data = frame(encode(message))
+        kind = str(message["type"])
+        with self._wake:
+            if kind == "weights":
+                self._outbox = deque(item for item in self._outbox if item[0] != "weights")
+            self._outbox.append((kind, data))
+            self._wake.notify()
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._outbox and not self._closing:
+                    self._wake.wait()
+                if not self._outbox:
+                    return
+                _, data = self._outbox.popleft()
+            try:
+                self._sock.sendall(data)
+            except OSError as exc:
+                self.write_error = exc
+                return
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is queued (up to ``timeout`` seconds) and stop the writer."""
+        with self._wake:
+            self._closing = True
+            self._wake.notify()
+        self._writer.join(timeout)
 
     def receive(self, block: bool = True) -> dict[str, Any] | None:
         """Read one message; None when ``block`` is False and none is waiting.
@@ -113,6 +161,8 @@ def run_learner(sock: socket.socket, setup: dict[str, Any]) -> None:
     except Exception:
         with contextlib.suppress(OSError):
             pipe.send({"type": "failed", "message": traceback.format_exc()})
+    finally:
+        pipe.close()
 
 
 def restore_newest(
@@ -187,8 +237,13 @@ class _LearnerLoop:
             self.publish({})
         every = int(self.setup["checkpoint_every"])
         while True:
-            # Wait only when nothing announced is left unread (it may have come in meanwhile).
-            self.poll(block=self.available <= self.position)
+            # Wait only when nothing announced is left unread (it may have come in meanwhile);
+            # say so first, so the server hands the next records over at once (acknowledging
+            # reports without waiting for this loop to come round).
+            idle = self.available <= self.position
+            if idle:
+                self.pipe.send({"type": "waiting", "through": self.position})
+            self.poll(block=idle)
             self.read_available()
             while learner.ready() and not self.stop_requested:
                 metrics = learner.update()
