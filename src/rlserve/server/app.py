@@ -95,6 +95,7 @@ class PolicyServer:
             self._on_weights,
             self._on_checkpointed,
             lambda: self.stats.weights_version,
+            sync_reports=self.config.sync_reports,
         )
         self.service = Service(
             {DEFAULT_POLICY_ID: (self.observation_space, self.action_space)},

@@ -84,6 +84,11 @@ class ServerConfig:
     http_allowed_origins: tuple[str, ...] = option(
         (), "Browser origins (e.g. https://app.example) allowed to call the HTTP carrier."
     )
+    sync_reports: bool = option(
+        False,
+        "Acknowledge a report only once fsynced (survives power loss, not only a crash; "
+        "adds a disk flush to every report).",
+    )
 
     def __post_init__(self) -> None:
         if self.token == "":

@@ -6,9 +6,11 @@ Every fragment the server acknowledges (cut from a remote episode, or in an acce
 log itself, so fragments never cross the learner's socket and the serving process never blocks on
 it. The server only announces how far the log goes; the learner answers how far it has read.
 
-A reported batch is acknowledged once it is both on the disk (the log's sync thread) and taken by
-the learner: read by it, or announced while it waited idle (it reads all it is told at once).
-This paces local-inference clients to the learner. When the backlog the learner
+A reported batch is acknowledged once it is in the log and taken by the learner: read by it, or
+announced while it waited idle (it reads all it is told at once). This paces local-inference
+clients to the learner. A written record survives a crash of either process; the log's sync
+thread flushes it to the disk within ``SYNC_INTERVAL`` seconds, or before the acknowledgement
+with ``sync_reports`` (then it survives a power loss too). When the backlog the learner
 finds is over ``max_queue_steps``, it skips the oldest records (counted in
 ``samples/steps_dropped_queue_full``): the newest experience is the most useful on-policy.
 
@@ -65,6 +67,7 @@ class LearnerLink:
         on_weights: Persists then publishes a weights package (awaited, in order).
         on_checkpointed: Called with each ``checkpointed`` message (log clean-up).
         published_version: Returns the version the server serves now (-1: none).
+        sync_reports: Acknowledge a report only once it is fsynced, not once it is written.
     """
 
     def __init__(
@@ -75,7 +78,9 @@ class LearnerLink:
         on_weights: Callable[[WeightsPackage], Awaitable[None]],
         on_checkpointed: Callable[[dict[str, Any]], Awaitable[None]],
         published_version: Callable[[], int],
+        sync_reports: bool = False,
     ):
+        self._sync_reports = sync_reports
         self._setup = setup
         self._stats = stats
         self.log = log
@@ -130,6 +135,8 @@ class LearnerLink:
         """
         seq = self._append("report", fragments, batch_id)
         self._tickets[seq] = on_done
+        if seq <= self._handed_through and self._loop is not None:
+            self._loop.call_soon(self._settle_tickets)
 
     def _append(self, kind: str, fragments: list[Fragment], batch_id: str | None) -> int:
         steps = sum(len(f) for f in fragments)
@@ -162,9 +169,9 @@ class LearnerLink:
         loop = asyncio.get_running_loop()
         while True:
             await self._unsynced.wait()
-            if not self._tickets:
-                # Only remote fragments to flush: nobody waits for them, so gather a few
-                # fractions of a second of them into one fsync (group commit).
+            if not (self._tickets and self._sync_reports):
+                # Nobody waits for this flush: gather a few fractions of a second of records
+                # into one fsync (group commit).
                 await asyncio.sleep(SYNC_INTERVAL)
             self._unsynced.clear()
             try:
@@ -178,7 +185,9 @@ class LearnerLink:
             self._settle_tickets()
 
     def _settle_tickets(self) -> None:
-        through = min(max(self._consumed_through, self._handed_through), self.log.synced_seq)
+        through = max(self._consumed_through, self._handed_through)
+        if self._sync_reports:
+            through = min(through, self.log.synced_seq)
         for seq in sorted(s for s in self._tickets if s <= through):
             self._tickets.pop(seq)(self._dropped.pop(seq, 0))
 
@@ -245,6 +254,7 @@ class LearnerLink:
             self.failure = f"the learner's socket broke: {exc!r}"
         finally:
             self._writer = None
+            self._waiting_budget = 0  # nothing more is handed to a learner that is gone
             writer.close()
             self._checkpointed.set()  # nobody may wait for a checkpoint that cannot come
             await loop.run_in_executor(None, process.join, 2.0)
@@ -262,10 +272,15 @@ class LearnerLink:
         elif kind == "metrics":
             self._stats.learner.update({k: float(v) for k, v in message["metrics"].items()})
         elif kind == "waiting":
+            # It read through `through` and will read everything announced after that at once,
+            # up to its backlog bound.
             through = int(message["through"])
-            if through >= self.log.last_seq:
-                self._handed_through = through
-                self._waiting_budget = int(self._setup["max_queue_steps"])
+            announced = sum(steps for seq, steps in self._unread if seq > through)
+            budget = int(self._setup["max_queue_steps"]) - announced
+            if budget >= 0:
+                self._handed_through = self.log.last_seq
+                self._waiting_budget = budget
+                self._settle_tickets()
         elif kind == "consumed":
             self._consumed(int(message["through"]), message["dropped"])
             self._stats.learner["learner/steps_consumed"] = float(message["steps_consumed"])
