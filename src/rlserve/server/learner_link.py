@@ -128,7 +128,9 @@ class LearnerLink:
     def add_batch(
         self, fragments: list[Fragment], batch_id: str, on_done: Callable[[int], None]
     ) -> None:
-        """Log a reported batch; ``on_done(dropped_steps)`` once it is synced and read.
+        """Log a reported batch; ``on_done(dropped_steps)`` once the learner has taken it.
+
+        With ``sync_reports`` the batch must also be flushed to the disk first.
 
         Raises:
             OSError: The log could not be written; nothing of the batch was kept.
