@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from rlserve.episodes import EpisodeSummary
+from rlserve.server.throttled_log import SERVER_LOG
 
 logger = logging.getLogger("rlserve.server")
 
@@ -47,7 +48,6 @@ class ServerStats:
         self.storage_errors = 0
         self.degraded: dict[str, str] = {}
         """What is not working now, by part (``/v1/health`` shows it); empty when healthy."""
-        self._last_logged: dict[str, float] = {}
         self.errors: Counter[str] = Counter()
         self.returns: deque[float] = deque(maxlen=RETURN_WINDOW)
         self.lengths: deque[int] = deque(maxlen=RETURN_WINDOW)
@@ -76,10 +76,9 @@ class ServerStats:
             "(ulimit -n)"
         )
         self.degraded[what] = message
-        now = time.monotonic()
-        if now - self._last_logged.get(what, -1e9) >= 60.0:
-            self._last_logged[what] = now
-            logger.error("rlserve: %s (%d storage errors so far)", message, self.storage_errors)
+        SERVER_LOG.warn(
+            f"storage:{what}", f"{message} ({self.storage_errors} storage errors so far)"
+        )
 
     def storage_ok(self, what: str) -> None:
         """Record that ``what`` was written again after a failure."""
