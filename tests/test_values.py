@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 
 from rlserve.errors import SpaceError
-from rlserve.values import FLOAT32_MAX, MAX_ABS_LOGP, MAX_ABS_REWARD, check_float32, check_reward
+from rlserve.values import (
+    FLOAT32_MAX,
+    MAX_ABS_LOGP,
+    MAX_ABS_REWARD,
+    check_float32,
+    check_reward,
+    indices_within,
+    within,
+)
 
 
 def test_values_in_range_come_back_as_float32() -> None:
@@ -39,3 +47,29 @@ def test_check_reward() -> None:
     for bad in (1e39, -3e38, MAX_ABS_REWARD * 2, float("nan")):
         with pytest.raises(SpaceError, match=r"r: reward .* is out of range"):
             check_reward(bad, "r")
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 2.0, -2.0], ids=str)
+def test_within_finds_one_bad_float32_value_anywhere(bad: float) -> None:
+    values = np.zeros((3, 4), np.float32)
+    assert within(values, 1.0) and within(np.zeros(0, np.float32), 1.0)
+    values[2, 1] = bad
+    assert not within(values, 1.0)
+
+
+def test_float32_input_is_checked_without_a_copy_and_big_endian_is_cast() -> None:
+    values = np.array([1.0, -np.inf], np.float32)
+    assert check_float32(values[:1], "obs").base is values
+    with pytest.raises(SpaceError, match="at index \\(1,\\)"):
+        check_float32(values, "obs")
+    out = check_float32(np.array([1.5], ">f4"), "obs")
+    assert out.dtype == np.dtype("<f4") and out[0] == 1.5
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8, np.uint64])
+def test_indices_within_checks_both_ends_in_every_integer_dtype(dtype: type) -> None:
+    assert indices_within(np.array([0, 1, 2], dtype), 2)
+    assert not indices_within(np.array([0, 3], dtype), 2)
+    if np.dtype(dtype).kind == "i":
+        assert not indices_within(np.array([1, -1], dtype), 2)
+        assert not indices_within(np.array([np.iinfo(dtype).min], dtype), 2)

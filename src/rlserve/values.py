@@ -42,6 +42,22 @@ def _range_text(limit: float) -> str:
     return f"-{limit:g}..{limit:g} (the range accepted in float32)"
 
 
+def within(array: np.ndarray, limit: float) -> bool:
+    """Whether every element of a float array is finite and of magnitude at most ``limit``."""
+    if array.size == 0:
+        return True
+    # Two reductions and no temporary array; a NaN anywhere makes min and max NaN (False).
+    return bool(-limit <= array.min() and array.max() <= limit)
+
+
+def indices_within(values: np.ndarray, highest: int) -> bool:
+    """Whether every element of a non-empty integer array is in ``0..highest``."""
+    if values.dtype == np.int64:
+        # Viewed as unsigned, a negative value is at least 2**63: one reduction checks both ends.
+        return bool(values.view(np.uint64).max() <= highest)
+    return bool(values.min() >= 0 and values.max() <= highest)
+
+
 def check_float32(values: Any, field: str, limit: float = FLOAT32_MAX) -> np.ndarray:
     """Cast ``values`` to float32 and check that every element is finite and within ``limit``.
 
@@ -54,17 +70,18 @@ def check_float32(values: Any, field: str, limit: float = FLOAT32_MAX) -> np.nda
         limit: Largest accepted magnitude (default: the float32 range).
 
     Returns:
-        The values as a float32 array.
+        The values as a float32 array (``values`` itself when it already is one).
 
     Raises:
         SpaceError: A value is NaN, infinite once cast, or over ``limit`` (code ``bad_value``).
     """
-    with np.errstate(over="ignore", invalid="ignore"):
-        array = np.asarray(values).astype(np.float32)
-        ok = np.abs(array) <= limit  # False for NaN and infinity
-    if ok.all():
+    array = np.asarray(values)
+    if array.dtype != np.float32:
+        with np.errstate(over="ignore", invalid="ignore"):
+            array = array.astype(np.float32)
+    if within(array, limit):
         return array
-    index = np.argwhere(~ok)[0]
+    index = np.argwhere(~(np.abs(array) <= limit))[0]  # NaN compares False
     source = np.asarray(values)
     original = (source[tuple(index)] if source.ndim else source).item()
     where = f" at index {tuple(index.tolist())}" if array.ndim else ""

@@ -39,6 +39,7 @@ from rlserve.algorithms.models import ActorCritic
 from rlserve.algorithms.ppo_config import PPOConfig
 from rlserve.durable import atomic_write_bytes
 from rlserve.samples import Fragment
+from rlserve.values import indices_within, within
 
 logger = logging.getLogger("rlserve.learner")
 
@@ -78,6 +79,14 @@ def normalise_advantages(advantages: torch.Tensor) -> torch.Tensor:
 def value_loss(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
     """Half the mean squared error between value estimates and returns."""
     return 0.5 * (values - returns).pow(2).mean()
+
+
+def _as_float32(array: np.ndarray) -> np.ndarray:
+    """``array`` itself when float32, else a float32 copy (an overflow to inf is caught later)."""
+    if array.dtype == np.float32:
+        return array
+    with np.errstate(over="ignore", invalid="ignore"):
+        return array.astype(np.float32)
 
 
 class RateLimitedWarning:
@@ -240,42 +249,51 @@ class PPOLearner(Learner):
         for name, array in arrays.items():
             if array.dtype.kind not in ("iu" if name == "weights_version" else "biuf"):
                 return None, f"{name} has dtype {array.dtype}"
-        with np.errstate(over="ignore", invalid="ignore"):
-            obs = arrays["obs"].astype(np.float32, copy=False)
-            rewards = arrays["rewards"].astype(np.float32, copy=False)
-            logp = arrays["behaviour_logp"].astype(np.float32, copy=False)
-            raw_actions = arrays["actions"]
-            if categorical:
-                if raw_actions.dtype.kind == "f":
-                    whole = np.isfinite(raw_actions) & (raw_actions == np.round(raw_actions))
-                    if not whole.all():
-                        return None, f"actions holds {raw_actions[~whole][0]}, not a choice index"
-                actions = raw_actions.astype(np.int64)
+        obs = _as_float32(arrays["obs"])
+        rewards = _as_float32(arrays["rewards"])
+        logp = _as_float32(arrays["behaviour_logp"])
+        raw_actions = arrays["actions"]
+        if categorical:
+            if raw_actions.dtype.kind == "f":
+                whole = np.isfinite(raw_actions) & (raw_actions == np.round(raw_actions))
+                if not whole.all():
+                    return None, f"actions holds {raw_actions[~whole][0]}, not a choice index"
+            actions = raw_actions.astype(np.int64, copy=False)
+            if not indices_within(actions, self.model.action_dim - 1):
                 outside = (actions < 0) | (actions >= self.model.action_dim)
-                if outside.any():
-                    return None, (
-                        f"actions holds {actions[outside][0]}, outside the choices "
-                        f"0..{self.model.action_dim - 1}"
-                    )
-            else:
-                actions = raw_actions.astype(np.float32, copy=False)
+                return None, (
+                    f"actions holds {actions[outside][0]}, outside the choices "
+                    f"0..{self.model.action_dim - 1}"
+                )
+        else:
+            actions = _as_float32(raw_actions)
         limit = self.config.max_abs_input
         checked = {"obs": obs, "rewards": rewards} | ({} if categorical else {"actions": actions})
         for name, array in checked.items():
+            if within(array, limit):
+                continue
             finite = np.isfinite(array)
             if not finite.all():
                 return None, f"{name} holds {array[~finite][0]}"
             large = np.abs(array) > limit
-            if large.any():
-                return None, (
-                    f"{name} holds {array[large][0]:.3g}, beyond max_abs_input {limit:.3g} "
-                    "(raise --ppo-max-abs-input if such values are real)"
-                )
+            return None, (
+                f"{name} holds {array[large][0]:.3g}, beyond max_abs_input {limit:.3g} "
+                "(raise --ppo-max-abs-input if such values are real)"
+            )
         infinite = np.isinf(logp)
         if infinite.any():
             # No action sampled from a policy has probability 0 or infinite density: an
             # infinite value is as unknown as NaN, and takes the current policy's log-prob.
             logp = np.where(infinite, np.float32(np.nan), logp)
+        versions = arrays["weights_version"].astype(np.int64, copy=False)
+        if (
+            obs is fragment.obs
+            and actions is fragment.actions
+            and rewards is fragment.rewards
+            and logp is fragment.behaviour_logp
+            and versions is fragment.weights_version
+        ):
+            return fragment, ""  # already in the trained dtypes (the usual case)
         return (
             dataclasses.replace(
                 fragment,
@@ -283,7 +301,7 @@ class PPOLearner(Learner):
                 actions=actions,
                 rewards=rewards,
                 behaviour_logp=logp,
-                weights_version=arrays["weights_version"].astype(np.int64, copy=False),
+                weights_version=versions,
             ),
             "",
         )

@@ -65,10 +65,25 @@ def pack_array(array: np.ndarray) -> msgpack.ExtType:
     Returns:
         The extension value, ready for ``msgpack.packb``.
     """
-    code = _dtype_code(array.dtype)
-    little = array.astype(array.dtype.newbyteorder("<"), copy=False)
-    header = struct.pack(f"<BB{array.ndim}I", code, array.ndim, *array.shape)
-    return msgpack.ExtType(NDARRAY_EXT, header + np.ascontiguousarray(little).tobytes())
+    # Hot path (every fragment logged or sent): little-endian dtypes are looked up directly.
+    code = _CODE_OF_DTYPE.get(array.dtype)
+    if code is None:
+        code = _dtype_code(array.dtype)
+        array = array.astype(array.dtype.newbyteorder("<"))
+    return msgpack.ExtType(NDARRAY_EXT, _shape_header(code, array.shape) + array.tobytes())
+
+
+def _shape_header(code: int, shape: tuple[int, ...]) -> bytes:
+    ndim = len(shape)
+    layout = _SHAPE_LAYOUTS[ndim] if ndim < len(_SHAPE_LAYOUTS) else struct.Struct(f"<BB{ndim}I")
+    return layout.pack(code, ndim, *shape)
+
+
+_SHAPE_LAYOUTS = tuple(struct.Struct(f"<BB{ndim}I") for ndim in range(9))
+_CODE_OF_DTYPE: dict[np.dtype[Any], int] = {dtype: code for code, dtype in DTYPE_CODES.items()}
+
+
+_DIMS_LAYOUTS = tuple(struct.Struct(f"<{ndim}I") for ndim in range(256))
 
 
 def unpack_array(payload: bytes, limits: Limits = DEFAULT_LIMITS) -> np.ndarray:
@@ -98,7 +113,7 @@ def unpack_array(payload: bytes, limits: Limits = DEFAULT_LIMITS) -> np.ndarray:
     header_len = 2 + 4 * ndim
     if len(payload) < header_len:
         raise DecodeError(f"ndarray payload ends inside its shape ({ndim} dimensions)")
-    shape = struct.unpack_from(f"<{ndim}I", payload, 2)
+    shape = _DIMS_LAYOUTS[ndim].unpack_from(payload, 2)
     count = 1
     for dim in shape:
         count *= dim

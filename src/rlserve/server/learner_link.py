@@ -49,7 +49,7 @@ logger = logging.getLogger("rlserve.server")
 RESTART_DELAYS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 """Seconds before restarting a learner that died, by how many times in a row it died quickly."""
 
-SYNC_INTERVAL = 0.2
+SYNC_INTERVAL = 1.0
 """Seconds between fsyncs of the log when no reported batch waits for one."""
 
 HEALTHY_RUN_SECONDS = 60.0

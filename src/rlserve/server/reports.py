@@ -25,7 +25,7 @@ from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import ReportSamples, finite_number
 from rlserve.samples import Fragment
 from rlserve.spaces import flat_dim
-from rlserve.values import MAX_ABS_LOGP, MAX_ABS_REWARD, check_float32
+from rlserve.values import MAX_ABS_LOGP, MAX_ABS_REWARD, check_float32, indices_within
 
 MAX_REMEMBERED_BATCHES = 100_000
 """Batch ids remembered for de-duplication (oldest forgotten first)."""
@@ -43,110 +43,141 @@ def _array(raw: dict[str, Any], name: str, where: str) -> np.ndarray:
     return array
 
 
-def check_fragment(
-    raw: dict[str, Any],
-    observation_space: gym.Space[Any],
-    action_space: gym.Space[Any],
-    policy_id: str,
-    published_version: int,
-    limits: Limits,
-    where: str,
-) -> Fragment:
-    """Validate one reported fragment map and build the :class:`Fragment`.
+class FragmentChecker:
+    """Validates reported fragment maps against one policy's spaces.
 
-    Raises:
-        SpaceError: A field is missing, mistyped, of the wrong shape, or out of range.
-        LimitExceededError: An id over the length limit.
+    What the spaces imply (flattened size, whether the Box has finite bounds, the action kind)
+    is worked out once here: every reported fragment goes through :meth:`check`.
     """
-    episode_id = raw.get("episode_id")
-    if not isinstance(episode_id, str) or not episode_id:
-        raise SpaceError(f"{where}: 'episode_id' must be a non-empty string")
-    if len(episode_id) > limits.max_id_length:
-        raise LimitExceededError(
-            f"{where}: 'episode_id' has {len(episode_id)} characters; the limit is "
-            f"{limits.max_id_length}"
-        )
-    rewards = _array(raw, "rewards", where)
-    steps = rewards.shape[0] if rewards.ndim == 1 else -1
-    if steps < 1:
-        raise SpaceError(f"{where}: 'rewards' must be a non-empty 1-D array")
-    rewards = check_float32(rewards, f"{where}.rewards", MAX_ABS_REWARD)
-    obs_dim = flat_dim(observation_space)
-    obs = _array(raw, "obs", where)
-    if obs.shape != (steps + 1, obs_dim):
-        raise SpaceError(
-            f"{where}: 'obs' must be the flattened observations, shape ({steps + 1}, {obs_dim}) "
-            f"for {steps} steps of {observation_space}; got {obs.shape}"
-        )
-    obs = check_float32(obs, f"{where}.obs")
-    if isinstance(observation_space, gym.spaces.Box):
-        low = observation_space.low.reshape(-1)
-        high = observation_space.high.reshape(-1)
-        if (obs < low).any() or (obs > high).any():
-            raise SpaceError(f"{where}: 'obs' has values outside {observation_space}'s bounds")
-    actions = _check_actions(_array(raw, "actions", where), action_space, steps, where)
-    chosen = _array(raw, "policy_chosen", where)
-    if chosen.shape != (steps,):
-        raise SpaceError(f"{where}: 'policy_chosen' must have shape ({steps},)")
-    chosen = chosen.astype(bool)
-    logp = _array(raw, "behaviour_logp", where)
-    if logp.shape != (steps,):
-        raise SpaceError(
-            f"{where}: 'behaviour_logp' must have shape ({steps},) and be finite where the policy "
-            "chose the action (NaN marks a logged action)"
-        )
-    # Only the policy's own choices carry a log-probability; a logged action's is ignored.
-    check_float32(logp[chosen], f"{where}.behaviour_logp (where policy_chosen)", MAX_ABS_LOGP)
-    with np.errstate(over="ignore", invalid="ignore"):
-        logp = logp.astype(np.float32)
-    # A logged action's behaviour probability is unknown whatever number came with it.
-    logp[~chosen] = np.nan
-    versions = _array(raw, "weights_version", where)
-    if versions.shape != (steps,) or versions.dtype.kind not in "iu":
-        raise SpaceError(f"{where}: 'weights_version' must be ({steps},) integers")
-    if versions.size and (versions.min() < 0 or versions.max() > published_version):
-        raise SpaceError(
-            f"{where}: weights versions {versions.min()}..{versions.max()} are not versions this "
-            f"server published (0..{published_version}); report the version the client acted with"
-        )
-    terminated, truncated = raw.get("terminated"), raw.get("truncated")
-    if not isinstance(terminated, bool) or not isinstance(truncated, bool):
-        raise SpaceError(f"{where}: 'terminated' and 'truncated' must be true or false")
-    if terminated and truncated:
-        raise SpaceError(f"{where}: a fragment cannot be both terminated and truncated")
-    return Fragment(
-        episode_id=episode_id,
-        agent_id=SINGLE_AGENT,
-        policy_id=policy_id,
-        obs=obs,
-        actions=actions,
-        rewards=rewards,
-        behaviour_logp=logp,
-        policy_chosen=chosen,
-        weights_version=versions.astype(np.int64),
-        terminated=terminated,
-        truncated=truncated,
-    )
 
+    def __init__(
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        policy_id: str,
+        limits: Limits,
+    ):
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.policy_id = policy_id
+        self.limits = limits
+        self._obs_dim = flat_dim(observation_space)
+        self._obs_bounds: tuple[np.ndarray, np.ndarray] | None = None
+        if isinstance(observation_space, gym.spaces.Box):
+            low = observation_space.low.reshape(-1)
+            high = observation_space.high.reshape(-1)
+            if np.isfinite(low).any() or np.isfinite(high).any():
+                self._obs_bounds = (low, high)
+        self._choices: int | None = None
+        self._action_width: int | None = None
+        if isinstance(action_space, gym.spaces.Discrete):
+            self._choices = int(action_space.n)
+        elif isinstance(action_space, gym.spaces.Box):
+            self._action_width = int(np.prod(action_space.shape))
 
-def _check_actions(
-    actions: np.ndarray, space: gym.Space[Any], steps: int, where: str
-) -> np.ndarray:
-    if isinstance(space, gym.spaces.Discrete):
-        if actions.shape != (steps,) or actions.dtype.kind not in "iu":
-            raise SpaceError(f"{where}: 'actions' must be ({steps},) integer choice indices")
-        if actions.size and (actions.min() < 0 or actions.max() >= space.n):
-            raise SpaceError(
-                f"{where}: 'actions' are choice indices 0..{int(space.n) - 1} (the value minus "
-                f"the space's start); got {actions.min()}..{actions.max()}"
+    def check(self, raw: dict[str, Any], published_version: int, where: str) -> Fragment:
+        """Validate one reported fragment map and build the :class:`Fragment`.
+
+        Raises:
+            SpaceError: A field is missing, mistyped, of the wrong shape, or out of range.
+            LimitExceededError: An id over the length limit.
+        """
+        limits = self.limits
+        episode_id = raw.get("episode_id")
+        if not isinstance(episode_id, str) or not episode_id:
+            raise SpaceError(f"{where}: 'episode_id' must be a non-empty string")
+        if len(episode_id) > limits.max_id_length:
+            raise LimitExceededError(
+                f"{where}: 'episode_id' has {len(episode_id)} characters; the limit is "
+                f"{limits.max_id_length}"
             )
-        return actions.astype(np.int64)
-    if isinstance(space, gym.spaces.Box):
-        width = int(np.prod(space.shape))
-        if actions.shape != (steps, width):
-            raise SpaceError(f"{where}: 'actions' must have shape ({steps}, {width})")
+        rewards = _array(raw, "rewards", where)
+        steps = rewards.shape[0] if rewards.ndim == 1 else -1
+        if steps < 1:
+            raise SpaceError(f"{where}: 'rewards' must be a non-empty 1-D array")
+        rewards = check_float32(rewards, f"{where}.rewards", MAX_ABS_REWARD)
+        obs = _array(raw, "obs", where)
+        if obs.shape != (steps + 1, self._obs_dim):
+            raise SpaceError(
+                f"{where}: 'obs' must be the flattened observations, shape "
+                f"({steps + 1}, {self._obs_dim}) for {steps} steps of "
+                f"{self.observation_space}; got {obs.shape}"
+            )
+        obs = check_float32(obs, f"{where}.obs")
+        if self._obs_bounds is not None:
+            low, high = self._obs_bounds
+            if (obs < low).any() or (obs > high).any():
+                raise SpaceError(
+                    f"{where}: 'obs' has values outside {self.observation_space}'s bounds"
+                )
+        actions = self._check_actions(_array(raw, "actions", where), steps, where)
+        chosen = _array(raw, "policy_chosen", where)
+        if chosen.shape != (steps,):
+            raise SpaceError(f"{where}: 'policy_chosen' must have shape ({steps},)")
+        chosen = chosen.astype(bool, copy=False)
+        logp = _array(raw, "behaviour_logp", where)
+        if logp.shape != (steps,):
+            raise SpaceError(
+                f"{where}: 'behaviour_logp' must have shape ({steps},) and be finite where the "
+                "policy chose the action (NaN marks a logged action)"
+            )
+        all_chosen = bool(chosen.all())
+        # Only the policy's own choices carry a log-probability; a logged action's is ignored.
+        check_float32(
+            logp if all_chosen else logp[chosen],
+            f"{where}.behaviour_logp (where policy_chosen)",
+            MAX_ABS_LOGP,
+        )
+        if logp.dtype != np.float32:
+            with np.errstate(over="ignore", invalid="ignore"):
+                logp = logp.astype(np.float32)
+        if not all_chosen:
+            # A logged action's behaviour probability is unknown whatever number came with it.
+            logp = logp.copy()
+            logp[~chosen] = np.nan
+        versions = _array(raw, "weights_version", where)
+        if versions.shape != (steps,) or versions.dtype.kind not in "iu":
+            raise SpaceError(f"{where}: 'weights_version' must be ({steps},) integers")
+        if not indices_within(versions, published_version):
+            raise SpaceError(
+                f"{where}: weights versions {versions.min()}..{versions.max()} are not versions "
+                f"this server published (0..{published_version}); report the version the client "
+                "acted with"
+            )
+        terminated, truncated = raw.get("terminated"), raw.get("truncated")
+        if not isinstance(terminated, bool) or not isinstance(truncated, bool):
+            raise SpaceError(f"{where}: 'terminated' and 'truncated' must be true or false")
+        if terminated and truncated:
+            raise SpaceError(f"{where}: a fragment cannot be both terminated and truncated")
+        return Fragment(
+            episode_id=episode_id,
+            agent_id=SINGLE_AGENT,
+            policy_id=self.policy_id,
+            obs=obs,
+            actions=actions,
+            rewards=rewards,
+            behaviour_logp=logp,
+            policy_chosen=chosen,
+            weights_version=versions.astype(np.int64, copy=False),
+            terminated=terminated,
+            truncated=truncated,
+        )
+
+    def _check_actions(self, actions: np.ndarray, steps: int, where: str) -> np.ndarray:
+        if self._choices is not None:
+            if actions.shape != (steps,) or actions.dtype.kind not in "iu":
+                raise SpaceError(f"{where}: 'actions' must be ({steps},) integer choice indices")
+            if not indices_within(actions, self._choices - 1):
+                raise SpaceError(
+                    f"{where}: 'actions' are choice indices 0..{self._choices - 1} (the value "
+                    f"minus the space's start); got {actions.min()}..{actions.max()}"
+                )
+            return actions.astype(np.int64, copy=False)
+        if self._action_width is None:
+            raise SpaceError(f"{where}: {self.action_space} actions cannot be reported")
+        if actions.shape != (steps, self._action_width):
+            raise SpaceError(f"{where}: 'actions' must have shape ({steps}, {self._action_width})")
         return check_float32(actions, f"{where}.actions")
-    raise SpaceError(f"{where}: {space} actions cannot be reported")
 
 
 def check_summaries(raw: list[dict[str, Any]], limits: Limits, where: str) -> list[EpisodeSummary]:

@@ -49,7 +49,7 @@ from rlserve.protocol.messages import (
     error_reply,
 )
 from rlserve.samples import Fragment
-from rlserve.server.reports import BatchLedger, check_fragment, check_summaries
+from rlserve.server.reports import BatchLedger, FragmentChecker, check_summaries
 from rlserve.server.stats import ServerStats
 from rlserve.server.throttled_log import SERVER_LOG
 from rlserve.spaces import check_batch, check_value, describe
@@ -91,6 +91,7 @@ class PolicySlot:
     policy_id: str
     observation_space: gym.Space[Any]
     action_space: gym.Space[Any]
+    fragment_checker: FragmentChecker
     policy: NumpyPolicy | None = None
     package: WeightsPackage | None = None
     pending: list[_Pending] = field(default_factory=list)
@@ -155,7 +156,10 @@ class Service:
         self._token = token
         self._seed = seed
         self.stats = stats
-        self.slots = {pid: PolicySlot(pid, obs, act) for pid, (obs, act) in policies.items()}
+        self.slots = {
+            pid: PolicySlot(pid, obs, act, FragmentChecker(obs, act, pid, limits))
+            for pid, (obs, act) in policies.items()
+        }
         self.episodes = EpisodeTable(
             fragment_length,
             limits.max_episodes_per_server,
@@ -507,16 +511,10 @@ class Service:
             return state == "waiting"
         try:
             where = f"report_samples '{request.batch_id}'"
+            check = slot.fragment_checker.check
+            version = slot.package.version
             fragments = [
-                check_fragment(
-                    raw,
-                    slot.observation_space,
-                    slot.action_space,
-                    slot.policy_id,
-                    slot.package.version,
-                    self.limits,
-                    f"{where}.fragments[{i}]",
-                )
+                check(raw, version, f"{where}.fragments[{i}]")
                 for i, raw in enumerate(request.fragments)
             ]
             summaries = check_summaries(request.episodes, self.limits, where)

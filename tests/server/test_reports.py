@@ -1,0 +1,92 @@
+"""Validation of reported fragments (``report_samples``) by :class:`FragmentChecker`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from rlserve.errors import SpaceError
+from rlserve.protocol.limits import Limits
+from rlserve.server.reports import FragmentChecker
+
+OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+
+
+def fragment(steps: int = 4, **changes: Any) -> dict[str, Any]:
+    raw: dict[str, Any] = {
+        "episode_id": "e1",
+        "obs": np.zeros((steps + 1, 3), np.float64),
+        "actions": np.ones(steps, np.int32),
+        "rewards": np.ones(steps, np.float64),
+        "behaviour_logp": np.full(steps, -0.7),
+        "policy_chosen": np.ones(steps, bool),
+        "weights_version": np.full(steps, 2, np.int64),
+        "terminated": True,
+        "truncated": False,
+    }
+    return raw | changes
+
+
+def checker(action_space: gym.Space[Any] | None = None) -> FragmentChecker:
+    return FragmentChecker(OBS, action_space or gym.spaces.Discrete(3), "default", Limits())
+
+
+def test_a_valid_fragment_comes_back_in_the_trained_dtypes() -> None:
+    out = checker().check(fragment(), published_version=2, where="r")
+    assert (out.obs.dtype, out.rewards.dtype, out.behaviour_logp.dtype) == (np.float32,) * 3
+    assert out.actions.dtype == np.int64 and out.weights_version.dtype == np.int64
+    assert out.terminated and len(out) == 4 and out.policy_id == "default"
+
+
+def test_a_logged_action_has_an_unknown_log_probability_whatever_was_sent() -> None:
+    chosen = np.array([True, False, True, True])
+    logp = np.array([-0.7, 1e39, -0.7, -0.7])
+    out = checker().check(fragment(policy_chosen=chosen, behaviour_logp=logp), 2, "r")
+    assert np.isnan(out.behaviour_logp[1]) and not np.isnan(out.behaviour_logp[[0, 2, 3]]).any()
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"behaviour_logp": np.array([-0.7, -1e30, -0.7, -0.7])}, "behaviour_logp"),
+        ({"actions": np.array([0, 1, -1, 0])}, "choice indices 0..2"),
+        ({"actions": np.array([0, 1, 3, 0])}, "choice indices 0..2"),
+        ({"weights_version": np.array([2, 2, 3, 2])}, "not versions this server published"),
+        ({"weights_version": np.array([2, -1, 2, 2])}, "not versions this server published"),
+        ({"obs": np.full((5, 3), 1.5)}, "outside Box"),
+        ({"rewards": np.array([1.0, 3e38, 1.0, 1.0])}, "rewards"),
+        ({"obs": np.zeros((4, 3))}, "shape \\(5, 3\\)"),
+    ],
+    ids=[
+        "logp",
+        "negative-action",
+        "action-n",
+        "future-version",
+        "negative-version",
+        "bounds",
+        "reward",
+        "obs-shape",
+    ],
+)
+def test_bad_fragments_are_refused_with_the_field_named(
+    changes: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(SpaceError, match=message):
+        checker().check(fragment(**changes), published_version=2, where="r.fragments[0]")
+
+
+def test_an_unbounded_box_and_box_actions() -> None:
+    unbounded = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+    box_actions = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    check = FragmentChecker(unbounded, box_actions, "p", Limits()).check
+    out = check(fragment(obs=np.full((5, 3), 1e6), actions=np.zeros((4, 2))), 2, "r")
+    assert out.actions.dtype == np.float32 and out.actions.shape == (4, 2)
+
+
+def test_an_action_space_that_cannot_be_reported_fails_at_the_report_not_at_start() -> None:
+    check = checker(gym.spaces.MultiDiscrete([2, 2])).check
+    with pytest.raises(SpaceError, match="cannot be reported"):
+        check(fragment(), 2, "r")
