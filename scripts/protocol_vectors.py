@@ -1,0 +1,272 @@
+"""Machine-readable test vectors for docs/protocol-vectors/ (format: that folder's README.md).
+
+``messages.json`` holds messages that travelled in the session of scripts/protocol_examples.py
+plus one array of every dtype code; ``forward-pass.json`` holds two tiny policies computed by
+:class:`rlserve.policy.NumpyPolicy`. :func:`to_tagged` and :func:`from_tagged` convert between
+decoded values and the vectors' JSON form; tests/docs/test_protocol_vectors.py uses them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlserve.policy.numpy_policy import ModelSpec, NumpyPolicy
+from rlserve.protocol.codec import DTYPE_CODES, decode, encode, to_jsonable
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDER = ROOT / "docs" / "protocol-vectors"
+FORMAT = 1
+"""Version of the vector files' layout."""
+
+
+def _number(value: float) -> float | str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
+def to_tagged(value: Any) -> Any:
+    """A decoded value as plain JSON: arrays and non-finite floats tagged (README.md)."""
+    if isinstance(value, np.ndarray):
+        data = value.reshape(-1).tolist()
+        if value.dtype.kind == "f":
+            data = [_number(v) for v in data]
+        return {"$ndarray": {"dtype": str(value.dtype), "shape": list(value.shape), "data": data}}
+    if isinstance(value, dict):
+        return {k: to_tagged(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_tagged(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"$float": _number(value)}
+    return value
+
+
+def from_tagged(value: Any) -> Any:
+    """The inverse of :func:`to_tagged`."""
+    if isinstance(value, dict):
+        if set(value) == {"$ndarray"}:
+            spec = value["$ndarray"]
+            data = [float(v) if isinstance(v, str) else v for v in spec["data"]]
+            return np.array(data, dtype=spec["dtype"]).reshape(spec["shape"])
+        if set(value) == {"$float"}:
+            return float(value["$float"])
+        return {k: from_tagged(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_tagged(v) for v in value]
+    return value
+
+
+def json_text(value: Any) -> str:
+    """The HTTP carrier's JSON for ``value`` (NaN as the bare token, as section 14.8 allows)."""
+    return json.dumps(to_jsonable(value), separators=(",", ":"), ensure_ascii=False)
+
+
+def vector(name: str, description: str, value: dict[str, Any], body: bytes) -> dict[str, Any]:
+    """One message vector."""
+    return {
+        "name": name,
+        "description": description,
+        "msgpack": body.hex(),
+        "json": json_text(value),
+        "value": to_tagged(value),
+    }
+
+
+_WANTED = {
+    # (direction, type, form) -> (name, description); form tells batched and special cases apart
+    ("request", "hello", ""): ("hello", "hello request (section 7.1)"),
+    ("reply", "welcome", ""): ("welcome", "welcome reply for CartPole-v1 (section 7.1)"),
+    ("request", "start_episode", ""): ("start_episode", "start_episode with an id (7.2)"),
+    ("reply", "episode_started", ""): ("episode_started", "episode_started (7.2)"),
+    ("request", "get_action", ""): ("get_action", "get_action, single form, first step (7.3)"),
+    ("request", "get_action", "reward"): ("get_action_reward", "get_action with a reward (7.3)"),
+    ("reply", "action", ""): ("action", "action reply, single form (7.3)"),
+    ("request", "get_action", "batched"): ("get_action_batched", "get_action, batched (7.3)"),
+    ("reply", "action", "batched"): ("action_batched", "action reply, batched: int64 (7.3)"),
+    ("request", "log_action", ""): ("log_action", "log_action (7.4)"),
+    ("request", "log_returns", ""): ("log_returns", "log_returns (7.5)"),
+    ("reply", "ok", ""): ("ok", "ok reply (7.4-7.6)"),
+    ("request", "end_episode", ""): ("end_episode", "end_episode (7.6)"),
+    ("request", "ping", ""): ("ping", "ping (7.7)"),
+    ("reply", "pong", ""): ("pong", "pong (7.7)"),
+    ("reply", "error", ""): ("error", "error reply (7.8)"),
+    ("reply", "error", "null-id"): ("error_null_id", "error reply with id null (7.8)"),
+    ("request", "get_weights", ""): ("get_weights", "get_weights (7.9)"),
+    ("reply", "weights", ""): ("weights", "weights reply, full (7.9)"),
+    ("request", "get_weights", "have"): ("get_weights_have", "get_weights with have_version (7.9)"),
+    ("reply", "weights", "unchanged"): ("weights_unchanged", "weights reply, unchanged (7.9)"),
+    ("request", "report_samples", ""): ("report_samples", "report_samples batch (7.10)"),
+    ("reply", "samples_accepted", ""): ("samples_accepted", "samples_accepted (7.10)"),
+    ("reply", "samples_accepted", "duplicate"): (
+        "samples_accepted_duplicate",
+        "samples_accepted for a re-sent batch (7.10)",
+    ),
+}
+
+
+def _form(direction: str, message: dict[str, Any]) -> str:
+    if direction == "request":
+        if "episode_ids" in message:
+            return "batched"
+        if message.get("type") == "get_action" and "reward" in message:
+            return "reward"
+        if "have_version" in message:
+            return "have"
+        return ""
+    if "actions" in message:
+        return "batched"
+    if message.get("unchanged"):
+        return "unchanged"
+    if message.get("duplicate"):
+        return "duplicate"
+    if message.get("type") == "error" and message.get("id") is None:
+        return "null-id"
+    return ""
+
+
+def message_vectors(frames: list[Any]) -> list[dict[str, Any]]:
+    """The first message of every wanted kind among the recorded exchanges, in _WANTED order."""
+    found: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for ex in frames:
+        for direction, message, frame in (
+            ("request", ex.request, ex.request_frame),
+            ("reply", ex.reply, ex.reply_frame),
+        ):
+            if message is None or frame[4:] != encode(message):
+                continue  # a deliberately malformed request, or a normalised reply
+            key = (direction, str(message.get("type")), _form(direction, message))
+            if key in _WANTED and key not in found:
+                name, description = _WANTED[key]
+                found[key] = vector(name, description, message, frame[4:])
+    missing = [_WANTED[k][0] for k in _WANTED if k not in found]
+    if missing:
+        raise RuntimeError(f"the session produced no vector for {missing}")
+    return [found[k] for k in _WANTED]
+
+
+def array_vectors() -> list[dict[str, Any]]:
+    """One map ``{"array": ...}`` per dtype code, plus a 0-dimensional and an empty array."""
+    samples: dict[str, list[Any]] = {
+        "bool": [True, False, True, True],
+        "int8": [-128, -1, 0, 127],
+        "uint8": [0, 1, 128, 255],
+        "int16": [-32768, -2, 3, 32767],
+        "uint16": [0, 2, 513, 65535],
+        "int32": [-2147483648, -3, 70000, 2147483647],
+        "uint32": [0, 3, 70000, 4294967295],
+        "int64": [-9223372036854775808, -4, 5000000000, 9223372036854775807],
+        "uint64": [0, 4, 5000000000, 18446744073709551615],
+        "float16": [-2.0, 0.5, 65504.0, 0.0],
+        "float32": [0.015625, -0.25, 3.4028234663852886e38, float("nan")],
+        "float64": [0.1, -1e-300, float("inf"), float("-inf")],
+    }
+    out = []
+    for code, dtype in DTYPE_CODES.items():
+        array = np.array(samples[str(dtype)], dtype=dtype).reshape(2, 2)
+        value = {"array": array}
+        out.append(
+            {
+                **vector(
+                    f"array_{dtype}",
+                    f"a [2, 2] {dtype} array, dtype code {code} (5.3)",
+                    value,
+                    encode(value),
+                ),
+                "json": None
+                if dtype.kind == "f" and not np.isfinite(array).all()
+                else json_text(value),
+            }
+        )
+    for name, array, text in (
+        ("array_0d", np.array(1.5, np.float32), "a 0-dimensional float32 array (5.3, 5.4)"),
+        ("array_empty", np.zeros((0, 4), np.float32), "an empty [0, 4] float32 array"),
+    ):
+        value = {"array": array}
+        out.append(vector(name, text, value, encode(value)))
+    for v in out:
+        assert from_tagged(v["value"]).keys() == decode(bytes.fromhex(v["msgpack"])).keys()
+    return out
+
+
+def tiny_policies() -> list[dict[str, Any]]:
+    """A categorical and a gaussian policy small enough to check by hand (section 14.4)."""
+    out = []
+    rng = np.random.default_rng(7)
+    for distribution, action_dim in (("categorical", 3), ("gaussian", 2)):
+        spec = ModelSpec(
+            obs_dim=3,
+            actor_layers=("actor.0", "actor.2"),
+            activation="tanh",
+            distribution=distribution,
+            action_dim=action_dim,
+            action_low=(-1.0,) * action_dim if distribution == "gaussian" else (),
+            action_high=(1.0,) * action_dim if distribution == "gaussian" else (),
+            action_start=1 if distribution == "categorical" else 0,
+        )
+        # Weights on a grid of 1/64 are exact in float32 and short in decimal.
+        arrays = {
+            "actor.0.weight": np.round(rng.uniform(-1, 1, (4, 3)) * 64) / 64,
+            "actor.0.bias": np.round(rng.uniform(-0.5, 0.5, 4) * 64) / 64,
+            "actor.2.weight": np.round(rng.uniform(-1, 1, (action_dim, 4)) * 64) / 64,
+            "actor.2.bias": np.round(rng.uniform(-0.5, 0.5, action_dim) * 64) / 64,
+        }
+        if distribution == "gaussian":
+            arrays["log_std"] = np.array([-0.5, 0.25])
+        arrays = {k: v.astype(np.float32) for k, v in arrays.items()}
+        policy = NumpyPolicy(spec, arrays, version=0)
+        obs = np.array([[0.5, -0.25, 0.125]], np.float32)
+        hidden = np.tanh(obs @ arrays["actor.0.weight"].T + arrays["actor.0.bias"])
+        output = policy.forward(obs)
+        case: dict[str, Any] = {
+            "name": f"tiny_{distribution}",
+            "model": spec.to_wire(),
+            "arrays": {k: to_tagged(v) for k, v in arrays.items()},
+            "observation": obs[0].tolist(),
+            "hidden": [float(v) for v in hidden[0]],
+        }
+        if distribution == "categorical":
+            logits = output[0].astype(np.float64)
+            probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+            logps = policy.log_prob(np.repeat(obs, action_dim, 0), np.arange(action_dim))
+            case.update(
+                {
+                    "logits": [float(v) for v in output[0]],
+                    "probabilities": [float(v) for v in probs],
+                    "log_probabilities": [float(v) for v in logps],
+                    "greedy_choice": int(np.argmax(logits)),
+                    "greedy_action": int(np.argmax(logits)) + spec.action_start,
+                }
+            )
+        else:
+            action = np.array([[0.25, -1.5]], np.float32)
+            case.update(
+                {
+                    "mean": [float(v) for v in output[0]],
+                    "log_std": [float(v) for v in arrays["log_std"]],
+                    "action": action[0].tolist(),
+                    "action_log_probability": float(policy.log_prob(obs, action)[0]),
+                    "clipped_action": [float(v) for v in policy.to_env_actions(action)[0]],
+                }
+            )
+        out.append(case)
+    return out
+
+
+def dump(data: Any) -> str:
+    """The vector files' JSON text."""
+    return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+
+
+def vector_files(frames: list[Any], requests: list[Any]) -> dict[Path, str]:
+    """Every file of docs/protocol-vectors/ but README.md, by path."""
+    del requests  # the HTTP forms are derived from the same values
+    messages = {"format": FORMAT, "vectors": message_vectors(frames) + array_vectors()}
+    forward = {"format": FORMAT, "policies": tiny_policies()}
+    return {FOLDER / "messages.json": dump(messages), FOLDER / "forward-pass.json": dump(forward)}
