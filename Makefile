@@ -20,8 +20,8 @@ demo: $(STAMP)
 	$(BIN)/rlserve demo cartpole
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench examples
-	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/ruff check src tests bench examples scripts
+	$(BIN)/ruff format --check src tests bench examples scripts
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

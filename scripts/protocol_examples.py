@@ -1187,7 +1187,23 @@ def generate() -> tuple[dict[str, str], list[Exchange], list[HttpExchange]]:
     ):
         blocks, facts = binary_examples(main, token, norm, frames)
         blocks.update(http_examples(main, token, norm, requests, facts))
+    blocks["14.4-vector"] = forward_pass_vector()
     return blocks, frames, requests
+
+
+def forward_pass_vector() -> str:
+    """Section 14.4's complete tiny vectors, from docs/protocol-vectors/forward-pass.json."""
+    out = []
+    for case in protocol_vectors.tiny_policies():
+        lines = [f"model: {json.dumps(case['model'])}"]
+        for name, tagged in case["arrays"].items():
+            array = protocol_vectors.from_tagged(tagged)
+            lines.append(f"{name} {list(array.shape)}: {notation(array.tolist())}")
+        for key, value in case.items():
+            if key not in ("name", "model", "arrays"):
+                lines.append(f"{key}: {notation(value)}")
+        out.append(f"`{case['name']}`:\n\n" + fence("\n".join(lines)))
+    return "\n\n".join(out)
 
 
 def splice(doc: str, blocks: dict[str, str]) -> str:

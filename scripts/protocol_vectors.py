@@ -21,6 +21,8 @@ from rlserve.protocol.codec import DTYPE_CODES, decode, encode, to_jsonable
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "docs" / "protocol-vectors"
 FORMAT = 1
+UNIFORM = 0.5
+"""The uniform draw the categorical vector samples its choice with (section 14.4)."""
 """Version of the vector files' layout."""
 
 
@@ -219,7 +221,7 @@ def tiny_policies() -> list[dict[str, Any]]:
         }
         if distribution == "gaussian":
             arrays["log_std"] = np.array([-0.5, 0.25])
-        arrays = {k: v.astype(np.float32) for k, v in arrays.items()}
+        arrays = {k: (v + 0.0).astype(np.float32) for k, v in arrays.items()}
         policy = NumpyPolicy(spec, arrays, version=0)
         obs = np.array([[0.5, -0.25, 0.125]], np.float32)
         hidden = np.tanh(obs @ arrays["actor.0.weight"].T + arrays["actor.0.bias"])
@@ -235,11 +237,18 @@ def tiny_policies() -> list[dict[str, Any]]:
             logits = output[0].astype(np.float64)
             probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
             logps = policy.log_prob(np.repeat(obs, action_dim, 0), np.arange(action_dim))
+            # Section 14.4's rule: the smallest j whose running sum of weights passes u * S.
+            w = np.exp(logits - logits.max())
+            choice = int(np.argmax(np.cumsum(w) > UNIFORM * w.sum()))
             case.update(
                 {
                     "logits": [float(v) for v in output[0]],
                     "probabilities": [float(v) for v in probs],
                     "log_probabilities": [float(v) for v in logps],
+                    "uniform_draw": UNIFORM,
+                    "sampled_choice": choice,
+                    "sampled_action": choice + spec.action_start,
+                    "sampled_log_probability": float(logps[choice]),
                     "greedy_choice": int(np.argmax(logits)),
                     "greedy_action": int(np.argmax(logits)) + spec.action_start,
                 }

@@ -9,10 +9,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from protocol_render import byte_walk, hexdump, notation  # noqa: E402
+from protocol_render import byte_walk, hexdump, notation
 
-from rlserve.protocol.codec import encode  # noqa: E402
-from rlserve.protocol.framing import frame  # noqa: E402
+from rlserve.protocol.codec import encode
+from rlserve.protocol.framing import frame
 
 
 def test_hexdump_matches_hexdump_c():
