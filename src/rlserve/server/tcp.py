@@ -1,5 +1,9 @@
 """The binary carrier: length-prefixed msgpack frames over TCP (asyncio, uvloop when present).
 
+Its port serves the HTTP carrier too: :class:`CarrierSniffer` reads each connection's first byte
+(after the TLS handshake) and hands the connection to the HTTP protocol when that byte starts an
+HTTP method, to :class:`BinaryConnection` otherwise (``docs/protocol.md`` section 3.6).
+
 Requests on one connection are handled in order. While a ``get_action`` waits for its batched
 forward pass, later frames of the same connection wait in a backlog, so replies and episode state
 follow the order the client sent (a client may pipeline). A connection that sends a frame over the
