@@ -211,7 +211,8 @@ class Connection:
             )
         except ConnectionLostError as exc:
             # Closed without a byte of reply: what a TLS server does to a plain-text hello.
-            if self._ssl is None and self._head == b"" and self._peer_speaks_tls():
+            closed = not isinstance(exc, RequestTimeoutError)
+            if closed and self._ssl is None and self._head == b"" and self._peer_speaks_tls():
                 raise TLSError(self._tls_peer_message()) from exc
             raise
         self.welcome = reply
