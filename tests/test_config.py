@@ -113,3 +113,12 @@ def test_a_token_in_clear_text_off_loopback_is_warned_about() -> None:
     warning = ServerConfig(host="0.0.0.0", token="s3cret").plaintext_warning()
     assert warning is not None and "clear text" in warning and "s3cret" not in warning
     assert ServerConfig(token="s3cret").plaintext_warning() is None
+
+
+def test_max_frame_bytes_stays_below_what_looks_like_http() -> None:
+    # Over 1 GiB a frame's first byte could be an HTTP method's first letter (one port serves
+    # both carriers, told apart by that byte).
+    assert ServerConfig(max_frame_bytes=1 << 30).max_frame_bytes == 1 << 30
+    for bad in ((1 << 30) + 1, 0):
+        with pytest.raises(ConfigError, match=r"max_frame_bytes is .* between 1 and 1073741824"):
+            ServerConfig(max_frame_bytes=bad)

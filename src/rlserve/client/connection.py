@@ -11,6 +11,7 @@ only.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import ssl
@@ -53,6 +54,18 @@ PLAIN_SCHEMES = ("tcp", "http")
 
 TLS_SCHEMES = ("tls", "https")
 """Address schemes of a TLS connection: the server's certificate and host name are verified."""
+
+PLAIN_PEER_REASONS = frozenset({"WRONG_VERSION_NUMBER", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST"})
+"""OpenSSL's reasons for a handshake that met plain text (a server without TLS)."""
+
+HEAD_BYTES = 64
+"""First bytes of a connection kept to name a peer that is not a binary carrier."""
+
+HEALTH_PROBE_TIMEOUT = 5.0
+"""Seconds to ask an HTTP peer's ``/v1/health`` for the binary port."""
+
+HEALTH_PROBE_BYTES = 64 * 1024
+"""Most bytes read of that reply."""
 
 TLS_CA_ENV = "RLSERVE_TLS_CA"
 """Environment variable with a CA bundle file that TLS connections trust (when ``tls_ca`` is
@@ -141,6 +154,10 @@ class Connection:
         client_id: str | None = None,
     ):
         self.host, self.port, self.tls = parse_address(address)
+        scheme, sep, _ = address.partition("://")
+        self._scheme = f"{scheme}://" if sep else ""
+        self._head: bytearray | None = None
+        """The first bytes of the connection until its first frame (to name a foreign peer)."""
         self._ssl = client_ssl_context(address, tls_ca)
         self.tcp_connected = False
         """Whether a TCP connection to the server was ever established."""
@@ -169,24 +186,35 @@ class Connection:
 
         Raises:
             ConnectionLostError: The server cannot be reached.
+            TLSError: Only one side speaks TLS.
+            ConfigError: The address leads to an HTTP port, not a binary one (the message names
+                the binary port when the server's health says it).
             AuthenticationError, VersionMismatchError: The server refused the hello.
         """
         sock = self._connect_socket()
         sock.settimeout(self.timeouts.request)
         self._sock = sock
         self._decoder = FrameDecoder(DEFAULT_LIMITS.max_frame_bytes)
+        self._head = bytearray()
         self._unanswered.clear()
         self._replies.clear()
-        reply = self._roundtrip(
-            {
-                "type": "hello",
-                "protocol_version": PROTOCOL_VERSION,
-                "client_name": self._client_name,
-                "token": self._token,
-                "inference_mode": self._inference_mode,
-                "client_id": self._client_id,
-            }
-        )
+        try:
+            reply = self._roundtrip(
+                {
+                    "type": "hello",
+                    "protocol_version": PROTOCOL_VERSION,
+                    "client_name": self._client_name,
+                    "token": self._token,
+                    "inference_mode": self._inference_mode,
+                    "client_id": self._client_id,
+                }
+            )
+        except ConnectionLostError as exc:
+            # Closed without a byte of reply: what a TLS server does to a plain-text hello.
+            closed = not isinstance(exc, RequestTimeoutError)
+            if closed and self._ssl is None and self._head == b"" and self._peer_speaks_tls():
+                raise TLSError(self._tls_peer_message()) from exc
+            raise
         self.welcome = reply
         limits = reply.get("limits", {})
         known = {k: v for k, v in limits.items() if k in Limits.__dataclass_fields__}
@@ -222,13 +250,106 @@ class Connection:
                 "tls_ca='ca.pem' (or set RLSERVE_TLS_CA), and connect with the host name the "
                 "certificate names"
             ) from exc
-        except (ssl.SSLError, OSError) as exc:
+        except ssl.SSLError as exc:
+            sock.close()
+            if exc.reason in PLAIN_PEER_REASONS:
+                raise TLSError(
+                    f"the TLS handshake with {self.host}:{self.port} failed: the server answered "
+                    f"in plain text ({exc.reason}), so this port does not serve TLS; connect with "
+                    f"tcp://{self.host}:{self.port} (plain text), or start the server with "
+                    "--tls-cert FILE --tls-key FILE"
+                ) from exc
+            raise TLSError(
+                f"the TLS handshake with {self.host}:{self.port} failed ({exc}); does the server "
+                "serve TLS (rlserve serve --tls-cert ... --tls-key ...)? If it does not, connect "
+                f"with tcp://{self.host}:{self.port}"
+            ) from exc
+        except OSError as exc:
             sock.close()
             raise TLSError(
                 f"the TLS handshake with {self.host}:{self.port} failed ({exc}); does the server "
                 "serve TLS (rlserve serve --tls-cert ... --tls-key ...)? If it does not, connect "
                 f"with tcp://{self.host}:{self.port}"
             ) from exc
+
+    # -- a peer that is not a binary carrier -----------------------------------------------
+
+    def _foreign_peer(self) -> RLServeError | None:
+        """The error naming the peer whose first bytes are not a frame: HTTP or TLS, or None."""
+        head = bytes(self._head or b"")
+        if head.startswith(b"HTTP"):
+            return ConfigError(self._http_peer_message(head))
+        if head[:1] in (b"\x15", b"\x16") and head[1:2] == b"\x03":
+            return TLSError(self._tls_peer_message())
+        return None
+
+    def _tls_peer_message(self) -> str:
+        return (
+            f"{self.host}:{self.port} speaks TLS and this client plain text: the server was "
+            f"started with --tls-cert; connect with tls://{self.host}:{self.port} (with "
+            "tls_ca='ca.pem' or RLSERVE_TLS_CA for a private CA)"
+        )
+
+    def _http_peer_message(self, head: bytes) -> str:
+        status = head.split(b"\r\n", 1)[0].decode("ascii", "replace")
+        binary = self._binary_port_from_health()
+        if binary is not None and binary != self.port:
+            return (
+                f"{self.host}:{self.port} is the HTTP port of an rlserve server (it answered "
+                f"{status!r}); PolicyClient speaks the binary carrier: use the binary port, "
+                f"PolicyClient('{self._scheme}{self.host}:{binary}'), which answers HTTP too"
+            )
+        return (
+            f"{self.host}:{self.port} answered in HTTP ({status!r}), not in rlserve's binary "
+            "protocol: it is an HTTP port (rlserve's separate --http-port, default 9901, or "
+            "another web server); point PolicyClient at the server's binary port (--port, "
+            "default 9900, printed in the 'rlserve listening on' line)"
+        )
+
+    def _binary_port_from_health(self) -> int | None:
+        """Ask the HTTP peer's ``GET /v1/health`` for the binary port; None if it does not say.
+
+        The request carries nothing secret (no token), over TLS when the address is TLS.
+        """
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        request = (
+            f"GET /v1/health HTTP/1.1\r\nHost: {host}:{self.port}\r\n"
+            "Accept: application/json\r\nConnection: close\r\n\r\n"
+        ).encode("ascii", "replace")
+        wait = min(self.timeouts.connect, HEALTH_PROBE_TIMEOUT)
+        reply = b""
+        try:
+            sock = socket.create_connection((self.host, self.port), wait)
+            if self._ssl is not None:
+                sock = self._ssl.wrap_socket(sock, server_hostname=self.host)
+            with sock:
+                sock.settimeout(wait)
+                sock.sendall(request)
+                while len(reply) < HEALTH_PROBE_BYTES:
+                    chunk = sock.recv(HEALTH_PROBE_BYTES)
+                    if not chunk:
+                        break
+                    reply += chunk
+            health = json.loads(reply.partition(b"\r\n\r\n")[2])
+        except (OSError, ValueError):
+            return None
+        port = health.get("binary_port") if isinstance(health, dict) else None
+        return port if isinstance(port, int) and 0 < port < 65536 else None
+
+    def _peer_speaks_tls(self) -> bool:
+        """Whether the peer completes a TLS handshake (a probe that sends nothing else)."""
+        context = ssl.create_default_context()
+        # Only asks "is this TLS?": no data is sent, so the certificate does not matter here.
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        wait = min(self.timeouts.connect, HEALTH_PROBE_TIMEOUT)
+        try:
+            with socket.create_connection((self.host, self.port), wait) as raw:
+                raw.settimeout(wait)
+                with context.wrap_socket(raw, server_hostname=self.host):
+                    return True
+        except OSError:
+            return False
 
     def close(self) -> None:
         """Read outstanding replies (raising a deferred error) and close the socket."""
@@ -368,12 +489,19 @@ class Connection:
             raise ConnectionLostError(
                 f"the server at {self.host}:{self.port} closed the connection"
             )
+        if self._head is not None and len(self._head) < HEAD_BYTES:
+            self._head += data[: HEAD_BYTES - len(self._head)]
         try:
             bodies = self._decoder.feed(data)
             replies = [decode(body, self.limits) for body in bodies]
         except ProtocolError as exc:
             self._drop_socket()
+            foreign = self._foreign_peer()
+            if foreign is not None:
+                raise foreign from exc
             raise ConnectionLostError(f"the server sent an invalid frame: {exc}") from exc
+        if replies:
+            self._head = None
         for reply in replies:
             reply_id = reply.get("id")
             if isinstance(reply_id, int) and reply_id in self._unanswered:

@@ -30,7 +30,7 @@ from gymnasium import spaces
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.local import LocalConfig, LocalInference
 from rlserve.config import TOKEN_ENV
-from rlserve.errors import ConfigError, ConnectionLostError, RLServeError, SpaceError
+from rlserve.errors import ConfigError, ConnectionLostError, RLServeError, SpaceError, TLSError
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.spaces import check_batch, check_value, from_description
 
@@ -45,9 +45,10 @@ class PolicyClient:
 
     Args:
         address: ``host:port`` of the server's binary port (``http://host:port`` and
-            ``tcp://host:port`` are accepted too); ``tls://host:port`` or ``https://host:port``
-            connect with TLS and verify the server's certificate and host name (never falling
-            back to plain text).
+            ``tcp://host:port`` are accepted too; the client speaks the binary carrier whatever
+            the scheme, and an HTTP-only port gets a :class:`ConfigError` naming the binary
+            port); ``tls://host:port`` or ``https://host:port`` connect with TLS and verify the
+            server's certificate and host name (never falling back to plain text).
         inference_mode: ``remote``: the server computes actions (one round trip per step).
             ``local``: the client computes them with numpy from weights the server ships and
             sends its experience in batches from a background thread.
@@ -166,6 +167,8 @@ class PolicyClient:
     def _open_first(self) -> dict[str, Any]:
         try:
             return self._conn.open()
+        except TLSError:
+            raise  # it already says which side speaks TLS
         except ConnectionLostError as exc:
             if self._conn.tls or not self._conn.tcp_connected:
                 raise

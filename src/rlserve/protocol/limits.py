@@ -13,6 +13,11 @@ from dataclasses import asdict, dataclass
 PROTOCOL_VERSION = 1
 """The wire protocol version this package speaks."""
 
+MAX_FRAME_BYTES_CEILING = 1 << 30
+"""The largest ``max_frame_bytes`` a server may set (1 GiB): a frame's first byte is then at most
+``0x40``, so it never looks like the first letter of an HTTP method, and one port serves both
+carriers (``docs/protocol.md`` section 3.6)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:

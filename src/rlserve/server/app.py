@@ -28,7 +28,7 @@ from rlserve.server import json_body
 from rlserve.server.config import ServerConfig
 from rlserve.server.experience_log import ExperienceLog
 from rlserve.server.http import BrowserPolicy, build_http_app
-from rlserve.server.http_deadline import protocol_kwargs
+from rlserve.server.http_deadline import protocol_kwargs, shared_port_protocol
 from rlserve.server.learner_link import LearnerLink
 from rlserve.server.metrics import MetricsWriter, ProgressLine
 from rlserve.server.run_folder import RunFolder
@@ -70,7 +70,10 @@ class PolicyServer:
     resume: bool = False
     stats: ServerStats = field(default_factory=ServerStats)
     port: int = 0
+    """The binary port (it answers HTTP requests too); known once started."""
     http_port: int | None = None
+    """The HTTP port: the separate ``http_port`` listener, or the binary port when there is
+    none (``http_port = -1``); known once started."""
 
     def __post_init__(self) -> None:
         self._stopping = asyncio.Event()
@@ -158,17 +161,47 @@ class PolicyServer:
             self.stats.storage_failed("experience log clean-up", exc)
 
     async def start(self) -> None:
-        """Recover the run folder's state, start the learner and listen on both carriers."""
+        """Recover the run folder's state, start the learner and listen on both carriers.
+
+        The binary port serves both carriers; the separate HTTP port, when configured, only HTTP.
+        """
         loop = asyncio.get_running_loop()
         tls = self.config.ssl_context()
         self._recover()
         self.learner.start(loop)
         limits = self.config.limits()
         hygiene = ConnectionPolicy.from_config(self.config)
+        browsers = BrowserPolicy.from_config(self.config)
+        app = build_http_app(self.service, self.config.token, browsers, self.health)
+        self._http = _EmbeddedUvicorn(
+            uvicorn.Config(
+                app,
+                log_level="warning",
+                lifespan="off",
+                access_log=False,
+                # A request still waiting at shutdown (e.g. a report for a learner that
+                # failed) must not hold the final checkpoint back.
+                timeout_graceful_shutdown=2,
+                # uvicorn wraps the pre-bound socket with these too (create_server(sock=...,
+                # ssl=config.ssl)); both carriers use the same certificate.
+                ssl_certfile=self.config.tls_cert,
+                ssl_keyfile=self.config.tls_key,
+                **protocol_kwargs(self.config),
+            )
+        )
+        # The binary port answers HTTP too (one port to open in a firewall); its HTTP
+        # connections belong to the same uvicorn server as the separate HTTP port's.
         self._tcp = await start_binary_server(
-            self.service, limits, self.config.host, self.config.port, hygiene, tls=tls
+            self.service,
+            limits,
+            self.config.host,
+            self.config.port,
+            hygiene,
+            tls=tls,
+            http=shared_port_protocol(self._http),
         )
         self.port = self._tcp.port
+        sockets: list[socket.socket] = []
         if self.config.http_port >= 0:
             sock = socket.socket(
                 socket.AF_INET6 if ":" in self.config.host else socket.AF_INET, socket.SOCK_STREAM
@@ -177,26 +210,11 @@ class PolicyServer:
             sock.bind((self.config.host, self.config.http_port))
             # Listen now, so the port accepts connections once the listening line is printed.
             sock.listen(2048)
+            sockets.append(sock)
             self.http_port = sock.getsockname()[1]
-            browsers = BrowserPolicy.from_config(self.config)
-            app = build_http_app(self.service, self.config.token, browsers, self.health)
-            self._http = _EmbeddedUvicorn(
-                uvicorn.Config(
-                    app,
-                    log_level="warning",
-                    lifespan="off",
-                    access_log=False,
-                    # A request still waiting at shutdown (e.g. a report for a learner that
-                    # failed) must not hold the final checkpoint back.
-                    timeout_graceful_shutdown=2,
-                    # uvicorn wraps the pre-bound socket with these too (create_server(sock=...,
-                    # ssl=config.ssl)); both carriers use the same certificate.
-                    ssl_certfile=self.config.tls_cert,
-                    ssl_keyfile=self.config.tls_key,
-                    **protocol_kwargs(self.config),
-                )
-            )
-            self._http_task = loop.create_task(self._http.serve(sockets=[sock]))
+        else:
+            self.http_port = self.port
+        self._http_task = loop.create_task(self._http.serve(sockets=sockets))
         self._housekeeping_task = loop.create_task(self._housekeeping())
 
     def request_stop(self) -> None:
@@ -249,11 +267,18 @@ class PolicyServer:
             self.stats.storage_failed("server state", exc)
 
     def health(self) -> dict[str, Any]:
-        """What ``GET /v1/health`` reports beyond the versions: degraded parts, the learner."""
+        """What ``GET /v1/health`` reports beyond the versions: degraded parts, the learner.
+
+        And the binary port, so that a client that dialled the HTTP port can name the right one.
+        """
         problems = dict(self.stats.degraded)
         if self.learner.failure is not None:
             problems["learner"] = self.learner.failure.strip().splitlines()[-1]
-        return {"status": "degraded" if problems else "ok", "problems": problems}
+        return {
+            "status": "degraded" if problems else "ok",
+            "problems": problems,
+            "binary_port": self.port,
+        }
 
     async def close(self) -> Path | None:
         """Stop serving, write a final checkpoint and state, close everything (within ~10 s).
@@ -292,7 +317,7 @@ async def serve_forever(server: PolicyServer) -> Path | None:
     binary, http = ("tls://", "https://") if server.config.tls else ("", "http://")
     print(
         f"rlserve listening on {binary}{server.config.host}:{server.port} (binary)"
-        + (f" and {http}{server.config.host}:{server.http_port} (HTTP)" if server.http_port else "")
+        + f" and {http}{server.config.host}:{server.http_port} (HTTP)"
         + f"; run folder {server.run.path}",
         flush=True,
     )

@@ -11,7 +11,7 @@ from typing import Any
 
 from rlserve.config import TOKEN_ENV, option
 from rlserve.errors import ConfigError
-from rlserve.protocol.limits import DEFAULT_LIMITS, Limits
+from rlserve.protocol.limits import DEFAULT_LIMITS, MAX_FRAME_BYTES_CEILING, Limits
 
 
 @dataclass
@@ -19,9 +19,15 @@ class ServerConfig:
     """How the server listens, tracks episodes, queues samples and checkpoints."""
 
     host: str = option("127.0.0.1", "Address to bind; anything but loopback requires a token.")
-    port: int = option(9900, "Port of the binary (msgpack over TCP) carrier; 0 picks a free one.")
+    port: int = option(
+        9900,
+        "Port of the binary (msgpack over TCP) carrier, which answers HTTP requests too; 0 picks "
+        "a free one.",
+    )
     http_port: int = option(
-        9901, "Port of the HTTP/JSON carrier; 0 picks a free one, -1 disables it."
+        9901,
+        "A separate port of the HTTP/JSON carrier; 0 picks a free one, -1: none (the binary "
+        "port serves HTTP too, always).",
     )
     token: str | None = dataclasses.field(
         default=None,
@@ -120,6 +126,11 @@ class ServerConfig:
         for name in ("max_connections", "http_max_connections", "pre_hello_frame_bytes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
+        if not 1 <= self.max_frame_bytes <= MAX_FRAME_BYTES_CEILING:
+            raise ConfigError(
+                f"max_frame_bytes is {self.max_frame_bytes}; it must be between 1 and "
+                f"{MAX_FRAME_BYTES_CEILING} (1 GiB): send larger data in several messages"
+            )
         for name in ("hello_timeout", "http_idle_timeout", "http_request_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")

@@ -6,14 +6,19 @@ holds a connection for ever. Here a connection must deliver a request's headers 
 ``request_timeout`` seconds of connecting or of its previous response; the body has its own
 deadline in the handler (:mod:`rlserve.server.http`). And ``limit_concurrency`` only answers 503
 once a request arrives, so a connection over the cap is answered 503 and closed at once.
+
+The same protocol serves HTTP requests that arrive on the binary port
+(:func:`shared_port_protocol`); there the header deadline counts from the connect.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
+import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from rlserve.server.config import ServerConfig
@@ -79,6 +84,14 @@ def deadline_protocol(request_timeout: float, max_connections: int) -> type[H11P
                 return
             super().data_received(data)
 
+        def backdate(self, opened_at: float) -> None:
+            """Count the header deadline from ``opened_at``: the connect, on the shared port."""
+            if self.transport is None or self._rl_timer is None:
+                return
+            self._rl_waiting_since = opened_at
+            self._rl_timer.cancel()
+            self._rl_timer = self.loop.call_at(opened_at + request_timeout, self._rl_check)
+
         def on_response_complete(self) -> None:
             self._rl_waiting_since = self.loop.time()
             super().on_response_complete()
@@ -101,6 +114,25 @@ def deadline_protocol(request_timeout: float, max_connections: int) -> type[H11P
             self._rl_timer = self.loop.call_later(max(wait, 0.05), self._rl_check)
 
     return DeadlineH11Protocol
+
+
+def shared_port_protocol(server: uvicorn.Server) -> Callable[[], asyncio.Protocol]:
+    """A factory of ``server``'s HTTP protocol for connections the binary port hands over.
+
+    They share ``server``'s configuration (the deadlines, caps and app above) and its connection
+    set, so ``http_max_connections`` counts both ports together and uvicorn's shutdown closes
+    them too.
+    """
+    config = server.config
+    if not config.loaded:
+        config.load()
+    protocol = cast(type[H11Protocol], config.http_protocol_class)
+
+    def make() -> asyncio.Protocol:
+        # Lifespan is off, so the app state is empty.
+        return protocol(config=config, server_state=server.server_state, app_state={})
+
+    return make
 
 
 def protocol_kwargs(config: ServerConfig) -> dict[str, Any]:

@@ -1,5 +1,9 @@
 """The binary carrier: length-prefixed msgpack frames over TCP (asyncio, uvloop when present).
 
+Its port serves the HTTP carrier too: :class:`CarrierSniffer` reads each connection's first byte
+(after the TLS handshake) and hands the connection to the HTTP protocol when that byte starts an
+HTTP method, to :class:`BinaryConnection` otherwise (``docs/protocol.md`` section 3.6).
+
 Requests on one connection are handled in order. While a ``get_action`` waits for its batched
 forward pass, later frames of the same connection wait in a backlog, so replies and episode state
 follow the order the client sent (a client may pipeline). A connection that sends a frame over the
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -73,16 +78,28 @@ class ConnectionPolicy:
 
 
 class BinaryConnection(asyncio.Protocol):
-    """One client connection of the binary carrier."""
+    """One client connection of the binary carrier.
+
+    Args:
+        service: Handles the requests.
+        limits: The wire limits.
+        registry: The open connections of the port; this one joins it unless the port is full.
+        policy: The connection hygiene.
+        opened_at: ``loop.time()`` of the connect when it came before this protocol took over
+            (the shared port sniffs first); the ``hello`` deadline counts from it.
+    """
 
     def __init__(
         self,
         service: Service,
         limits: Limits,
-        registry: set[BinaryConnection],
+        registry: set[PortConnection],
         policy: ConnectionPolicy = ConnectionPolicy(),
+        *,
+        opened_at: float | None = None,
     ):
         self._registry = registry
+        self._opened_at = opened_at
         self._service = service
         self._limits = limits
         self._policy = policy
@@ -129,8 +146,10 @@ class BinaryConnection(asyncio.Protocol):
         self._counted = True
         self._service.stats.clients += 1
         loop = asyncio.get_running_loop()
-        self._quiet_since = loop.time()
-        self._hello_timer = loop.call_later(self._policy.hello_timeout, self._hello_expired)
+        # On the shared port the deadline counts from the connect, not from the first byte.
+        opened = loop.time() if self._opened_at is None else self._opened_at
+        self._quiet_since = opened
+        self._hello_timer = loop.call_at(opened + self._policy.hello_timeout, self._hello_expired)
         if self._policy.idle_timeout > 0:
             self._idle_timer = loop.call_later(self._policy.idle_timeout / 4, self._check_idle)
 
@@ -285,10 +304,109 @@ class BinaryConnection(asyncio.Protocol):
             self._transport.close()
 
 
+HTTP_FIRST_BYTES = frozenset(range(ord("A"), ord("Z") + 1))
+"""First bytes that make a connection of the shared port HTTP: every HTTP method starts with one.
+
+A binary frame cannot start with one: its first byte is the top byte of a big-endian length of
+at most ``MAX_FRAME_BYTES_CEILING`` (1 GiB), so it is at most ``0x40``."""
+
+
+class CarrierSniffer(asyncio.Protocol):
+    """A new connection of the binary port until its first byte says which carrier it speaks.
+
+    An HTTP request (first byte ``A``-``Z``: ``GET``, ``POST``, ...) goes to the HTTP carrier's
+    protocol with that byte; anything else goes to :class:`BinaryConnection`. With TLS the
+    transport is already decrypted, so the sniffing sees the plain stream. While it waits, the
+    connection counts against ``max_connections`` like a binary one; a full port, or a
+    connection that sends nothing within ``hello_timeout``, is handed to the binary carrier,
+    which answers ``capacity`` or ``timeout`` as it always has.
+
+    Args:
+        binary: Makes the binary protocol of this connection (takes ``opened_at``).
+        http: Makes the HTTP carrier's protocol.
+        registry: The open connections of the port (this one while it sniffs).
+        policy: The connection hygiene (cap and deadline).
+    """
+
+    def __init__(
+        self,
+        binary: Callable[[float], BinaryConnection],
+        http: Callable[[], asyncio.Protocol],
+        registry: set[PortConnection],
+        policy: ConnectionPolicy,
+    ):
+        self._binary = binary
+        self._http = http
+        self._registry = registry
+        self._policy = policy
+        self._transport: asyncio.Transport | None = None
+        self._opened_at = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Wait for the first byte, or let the binary carrier refuse a full port."""
+        self._transport = cast(asyncio.Transport, transport)
+        loop = asyncio.get_running_loop()
+        self._opened_at = loop.time()
+        if len(self._registry) >= self._policy.max_connections:
+            self._hand_over(self._binary(self._opened_at), b"")
+            return
+        self._registry.add(self)
+        self._timer = loop.call_later(self._policy.hello_timeout, self._silent)
+
+    def data_received(self, data: bytes) -> None:
+        """Hand the connection, with these bytes, to the carrier they belong to."""
+        if data[0] in HTTP_FIRST_BYTES:
+            self._hand_over(self._http(), data)
+        else:
+            self._hand_over(self._binary(self._opened_at), data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Gone before its first byte."""
+        self._stop()
+        self._transport = None
+
+    def close(self) -> None:
+        """Close the connection (the server stops)."""
+        self._stop()
+        if self._transport is not None:
+            self._transport.close()
+
+    def _silent(self) -> None:
+        # The binary carrier answers a silent connection: its hello deadline has passed.
+        self._timer = None
+        if self._transport is not None and not self._transport.is_closing():
+            self._hand_over(self._binary(self._opened_at), b"")
+
+    def _stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._registry.discard(self)
+
+    def _hand_over(self, protocol: asyncio.Protocol, data: bytes) -> None:
+        self._stop()
+        transport = self._transport
+        if transport is None:
+            return
+        self._transport = None
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        backdate = getattr(protocol, "backdate", None)
+        if backdate is not None:
+            backdate(self._opened_at)
+        if data and not transport.is_closing():
+            protocol.data_received(data)
+
+
+PortConnection = BinaryConnection | CarrierSniffer
+"""An open connection of the binary port: binary, or still sniffing."""
+
+
 class BinaryServer:
     """The listening socket of the binary carrier and its open connections."""
 
-    def __init__(self, server: asyncio.Server, connections: set[BinaryConnection]):
+    def __init__(self, server: asyncio.Server, connections: set[PortConnection]):
         self.server = server
         self._connections = connections
 
@@ -316,16 +434,29 @@ async def start_binary_server(
     policy: ConnectionPolicy = ConnectionPolicy(),
     *,
     tls: ssl.SSLContext | None = None,
+    http: Callable[[], asyncio.Protocol] | None = None,
 ) -> BinaryServer:
     """Listen for binary-carrier connections, with TLS when ``tls`` is given.
+
+    With ``http`` (a factory of the HTTP carrier's protocol) the port serves both carriers: each
+    connection's first byte (after the TLS handshake) decides (:class:`CarrierSniffer`).
 
     A failed handshake (a plain-text client, an unknown certificate authority on the client's
     side) closes that connection before any frame is read; asyncio logs it only in debug mode.
     """
     loop = asyncio.get_running_loop()
-    connections: set[BinaryConnection] = set()
+    connections: set[PortConnection] = set()
+
+    def binary(opened_at: float | None = None) -> BinaryConnection:
+        return BinaryConnection(service, limits, connections, policy, opened_at=opened_at)
+
+    def connection() -> asyncio.Protocol:
+        if http is None:
+            return binary()
+        return CarrierSniffer(binary, http, connections, policy)
+
     server = await loop.create_server(
-        lambda: BinaryConnection(service, limits, connections, policy),
+        connection,
         host,
         port,
         reuse_address=True,
