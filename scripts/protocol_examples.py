@@ -51,6 +51,9 @@ from protocol_render import byte_walk, compact_json, hexdump, notation
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "protocol.md"
 
+BINARY_PORT_FIELD = re.compile(r'"binary_port":\d+')
+"""The health reply's port field, shown with the default port 9900."""
+
 INSTANCE_PLACEHOLDER = "0123456789abcdef0123456789abcdef"
 """Shown instead of the random ``instance_id`` of each server start."""
 
@@ -844,7 +847,13 @@ class Http:
             conn.close()
         with contextlib.suppress(ValueError):
             self.norm.learn(json.loads(data), json.loads(body) if body else {})
-        text = self.norm.bytes(data).decode()
+        # The binary port is picked at random (port 0): shown as the default port.
+        text = BINARY_PORT_FIELD.sub('"binary_port":9900', self.norm.bytes(data).decode())
+        if text != data.decode():
+            reply_headers = [
+                (k, str(len(text.encode())) if k == "content-length" else v)
+                for k, v in reply_headers
+            ]
         ex = HttpExchange(
             method, path, sent, body, response.status, response.reason, reply_headers, text
         )
