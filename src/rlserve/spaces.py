@@ -311,20 +311,20 @@ def _check_box_values(space: spaces.Box, batch: np.ndarray, where: str, batched:
     if space.dtype.kind == "f" and not np.isfinite(batch).all():
         idx, at = first(~np.isfinite(batch))
         raise SpaceError(
-            f"{where}: contains {batch[idx]}{at}; values must be finite in {space.dtype} (the "
+            f"{where}: contains {batch[idx]!s}{at}; values must be finite in {space.dtype} (the "
             f"server stores float32: |x| <= {FLOAT32_MAX:.8g})"
         )
     below = batch < space.low
     if below.any():
         idx, at = first(below)
         raise SpaceError(
-            f"{where}: value {batch[idx]}{at} is below the space's low bound "
-            f"{space.low[idx[1:]]}; clip it or widen the space"
+            f"{where}: value {batch[idx]!s}{at} is below the space's low bound "
+            f"{space.low[idx[1:]]!s}; clip it or widen the space"
         )
     idx, at = first(batch > space.high)
     raise SpaceError(
-        f"{where}: value {batch[idx]}{at} is above the space's high bound "
-        f"{space.high[idx[1:]]}; clip it or widen the space"
+        f"{where}: value {batch[idx]!s}{at} is above the space's high bound "
+        f"{space.high[idx[1:]]!s}; clip it or widen the space"
     )
 
 
