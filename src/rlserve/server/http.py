@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ from starlette.requests import ClientDisconnect
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from rlserve import __version__
 from rlserve.errors import LimitExceededError, RLServeError
@@ -346,9 +347,24 @@ def build_http_app(
         Route("/v1/metrics", guarded(metrics_json), methods=["GET"]),
         Route("/metrics", guarded(metrics_prometheus), methods=["GET"]),
         # Last: every other path or method, so that it gets the JSON error of section 4.3.
-        Route("/{path:path}", guarded(no_route)),
+        Route("/{path:path}", _AnyMethod(guarded(no_route))),
     ]
     return Starlette(routes=routes)
+
+
+class _AnyMethod:
+    """An endpoint as a plain ASGI app, so that its route takes every method.
+
+    Starlette limits a function endpoint to GET unless given a list of methods, which cannot
+    name every method a client may send.
+    """
+
+    def __init__(self, handler: Callable[[HTTPRequest], Awaitable[Response]]):
+        self._handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = await self._handler(HTTPRequest(scope, receive))
+        await response(scope, receive, send)
 
 
 async def _read_body(request: HTTPRequest, max_bytes: int) -> bytes:
