@@ -45,12 +45,6 @@ TIMEOUT_CODE = "timeout"
 """Error code of a connection closed for not saying ``hello`` in time."""
 
 
-def _type_name(raw: dict[str, Any]) -> str:
-    """How an error names a message by its ``type`` (which may be anything)."""
-    kind = raw.get("type")
-    return f"'{kind[:40]}'" if isinstance(kind, str) else "a message without a string 'type'"
-
-
 @dataclass(frozen=True, slots=True)
 class ConnectionPolicy:
     """Per-connection hygiene of the binary carrier.
@@ -216,8 +210,7 @@ class BinaryConnection(asyncio.Protocol):
             if not self._session.authenticated and raw.get("type") != "hello":
                 # Nothing but hello is looked at before hello: not even its fields.
                 raise AuthenticationError(
-                    "the first message on a connection must be 'hello' with a valid token; "
-                    f"got {_type_name(raw)} before it"
+                    "the first message on a connection must be 'hello' with a valid token"
                 )
             request = parse_request(raw, self._limits)
         except RLServeError as exc:  # a ProtocolError, or a SpaceError of an out-of-range reward
