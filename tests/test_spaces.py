@@ -13,6 +13,7 @@ from rlserve.errors import SpaceError, UnsupportedSpaceError
 from rlserve.spaces import (
     MAX_SPACE_DEPTH,
     check_batch,
+    check_one,
     check_value,
     describe,
     flat_dim,
@@ -214,15 +215,15 @@ def test_box_wrong_shape(value: Any) -> None:
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf], ids=str)
 def test_box_non_finite(bad: float) -> None:
     space = spaces.Box(-np.inf, np.inf, (3,), np.float32)
-    with pytest.raises(SpaceError, match=r"contains .* at index \(0, 1\)"):
+    with pytest.raises(SpaceError, match=r"contains .* at index \(1,\);"):
         check_value(space, [0.0, bad, 0.0], "obs")
 
 
 def test_box_below_and_above_bounds_name_value_and_bound() -> None:
     space = spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([1.0, 2.0], np.float32))
-    with pytest.raises(SpaceError, match=r"obs: value -0.5 at index \(0, 1\) is below .* 0.0"):
+    with pytest.raises(SpaceError, match=r"obs: value -0.5 at index \(1,\) is below .* 0.0"):
         check_value(space, [0.0, -0.5], "obs")
-    with pytest.raises(SpaceError, match=r"value 1.5 at index \(0, 0\) is above .* 1.0"):
+    with pytest.raises(SpaceError, match=r"value 1.5 at index \(0,\) is above .* 1.0"):
         check_value(space, [1.5, 0.5], "obs")
 
 
@@ -355,7 +356,7 @@ def test_nested_error_names_the_path() -> None:
     space = spaces.Dict(
         {"arm": spaces.Tuple([spaces.Discrete(2), spaces.Box(0, 1, (2,), np.float32)])}
     )
-    with pytest.raises(SpaceError, match=r"^obs\['arm'\]\[1\]: value 2.0 at index \(0, 0\)"):
+    with pytest.raises(SpaceError, match=r"^obs\['arm'\]\[1\]: value 2.0 at index \(0,\) is"):
         check_value(space, {"arm": [1, [2.0, 0.0]]}, "obs")
     with pytest.raises(SpaceError, match=r"^obs\['arm'\]\[0\]: 7 is outside"):
         check_value(space, {"arm": (7, [0.0, 0.0])}, "obs")
@@ -394,9 +395,11 @@ def test_check_batch_box_wrong_count() -> None:
 
 
 def test_check_batch_box_wrong_shape() -> None:
-    with pytest.raises(SpaceError, match=r"must stack to shape \(2, 2\), got \(2, 3\)"):
+    two = r"^observations: a batch of 2 observations of shape \(2,\) must have shape \(2, 2\)"
+    with pytest.raises(SpaceError, match=two + r", got \(2, 3\)$"):
         check_batch(BOX, np.zeros((2, 3)), 2, "observations")
-    with pytest.raises(SpaceError, match=r"must stack to shape \(1, 2\), got \(\)"):
+    one = r"a batch of 1 observation of shape \(2,\) must have shape \(1, 2\), got \(\)$"
+    with pytest.raises(SpaceError, match=one):
         check_batch(BOX, 0.5, 1, "observations")
 
 
@@ -469,3 +472,81 @@ def test_a_float64_value_that_overflows_float32_is_refused_after_the_cast() -> N
     with pytest.raises(SpaceError, match=r"float32"):
         check_batch(nested, [{"x": np.array([-1e39, 0.0])}], 1, "obs")
     assert check_batch(space, np.array([[0.0, 1e38]]), 1, "obs").dtype == np.float32
+
+
+# -- one observation: errors in the sender's terms --------------------------------------------
+
+CARTPOLE = spaces.Box(
+    np.array([-4.8, -np.inf, -0.41887903, -np.inf], np.float32),
+    np.array([4.8, np.inf, 0.41887903, np.inf], np.float32),
+)
+
+
+def test_check_one_returns_a_flat_float32_row() -> None:
+    out = check_one(CARTPOLE, [0.5, 1, 0.25, -2], "observation")
+    assert out.dtype == np.float32 and out.shape == (1, 4)
+    dict_space = spaces.Dict({"a": spaces.Discrete(3), "b": spaces.Box(0, 1, (2,), np.float32)})
+    assert check_one(dict_space, {"a": 1, "b": [0.5, 1.0]}, "obs").shape == (1, 5)
+
+
+@pytest.mark.parametrize("sent", [np.zeros(3), np.zeros((1, 4)), np.zeros((2, 4))], ids=str)
+def test_check_one_wrong_shape_names_the_shape_sent_and_the_space_shape(sent: Any) -> None:
+    with pytest.raises(SpaceError) as caught:
+        check_one(CARTPOLE, sent, "observation")
+    assert str(caught.value) == (
+        f"observation: shape {sent.shape} does not fit {CARTPOLE}; expected shape (4,)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("sent", "message"),
+    [
+        (
+            [0.0, 0.0, 9.0, 0.0],
+            "observation: value 9.0 at index (2,) is above the space's high bound 0.41887903; "
+            "clip it or widen the space",
+        ),
+        (
+            np.array([-5.0, 0.0, 0.0, 0.0], np.float32),
+            "observation: value -5.0 at index (0,) is below the space's low bound -4.8; "
+            "clip it or widen the space",
+        ),
+        (
+            np.array([0.0, np.nan, 0.0, 0.0], np.float32),
+            "observation: contains nan at index (1,); values must be finite in float32 (the "
+            "server stores float32: |x| <= 3.4028235e+38)",
+        ),
+        (
+            np.array([0.0, 0.0, 0.0, 1e39]),
+            "observation: value 1e+39 at index (3,) is out of range; it is stored as float32 "
+            "and must be finite float32 values (-3.4028235e+38..3.4028235e+38)",
+        ),
+    ],
+    ids=["above", "below", "nan", "float64-overflow"],
+)
+def test_check_one_indexes_into_the_observation_sent(sent: Any, message: str) -> None:
+    """A 1-D observation gets a 1-D index (not one into a batch of one)."""
+    with pytest.raises(SpaceError) as caught:
+        check_one(CARTPOLE, sent, "observation")
+    assert str(caught.value) == message
+
+
+def test_check_one_of_a_scalar_box_names_no_index() -> None:
+    with pytest.raises(SpaceError) as caught:
+        check_one(spaces.Box(-1, 1, (), np.float32), 2.0, "observation")
+    assert str(caught.value) == (
+        "observation: value 2.0 is above the space's high bound 1.0; clip it or widen the space"
+    )
+
+
+def test_check_batch_indexes_into_the_batch_sent() -> None:
+    batch = np.zeros((3, 4), np.float32)
+    batch[2, 1] = np.inf
+    with pytest.raises(SpaceError, match=r"^observations: contains inf at index \(2, 1\);"):
+        check_batch(CARTPOLE, batch, 3, "observations")
+
+
+def test_a_float64_value_over_float32_in_a_nested_box_names_its_path_and_index() -> None:
+    space = spaces.Dict({"speed": spaces.Box(-np.inf, np.inf, (2,), np.float64)})
+    with pytest.raises(SpaceError, match=r"^obs\['speed'\]: value 1e\+39 at index \(1,\) is out"):
+        check_one(space, {"speed": [0.0, 1e39]}, "obs")

@@ -190,8 +190,15 @@ def _as_array(value: Any, dtype: np.dtype[Any], where: str, space: spaces.Space[
             f"{where}: values of dtype {array.dtype} cannot stand for {space} (dtype {dtype}); "
             f"send {dtype} values"
         )
-    with np.errstate(over="ignore"):  # an overflow becomes inf, refused by the value checks
-        return array.astype(dtype, copy=False)
+    try:
+        with np.errstate(over="raise"):
+            return array.astype(dtype, copy=False)
+    except FloatingPointError:
+        # A finite value that overflows the space's dtype: name it as sent, with its index.
+        check_float32(array, where)
+        raise SpaceError(
+            f"{where}: values {array.min()}..{array.max()} overflow dtype {dtype} of {space}"
+        ) from None
 
 
 def check_value(space: spaces.Space[Any], value: Any, where: str = "value") -> Any:
@@ -217,7 +224,10 @@ def check_value(space: spaces.Space[Any], value: Any, where: str = "value") -> A
             raise SpaceError(
                 f"{where}: shape {array.shape} does not fit {space}; expected shape {space.shape}"
             )
-        _check_box_values(space, array[None], where)
+        _check_box_values(space, array[None], where, batched=False)
+        if array.dtype.kind == "f" and array.dtype != np.float32:
+            # Finite in float64 is not enough: the server stores float32 (1e39 is inf there).
+            check_float32(array, where)
         return array
     if isinstance(space, spaces.Discrete):
         if isinstance(value, np.ndarray) and value.size != 1:
@@ -282,30 +292,64 @@ def _finite_bounds(space: spaces.Box) -> tuple[np.ndarray, np.ndarray]:
     return entry[1], entry[2]
 
 
-def _check_box_values(space: spaces.Box, batch: np.ndarray, where: str) -> None:
+def _check_box_values(space: spaces.Box, batch: np.ndarray, where: str, batched: bool) -> None:
+    """Check a ``[count, *shape]`` batch against the Box's bounds and finiteness.
+
+    ``batched`` says whether the sender sent the batch: an error then gives the index into it;
+    otherwise the sender sent one value (``batch`` is it with an axis added) and the index is
+    into that value.
+    """
     low, high = _finite_bounds(space)
     if ((batch >= low) & (batch <= high)).all():
         return
+
+    def first(mask: np.ndarray) -> tuple[Any, str]:
+        idx = tuple(np.argwhere(mask)[0].tolist())
+        shown = idx if batched else idx[1:]
+        return idx, f" at index {shown}" if shown else ""
+
     if space.dtype.kind == "f" and not np.isfinite(batch).all():
-        bad = np.argwhere(~np.isfinite(batch))[0]
+        idx, at = first(~np.isfinite(batch))
         raise SpaceError(
-            f"{where}: contains {batch[tuple(bad)]} at index {tuple(bad.tolist())}; "
-            f"values must be finite in {space.dtype} (the server stores float32: "
-            f"|x| <= {FLOAT32_MAX:.8g})"
+            f"{where}: contains {batch[idx]!s}{at}; values must be finite in {space.dtype} (the "
+            f"server stores float32: |x| <= {FLOAT32_MAX:.8g})"
         )
     below = batch < space.low
     if below.any():
-        idx = tuple(np.argwhere(below)[0].tolist())
+        idx, at = first(below)
         raise SpaceError(
-            f"{where}: value {batch[idx]} at index {idx} is below the space's low bound "
-            f"{space.low[idx[1:]]}; clip it or widen the space"
+            f"{where}: value {batch[idx]!s}{at} is below the space's low bound "
+            f"{space.low[idx[1:]]!s}; clip it or widen the space"
         )
-    above = batch > space.high
-    idx = tuple(np.argwhere(above)[0].tolist())
+    idx, at = first(batch > space.high)
     raise SpaceError(
-        f"{where}: value {batch[idx]} at index {idx} is above the space's high bound "
-        f"{space.high[idx[1:]]}; clip it or widen the space"
+        f"{where}: value {batch[idx]!s}{at} is above the space's high bound "
+        f"{space.high[idx[1:]]!s}; clip it or widen the space"
     )
+
+
+def check_one(space: spaces.Space[Any], value: Any, where: str) -> np.ndarray:
+    """Check one observation and return it flattened to a float32 ``[1, D]`` batch.
+
+    The single-value counterpart of :func:`check_batch`: errors speak of the value as it was
+    sent (its shape against the space's, an index into it), not of a batch of one.
+
+    Args:
+        space: The observation space.
+        value: The observation as sent (array, list, number, map).
+        where: A path for error messages, e.g. ``observation``.
+
+    Raises:
+        SpaceError: The value does not fit the space.
+    """
+    if isinstance(space, spaces.Box):
+        array = check_value(space, value, where)
+        flat = array.reshape(1, -1)
+        if flat.dtype == np.float32:
+            return flat  # already checked finite by the bounds check
+        return check_float32(flat, where)  # integers: always within float32's range
+    row = np.asarray(spaces.flatten(space, check_value(space, value, where)))
+    return check_float32(row.reshape(1, -1), where)
 
 
 def check_batch(space: spaces.Space[Any], values: Any, count: int, where: str) -> np.ndarray:
@@ -328,11 +372,12 @@ def check_batch(space: spaces.Space[Any], values: Any, count: int, where: str) -
         if array.shape != (count, *space.shape):
             if array.ndim == 0 or array.shape[1:] != space.shape:
                 raise SpaceError(
-                    f"{where}: {count} observations of {space} must stack to shape "
-                    f"{(count, *space.shape)}, got {array.shape}"
+                    f"{where}: a batch of {count} observation{'s' * (count != 1)} of shape "
+                    f"{space.shape} must "
+                    f"have shape {(count, *space.shape)}, got {array.shape}"
                 )
             raise SpaceError(f"{where}: {array.shape[0]} values for {count} episodes")
-        _check_box_values(space, array, where)
+        _check_box_values(space, array, where, batched=True)
         flat = array.reshape(count, -1)
         if flat.dtype == np.float32:
             return flat  # already checked finite by the bounds check

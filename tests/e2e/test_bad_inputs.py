@@ -304,6 +304,176 @@ def test_requests_before_hello_are_refused(server: Any) -> None:
 
 
 @pytest.mark.parametrize(
+    "message",
+    [
+        {"type": "get_action", "id": 3},  # fields missing
+        {"type": "start_episode", "id": 3, "episode_id": "x" * 500},  # an id over its limit
+        {"type": "log_returns", "id": 3, "episode_id": "e", "reward": float("nan")},
+        {"type": "jump", "id": 3},  # an unknown type
+        {"id": 3},  # no type at all
+    ],
+    ids=["missing-fields", "long-id", "nan-reward", "unknown-type", "no-type"],
+)
+def test_nothing_but_hello_is_read_before_hello(server: Any, message: dict[str, Any]) -> None:
+    """Section 3.3: before hello every other message is unauthorized, its fields unread."""
+    with RawSocket(server.address) as raw:
+        reply = raw.request(message)
+        assert (reply["type"], reply["id"], reply["code"]) == ("error", 3, "unauthorized")
+        assert "the first message on a connection must be 'hello'" in reply["message"]
+        raw.hello()  # the connection stays open and may still say hello
+        assert raw.request({"type": "ping", "id": 4}) == {"type": "pong", "id": 4}
+
+
+def test_a_malformed_hello_gets_its_field_error_and_the_connection_stays_open(
+    server: Any,
+) -> None:
+    with RawSocket(server.address) as raw:
+        reply = raw.request({"type": "hello", "id": 1})
+        assert (reply["code"], reply["message"]) == (
+            "decode_error",
+            "'hello' needs the field 'protocol_version'",
+        )
+        raw.hello()
+
+
+def test_nil_is_the_same_as_absent_on_the_binary_carrier(server: Any) -> None:
+    """Section 3.2: a client whose serialiser writes nil for unset members works unchanged."""
+    nil = None
+    with RawSocket(server.address) as raw:
+        hello = {"type": "hello", "id": nil, "protocol_version": 1, "client_name": nil}
+        hello |= {"token": nil, "inference_mode": nil, "client_id": nil}
+        assert raw.request(hello)["type"] == "welcome"
+        start = {"type": "start_episode", "id": nil, "episode_id": "nil-1"}
+        start |= {"training_enabled": nil, "policy_id": nil}
+        assert raw.request(start) == {"type": "episode_started", "id": 0, "episode_id": "nil-1"}
+        get_action = {"type": "get_action", "id": 2, "episode_id": "nil-1", "observation": GOOD}
+        get_action |= {"reward": nil, "seq": nil, "episode_ids": nil, "observations": nil}
+        get_action |= {"rewards": nil, "seqs": nil}
+        reply = raw.request(get_action)
+        assert reply["type"] == "action" and reply["action"] in (0, 1), reply
+        log_returns = {"type": "log_returns", "id": 3, "episode_id": "nil-1", "reward": 1.0}
+        assert raw.request(log_returns | {"info": nil, "seq": nil}) == {"type": "ok", "id": 3}
+        end = {"type": "end_episode", "id": 4, "episode_id": "nil-1", "observation": GOOD}
+        end |= {"truncated": nil, "reward": nil, "seq": nil}
+        assert raw.request(end) == {"type": "ok", "id": 4}
+        weights = {"type": "get_weights", "id": 5, "policy_id": nil, "have_version": nil}
+        assert raw.request(weights)["unchanged"] is False
+        summary = {"episode_id": "nil-2", "return": 1.0, "length": 1, "reason": nil}
+        report = {"type": "report_samples", "id": 6, "batch_id": "nil-batch", "policy_id": nil}
+        reply = raw.request(report | {"fragments": [], "episodes": [summary]})
+        assert (reply["type"], reply["steps"], reply["duplicate"]) == ("samples_accepted", 0, False)
+
+
+def test_a_client_at_its_limit_cannot_take_over_another_clients_episode(server: Any) -> None:
+    """Only start_episode answers capacity; acting in another's episode is an episode_error."""
+    with RawSocket(server.address) as owner, RawSocket(server.address) as full:
+        owner.hello()
+        full.hello()
+        assert owner.request({"type": "start_episode", "id": 1, "episode_id": "mine"})["id"] == 1
+        held = [f"full-{i}" for i in range(4)]  # the module's server allows 4 per client
+        for i, eid in enumerate(held):
+            reply = full.request({"type": "start_episode", "id": i, "episode_id": eid})
+            assert reply["type"] == "episode_started", reply
+        calls = [
+            {"type": "get_action", "episode_id": "mine", "observation": GOOD},
+            {"type": "log_action", "episode_id": "mine", "observation": GOOD, "action": 0},
+            {"type": "log_returns", "episode_id": "mine", "reward": 0.0},
+            {"type": "end_episode", "episode_id": "mine", "observation": GOOD},
+        ]
+        for call in calls:
+            reply = full.request({**call, "id": 9})
+            assert (reply["type"], reply["code"]) == ("error", "episode_error"), reply
+            assert "belongs to another client" in reply["message"]
+        reply = full.request({"type": "start_episode", "id": 10, "episode_id": "mine"})
+        assert (reply["code"], reply["message"]) == (
+            "episode_error",
+            "episode 'mine' is already active; end it first or use a new id",
+        )
+        reply = full.request({"type": "start_episode", "id": 11, "episode_id": "full-5"})
+        assert reply["code"] == "capacity", reply
+        end = {"type": "end_episode", "id": 12, "episode_id": "mine", "observation": GOOD}
+        assert owner.request(end)["type"] == "ok"  # the owner's episode was never touched
+        for eid in held:
+            end = {"type": "end_episode", "id": 13, "episode_id": eid, "observation": GOOD}
+            assert full.request(end)["type"] == "ok"
+
+
+CARTPOLE_BOX = (
+    "Box([-4.8               -inf -0.41887903        -inf], "
+    "[4.8               inf 0.41887903        inf], (4,), float32)"
+)
+
+
+@pytest.mark.parametrize(
+    ("observation", "message"),
+    [
+        (
+            np.zeros(3, np.float32),
+            f"observation: shape (3,) does not fit {CARTPOLE_BOX}; expected shape (4,)",
+        ),
+        (
+            np.zeros((1, 4), np.float32),
+            f"observation: shape (1, 4) does not fit {CARTPOLE_BOX}; expected shape (4,)",
+        ),
+        (
+            np.array([0.0, 0.0, 9.0, 0.0], np.float32),
+            "observation: value 9.0 at index (2,) is above the space's high bound 0.41887903; "
+            "clip it or widen the space",
+        ),
+        (
+            np.array([0.0, np.inf, 0.0, 0.0], np.float32),
+            "observation: contains inf at index (1,); values must be finite in float32 (the "
+            "server stores float32: |x| <= 3.4028235e+38)",
+        ),
+        (
+            np.array([0.0, 0.0, 0.0, -1e39]),
+            "observation: value -1e+39 at index (3,) is out of range; it is stored as float32 "
+            "and must be finite float32 values (-3.4028235e+38..3.4028235e+38)",
+        ),
+    ],
+    ids=["short", "batch-of-one", "above", "infinite", "float64-overflow"],
+)
+def test_a_bad_single_observation_is_described_as_it_was_sent(
+    server: Any, observation: np.ndarray, message: str
+) -> None:
+    """The shape and index in the error are the sender's, never those of a batch of one."""
+    with RawSocket(server.address) as raw:
+        raw.hello()
+        eid = raw.request({"type": "start_episode", "id": 2})["episode_id"]
+        calls = [
+            {"type": "get_action", "episode_id": eid, "observation": observation},
+            {"type": "log_action", "episode_id": eid, "observation": observation, "action": 1},
+            {"type": "end_episode", "episode_id": eid, "observation": observation},
+        ]
+        for call in calls:
+            reply = raw.request({**call, "id": 3})
+            assert (reply["code"], reply["message"]) == ("bad_value", message), call["type"]
+
+
+def test_a_bad_batch_is_described_in_the_batch_shape(server: Any) -> None:
+    with RawSocket(server.address) as raw:
+        raw.hello()
+        ids = [raw.request({"type": "start_episode", "id": i})["episode_id"] for i in range(2)]
+        batch = {"type": "get_action", "id": 3, "episode_ids": ids}
+        reply = raw.request({**batch, "observations": np.zeros((2, 3), np.float32)})
+        assert (reply["code"], reply["message"]) == (
+            "bad_value",
+            "observations: a batch of 2 observations of shape (4,) must have shape (2, 4), got "
+            "(2, 3)",
+        )
+        bad = np.zeros((2, 4), np.float32)
+        bad[1, 2] = 9.0
+        reply = raw.request({**batch, "observations": bad})
+        assert reply["message"] == (
+            "observations: value 9.0 at index (1, 2) is above the space's high bound "
+            "0.41887903; clip it or widen the space"
+        )
+        for eid in ids:
+            end = {"type": "end_episode", "id": 4, "episode_id": eid, "observation": GOOD}
+            assert raw.request(end)["type"] == "ok"
+
+
+@pytest.mark.parametrize(
     ("field", "value"), [("protocol_version", 2), ("inference_mode", "telepathy")]
 )
 def test_incompatible_hello_is_refused_and_closed(server: Any, field: str, value: Any) -> None:

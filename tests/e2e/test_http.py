@@ -232,8 +232,50 @@ def test_oversized_body_is_413(http: httpx.Client) -> None:
     _error(reply, 413, "limit_exceeded")
 
 
-def test_wrong_method(http: httpx.Client) -> None:
-    assert http.get("/v1/start_episode").status_code == 405
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("GET", "/v1/start_episode", "POST"),
+        ("PUT", "/v1/ping", "POST"),
+        ("POST", "/v1/health", "GET, HEAD"),
+        ("DELETE", "/v1/metrics", "GET, HEAD"),
+        ("POST", "/metrics", "GET, HEAD"),
+    ],
+)
+def test_a_known_path_with_the_wrong_method_is_405(
+    http: httpx.Client, method: str, path: str, allow: str
+) -> None:
+    """Section 4.3: 405 with an Allow header and the JSON error body."""
+    reply = http.request(method, path, headers={"Content-Type": "application/json"})
+    body = _error(reply, 405, "decode_error")
+    assert reply.headers["allow"] == allow
+    assert body["id"] is None
+    assert body["message"] == f"{path} does not take {method}; use {allow.replace(', ', ' or ')}"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", "/v1/nope"), ("GET", "/"), ("POST", "/v2/ping"), ("GET", "/v1/health/x")],
+)
+def test_an_unknown_path_is_404(http: httpx.Client, method: str, path: str) -> None:
+    """Section 4.3: any method on a path the server does not have, with the JSON error body."""
+    reply = http.request(method, path, headers={"Content-Type": "application/json"})
+    body = _error(reply, 404, "decode_error")
+    assert body["message"].startswith(f"no such path: {method} {path}; the server has POST /v1/")
+
+
+def test_null_is_the_same_as_absent_over_http(http: httpx.Client) -> None:
+    """Section 3.2 holds for JSON too: null is an absent field."""
+    hello = {"id": None, "protocol_version": 1, "client_name": None, "token": None}
+    hello |= {"inference_mode": None, "client_id": None}
+    assert _ok(http.post("/v1/hello", json=hello))["type"] == "welcome"
+    start = {"id": None, "episode_id": None, "training_enabled": None, "policy_id": None}
+    eid = _ok(http.post("/v1/start_episode", json=start))["episode_id"]
+    step = {"episode_id": eid, "observation": GOOD, "reward": None, "seq": None}
+    step |= {"episode_ids": None, "observations": None, "rewards": None, "seqs": None}
+    assert _ok(http.post("/v1/get_action", json=step))["action"] in (0, 1)
+    end = {"episode_id": eid, "observation": GOOD, "truncated": None, "reward": None}
+    assert _ok(http.post("/v1/end_episode", json=end | {"seq": None}))["type"] == "ok"
 
 
 def test_prometheus_metrics(server: Any, http: httpx.Client) -> None:
@@ -279,6 +321,9 @@ def test_right_token_over_http(token_server: Any) -> None:
     headers = {"Authorization": f"Bearer {TOKEN}"}
     with httpx.Client(base_url=token_server.http_url, timeout=60, headers=headers) as http:
         assert _ok(http.post("/v1/hello", json={"protocol_version": 1}))["type"] == "welcome"
+        # A null token is an absent one: the Bearer header carries it (section 4.2).
+        welcome = _ok(http.post("/v1/hello", json={"protocol_version": 1, "token": None}))
+        assert welcome["type"] == "welcome"
         eid = _ok(http.post("/v1/start_episode", json={}))["episode_id"]
         assert _ok(http.post("/v1/get_action", json={"episode_id": eid, "observation": GOOD}))
         assert _ok(http.post("/v1/end_episode", json={"episode_id": eid, "observation": GOOD}))

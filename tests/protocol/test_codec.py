@@ -263,6 +263,20 @@ def test_container_over_max_container_len(value: object) -> None:
         decode(data, limits)
 
 
+@pytest.mark.parametrize(
+    ("value", "kind"), [(list(range(5)), "array"), ({str(i): i for i in range(5)}, "map")]
+)
+def test_container_limit_error_names_max_container_len(value: object, kind: str) -> None:
+    """The limit is called by its protocol name (welcome.limits), not msgpack's."""
+    data = msgpack.packb({"type": "ping", "v": value})
+    with pytest.raises(LimitExceededError) as caught:
+        decode(data, Limits(max_container_len=4))
+    assert str(caught.value).startswith(
+        f"a msgpack {kind} of 5 entries is over the limit max_container_len (4); "
+    )
+    assert "max_array_len" not in str(caught.value) and "max_map_len" not in str(caught.value)
+
+
 def test_container_at_max_container_len_is_accepted() -> None:
     limits = Limits(max_container_len=4)
     out = decode(msgpack.packb({"type": "ping", "v": [1, 2, 3, 4]}), limits)

@@ -8,9 +8,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlserve.errors import SpaceError
+from rlserve.errors import LimitExceededError, SpaceError
 from rlserve.protocol.limits import Limits
-from rlserve.server.reports import FragmentChecker
+from rlserve.server.reports import FragmentChecker, check_summaries
 
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 
@@ -90,3 +90,34 @@ def test_an_action_space_that_cannot_be_reported_fails_at_the_report_not_at_star
     check = checker(gym.spaces.MultiDiscrete([2, 2])).check
     with pytest.raises(SpaceError, match="cannot be reported"):
         check(fragment(), 2, "r")
+
+
+@pytest.mark.parametrize("episode_id", [None, 7, ""], ids=repr)
+def test_a_missing_non_string_or_empty_fragment_episode_id_is_a_bad_value(episode_id: Any) -> None:
+    """Section 7.10 step 5.1: bad_value; only a length over max_id_length is limit_exceeded."""
+    raw = fragment(episode_id=episode_id)
+    if episode_id is None:
+        del raw["episode_id"]
+    with pytest.raises(SpaceError, match=r"^r: 'episode_id' must be a non-empty string$"):
+        checker().check(raw, 2, "r")
+
+
+def test_a_fragment_episode_id_over_the_length_limit_is_limit_exceeded() -> None:
+    with pytest.raises(LimitExceededError, match="'episode_id' has 129 characters; the limit"):
+        checker().check(fragment(episode_id="x" * 129), 2, "r")
+
+
+SUMMARY = {"episode_id": "e1", "return": 3.0, "length": 3}
+
+
+def test_a_summary_reason_sent_as_nil_is_the_default() -> None:
+    """Section 3.2: nil and absent are the same, here too."""
+    (absent,) = check_summaries([SUMMARY], Limits(), "r")
+    (nil,) = check_summaries([{**SUMMARY, "reason": None}], Limits(), "r")
+    assert nil == absent and nil.reason == "terminated"
+
+
+@pytest.mark.parametrize("reason", ["", "done", 3], ids=repr)
+def test_an_unknown_summary_reason_is_refused(reason: Any) -> None:
+    with pytest.raises(SpaceError, match=r"episodes\[0\]: unknown reason"):
+        check_summaries([{**SUMMARY, "reason": reason}], Limits(), "r")

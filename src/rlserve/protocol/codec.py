@@ -12,6 +12,7 @@ nested list of numbers.
 from __future__ import annotations
 
 import json
+import re
 import struct
 from typing import Any
 
@@ -208,13 +209,31 @@ def decode(data: bytes, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
     except ValueError as exc:
         # msgpack signals its own size limits with ValueError("... exceeds max_...").
         if "exceeds max" in str(exc):
-            raise LimitExceededError(f"message container over the limit: {exc}") from exc
+            raise LimitExceededError(_container_limit_message(str(exc), limits)) from exc
         raise DecodeError(f"not a valid msgpack message: {exc}") from exc
     except Exception as exc:
         raise DecodeError(f"not a valid msgpack message: {exc}") from exc
     if not isinstance(message, dict):
         raise DecodeError(f"a message must be a msgpack map, got {type(message).__name__}")
     return message
+
+
+def _container_limit_message(text: str, limits: Limits) -> str:
+    """Say which of the protocol's limits a msgpack size error broke, in the protocol's terms.
+
+    msgpack words it as ``70000 exceeds max_array_len(65536)``; the protocol's name for the
+    limit on maps and arrays is ``max_container_len`` (strings, bins and extension values are
+    bounded by ``max_frame_bytes``, so they cannot exceed theirs).
+    """
+    match = re.search(r"(\d+) exceeds max_(array|map)_len", text)
+    if match is None:
+        return f"a msgpack value is over the frame's size limits: {text}"
+    count, kind = int(match[1]), match[2]
+    fix = "send numbers as an ndarray extension value or" if kind == "array" else "send less or"
+    return (
+        f"a msgpack {kind} of {count} entries is over the limit max_container_len "
+        f"({limits.max_container_len}); {fix} split the message"
+    )
 
 
 def to_jsonable(value: Any) -> Any:

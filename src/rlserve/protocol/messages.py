@@ -7,6 +7,12 @@ requests on one connection. The fields of each message are documented once, here
 
 Values that are checked against a Gymnasium space (observations, actions) stay undecoded here
 (an array, a list or a map): the protocol layer knows nothing about spaces.
+
+A field sent as nil (JSON ``null``) is the same as a field left out, for every field of every
+request (C# and C++ serialisers write nil for unset members): :func:`parse_request` drops nil
+fields before it reads any, so an optional one takes its default and a required one is reported
+missing. The space-checked values are the exception: a nil ``observation`` or ``action`` is sent,
+and then refused by the space check.
 """
 
 from __future__ import annotations
@@ -211,6 +217,9 @@ Request = (
 )
 """Any request a client may send."""
 
+SPACE_VALUE_FIELDS = frozenset({"observation", "observations", "action"})
+"""Fields whose value is checked against a space later: a nil there is a value, not absence."""
+
 REQUEST_TYPES = (
     "hello",
     "start_episode",
@@ -329,6 +338,7 @@ def parse_request(raw: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Reque
         DecodeError: Unknown type, missing or mistyped field.
         LimitExceededError: An id or batch over its limit.
     """
+    raw = without_nil(raw)
     kind = raw.get("type")
     if not isinstance(kind, str):
         raise DecodeError(
@@ -404,6 +414,16 @@ def parse_request(raw: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Reque
             f.id_opt("client_id"),
         )
     raise DecodeError(f"unknown message type '{kind}'; known types: {', '.join(REQUEST_TYPES)}")
+
+
+def without_nil(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` without its nil fields (nil and absent mean the same), space values excepted.
+
+    Returns ``raw`` itself when it holds no nil field, so the common case copies nothing.
+    """
+    if all(value is not None for value in raw.values()):
+        return raw
+    return {k: v for k, v in raw.items() if v is not None or k in SPACE_VALUE_FIELDS}
 
 
 def _parse_get_action(f: _Fields, request_id: int) -> GetAction:

@@ -4,7 +4,8 @@
 is optional) and answers with the reply as JSON; errors use HTTP status codes and the same
 ``error`` message body. With a token, requests need ``Authorization: Bearer <token>``. Episodes are
 owned per ``X-RLServe-Client`` header (default ``anonymous``). ``GET /v1/health`` needs no token;
-``GET /v1/metrics`` (JSON) and ``GET /metrics`` (Prometheus text) do.
+``GET /v1/metrics`` (JSON) and ``GET /metrics`` (Prometheus text) do. Any other path is a 404 and a
+known path with the wrong method a 405 (with ``Allow``), both with a JSON ``error`` body.
 
 Browser safety: ``POST /v1/*`` requires ``Content-Type: application/json`` (415 otherwise, which
 also stops "simple" cross-site form posts); a request with an ``Origin`` header other than the
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ from starlette.requests import ClientDisconnect
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from rlserve import __version__
 from rlserve.errors import LimitExceededError, RLServeError
@@ -60,6 +62,14 @@ STATUS_FOR_CODE = {
     INTERNAL_ERROR: 500,
 }
 """HTTP status of an ``error`` reply, by its code (others: 400)."""
+
+KNOWN_PATHS: dict[str, tuple[str, ...]] = {
+    **{f"/v1/{kind}": ("POST",) for kind in REQUEST_TYPES},
+    "/v1/health": ("GET", "HEAD"),
+    "/v1/metrics": ("GET", "HEAD"),
+    "/metrics": ("GET", "HEAD"),
+}
+"""Every path the HTTP carrier serves, with its methods (others: 405, unknown paths: 404)."""
 
 MAX_HTTP_SESSIONS = 10_000
 """Distinct ``X-RLServe-Client`` names remembered at once."""
@@ -143,8 +153,12 @@ class _StatsCollector:
             yield GaugeMetricFamily(metric, f"rlserve {name}", value=float(value))
 
 
-def _json(payload: dict[str, Any], status: int = 200) -> Response:
-    return Response(encode_json(payload), status_code=status, media_type="application/json")
+def _json(
+    payload: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    return Response(
+        encode_json(payload), status_code=status, headers=headers, media_type="application/json"
+    )
 
 
 def build_http_app(
@@ -210,16 +224,7 @@ def build_http_app(
         return PlainTextResponse(generate_latest(registry).decode())
 
     async def message(request: HTTPRequest) -> Response:
-        kind = request.path_params["kind"]
-        if kind not in REQUEST_TYPES:
-            return _json(
-                error_reply(
-                    None,
-                    "decode_error",
-                    f"unknown message type '{kind}'; known: {', '.join(REQUEST_TYPES)}",
-                ),
-                404,
-            )
+        kind = request.scope["path"].removeprefix("/v1/")
         if not authorised(request):
             return unauthorised()
         if not _is_json(request):
@@ -239,8 +244,9 @@ def build_http_app(
             )
             raw = await parse_body(body, arrays_for_obs) if body else {}
             raw["type"] = kind
-            if kind == "hello":
-                raw.setdefault("token", token)
+            if kind == "hello" and raw.get("token") is None:
+                # The Bearer header was checked; a token left out or null is not a wrong one.
+                raw["token"] = token
             parsed = parse_request(raw, limits)
         except RLServeError as exc:  # a ProtocolError, or a SpaceError of an out-of-range reward
             return _json(
@@ -311,14 +317,54 @@ def build_http_app(
 
         return endpoint
 
-    return Starlette(
-        routes=[
-            Route("/v1/health", guarded(health), methods=["GET"]),
-            Route("/v1/metrics", guarded(metrics_json), methods=["GET"]),
-            Route("/metrics", guarded(metrics_prometheus), methods=["GET"]),
-            Route("/v1/{kind}", guarded(message), methods=["POST"]),
-        ]
-    )
+    async def no_route(request: HTTPRequest) -> Response:
+        """404 for a path the server does not have, 405 for a known path's wrong method."""
+        path, method = request.scope["path"], request.method
+        allowed = KNOWN_PATHS.get(path)
+        if allowed is not None and method not in allowed:
+            return _json(
+                error_reply(
+                    None,
+                    "decode_error",
+                    f"{path} does not take {method}; use {' or '.join(allowed)}",
+                ),
+                405,
+                headers={"Allow": ", ".join(allowed)},
+            )
+        if path.startswith("/v1/") and method == "POST":
+            known = ", ".join(REQUEST_TYPES)
+            problem = f"unknown message type '{path[4:]}'; known: {known}"
+        else:
+            problem = (
+                f"no such path: {method} {path}; the server has POST /v1/<type> (a message "
+                "type), GET /v1/health, GET /v1/metrics and GET /metrics"
+            )
+        return _json(error_reply(None, "decode_error", problem), 404)
+
+    routes = [Route(f"/v1/{kind}", guarded(message), methods=["POST"]) for kind in REQUEST_TYPES]
+    routes += [
+        Route("/v1/health", guarded(health), methods=["GET"]),
+        Route("/v1/metrics", guarded(metrics_json), methods=["GET"]),
+        Route("/metrics", guarded(metrics_prometheus), methods=["GET"]),
+        # Last: every other path or method, so that it gets the JSON error of section 4.3.
+        Route("/{path:path}", _AnyMethod(guarded(no_route))),
+    ]
+    return Starlette(routes=routes)
+
+
+class _AnyMethod:
+    """An endpoint as a plain ASGI app, so that its route takes every method.
+
+    Starlette limits a function endpoint to GET unless given a list of methods, which cannot
+    name every method a client may send.
+    """
+
+    def __init__(self, handler: Callable[[HTTPRequest], Awaitable[Response]]):
+        self._handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = await self._handler(HTTPRequest(scope, receive))
+        await response(scope, receive, send)
 
 
 async def _read_body(request: HTTPRequest, max_bytes: int) -> bytes:

@@ -199,7 +199,9 @@ def check_summaries(raw: list[dict[str, Any]], limits: Limits, where: str) -> li
                 f"{limits.max_id_length} characters), 'return' (finite number) and 'length' "
                 "(non-negative integer)"
             )
-        reason = item.get("reason", "terminated")
+        reason = item.get("reason")
+        if reason is None:  # absent or nil: the default
+            reason = "terminated"
         if reason not in ("terminated", "truncated", "idle_timeout"):
             raise SpaceError(f"{where}.episodes[{i}]: unknown reason '{reason}'")
         summaries.append(EpisodeSummary(episode_id, ret, length, True, reason))

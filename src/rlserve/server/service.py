@@ -52,7 +52,7 @@ from rlserve.samples import Fragment
 from rlserve.server.reports import BatchLedger, FragmentChecker, check_summaries
 from rlserve.server.stats import ServerStats
 from rlserve.server.throttled_log import SERVER_LOG
-from rlserve.spaces import check_batch, check_value, describe
+from rlserve.spaces import check_batch, check_one, check_value, describe
 from rlserve.values import check_float32
 
 Respond = Callable[[dict[str, Any]], None]
@@ -329,8 +329,12 @@ class Service:
             ]
             if any(retried):
                 return self._retry_get_action(request, episodes, retried, slot, respond)
-        where = "observations" if request.batched else "observation"
-        obs = check_batch(slot.observation_space, request.observations, len(episodes), where)
+        if request.batched:
+            obs = check_batch(
+                slot.observation_space, request.observations, len(episodes), "observations"
+            )
+        else:
+            obs = check_one(slot.observation_space, request.observations[0], "observation")
         rewards = request.rewards
         # Check every episode before changing any, so a bad batch leaves all of them untouched.
         for i, episode in enumerate(episodes):
@@ -442,7 +446,7 @@ class Service:
         if self.episodes.check_seq(episode, request.seq, "log_action"):
             return {"type": "ok", "id": request.id}
         slot = self.slots[episode.policy_id]
-        obs = check_batch(slot.observation_space, [request.observation], 1, "observation")
+        obs = check_one(slot.observation_space, request.observation, "observation")
         action = check_value(slot.action_space, request.action, "action")
         if isinstance(slot.action_space, gym.spaces.Box):
             action = check_float32(action, "log_action 'action'").reshape(-1)
@@ -461,7 +465,7 @@ class Service:
         episode = self._episode(request.episode_id, session)
         self.episodes.check_seq(episode, request.seq, "end_episode")
         slot = self.slots[episode.policy_id]
-        obs = check_batch(slot.observation_space, [request.observation], 1, "observation")
+        obs = check_one(slot.observation_space, request.observation, "observation")
         summary = self.episodes.end(episode, obs[0], request.truncated, request.reward, request.seq)
         self.stats.record_episode(summary)
         self.stats.episodes_active = len(self.episodes)

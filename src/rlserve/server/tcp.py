@@ -8,7 +8,8 @@ Requests on one connection are handled in order. While a ``get_action`` waits fo
 forward pass, later frames of the same connection wait in a backlog, so replies and episode state
 follow the order the client sent (a client may pipeline). A connection that sends a frame over the
 size limit gets an error and is closed: the stream cannot be resynchronised. A connection whose
-``hello`` fails (wrong token or version) is closed after the error reply.
+``hello`` fails (wrong token or version) is closed after the error reply. Before a successful
+``hello`` every other message is answered ``unauthorized`` without its fields being read.
 
 Hygiene (see :class:`ConnectionPolicy`): before a successful ``hello`` frames are limited to a
 small size and the connection must say ``hello`` within a deadline; the number of connections is
@@ -27,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from rlserve.errors import DecodeError, FrameTooLargeError, RLServeError
+from rlserve.errors import AuthenticationError, DecodeError, FrameTooLargeError, RLServeError
 from rlserve.protocol.codec import decode, encode
 from rlserve.protocol.framing import FrameDecoder, frame
 from rlserve.protocol.limits import Limits
@@ -225,6 +226,11 @@ class BinaryConnection(asyncio.Protocol):
         raw: Any = None
         try:
             raw = decode(body, self._limits)
+            if not self._session.authenticated and raw.get("type") != "hello":
+                # Nothing but hello is looked at before hello: not even its fields.
+                raise AuthenticationError(
+                    "the first message on a connection must be 'hello' with a valid token"
+                )
             request = parse_request(raw, self._limits)
         except RLServeError as exc:  # a ProtocolError, or a SpaceError of an out-of-range reward
             self._refuse(raw, exc)
