@@ -123,6 +123,7 @@ def export_onnx(
     """Write the run's policy as ONNX (and a JSON description beside it); return its path."""
     model, source = load_model(run_dir, checkpoint)
     path = Path(output) if output is not None else Path(run_dir) / "policy.onnx"
+    path.parent.mkdir(parents=True, exist_ok=True)
     wrapper = _GreedyPolicy(model).eval()
     dist = model.action_distribution
     outputs = _outputs(dist)
