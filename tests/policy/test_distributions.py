@@ -166,3 +166,25 @@ def test_an_observation_space_that_cannot_be_flattened_is_refused() -> None:
         check_learnable(spaces.Sequence(spaces.Discrete(2)), spaces.Discrete(2))
     with pytest.raises(UnsupportedSpaceError, match="flattens to no values"):
         check_learnable(spaces.Box(0.0, 1.0, (0,)), spaces.Discrete(2))
+
+
+def test_the_protocol_doc_examples_hold() -> None:
+    """docs/protocol.md §6.3 (the flat layout) and §14.4.1 (a multi-categorical action)."""
+    dict_space = spaces.Dict(
+        {
+            "gear": spaces.Discrete(3, start=1),
+            "lights": spaces.MultiBinary(2),
+            "steer": spaces.Box(-1.0, 1.0, (1,), np.float32),
+        }
+    )
+    value = {"gear": 3, "lights": [1, 0], "steer": [0.25]}
+    row = encode_action(dict_space, check_value(dict_space, value, "action"))
+    np.testing.assert_array_equal(row, np.array([2, 1, 0, 0.25], np.float32))
+    space = spaces.MultiDiscrete([3, 2], start=[1, -1])
+    dist = action_distribution(space)
+    assert [(p.kind, p.size) for p in dist.parts] == [("categorical", 3), ("categorical", 2)]
+    params = np.array([[0.1, 2.0, -1.0, 0.3, -0.2]], np.float32)
+    actions, logp = dist.sample(params, None, np.random.default_rng(0), explore=False)
+    np.testing.assert_array_equal(actions, [[1, 0]])
+    np.testing.assert_array_equal(actions_to_space(space, dist.to_env(actions))[0], [2, -1])
+    np.testing.assert_allclose(logp, [-0.65586], atol=1e-5)
