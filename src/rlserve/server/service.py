@@ -410,7 +410,7 @@ class Service:
     def _flush_slot(self, slot: PolicySlot, policy: NumpyPolicy) -> None:
         pending, slot.pending = slot.pending, []
         rows = [ep.agent.obs[-1] for item in pending for ep in item.episodes]
-        discrete = policy.spec.distribution == "categorical"
+        discrete = isinstance(slot.action_space, gym.spaces.Discrete)
         try:
             out = policy.compute_actions(np.stack(rows))
             env_actions = policy.to_env_actions(out.actions)
