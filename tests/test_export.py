@@ -8,6 +8,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -20,6 +21,8 @@ from rlserve.server.run_folder import RunFolder
 from rlserve.spaces import describe
 
 pytestmark = pytest.mark.timeout(300)
+
+DISCRETE_2 = gym.spaces.Discrete(2)
 
 
 def make_run(tmp_path: Path, obs: gym.Space[Any], act: gym.Space[Any]) -> tuple[Path, NumpyPolicy]:
@@ -77,3 +80,48 @@ def test_export_needs_a_checkpoint(tmp_path: Path) -> None:
         export_onnx(run.path)
     with pytest.raises(ConfigError, match="not a run folder"):
         export_onnx(tmp_path / "missing")
+
+
+def test_the_onnx_file_is_self_contained(tmp_path: Path) -> None:
+    run, policy = make_run(tmp_path, gym.spaces.Box(-1.0, 1.0, (3,), np.float32), DISCRETE_2)
+    path = export_onnx(run, output=tmp_path / "out" / "policy.onnx")
+    assert sorted(p.name for p in path.parent.iterdir()) == ["policy.onnx", "policy.onnx.json"]
+    alone = tmp_path / "engine" / "policy.onnx"
+    alone.parent.mkdir()
+    alone.write_bytes(path.read_bytes())  # copied alone, as into a game's assets
+    onnx.checker.check_model(onnx.load(str(alone)))
+    x = np.random.default_rng(2).uniform(-1, 1, (8, 3)).astype(np.float32)
+    (logits,) = ort.InferenceSession(str(alone)).run(["logits"], {"obs": x})
+    np.testing.assert_allclose(logits, policy.forward(x), atol=1e-5)
+
+
+STRUCTURED: dict[str, gym.Space[Any]] = {
+    "multi_discrete": gym.spaces.MultiDiscrete([3, 4], start=[1, -2]),
+    "multi_binary": gym.spaces.MultiBinary(3),
+    "box_2d": gym.spaces.Box(-0.02, 0.02, (2, 2), np.float32),
+    "dict": gym.spaces.Dict(
+        {"gear": gym.spaces.Discrete(3, start=5), "steer": gym.spaces.Box(-0.01, 0.01, (1,))}
+    ),
+    "tuple": gym.spaces.Tuple((gym.spaces.MultiBinary(2), gym.spaces.MultiDiscrete([2, 2]))),
+}
+
+
+@pytest.mark.parametrize("name", list(STRUCTURED))
+def test_every_action_space_exports_to_the_numpy_greedy_action(tmp_path: Path, name: str) -> None:
+    act_space = STRUCTURED[name]
+    obs_space = gym.spaces.Box(-3.0, 3.0, (4,), np.float32)
+    run, policy = make_run(tmp_path, obs_space, act_space)
+    path = export_onnx(run)
+    description = json.loads(Path(f"{path}.json").read_text())
+    session = ort.InferenceSession(str(path))
+    assert [o.name for o in session.get_outputs()] == list(description["outputs"])
+    x = np.random.default_rng(3).uniform(-3, 3, (32, 4)).astype(np.float32)
+    outputs = dict(zip(description["outputs"], session.run(None, {"obs": x}), strict=True))
+    params = outputs.get("params", outputs.get("mean"))
+    np.testing.assert_allclose(params, policy.forward(x), atol=1e-5)
+    greedy = policy.to_env_actions(policy.compute_actions(x, explore=False).actions)
+    action = outputs["action"]
+    assert str(action.dtype) == description["outputs"]["action"]["dtype"]
+    np.testing.assert_allclose(action.reshape(len(x), -1), greedy.reshape(len(x), -1), atol=1e-6)
+    if "log_std" in outputs:
+        np.testing.assert_allclose(outputs["log_std"], np.zeros(policy.distribution.gaussian_dim))

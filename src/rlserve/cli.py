@@ -46,6 +46,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from rlserve.algorithms.ppo_config import PPOConfig
     from rlserve.errors import ConfigError
+    from rlserve.policy.distributions import check_learnable
     from rlserve.server.app import PolicyServer, install_uvloop, serve_forever
     from rlserve.server.config import ServerConfig, with_token_from_env
     from rlserve.server.run_folder import RunFolder
@@ -73,6 +74,7 @@ def _serve(args: argparse.Namespace) -> int:
         observation_space, action_space = _spaces(server_config)
     # Loaded now, so a bad certificate or key stops the command before anything is created.
     server_config.ssl_context()
+    check_learnable(observation_space, action_space)  # not in the learner, after listening
     if not args.resume:
         run = RunFolder.create(server_config.run_dir, server_config.name)
     warning = server_config.plaintext_warning()

@@ -15,6 +15,14 @@ name           shape, dtype          meaning
 ``log_std``    ``[A]`` float32       Box only: the Gaussian's log standard deviation
 =============  ====================  ===========================================================
 
+Other action spaces (MultiDiscrete, MultiBinary, Dict, Tuple) give ``action`` ``[N, A]`` in the
+flat action layout of ``docs/protocol.md`` §6.3 (each part's mode plus the space's ``start``,
+Box values clipped; int64 when no part is a Box, else float32), ``params`` ``[N, P]`` (the
+actor's outputs: logits, bit logits and means, part after part) and, when a part is a Box,
+``log_std`` ``[G]``. The ``model`` entry of the JSON lists the parts (``action_parts``).
+
+The file is self-contained (the weights are inside it): copy ``policy.onnx`` alone.
+
 The checkpoint is loaded with ``torch.load(weights_only=True)``.
 """
 
@@ -31,6 +39,7 @@ from rlserve.algorithms.models import ActorCritic
 from rlserve.algorithms.ppo_config import PPOConfig
 from rlserve.config import build
 from rlserve.errors import ConfigError
+from rlserve.policy.distributions import ActionDistribution
 from rlserve.server.learner_worker import checkpoint_files
 from rlserve.server.run_folder import RunFolder
 from rlserve.spaces import from_description
@@ -41,21 +50,42 @@ class _GreedyPolicy(nn.Module):
 
     low: torch.Tensor
     high: torch.Tensor
+    offsets: torch.Tensor
 
     def __init__(self, model: ActorCritic):
         super().__init__()
         self.actor = model.actor
-        self.distribution = model.distribution
-        self.start = model.action_start
+        self.distribution = model.action_distribution
         self.log_std = model.log_std
-        self.register_buffer("low", torch.tensor(model.action_low or (0.0,)))
-        self.register_buffer("high", torch.tensor(model.action_high or (0.0,)))
+        dist = self.distribution
+        self.register_buffer("low", torch.tensor(dist.low, dtype=torch.float32))
+        self.register_buffer("high", torch.tensor(dist.high, dtype=torch.float32))
+        self.register_buffer("offsets", torch.tensor(dist.offsets, dtype=torch.float32))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out = self.actor(obs)
-        if self.distribution == "categorical":
-            return out.argmax(dim=1) + self.start, out
-        action = torch.maximum(torch.minimum(out, self.high), self.low)
+        kind = self.distribution.kind
+        if kind == "categorical":
+            return out.argmax(dim=1) + int(self.distribution.offsets[0]), out
+        if kind == "gaussian":
+            action = torch.maximum(torch.minimum(out, self.high), self.low)
+            return action, out, self.log_std * 1.0
+        # Each part's mode, in the flat action layout, then offset and clipped.
+        columns: list[torch.Tensor] = []
+        param = 0
+        for part in self.distribution.parts:
+            x = out[:, param : param + part.size]
+            param += part.size
+            if part.kind == "categorical":
+                columns.append(x.argmax(dim=1, keepdim=True).to(out.dtype))
+            elif part.kind == "bernoulli":
+                columns.append((x > 0).to(out.dtype))
+            else:
+                columns.append(x)
+        action = torch.cat(columns, dim=1) + self.offsets
+        action = torch.maximum(torch.minimum(action, self.high), self.low)
+        if self.distribution.discrete:
+            return (action.to(torch.int64), out)
         return action, out, self.log_std * 1.0
 
 
@@ -93,9 +123,10 @@ def export_onnx(
     """Write the run's policy as ONNX (and a JSON description beside it); return its path."""
     model, source = load_model(run_dir, checkpoint)
     path = Path(output) if output is not None else Path(run_dir) / "policy.onnx"
+    path.parent.mkdir(parents=True, exist_ok=True)
     wrapper = _GreedyPolicy(model).eval()
-    categorical = model.distribution == "categorical"
-    outputs = ["action", "logits"] if categorical else ["action", "mean", "log_std"]
+    dist = model.action_distribution
+    outputs = _outputs(dist)
     example = torch.zeros(2, model.obs_dim)
     batch = torch.export.Dim("batch")
     torch.onnx.export(
@@ -103,30 +134,38 @@ def export_onnx(
         (example,),
         str(path),
         input_names=["obs"],
-        output_names=outputs,
+        output_names=list(outputs),
         dynamic_shapes=({0: batch},),
         dynamo=True,
+        # One self-contained file: the weights inside it, no policy.onnx.data beside it.
+        external_data=False,
         verbose=False,
     )
     description: dict[str, Any] = {
         "format": "onnx",
         "checkpoint": str(source),
         "inputs": {"obs": {"shape": ["N", model.obs_dim], "dtype": "float32"}},
-        "outputs": {
-            "action": {
-                "shape": ["N"] if categorical else ["N", model.action_dim],
-                "dtype": "int64" if categorical else "float32",
-            },
-            **(
-                {"logits": {"shape": ["N", model.action_dim], "dtype": "float32"}}
-                if categorical
-                else {
-                    "mean": {"shape": ["N", model.action_dim], "dtype": "float32"},
-                    "log_std": {"shape": [model.action_dim], "dtype": "float32"},
-                }
-            ),
-        },
+        "outputs": outputs,
         "model": model.spec().to_wire(),
     }
     Path(f"{path}.json").write_text(json.dumps(description, indent=2))
     return path
+
+
+def _outputs(dist: ActionDistribution) -> dict[str, dict[str, Any]]:
+    """The ONNX model's outputs for ``dist``: name to shape and dtype."""
+    params = {"shape": ["N", dist.param_dim], "dtype": "float32"}
+    log_std = {"log_std": {"shape": [dist.gaussian_dim], "dtype": "float32"}}
+    if dist.kind == "categorical":
+        return {"action": {"shape": ["N"], "dtype": "int64"}, "logits": params}
+    if dist.kind == "gaussian":
+        return {
+            "action": {"shape": ["N", dist.action_width], "dtype": "float32"},
+            "mean": params,
+            **log_std,
+        }
+    action = {
+        "shape": ["N", dist.action_width],
+        "dtype": "int64" if dist.discrete else "float32",
+    }
+    return {"action": action, "params": params, **({} if dist.discrete else log_std)}

@@ -27,7 +27,8 @@ class Fragment:
         agent_id: The agent within the episode (single-agent episodes use ``"agent0"``).
         policy_id: The policy that was asked for actions.
         obs: ``[T + 1, D]`` float32 flattened observations; ``obs[T]`` follows the last action.
-        actions: ``[T, ...]`` the actions taken (int64 for Discrete, float32 for Box).
+        actions: ``[T]`` int64 choice indices (Discrete) or ``[T, A]`` float32 (every other
+            action space, in the flat layout of :mod:`rlserve.policy.distributions`).
         rewards: ``[T]`` float32 reward for each action.
         behaviour_logp: ``[T]`` float32 log-probability of each action under the acting policy;
             NaN where it is unknown (actions logged with ``log_action``).

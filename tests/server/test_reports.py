@@ -86,10 +86,40 @@ def test_an_unbounded_box_and_box_actions() -> None:
     assert out.actions.dtype == np.float32 and out.actions.shape == (4, 2)
 
 
-def test_an_action_space_that_cannot_be_reported_fails_at_the_report_not_at_start() -> None:
-    check = checker(gym.spaces.MultiDiscrete([2, 2])).check
-    with pytest.raises(SpaceError, match="cannot be reported"):
-        check(fragment(), 2, "r")
+MIXED = gym.spaces.Dict(
+    {
+        "gear": gym.spaces.MultiDiscrete([3, 2], start=[1, 0]),
+        "lights": gym.spaces.MultiBinary(2),
+        "steer": gym.spaces.Box(-1.0, 1.0, (1,), np.float32),
+    }
+)
+
+
+def test_structured_actions_are_reported_in_the_flat_layout() -> None:
+    # gear (2 choice-index columns), lights (2 bits), steer (1 value): 5 float columns.
+    actions = np.array([[0, 1, 1, 0, 0.25], [2, 0, 0, 1, -3.0]], np.float64)
+    out = checker(MIXED).check(fragment(2, actions=actions), 2, "r")
+    assert out.actions.dtype == np.float32 and out.actions.shape == (2, 5)
+    ints = checker(gym.spaces.MultiDiscrete([4, 4])).check(
+        fragment(2, actions=np.array([[3, 0], [1, 2]], np.int64)), 2, "r"
+    )
+    np.testing.assert_array_equal(ints.actions, [[3, 0], [1, 2]])
+
+
+@pytest.mark.parametrize(
+    ("actions", "message"),
+    [
+        (np.zeros((2, 4)), r"shape \(2, 5\)"),
+        (np.array([[3, 1, 1, 0, 0.0], [0, 0, 0, 0, 0]]), "column 0 holds 3.0.*0..2"),
+        (np.array([[0, 1, 0.5, 0, 0.0], [0, 0, 0, 0, 0]]), "column 2 holds 0.5.*0..1"),
+        (np.array([[0, 1, 1, 0, np.nan], [0, 0, 0, 0, 0]]), "finite"),
+    ],
+)
+def test_structured_actions_out_of_their_layout_are_refused(
+    actions: np.ndarray, message: str
+) -> None:
+    with pytest.raises(SpaceError, match=message):
+        checker(MIXED).check(fragment(2, actions=actions), 2, "r")
 
 
 @pytest.mark.parametrize("episode_id", [None, 7, ""], ids=repr)

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlserve.errors import UnsupportedSpaceError
 from rlserve.policy import ModelSpec
+from rlserve.policy.distributions import check_learnable
 from rlserve.spaces import flat_dim
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -36,7 +36,8 @@ class ActorCritic(nn.Module):
 
     Args:
         observation_space: Any space ``gymnasium.spaces.flatten`` handles.
-        action_space: ``Discrete`` (categorical) or ``Box`` (diagonal gaussian).
+        action_space: Any space :func:`rlserve.policy.distributions.action_distribution`
+            takes (Discrete, MultiDiscrete, MultiBinary, float Box, Dict/Tuple of those).
         hidden: Hidden layer sizes of both networks.
         activation: ``tanh`` or ``relu``.
     """
@@ -49,43 +50,27 @@ class ActorCritic(nn.Module):
         activation: str = "tanh",
     ):
         super().__init__()
+        self.action_distribution = check_learnable(observation_space, action_space)
         self.obs_dim = flat_dim(observation_space)
         self.activation = activation
-        if isinstance(action_space, gym.spaces.Discrete):
-            self.distribution = "categorical"
-            self.action_dim = int(action_space.n)
-            self.action_low: tuple[float, ...] = ()
-            self.action_high: tuple[float, ...] = ()
-            self.action_start = int(action_space.start)
-        elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
-            self.distribution = "gaussian"
-            self.action_dim = int(action_space.shape[0])
-            self.action_low = tuple(float(v) for v in action_space.low)
-            self.action_high = tuple(float(v) for v in action_space.high)
-            self.action_start = 0
-        else:
-            raise UnsupportedSpaceError(
-                f"PPO supports Discrete and 1-D Box action spaces, got {action_space}"
-            )
+        self.distribution = self.action_distribution.kind
+        self.action_dim = self.action_distribution.param_dim
         sizes = [self.obs_dim, *hidden]
         self.actor = _mlp([*sizes, self.action_dim], activation, 0.01)
         self.critic = _mlp([*sizes, 1], activation, 1.0)
-        self.log_std = nn.Parameter(torch.zeros(self.action_dim))
+        # One per Gaussian value; categorical and gaussian policies keep the historical size
+        # (action_dim) so that their checkpoints load unchanged.
+        legacy = self.distribution in ("categorical", "gaussian")
+        log_std_size = self.action_dim if legacy else self.action_distribution.gaussian_dim
+        self.log_std = nn.Parameter(torch.zeros(log_std_size))
 
     def spec(self) -> ModelSpec:
         """The actor's architecture for numpy inference."""
         names = tuple(
             f"actor.{i}" for i, layer in enumerate(self.actor) if isinstance(layer, nn.Linear)
         )
-        return ModelSpec(
-            obs_dim=self.obs_dim,
-            actor_layers=names,
-            activation=self.activation,
-            distribution=self.distribution,
-            action_dim=self.action_dim,
-            action_low=self.action_low,
-            action_high=self.action_high,
-            action_start=self.action_start,
+        return ModelSpec.for_distribution(
+            self.obs_dim, names, self.activation, self.action_distribution
         )
 
     def actor_arrays(self) -> dict[str, np.ndarray]:
@@ -94,7 +79,7 @@ class ActorCritic(nn.Module):
             f"actor.{name}": p.detach().float().cpu().numpy().copy()
             for name, p in self.actor.named_parameters()
         }
-        if self.distribution == "gaussian":
+        if self.action_distribution.gaussian_dim:
             arrays["log_std"] = self.log_std.detach().float().cpu().numpy().copy()
         return arrays
 
@@ -103,17 +88,48 @@ class ActorCritic(nn.Module):
         return self.critic(obs).squeeze(-1)
 
     def distribution_for(self, obs: torch.Tensor) -> torch.distributions.Distribution:
-        """The action distribution at ``obs``."""
+        """The action distribution at ``obs`` (categorical and gaussian policies only)."""
         out = self.actor(obs)
         if self.distribution == "categorical":
             return torch.distributions.Categorical(logits=out)
-        return torch.distributions.Normal(out, self.log_std.exp().expand_as(out))
+        if self.distribution == "gaussian":
+            return torch.distributions.Normal(out, self.log_std.exp().expand_as(out))
+        raise ValueError(f"a {self.distribution} policy has no single torch distribution")
 
     def log_prob_entropy(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probabilities of ``actions`` and the entropies, each ``[N]``."""
-        dist = self.distribution_for(obs)
-        if self.distribution == "categorical":
-            return dist.log_prob(actions.long()), dist.entropy()
-        return dist.log_prob(actions).sum(-1), dist.entropy().sum(-1)
+        """Log-probabilities of ``actions`` and the entropies, each ``[N]``.
+
+        ``actions`` are in the layout of :mod:`rlserve.policy.distributions`: ``[N]`` choice
+        indices for a categorical policy, ``[N, A]`` otherwise.
+        """
+        if self.distribution in ("categorical", "gaussian"):
+            dist = self.distribution_for(obs)
+            if self.distribution == "categorical":
+                return dist.log_prob(actions.long()), dist.entropy()
+            return dist.log_prob(actions).sum(-1), dist.entropy().sum(-1)
+        out = self.actor(obs)
+        logp = torch.zeros(out.shape[0], device=out.device)
+        entropy = torch.zeros_like(logp)
+        column = param = gauss = 0
+        for part in self.action_distribution.parts:
+            x = out[:, param : param + part.size]
+            a = actions[:, column : column + part.action_width]
+            if part.kind == "categorical":
+                categorical = torch.distributions.Categorical(logits=x)
+                logp = logp + categorical.log_prob(a[:, 0].long())
+                entropy = entropy + categorical.entropy()
+            elif part.kind == "bernoulli":
+                bernoulli = torch.distributions.Bernoulli(logits=x)
+                logp = logp + bernoulli.log_prob(a).sum(-1)
+                entropy = entropy + bernoulli.entropy().sum(-1)
+            else:
+                std = self.log_std[gauss : gauss + part.size].exp().expand_as(x)
+                normal = torch.distributions.Normal(x, std)
+                logp = logp + normal.log_prob(a).sum(-1)
+                entropy = entropy + normal.entropy().sum(-1)
+                gauss += part.size
+            column += part.action_width
+            param += part.size
+        return logp, entropy

@@ -153,7 +153,7 @@ class PPOLearner(Learner):
 
     Args:
         observation_space: The policy's observation space.
-        action_space: Discrete or 1-D Box.
+        action_space: Any space :func:`rlserve.policy.distributions.action_distribution` takes.
         config: Hyper-parameters.
     """
 
@@ -236,10 +236,11 @@ class PPOLearner(Learner):
         steps = arrays["rewards"].shape[0] if arrays["rewards"].ndim == 1 else 0
         if steps == 0:
             return None, f"rewards has shape {arrays['rewards'].shape}, expected a non-empty [T]"
-        categorical = self.model.distribution == "categorical"
+        distribution = self.model.action_distribution
+        categorical = distribution.scalar
         expected = {
             "obs": (steps + 1, self.model.obs_dim),
-            "actions": (steps,) if categorical else (steps, self.model.action_dim),
+            "actions": (steps,) if categorical else (steps, distribution.action_width),
             "behaviour_logp": (steps,),
             "weights_version": (steps,),
         }
@@ -267,6 +268,10 @@ class PPOLearner(Learner):
                 )
         else:
             actions = _as_float32(raw_actions)
+            if distribution.kind != "gaussian":  # discrete columns: whole, in range
+                problem = distribution.check_actions(actions, steps)
+                if problem:
+                    return None, problem
         limit = self.config.max_abs_input
         checked = {"obs": obs, "rewards": rewards} | ({} if categorical else {"actions": actions})
         for name, array in checked.items():

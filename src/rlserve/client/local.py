@@ -50,9 +50,11 @@ from rlserve.errors import (
     SpaceError,
 )
 from rlserve.policy import ModelSpec, NumpyPolicy
+from rlserve.policy.distributions import actions_to_space, encode_action
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.samples import Fragment
 from rlserve.spaces import check_batch, check_value
+from rlserve.values import check_float32
 
 logger = logging.getLogger("rlserve.client")
 
@@ -124,7 +126,6 @@ class LocalInference:
         self._timeouts = timeouts
         self._discrete = isinstance(action_space, spaces.Discrete)
         self._box_obs = isinstance(observation_space, spaces.Box)
-        self._start = int(action_space.start) if isinstance(action_space, spaces.Discrete) else 0
         self._lock = threading.Condition()
         self._outbox: deque[Fragment] = deque()
         self._summaries: list[EpisodeSummary] = []
@@ -237,8 +238,10 @@ class LocalInference:
             True,
             policy.version,
         )
-        sent = policy.to_env_actions(out.actions)[0]
-        return int(sent) if self._discrete else sent
+        sent = policy.to_env_actions(out.actions)
+        if self._discrete:
+            return int(sent[0])
+        return actions_to_space(self.action_space, sent)[0]
 
     def get_action(self, episode_ids: list[str], observations: Any) -> np.ndarray:
         """Record observations and compute actions for several episodes at once."""
@@ -252,7 +255,8 @@ class LocalInference:
             self.table.observe(episode, obs[i], None)
             action = int(out.actions[i]) if self._discrete else out.actions[i]
             self.table.act(episode, action, float(out.logp[i]), True, policy.version)
-        return policy.to_env_actions(out.actions)
+        sent = policy.to_env_actions(out.actions)
+        return sent if self._discrete else actions_to_space(self.action_space, sent)
 
     def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
         """Record an action someone else took."""
@@ -260,10 +264,9 @@ class LocalInference:
         self.table.check_observe(episode, None)
         obs = check_batch(self.observation_space, [observation], 1, "observation")
         value = check_value(self.action_space, action, "action")
-        if self._discrete:
-            value = int(value) - self._start
-        else:
-            value = np.asarray(value, dtype=np.float32).reshape(-1)
+        value = encode_action(self.action_space, value)
+        if not self._discrete:
+            value = check_float32(value, "log_action 'action'")
         self.table.observe(episode, obs[0], None)
         self.table.act(episode, value, float("nan"), False, self._policy.version)
 

@@ -31,6 +31,7 @@ from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.local import LocalConfig, LocalInference
 from rlserve.config import TOKEN_ENV
 from rlserve.errors import ConfigError, ConnectionLostError, RLServeError, SpaceError, TLSError
+from rlserve.policy.distributions import action_from_wire
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.spaces import check_batch, check_value, from_description
 
@@ -300,8 +301,10 @@ class PolicyClient:
             observation: The current observation.
 
         Returns:
-            The action (an int for Discrete, an array for Box). For a list of ids: a dict of
-            actions keyed by id when ``observation`` was a dict, else a stacked array.
+            The action in the space's own form (an int for Discrete, an array of the space's
+            shape and dtype for Box, MultiDiscrete and MultiBinary, a dict for Dict, a tuple for
+            Tuple). For a list of ids: a dict of actions keyed by id when ``observation`` was a
+            dict, else a stacked array (a list for Dict and Tuple spaces).
         """
         with self._lock:
             if self._local is not None:
@@ -319,7 +322,7 @@ class PolicyClient:
                     message["reward"] = reward
                 reply = self._request(message)
                 self._delivered([episode_id], [seq])
-                return reply["action"]
+                return self._one_action(reply["action"])
             ids = list(episode_id)
             keyed = isinstance(observation, Mapping)
             values = [observation[eid] for eid in ids] if keyed else observation
@@ -339,7 +342,10 @@ class PolicyClient:
             actions = reply["actions"]
             if keyed:
                 return {eid: self._one_action(actions[i]) for i, eid in enumerate(ids)}
-            return actions
+            # Dict and Tuple actions arrive as a list (one per episode), the others stacked.
+            if isinstance(actions, np.ndarray):
+                return actions
+            return [self._one_action(a) for a in actions]
 
     def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
         """Record an observation and the action someone else took (trained on as taken)."""
@@ -510,7 +516,7 @@ class PolicyClient:
         return actions
 
     def _one_action(self, action: Any) -> Any:
-        return int(action) if self._discrete else action
+        return int(action) if self._discrete else action_from_wire(self.action_space, action)
 
     @property
     def reconnects(self) -> int:

@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from rlserve.errors import ConfigError
+from rlserve.errors import ConfigError, SpaceError
+from rlserve.policy.distributions import DISTRIBUTION_KINDS, ActionDistribution, ActionPart
 
 _ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tanh": np.tanh,
     "relu": lambda x: np.maximum(x, 0.0),
 }
 
-LOG_2PI = float(np.log(2.0 * np.pi))
+LOG_2PI = float(np.log(2.0 * np.pi))  # the value of rlserve.policy.distributions.LOG_2PI
 
 _SMALL_CHOICE = 16
 """Up to this many choices, a single categorical decision is sampled with plain floats."""
@@ -44,6 +45,11 @@ class ModelSpec:
         action_high: Upper bounds, as ``action_low``.
         action_start: First value of a Discrete action space: choice ``i`` is sent as
             ``action_start + i``.
+        action_parts: The distribution's parts as ``(kind, size)`` pairs, for the
+            distributions other than ``categorical`` and ``gaussian`` (whose single part
+            ``action_dim`` implies); see :mod:`rlserve.policy.distributions`.
+        action_offsets: Per action column, the value added to give the environment's value
+            (the ``start`` of Discrete and MultiDiscrete members), with ``action_parts``.
     """
 
     obs_dim: int
@@ -54,11 +60,79 @@ class ModelSpec:
     action_low: tuple[float, ...] = field(default=())
     action_high: tuple[float, ...] = field(default=())
     action_start: int = 0
+    action_parts: tuple[tuple[str, int], ...] = field(default=())
+    action_offsets: tuple[int, ...] = field(default=())
+
+    @classmethod
+    def for_distribution(
+        cls,
+        obs_dim: int,
+        actor_layers: tuple[str, ...],
+        activation: str,
+        distribution: ActionDistribution,
+    ) -> ModelSpec:
+        """The spec of an actor that parameterises ``distribution``."""
+        dim = distribution.param_dim
+        base = cls(obs_dim, actor_layers, activation, distribution.kind, dim)
+        if distribution.kind == "categorical":
+            return replace(base, action_start=distribution.offsets[0])
+        if distribution.kind == "gaussian":
+            return replace(base, action_low=distribution.low, action_high=distribution.high)
+        return replace(
+            base,
+            action_low=distribution.low,
+            action_high=distribution.high,
+            action_parts=tuple((p.kind, p.size) for p in distribution.parts),
+            action_offsets=distribution.offsets,
+        )
+
+    def action_distribution(self) -> ActionDistribution:
+        """The distribution this spec describes.
+
+        Raises:
+            ConfigError: The action fields do not describe a valid distribution.
+        """
+        try:
+            if self.distribution == "categorical":
+                part = ActionPart("categorical", self.action_dim)
+                inf = (math.inf,)
+                return ActionDistribution(
+                    "categorical", (part,), (self.action_start,), (-math.inf,), inf
+                )
+            if self.distribution == "gaussian":
+                dim = self.action_dim
+                return ActionDistribution(
+                    "gaussian",
+                    (ActionPart("gaussian", dim),),
+                    (0,) * dim,
+                    self.action_low or (-math.inf,) * dim,
+                    self.action_high or (math.inf,) * dim,
+                )
+            distribution = ActionDistribution(
+                self.distribution,
+                tuple(ActionPart(kind, size) for kind, size in self.action_parts),
+                self.action_offsets,
+                self.action_low,
+                self.action_high,
+            )
+        except SpaceError as exc:
+            raise ConfigError(f"model spec: {exc}") from exc
+        if distribution.param_dim != self.action_dim:
+            raise ConfigError(
+                f"model spec: the action parts need {distribution.param_dim} actor outputs; "
+                f"action_dim is {self.action_dim}"
+            )
+        return distribution
 
     def to_wire(self) -> dict[str, Any]:
         """Return the spec as a plain map."""
         data = asdict(self)
         data["actor_layers"] = list(self.actor_layers)
+        if self.distribution in ("categorical", "gaussian"):
+            del data["action_parts"], data["action_offsets"]
+        else:
+            data["action_parts"] = [{"kind": k, "size": n} for k, n in self.action_parts]
+            data["action_offsets"] = list(self.action_offsets)
         # JSON has no infinity: an unbounded side is written as null, as in space descriptions.
         data["action_low"] = [v if math.isfinite(v) else None for v in self.action_low]
         data["action_high"] = [v if math.isfinite(v) else None for v in self.action_high]
@@ -85,13 +159,21 @@ class ModelSpec:
                     math.inf if v is None else float(v) for v in raw.get("action_high", ())
                 ),
                 action_start=int(raw.get("action_start", 0)),
+                action_parts=tuple(
+                    (str(p["kind"]), int(p["size"])) for p in raw.get("action_parts", ())
+                ),
+                action_offsets=tuple(int(v) for v in raw.get("action_offsets", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"malformed model spec: {exc!r}") from exc
         if spec.activation not in _ACTIVATIONS:
             raise ConfigError(f"unknown activation '{spec.activation}'; use tanh or relu")
-        if spec.distribution not in ("categorical", "gaussian"):
-            raise ConfigError(f"unknown distribution '{spec.distribution}'")
+        if spec.distribution not in DISTRIBUTION_KINDS:
+            raise ConfigError(
+                f"unknown distribution '{spec.distribution}'; known: "
+                f"{', '.join(DISTRIBUTION_KINDS)}"
+            )
+        spec.action_distribution()  # refuses inconsistent action fields
         return spec
 
 
@@ -100,7 +182,8 @@ class PolicyOutput:
     """Actions for a batch of observations.
 
     Attributes:
-        actions: ``[N]`` int64 (categorical) or ``[N, action_dim]`` float32 (gaussian, unclipped:
+        actions: ``[N]`` int64 (categorical) or ``[N, A]`` float32 (every other distribution,
+            in the layout of :mod:`rlserve.policy.distributions`; Gaussian values unclipped:
             this is what was sampled and what the learner trains on).
         logp: ``[N]`` float32 log-probability of each action.
     """
@@ -148,14 +231,16 @@ class NumpyPolicy:
             in_dim = w.shape[0]
         if in_dim != spec.action_dim:
             raise ConfigError(f"actor output is {in_dim} wide; action_dim is {spec.action_dim}")
+        self.distribution = spec.action_distribution()
         self._log_std: np.ndarray | None = None
-        if spec.distribution == "gaussian":
+        gaussian_dim = self.distribution.gaussian_dim
+        if gaussian_dim:
             if "log_std" not in weights:
-                raise ConfigError("a gaussian policy needs the array 'log_std'")
+                raise ConfigError(f"a {spec.distribution} policy needs the array 'log_std'")
             self._log_std = np.asarray(weights["log_std"], dtype=np.float32)
-            if self._log_std.shape != (spec.action_dim,):
+            if self._log_std.shape != (gaussian_dim,):
                 raise ConfigError(
-                    f"log_std has shape {self._log_std.shape}; expected ({spec.action_dim},)"
+                    f"log_std has shape {self._log_std.shape}; expected ({gaussian_dim},)"
                 )
         self._low = np.asarray(spec.action_low, dtype=np.float32)
         self._high = np.asarray(spec.action_high, dtype=np.float32)
@@ -192,6 +277,9 @@ class NumpyPolicy:
                 actions = out.argmax(axis=1)
             logp = shifted[np.arange(obs.shape[0]), actions] - np.log(total)
             return PolicyOutput(actions.astype(np.int64), logp.astype(np.float32))
+        if self.spec.distribution != "gaussian":
+            actions, logp = self.distribution.sample(out, self._log_std, self._rng, explore)
+            return PolicyOutput(actions, logp)
         assert self._log_std is not None
         std = np.exp(self._log_std)
         if explore:
@@ -229,15 +317,24 @@ class NumpyPolicy:
             shifted = out - out.max(axis=1, keepdims=True)
             log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
             return log_probs[np.arange(obs.shape[0]), actions.astype(np.int64)].astype(np.float32)
+        if self.spec.distribution != "gaussian":
+            return self.distribution.log_prob(out, self._log_std, actions)
         assert self._log_std is not None
         z = (actions.reshape(out.shape) - out) / np.exp(self._log_std)
         logp = -0.5 * (z**2).sum(axis=1) - self._log_std.sum() - 0.5 * LOG_2PI * out.shape[1]
         return logp.astype(np.float32)
 
     def to_env_actions(self, actions: np.ndarray) -> np.ndarray:
-        """Actions as the environment takes them: Discrete offset by ``start``, Box clipped."""
+        """Flat actions as the environment takes them: offset by ``start``, Box values clipped.
+
+        Categorical: ``[N]`` int64; Gaussian: ``[N, A]`` float32; other distributions:
+        ``[N, A]`` float64 (see :func:`rlserve.policy.distributions.actions_to_space` for the
+        space's own form).
+        """
         if self.spec.distribution == "categorical":
             return actions + self.spec.action_start if self.spec.action_start else actions
+        if self.spec.distribution != "gaussian":
+            return self.distribution.to_env(actions)
         if self._low.size:
             return np.clip(actions, self._low, self._high)
         return actions

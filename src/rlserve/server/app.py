@@ -23,6 +23,7 @@ import gymnasium as gym
 import uvicorn
 
 from rlserve.algorithms.base import WeightsPackage
+from rlserve.policy.distributions import check_learnable
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.server import json_body
 from rlserve.server.config import ServerConfig
@@ -76,6 +77,8 @@ class PolicyServer:
     none (``http_port = -1``); known once started."""
 
     def __post_init__(self) -> None:
+        # A space the learner cannot train in is refused here, before anything listens.
+        check_learnable(self.observation_space, self.action_space)
         self._stopping = asyncio.Event()
         self._http_task: asyncio.Task[Any] | None = None
         self._housekeeping_task: asyncio.Task[Any] | None = None

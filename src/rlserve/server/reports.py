@@ -21,6 +21,7 @@ import numpy as np
 
 from rlserve.episodes import SINGLE_AGENT, EpisodeSummary
 from rlserve.errors import LimitExceededError, SpaceError
+from rlserve.policy.distributions import action_distribution
 from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import ReportSamples, finite_number
 from rlserve.samples import Fragment
@@ -68,12 +69,11 @@ class FragmentChecker:
             high = observation_space.high.reshape(-1)
             if np.isfinite(low).any() or np.isfinite(high).any():
                 self._obs_bounds = (low, high)
+        self._distribution = action_distribution(action_space)
         self._choices: int | None = None
-        self._action_width: int | None = None
-        if isinstance(action_space, gym.spaces.Discrete):
-            self._choices = int(action_space.n)
-        elif isinstance(action_space, gym.spaces.Box):
-            self._action_width = int(np.prod(action_space.shape))
+        if self._distribution.scalar:
+            self._choices = self._distribution.param_dim
+        self._action_width = self._distribution.action_width
 
     def check(self, raw: dict[str, Any], published_version: int, where: str) -> Fragment:
         """Validate one reported fragment map and build the :class:`Fragment`.
@@ -173,10 +173,15 @@ class FragmentChecker:
                     f"minus the space's start); got {actions.min()}..{actions.max()}"
                 )
             return actions.astype(np.int64, copy=False)
-        if self._action_width is None:
-            raise SpaceError(f"{where}: {self.action_space} actions cannot be reported")
         if actions.shape != (steps, self._action_width):
-            raise SpaceError(f"{where}: 'actions' must have shape ({steps}, {self._action_width})")
+            raise SpaceError(
+                f"{where}: 'actions' must have shape ({steps}, {self._action_width}) (the flat "
+                f"action layout of {self.action_space}, docs/protocol.md §6.3)"
+            )
+        if self._distribution.kind != "gaussian":
+            problem = self._distribution.check_actions(actions, steps)
+            if problem:
+                raise SpaceError(f"{where}: {problem} (the flat layout of {self.action_space})")
         return check_float32(actions, f"{where}.actions")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import hmac
 import itertools
 import uuid
@@ -34,6 +35,7 @@ from rlserve.errors import (
     VersionMismatchError,
 )
 from rlserve.policy import NumpyPolicy
+from rlserve.policy.distributions import actions_to_space, encode_action
 from rlserve.protocol.limits import PROTOCOL_VERSION, Limits
 from rlserve.protocol.messages import (
     EndEpisode,
@@ -412,13 +414,16 @@ class Service:
     def _flush_slot(self, slot: PolicySlot, policy: NumpyPolicy) -> None:
         pending, slot.pending = slot.pending, []
         rows = [ep.agent.obs[-1] for item in pending for ep in item.episodes]
+        discrete = isinstance(slot.action_space, gym.spaces.Discrete)
         try:
             out = policy.compute_actions(np.stack(rows))
             env_actions = policy.to_env_actions(out.actions)
+            if not discrete:
+                # In the space's own form: [N, *shape] arrays, or a list of maps / tuples.
+                env_actions = actions_to_space(slot.action_space, env_actions)
         except Exception as exc:  # a bug in inference must not leave its clients waiting
             self._fail_pending(pending, exc)
             return
-        discrete = policy.spec.distribution == "categorical"
         offset = 0
         for item in pending:
             count = len(item.episodes)
@@ -428,7 +433,8 @@ class Service:
                 self.episodes.act(episode, action, float(out.logp[k]), True, policy.version)
                 if item.request.seqs is not None:
                     # Kept for a retry of this call; a copy, so the batch's array is not kept.
-                    episode.answer = int(env_actions[k]) if discrete else env_actions[k].copy()
+                    answer = env_actions[k]
+                    episode.answer = int(answer) if discrete else copy.deepcopy(answer)
             chunk = env_actions[offset : offset + count]
             offset += count
             reply: dict[str, Any] = {"type": "action", "id": item.request.id}
@@ -448,10 +454,11 @@ class Service:
         slot = self.slots[episode.policy_id]
         obs = check_one(slot.observation_space, request.observation, "observation")
         action = check_value(slot.action_space, request.action, "action")
-        if isinstance(slot.action_space, gym.spaces.Box):
-            action = check_float32(action, "log_action 'action'").reshape(-1)
-        elif isinstance(slot.action_space, gym.spaces.Discrete):
+        if isinstance(slot.action_space, gym.spaces.Discrete):
             action -= int(slot.action_space.start)  # the learner works with choice indices
+        else:
+            # The flat layout the learner trains on (docs/protocol.md §6.3).
+            action = check_float32(encode_action(slot.action_space, action), "log_action 'action'")
         self.episodes.observe(episode, obs[0], request.reward)
         version = slot.policy.version if slot.policy is not None else 0
         self.episodes.act(episode, action, float("nan"), False, version)
