@@ -24,7 +24,7 @@ def main() -> None:
     args = parser.parse_args()
 
     env = gym.make("CartPole-v1")
-    with PolicyClient(args.address, token=args.token) as client:
+    with PolicyClient(args.address, inference_mode="remote", token=args.token) as client:
         for episode in range(args.episodes):
             episode_id = client.start_episode()
             obs, _ = env.reset(seed=episode)

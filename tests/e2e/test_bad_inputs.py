@@ -42,7 +42,12 @@ def server(module_launcher: Any) -> Any:
 
 def _client(server: Any, check: bool = True, name: str = "bad-inputs") -> PolicyClient:
     return PolicyClient(
-        server.address, client_name=name, timeout=30, reconnect_timeout=5, check_observations=check
+        server.address,
+        inference_mode="remote",
+        client_name=name,
+        timeout=30,
+        reconnect_timeout=5,
+        check_observations=check,
     )
 
 

@@ -148,7 +148,9 @@ def test_episode_moves_between_carriers(server: Any, http: httpx.Client) -> None
     """An episode started over HTTP can be continued by a binary client of the same identity."""
     me = {"X-RLServe-Client": "carrier-mover"}
     eid = _ok(http.post("/v1/start_episode", json={}, headers=me))["episode_id"]
-    with PolicyClient(server.address, timeout=30, client_id="carrier-mover") as client:
+    with PolicyClient(
+        server.address, inference_mode="remote", timeout=30, client_id="carrier-mover"
+    ) as client:
         assert client.get_action(eid, np.asarray(GOOD, dtype=np.float32)) in (0, 1)
     body = {"episode_id": eid, "observation": GOOD}
     assert _ok(http.post("/v1/get_action", json=body, headers=me))
@@ -237,7 +239,7 @@ def test_wrong_method(http: httpx.Client) -> None:
 
 
 def test_prometheus_metrics(server: Any, http: httpx.Client) -> None:
-    with PolicyClient(server.address, timeout=30) as client:
+    with PolicyClient(server.address, inference_mode="remote", timeout=30) as client:
         play_cartpole(client, seed=77)
     reply = http.get("/metrics")
     assert reply.status_code == 200
@@ -289,7 +291,7 @@ def test_right_token_over_http(token_server: Any) -> None:
 @pytest.mark.parametrize("token", [None, "wrong", ""])
 def test_wrong_token_over_binary(token_server: Any, token: str | None) -> None:
     with pytest.raises(AuthenticationError):
-        PolicyClient(token_server.address, token=token, timeout=30)
+        PolicyClient(token_server.address, inference_mode="remote", token=token, timeout=30)
     with RawSocket(token_server.address) as raw:
         reply = raw.request({"type": "hello", "id": 1, "protocol_version": 1, "token": token})
         assert reply["code"] == "unauthorized"
@@ -297,7 +299,9 @@ def test_wrong_token_over_binary(token_server: Any, token: str | None) -> None:
 
 
 def test_right_token_over_binary(token_server: Any) -> None:
-    with PolicyClient(token_server.address, token=TOKEN, timeout=60) as client:
+    with PolicyClient(
+        token_server.address, inference_mode="remote", token=TOKEN, timeout=60
+    ) as client:
         result = play_cartpole(client, seed=4)
     assert result.length > 0
     with RawSocket(token_server.address) as raw:
@@ -323,7 +327,7 @@ def test_public_host_without_token_refuses_to_start(
 def test_public_host_with_token_serves(launch_server: Any) -> None:
     server = launch_server("--host", "0.0.0.0", "--token", TOKEN)
     assert server.host == "0.0.0.0"
-    with PolicyClient(server.address, token=TOKEN, timeout=30) as client:
+    with PolicyClient(server.address, inference_mode="remote", token=TOKEN, timeout=30) as client:
         assert client.observation_space.shape == (4,)
     reply = httpx.get(
         f"{server.http_url}/v1/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10

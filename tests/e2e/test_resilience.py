@@ -21,6 +21,7 @@ GOOD = np.array([0.01, -0.02, 0.03, 0.04], dtype=np.float32)
 
 
 def _client(server: Any, **kwargs: Any) -> PolicyClient:
+    kwargs.setdefault("inference_mode", "remote")
     kwargs.setdefault("timeout", 30)
     kwargs.setdefault("reconnect_timeout", 30)
     return PolicyClient(server.address, **kwargs)

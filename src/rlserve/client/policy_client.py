@@ -48,9 +48,10 @@ class PolicyClient:
             ``tcp://host:port`` are accepted too); ``tls://host:port`` or ``https://host:port``
             connect with TLS and verify the server's certificate and host name (never falling
             back to plain text).
-        inference_mode: ``remote``: the server computes actions (one round trip per step).
-            ``local``: the client computes them with numpy from weights the server ships and
-            sends its experience in batches from a background thread.
+        inference_mode: ``local`` (the default, as in RLlib): the client computes actions with
+            numpy from weights the server ships and sends its experience in batches from a
+            background thread. ``remote``: the server computes actions (one round trip per
+            step).
         update_interval: Local mode: seconds between background weight refreshes (also done
             as soon as a batch reply shows newer weights); None: only
             :meth:`update_policy_weights`.
@@ -102,7 +103,7 @@ class PolicyClient:
     def __init__(
         self,
         address: str,
-        inference_mode: str = "remote",
+        inference_mode: str = "local",
         update_interval: float | None = 10.0,
         *,
         token: str | None = None,
