@@ -241,7 +241,7 @@ class Service:
         if isinstance(request, LogReturns):
             episode = self._episode(request.episode_id, session)
             if not self.episodes.check_seq(episode, request.seq, "log_returns"):
-                self.episodes.log_returns(episode, request.reward)
+                self.episodes.log_returns(episode, request.reward, request.info)
                 self.episodes.record_seq(episode, request.seq, "log_returns")
             return {"type": "ok", "id": request.id}
         if isinstance(request, LogAction):
@@ -331,12 +331,17 @@ class Service:
                 return self._retry_get_action(request, episodes, retried, slot, respond)
         where = "observations" if request.batched else "observation"
         obs = check_batch(slot.observation_space, request.observations, len(episodes), where)
-        rewards = request.rewards
+        rewards, infos = request.rewards, request.infos
         # Check every episode before changing any, so a bad batch leaves all of them untouched.
         for i, episode in enumerate(episodes):
             self.episodes.check_observe(episode, None if rewards is None else rewards[i])
         for i, episode in enumerate(episodes):
-            self.episodes.observe(episode, obs[i], None if rewards is None else rewards[i])
+            self.episodes.observe(
+                episode,
+                obs[i],
+                None if rewards is None else rewards[i],
+                None if infos is None else infos[i],
+            )
             if request.seqs is not None:
                 self.episodes.record_seq(episode, request.seqs[i], "get_action")
         slot.pending.append(_Pending(request, episodes, respond))
@@ -448,7 +453,7 @@ class Service:
             action = check_float32(action, "log_action 'action'").reshape(-1)
         elif isinstance(slot.action_space, gym.spaces.Discrete):
             action -= int(slot.action_space.start)  # the learner works with choice indices
-        self.episodes.observe(episode, obs[0], request.reward)
+        self.episodes.observe(episode, obs[0], request.reward, request.info, "log_action")
         version = slot.policy.version if slot.policy is not None else 0
         self.episodes.act(episode, action, float("nan"), False, version)
         self.episodes.record_seq(episode, request.seq, "log_action")
@@ -462,7 +467,9 @@ class Service:
         self.episodes.check_seq(episode, request.seq, "end_episode")
         slot = self.slots[episode.policy_id]
         obs = check_batch(slot.observation_space, [request.observation], 1, "observation")
-        summary = self.episodes.end(episode, obs[0], request.truncated, request.reward, request.seq)
+        summary = self.episodes.end(
+            episode, obs[0], request.truncated, request.reward, request.seq, request.info
+        )
         self.stats.record_episode(summary)
         self.stats.episodes_active = len(self.episodes)
         return {"type": "ok", "id": request.id}
