@@ -401,17 +401,19 @@ class EpisodeTable:
             SpaceError: Naming the call, the episode and the value (code ``bad_value``).
         """
         total = episode.agent.pending_reward + reward
-        if not -MAX_ABS_REWARD <= total <= MAX_ABS_REWARD:  # False for NaN
-            since = (
-                ""
-                if total == reward
-                else f" (with the rewards logged since the last action: {total!r})"
-            )
+        if -MAX_ABS_REWARD <= total <= MAX_ABS_REWARD:  # False for NaN
+            return
+        where = f"{call} for episode '{episode.episode_id}'"
+        bound = f"-{MAX_ABS_REWARD:g}..{MAX_ABS_REWARD:g}"
+        if total == reward or not -MAX_ABS_REWARD <= reward <= MAX_ABS_REWARD:
             raise SpaceError(
-                f"{call} for episode '{episode.episode_id}': reward {reward!r}{since} is out of "
-                f"range; a step's reward must be finite and within -{MAX_ABS_REWARD:g}.."
-                f"{MAX_ABS_REWARD:g}"
+                f"{where}: reward {reward!r} is out of range; a reward must be a finite number "
+                f"within {bound}"
             )
+        raise SpaceError(
+            f"{where}: reward {reward!r} makes the rewards logged since the last action add up "
+            f"to {total!r}; a step's reward must be within {bound}"
+        )
 
     def _add_reward(self, episode: Episode, reward: float, call: str) -> None:
         self.check_reward(episode, reward, call)

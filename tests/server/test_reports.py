@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlserve.errors import SpaceError
+from rlserve.errors import LimitExceededError, SpaceError
 from rlserve.protocol.limits import Limits
 from rlserve.server.reports import FragmentChecker
 
@@ -90,3 +90,17 @@ def test_an_action_space_that_cannot_be_reported_fails_at_the_report_not_at_star
     check = checker(gym.spaces.MultiDiscrete([2, 2])).check
     with pytest.raises(SpaceError, match="cannot be reported"):
         check(fragment(), 2, "r")
+
+
+def test_reported_infos_are_kept_and_checked() -> None:
+    infos = [{"lives": 3}, None, {}, {"pos": [1, 2]}]
+    out = checker().check(fragment(infos=infos), 2, "r")
+    assert out.infos == infos
+    assert checker().check(fragment(), 2, "r").infos is None
+    with pytest.raises(SpaceError, match="'infos' must be a list of 4 maps or nils"):
+        checker().check(fragment(infos=infos[:3]), 2, "r")
+    with pytest.raises(SpaceError, match=r"'infos'\[1\] must be a map or nil"):
+        checker().check(fragment(infos=[None, 1, None, None]), 2, "r")
+    small = FragmentChecker(OBS, gym.spaces.Discrete(3), "default", Limits(max_info_bytes=16))
+    with pytest.raises(LimitExceededError, match=r"r.infos\[0\]: info is"):
+        small.check(fragment(infos=[{"a": "x" * 40}, None, None, None]), 2, "r")
