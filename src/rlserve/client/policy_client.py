@@ -408,9 +408,10 @@ class PolicyClient:
     ) -> None:
         """Add reward to the episode's previous action (rewards add up until the next action).
 
-        The reward and ``info`` are kept here and travel with the episode's next call (no round
-        trip of their own); so an unknown or ended episode id is reported by that call. A reward
-        before the episode's first action counts in its return and belongs to no step.
+        Remote mode: the reward and ``info`` of an episode this client started are kept here
+        and travel with the episode's next call (no round trip of their own); for any other id
+        they are sent at once (so an unknown id is reported by this call). A reward before the
+        episode's first action counts in its return and belongs to no step.
 
         Args:
             episode_id: The episode.
@@ -451,10 +452,28 @@ class PolicyClient:
                     f"add up to {total!r}; a step's reward must be within "
                     f"-{MAX_ABS_REWARD:g}..{MAX_ABS_REWARD:g}"
                 )
+            pending = self._pending_info.get(episode_id)
+            merged = plain if pending is None or not plain else {**pending, **plain}
+            if episode_id not in self._open:
+                # Not started by this client object (another with the same client_id, or an
+                # unknown id): send it now, so that an unknown id is reported by this call.
+                seq = self._next_seq(episode_id)
+                message: dict[str, Any] = {
+                    "type": "log_returns",
+                    "episode_id": episode_id,
+                    "reward": total,
+                    "seq": seq,
+                }
+                if merged is not None:
+                    message["info"] = merged
+                self._request(message)
+                self._pending_reward.pop(episode_id, None)
+                self._pending_info.pop(episode_id, None)
+                self._seq[episode_id] = seq
+                return
             self._pending_reward[episode_id] = total
-            if plain:
-                pending = self._pending_info.get(episode_id)
-                self._pending_info[episode_id] = plain if pending is None else {**pending, **plain}
+            if merged is not None:
+                self._pending_info[episode_id] = merged
 
     def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> None:
         """Finish an episode with its final observation.
