@@ -909,7 +909,9 @@ def trainer_process(address: str, seed: int, stop: Any, results: Any) -> None:
     while not stop.is_set():
         try:
             if client is None:
-                client = PolicyClient(address, token=TOKEN, client_name="fuzz-trainer")
+                client = PolicyClient(
+                    address, inference_mode="remote", token=TOKEN, client_name="fuzz-trainer"
+                )
             obs, _ = env.reset(seed=seed + len(returns))
             eid = client.start_episode()
             total = 0.0

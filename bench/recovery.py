@@ -74,7 +74,9 @@ class Player(threading.Thread):
 
     def __init__(self, port: int):
         super().__init__(daemon=True)
-        self.client = PolicyClient(f"127.0.0.1:{port}", timeout=30, reconnect_timeout=60)
+        self.client = PolicyClient(
+            f"127.0.0.1:{port}", inference_mode="remote", timeout=30, reconnect_timeout=60
+        )
         self.stop = threading.Event()
         self.last_action = 0.0
 
@@ -129,7 +131,7 @@ def one_run(run_dir: Path, index: int) -> dict[str, float]:
         ["--resume", str(run_dir / name), "--port", str(port), "--http-port", "0"]
     )
     listening = time.perf_counter()
-    with PolicyClient(f"127.0.0.1:{port}", timeout=30) as fresh:
+    with PolicyClient(f"127.0.0.1:{port}", inference_mode="remote", timeout=30) as fresh:
         eid = fresh.start_episode()
         fresh.get_action(eid, gym.make("CartPole-v1").reset(seed=0)[0])
     first_new = time.perf_counter() - listening

@@ -86,7 +86,7 @@ def client_process(
     from rlserve import PolicyClient
 
     envs = [gym.make("CartPole-v1") for _ in range(num_envs)]
-    client = PolicyClient(address, client_name=f"bench-{index}")
+    client = PolicyClient(address, inference_mode="remote", client_name=f"bench-{index}")
     observations = [env.reset(seed=1000 * index + i)[0] for i, env in enumerate(envs)]
     ready.put(index)
     go.wait()
@@ -336,7 +336,9 @@ class Server:
     def _first_action(self, launched: float) -> float:
         from rlserve import PolicyClient
 
-        with PolicyClient(self.address, client_name="bench-probe") as client:
+        with PolicyClient(
+            self.address, inference_mode="remote", client_name="bench-probe"
+        ) as client:
             episode = client.start_episode(training_enabled=False)
             client.get_action(episode, np.zeros(4, dtype=np.float32))
             elapsed = time.monotonic() - launched

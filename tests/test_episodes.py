@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rlserve.episodes import SINGLE_AGENT, Episode, EpisodeStatus, EpisodeTable
-from rlserve.errors import CapacityError, EpisodeError
+from rlserve.errors import CapacityError, EpisodeError, SpaceError
 from rlserve.samples import Fragment
 
 
@@ -107,21 +107,77 @@ def test_no_reward_logged_means_zero() -> None:
     assert summary.episode_return == 5.0
 
 
-def test_reward_before_first_action_is_an_error() -> None:
+def test_reward_before_first_action_counts_in_the_return_only() -> None:
+    """RLlib accepts a reward before the first action: it is in the return, in no step."""
+    table, sink = _table()
+    ep = _start(table)
+    table.log_returns(ep, 1.0, {"before": True})
+    table.observe(ep, _obs(0), 2.0)  # carried with the first get_action
+    table.act(ep, 0, -0.5, True, 0)
+    table.log_returns(ep, 3.0)
+    summary = table.end(ep, _obs(1), truncated=False, reward=None)
+    (f,) = sink
+    np.testing.assert_array_equal(f.rewards, [3.0])
+    assert f.infos is None  # the info before the first action has no step to go with
+    assert summary.episode_return == 6.0
+
+
+def test_end_before_any_action_keeps_the_early_reward_in_the_return() -> None:
+    table, sink = _table()
+    ep = _start(table)
+    summary = table.end(ep, _obs(0), truncated=False, reward=4.0)
+    assert sink == []
+    assert summary.episode_return == 4.0 and summary.length == 0
+
+
+def test_infos_are_kept_with_their_step_and_merge_until_the_next_action() -> None:
+    table, sink = _table(fragment_length=2)
+    ep = _start(table)
+    for step in range(3):
+        table.observe(ep, _obs(step), None, {"step": step} if step == 2 else None)
+        table.act(ep, 0, -0.5, True, 0)
+        if step == 0:
+            table.log_returns(ep, 1.0, {"a": 1, "b": 1})
+            table.log_returns(ep, 1.0, {"b": 2})
+    table.end(ep, _obs(3), truncated=False, reward=0.0, info={"last": "yes"})
+    first, second = sink
+    assert first.infos == [{"a": 1, "b": 2}, {"step": 2}]
+    assert second.infos == [{"last": "yes"}]
+    assert first.to_wire()["infos"] == first.infos
+    assert Fragment.from_wire(first.to_wire()).infos == first.infos
+
+
+def test_fragment_without_infos_has_no_infos_field() -> None:
+    table, sink = _table()
+    ep = _start(table)
+    table.observe(ep, _obs(0), None)
+    table.act(ep, 0, -0.5, True, 0)
+    table.end(ep, _obs(1), truncated=False, reward=1.0)
+    assert sink[0].infos is None and "infos" not in sink[0].to_wire()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), 2e9])
+def test_a_non_finite_or_huge_reward_is_refused_by_the_call_that_logs_it(bad: float) -> None:
     table, _ = _table()
     ep = _start(table)
-    with pytest.raises(EpisodeError, match="before its first action"):
-        table.log_returns(ep, 1.0)
-    with pytest.raises(EpisodeError, match="before its first action"):
-        table.observe(ep, _obs(0), 1.0)
-    with pytest.raises(EpisodeError, match="before its first action"):
-        table.check_observe(ep, -1.0)
-    with pytest.raises(EpisodeError, match="before its first action"):
-        table.end(ep, _obs(0), truncated=False, reward=2.0)
-    # None of the refused calls changed the episode.
-    assert ep.status is EpisodeStatus.ACTIVE
-    assert ep.episode_return == 0.0
-    assert ep.agent.obs == []
+    table.observe(ep, _obs(0), None)
+    table.act(ep, 0, -0.5, True, 0)
+    with pytest.raises(SpaceError, match="log_returns for episode 'ep': reward"):
+        table.log_returns(ep, bad)
+    with pytest.raises(SpaceError, match="end_episode for episode 'ep': reward"):
+        table.end(ep, _obs(1), truncated=False, reward=bad)
+    assert ep.episode_return == 0.0 and ep.agent.pending_reward == 0.0
+
+
+def test_rewards_that_add_up_over_the_bound_are_refused_by_the_call_that_overflows() -> None:
+    table, _ = _table()
+    ep = _start(table)
+    table.observe(ep, _obs(0), None)
+    table.act(ep, 0, -0.5, True, 0)
+    table.log_returns(ep, 6e8)
+    with pytest.raises(SpaceError, match=r"add up to 1200000000\.0"):
+        table.log_returns(ep, 6e8)
+    assert ep.agent.pending_reward == 6e8
 
 
 def test_zero_reward_before_first_action_is_allowed() -> None:

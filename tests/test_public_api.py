@@ -17,6 +17,7 @@ EXPECTED_ALL = {
     "ConfigError",
     "ConnectionLostError",
     "EpisodeError",
+    "EpisodeLostError",
     "PolicyClient",
     "ProtocolError",
     "RLServeError",

@@ -11,7 +11,12 @@ The rules (the seed's semantics, plus truncation):
 * ``get_action`` / ``log_action`` record an observation and then an action. The reward logged
   since the previous action (``log_returns`` calls plus the ``reward`` field) belongs to that
   previous action; none logged means 0.0. A reward before the episode's first action has no action
-  to belong to and is an error.
+  to belong to: it counts in the episode's return and is trained on with no step.
+* An ``info`` map logged with a reward belongs to the same step; several before the next action
+  merge (later keys replace earlier ones). It is kept in the fragment's ``infos``. An info before
+  the first action has no step and is not kept.
+* A reward must be finite and, with the rewards logged since the previous action, within
+  ``±MAX_ABS_REWARD``: the call that logged it is refused (nothing is changed).
 * ``log_action`` records the given action as the one taken (``policy_chosen`` False).
 * ``end_episode`` records the final observation; the episode terminated, or with
   ``truncated=True`` was cut short so the learner bootstraps from that observation.
@@ -37,8 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from rlserve.errors import CapacityError, EpisodeError
+from rlserve.errors import CapacityError, EpisodeError, SpaceError
 from rlserve.samples import Fragment
+from rlserve.values import MAX_ABS_REWARD
 
 SINGLE_AGENT = "agent0"
 """The agent id of a single-agent episode."""
@@ -74,6 +80,9 @@ class AgentTrajectory:
     chosen: list[bool] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     pending_reward: float = 0.0
+    infos: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Step index (within the fragment) -> the info logged for it; only steps that have one."""
+    pending_info: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -260,26 +269,38 @@ class EpisodeTable:
             )
         return episode
 
-    def check_observe(self, episode: Episode, reward: float | None) -> None:
+    def check_observe(
+        self, episode: Episode, reward: float | None, call: str = "get_action"
+    ) -> None:
         """Raise the error :meth:`observe` would raise, without changing anything."""
         self._check_not_awaiting(episode, "get_action/log_action")
         if reward:
-            self._check_reward_allowed(episode, reward)
+            self.check_reward(episode, reward, call)
 
-    def observe(self, episode: Episode, obs: np.ndarray, reward: float | None) -> None:
+    def observe(
+        self,
+        episode: Episode,
+        obs: np.ndarray,
+        reward: float | None,
+        info: dict[str, Any] | None = None,
+        call: str = "get_action",
+    ) -> None:
         """Record the observation that an action is about to be taken in.
 
+        ``reward`` and ``info`` belong to the previous action (see the module docstring).
+
         Raises:
-            EpisodeError: The episode is waiting for the action of an earlier observation, or a
-                reward arrived before its first action.
+            EpisodeError: The episode is waiting for the action of an earlier observation.
+            SpaceError: The reward is not finite or over the bound.
         """
         self._check_not_awaiting(episode, "get_action/log_action")
         agent = episode.agent
         if reward is not None:
-            self._add_reward(episode, reward)
+            self._add_reward(episode, reward, call)
+        if info:
+            self._add_info(episode, info)
         if agent.actions:
-            agent.rewards.append(agent.pending_reward)
-            agent.pending_reward = 0.0
+            self._close_step(agent)
             if len(agent.actions) >= self.fragment_length:
                 self._emit(episode, obs, terminated=False, truncated=False)
         agent.obs.append(obs)
@@ -298,14 +319,19 @@ class EpisodeTable:
         # Idle time counts from the answer: a client cannot act before it has its action.
         episode.last_seen = self._clock()
 
-    def log_returns(self, episode: Episode, reward: float) -> None:
-        """Add reward to the previous action.
+    def log_returns(
+        self, episode: Episode, reward: float, info: dict[str, Any] | None = None
+    ) -> None:
+        """Add reward (and info) to the previous action; before the first action, to the return.
 
         Raises:
-            EpisodeError: No action was taken yet, or one is being computed.
+            EpisodeError: An action is being computed.
+            SpaceError: The reward is not finite or over the bound.
         """
         self._check_not_awaiting(episode, "log_returns")
-        self._add_reward(episode, reward)
+        self._add_reward(episode, reward, "log_returns")
+        if info:
+            self._add_info(episode, info)
         episode.last_seen = self._clock()
 
     def end(
@@ -315,6 +341,7 @@ class EpisodeTable:
         truncated: bool,
         reward: float | None,
         seq: int | None = None,
+        info: dict[str, Any] | None = None,
     ) -> EpisodeSummary:
         """Close the episode with its final observation and hand on its last fragment.
 
@@ -323,11 +350,12 @@ class EpisodeTable:
         """
         self._check_not_awaiting(episode, "end_episode")
         if reward is not None:
-            self._add_reward(episode, reward)
+            self._add_reward(episode, reward, "end_episode")
+        if info:
+            self._add_info(episode, info)
         agent = episode.agent
         if agent.actions:
-            agent.rewards.append(agent.pending_reward)
-            agent.pending_reward = 0.0
+            self._close_step(agent)
             self._emit(episode, obs, terminated=not truncated, truncated=truncated)
         return self._close(episode, "truncated" if truncated else "terminated", seq or 0)
 
@@ -365,17 +393,50 @@ class EpisodeTable:
                 "still being answered; wait for the action before the next call"
             )
 
-    def _check_reward_allowed(self, episode: Episode, reward: float) -> None:
-        if episode.length == 0 and reward != 0.0:
-            raise EpisodeError(
-                f"reward {reward} for episode '{episode.episode_id}' before its first action: "
-                "a reward belongs to the previous action; call get_action or log_action first"
-            )
+    @staticmethod
+    def check_reward(episode: Episode, reward: float, call: str) -> None:
+        """Refuse a reward that is not finite or would take the step's reward over the bound.
 
-    def _add_reward(self, episode: Episode, reward: float) -> None:
-        self._check_reward_allowed(episode, reward)
-        episode.agent.pending_reward += reward
+        Raises:
+            SpaceError: Naming the call, the episode and the value (code ``bad_value``).
+        """
+        total = episode.agent.pending_reward + reward
+        if -MAX_ABS_REWARD <= total <= MAX_ABS_REWARD:  # False for NaN
+            return
+        where = f"{call} for episode '{episode.episode_id}'"
+        bound = f"-{MAX_ABS_REWARD:g}..{MAX_ABS_REWARD:g}"
+        if total == reward or not -MAX_ABS_REWARD <= reward <= MAX_ABS_REWARD:
+            raise SpaceError(
+                f"{where}: reward {reward!r} is out of range; a reward must be a finite number "
+                f"within {bound}"
+            )
+        raise SpaceError(
+            f"{where}: reward {reward!r} makes the rewards logged since the last action add up "
+            f"to {total!r}; a step's reward must be within {bound}"
+        )
+
+    def _add_reward(self, episode: Episode, reward: float, call: str) -> None:
+        self.check_reward(episode, reward, call)
         episode.episode_return += reward
+        if episode.length:
+            episode.agent.pending_reward += reward
+        # Before the first action there is no step to credit: the reward is in the return only.
+
+    @staticmethod
+    def _add_info(episode: Episode, info: dict[str, Any]) -> None:
+        if not episode.length:
+            return  # no step to keep it with (see the module docstring)
+        agent = episode.agent
+        agent.pending_info = info if agent.pending_info is None else {**agent.pending_info, **info}
+
+    @staticmethod
+    def _close_step(agent: AgentTrajectory) -> None:
+        """The previous action's reward and info are complete: record them with its step."""
+        agent.rewards.append(agent.pending_reward)
+        agent.pending_reward = 0.0
+        if agent.pending_info is not None:
+            agent.infos[len(agent.rewards) - 1] = agent.pending_info
+            agent.pending_info = None
 
     def _emit(
         self, episode: Episode, next_obs: np.ndarray, terminated: bool, truncated: bool
@@ -396,10 +457,14 @@ class EpisodeTable:
                 weights_version=np.asarray(agent.versions, dtype=np.int64),
                 terminated=terminated,
                 truncated=truncated,
+                infos=[agent.infos.get(i) for i in range(len(agent.actions))]
+                if agent.infos
+                else None,
             )
             self._on_fragment(fragment)
         agent.obs, agent.actions, agent.rewards = [], [], []
         agent.logp, agent.chosen, agent.versions = [], [], []
+        agent.infos = {}
 
     def _close(self, episode: Episode, reason: str, end_seq: int = 0) -> EpisodeSummary:
         episode.status = EpisodeStatus.ENDED

@@ -13,6 +13,7 @@ The hierarchy::
     │   ├── AuthenticationError  missing or wrong token
     │   ├── VersionMismatchError client and server speak different protocol versions
     │   ├── EpisodeError         unknown, reused or finished episode id
+    │   │   └── EpisodeLostError the server restarted and forgot the episode: start a new one
     │   └── CapacityError        too many concurrent episodes
     ├── ConnectionLostError      the server cannot be reached or went away
     │   ├── RequestTimeoutError  no reply within the configured timeout
@@ -104,6 +105,21 @@ class EpisodeError(ServerError):
     """An episode id is unknown, reused, already finished, or used out of order."""
 
     code = "episode_error"
+
+
+class EpisodeLostError(EpisodeError):
+    """The server restarted since the episode started, so it is gone: start a new episode.
+
+    Raised by the client, without a round trip, for every later call of such an episode. Catch
+    it around one episode's loop and start the next episode (``docs/protocol.md``, section 9.9).
+
+    Attributes:
+        episode_ids: The lost episodes the call named.
+    """
+
+    def __init__(self, message: str, episode_ids: list[str]):
+        super().__init__(message)
+        self.episode_ids = episode_ids
 
 
 class CapacityError(ServerError):

@@ -37,6 +37,9 @@ class Fragment:
         terminated: The episode reached a terminal state after the last action.
         truncated: The episode was cut short (time limit) after the last action. When neither
             flag is set the episode goes on in a later fragment; bootstrap from ``obs[T]``.
+        infos: ``[T]`` the ``info`` map logged with each step's reward (None for a step
+            without one), or None when no step has one. Kept with the data for whoever
+            consumes it; PPO does not read it.
     """
 
     episode_id: str
@@ -50,13 +53,14 @@ class Fragment:
     weights_version: np.ndarray
     terminated: bool
     truncated: bool
+    infos: list[dict[str, Any] | None] | None = None
 
     def __len__(self) -> int:
         return int(self.rewards.shape[0])
 
     def to_wire(self) -> dict[str, Any]:
         """Return the fragment as a map of plain values and arrays for the codec."""
-        return {
+        wire: dict[str, Any] = {
             "episode_id": self.episode_id,
             "agent_id": self.agent_id,
             "policy_id": self.policy_id,
@@ -69,6 +73,9 @@ class Fragment:
             "terminated": self.terminated,
             "truncated": self.truncated,
         }
+        if self.infos is not None:
+            wire["infos"] = self.infos
+        return wire
 
     @classmethod
     def from_wire(cls, raw: dict[str, Any]) -> Fragment:
@@ -90,6 +97,7 @@ class Fragment:
                 weights_version=np.asarray(raw["weights_version"], dtype=np.int64),
                 terminated=bool(raw["terminated"]),
                 truncated=bool(raw["truncated"]),
+                infos=raw.get("infos"),
             )
         except KeyError as exc:
             raise DecodeError(f"fragment is missing the field {exc}") from exc
@@ -101,6 +109,10 @@ class Fragment:
             "policy_chosen": fragment.policy_chosen.shape[0],
             "weights_version": fragment.weights_version.shape[0],
         }
+        if fragment.infos is not None:
+            if not isinstance(fragment.infos, list):
+                raise DecodeError("fragment 'infos' must be a list with one entry per step")
+            lengths["infos"] = len(fragment.infos)
         wrong = {k: v for k, v in lengths.items() if v != steps}
         if wrong or steps == 0:
             raise DecodeError(f"fragment of {steps} rewards has mismatched lengths {wrong}")

@@ -26,7 +26,9 @@ from rlserve import PolicyClient
 
 def main() -> int:
     address, mode, *rest = sys.argv[1:]
-    client = PolicyClient(address, client_name=f"worker-{mode}", timeout=30)
+    client = PolicyClient(
+        address, inference_mode="remote", client_name=f"worker-{mode}", timeout=30
+    )
     if mode == "episodes":
         seed, count = int(rest[0]), int(rest[1])
         max_steps = int(rest[2]) if len(rest) > 2 else None

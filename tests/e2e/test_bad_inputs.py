@@ -42,7 +42,12 @@ def server(module_launcher: Any) -> Any:
 
 def _client(server: Any, check: bool = True, name: str = "bad-inputs") -> PolicyClient:
     return PolicyClient(
-        server.address, client_name=name, timeout=30, reconnect_timeout=5, check_observations=check
+        server.address,
+        inference_mode="remote",
+        client_name=name,
+        timeout=30,
+        reconnect_timeout=5,
+        check_observations=check,
     )
 
 
@@ -202,31 +207,32 @@ def test_calls_after_end(server: Any) -> None:
         client.end_episode(eid, GOOD)
 
 
-def test_reward_before_first_action(server: Any) -> None:
+def test_reward_before_first_action_is_accepted(server: Any) -> None:
+    """As in RLlib: it counts in the episode's return and belongs to no step."""
     with bystander(server), _client(server) as client:
         eid = client.start_episode()
-        with pytest.raises(EpisodeError, match="before its first action"):
-            client.log_returns(eid, 1.0)
-        # Nothing was recorded: the episode starts normally.
+        client.log_returns(eid, 1.0)
         assert client.get_action(eid, GOOD) in (0, 1)
         client.log_returns(eid, 1.0)
         client.end_episode(eid, GOOD)
 
 
-def test_reward_before_first_action_in_a_batch_changes_nothing(server: Any) -> None:
+def test_rewards_over_the_bound_in_a_batch_change_nothing(server: Any) -> None:
     conn = Connection(server.address, None, "raw", "remote", Timeouts(request=30, reconnect=5))
     conn.open()
     try:
         first = conn.request({"type": "start_episode"})["episode_id"]
         second = conn.request({"type": "start_episode"})["episode_id"]
         conn.request({"type": "get_action", "episode_id": first, "observation": GOOD})
-        with pytest.raises(EpisodeError, match="before its first action"):
+        conn.request({"type": "get_action", "episode_id": second, "observation": GOOD})
+        conn.request({"type": "log_returns", "episode_id": second, "reward": 6e8})
+        with pytest.raises(SpaceError, match=f"get_action for episode '{second}'.*add up to"):
             conn.request(
                 {
                     "type": "get_action",
                     "episode_ids": [first, second],
                     "observations": np.stack([GOOD, GOOD]),
-                    "rewards": [1.0, 1.0],
+                    "rewards": [1.0, 6e8],
                 }
             )
         reply = conn.request(

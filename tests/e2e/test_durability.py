@@ -63,7 +63,9 @@ class RemotePlayer(threading.Thread):
 
     def __init__(self, address: str, seed: int):
         super().__init__(daemon=True)
-        self.client = PolicyClient(address, timeout=30, reconnect_timeout=60)
+        self.client = PolicyClient(
+            address, inference_mode="remote", timeout=30, reconnect_timeout=60
+        )
         self.seed = seed
         self.stop = threading.Event()
         self.episodes = 0
@@ -217,7 +219,7 @@ def test_kill_9_of_the_learner_keeps_serving_and_restarts_it(launch_server: Any)
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(launch_server: Any) -> None:
     server = launch_server(*SMALL_PPO, "--checkpoint-every", "1", "--keep-checkpoints", "3")
     server.wait_for_weights(0)
-    with PolicyClient(server.address, timeout=30) as client:
+    with PolicyClient(server.address, inference_mode="remote", timeout=30) as client:
         seed = 0
         while server.metrics().get("learner/updates", 0) < 2:
             play_cartpole(client, seed=seed)
@@ -226,7 +228,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(launch_server: A
     newest = server.checkpoints[-1]
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
     resumed = launch_server(resume=server.run_folder)
-    with PolicyClient(resumed.address, timeout=30) as client:
+    with PolicyClient(resumed.address, inference_mode="remote", timeout=30) as client:
         play_cartpole(client, seed=1000)
     metrics = settled(resumed)
     assert metrics["learner/steps_consumed"] == metrics["samples/steps_logged"]
@@ -270,7 +272,7 @@ def test_failing_writes_degrade_health_and_recover(launch_server: Any) -> None:
     shutil.rmtree(weights_dir)
     weights_dir.write_text("not a folder")
     try:
-        with PolicyClient(server.address, timeout=30) as client:
+        with PolicyClient(server.address, inference_mode="remote", timeout=30) as client:
             seed = 0
             version = server.health()["weights_version"]
             while server.health()["weights_version"] < version + 1:
@@ -290,7 +292,7 @@ def test_failing_writes_degrade_health_and_recover(launch_server: Any) -> None:
     deadline = time.monotonic() + 60
     while server.health()["status"] != "ok":
         assert time.monotonic() < deadline, server.health()
-        with PolicyClient(server.address, timeout=30) as client:
+        with PolicyClient(server.address, inference_mode="remote", timeout=30) as client:
             play_cartpole(client, seed=999)
     log = server.log()
     assert log.count("writing the server state failed") == 1, log

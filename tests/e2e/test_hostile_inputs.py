@@ -421,7 +421,7 @@ def test_idle_connections_are_closed_and_clients_reconnect_transparently(
         assert raw.receive(timeout=30) is None  # closed, without an error frame
     env = gym.make("CartPole-v1")
     obs, _ = env.reset(seed=1)
-    with PolicyClient(server.address, timeout=30) as client:
+    with PolicyClient(server.address, inference_mode="remote", timeout=30) as client:
         eid = client.start_episode()
         client.get_action(eid, obs)
         client.end_episode(eid, obs)

@@ -148,7 +148,9 @@ def test_episode_moves_between_carriers(server: Any, http: httpx.Client) -> None
     """An episode started over HTTP can be continued by a binary client of the same identity."""
     me = {"X-RLServe-Client": "carrier-mover"}
     eid = _ok(http.post("/v1/start_episode", json={}, headers=me))["episode_id"]
-    with PolicyClient(server.address, timeout=30, client_id="carrier-mover") as client:
+    with PolicyClient(
+        server.address, inference_mode="remote", timeout=30, client_id="carrier-mover"
+    ) as client:
         assert client.get_action(eid, np.asarray(GOOD, dtype=np.float32)) in (0, 1)
     body = {"episode_id": eid, "observation": GOOD}
     assert _ok(http.post("/v1/get_action", json=body, headers=me))
@@ -165,9 +167,8 @@ def test_episode_errors_are_409(http: httpx.Client) -> None:
     other = {"X-RLServe-Client": "another-client"}
     again = http.post("/v1/start_episode", json={"episode_id": eid}, headers=other)
     _error(again, 409, "episode_error")
-    _error(  # a reward before the first action
-        http.post("/v1/log_returns", json={"episode_id": eid, "reward": 1.0}), 409, "episode_error"
-    )
+    # A reward before the first action is accepted (it counts in the return only).
+    assert _ok(http.post("/v1/log_returns", json={"episode_id": eid, "reward": 1.0}))
     assert _ok(http.post("/v1/end_episode", json={"episode_id": eid, "observation": GOOD}))
     _error(
         http.post("/v1/end_episode", json={"episode_id": eid, "observation": GOOD}),
@@ -279,7 +280,7 @@ def test_null_is_the_same_as_absent_over_http(http: httpx.Client) -> None:
 
 
 def test_prometheus_metrics(server: Any, http: httpx.Client) -> None:
-    with PolicyClient(server.address, timeout=30) as client:
+    with PolicyClient(server.address, inference_mode="remote", timeout=30) as client:
         play_cartpole(client, seed=77)
     reply = http.get("/metrics")
     assert reply.status_code == 200
@@ -334,7 +335,7 @@ def test_right_token_over_http(token_server: Any) -> None:
 @pytest.mark.parametrize("token", [None, "wrong", ""])
 def test_wrong_token_over_binary(token_server: Any, token: str | None) -> None:
     with pytest.raises(AuthenticationError):
-        PolicyClient(token_server.address, token=token, timeout=30)
+        PolicyClient(token_server.address, inference_mode="remote", token=token, timeout=30)
     with RawSocket(token_server.address) as raw:
         reply = raw.request({"type": "hello", "id": 1, "protocol_version": 1, "token": token})
         assert reply["code"] == "unauthorized"
@@ -342,7 +343,9 @@ def test_wrong_token_over_binary(token_server: Any, token: str | None) -> None:
 
 
 def test_right_token_over_binary(token_server: Any) -> None:
-    with PolicyClient(token_server.address, token=TOKEN, timeout=60) as client:
+    with PolicyClient(
+        token_server.address, inference_mode="remote", token=TOKEN, timeout=60
+    ) as client:
         result = play_cartpole(client, seed=4)
     assert result.length > 0
     with RawSocket(token_server.address) as raw:
@@ -368,7 +371,7 @@ def test_public_host_without_token_refuses_to_start(
 def test_public_host_with_token_serves(launch_server: Any) -> None:
     server = launch_server("--host", "0.0.0.0", "--token", TOKEN)
     assert server.host == "0.0.0.0"
-    with PolicyClient(server.address, token=TOKEN, timeout=30) as client:
+    with PolicyClient(server.address, inference_mode="remote", token=TOKEN, timeout=30) as client:
         assert client.observation_space.shape == (4,)
     reply = httpx.get(
         f"{server.http_url}/v1/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10

@@ -119,7 +119,9 @@ def test_ppo_learns_the_corridor(launch_server: Any, tmp_path: Path) -> None:
     def run(seed: int) -> None:
         try:
             corridor = gym.wrappers.TimeLimit(Corridor(), TIME_LIMIT)
-            with PolicyClient(server.address, client_name=f"corridor-{seed}", timeout=60) as client:
+            with PolicyClient(
+                server.address, inference_mode="remote", client_name=f"corridor-{seed}", timeout=60
+            ) as client:
                 assert client.observation_space.shape == (LENGTH,)
                 obs, _ = corridor.reset(seed=seed)
                 while not stop.is_set():

@@ -383,7 +383,7 @@ def test_many_simultaneous_connections(server: Any) -> None:
 def test_server_still_serves_after_fuzzing(server: Any) -> None:
     """Runs after the properties above (file order): the server is alive and answers normally."""
     assert server.alive(), server.log()
-    with PolicyClient(server.address, timeout=30) as client:
+    with PolicyClient(server.address, inference_mode="remote", timeout=30) as client:
         result = play_cartpole(client, seed=123)
     assert result.length > 0
     metrics = server.metrics()

@@ -30,7 +30,9 @@ def shared_server(module_launcher: Any) -> Any:
 
 
 def _client(server: Any, name: str = "test") -> PolicyClient:
-    return PolicyClient(server.address, client_name=name, timeout=30, reconnect_timeout=5)
+    return PolicyClient(
+        server.address, inference_mode="remote", client_name=name, timeout=30, reconnect_timeout=5
+    )
 
 
 def test_concurrent_clients_metrics_are_exact(launch_server: Any) -> None:

@@ -58,7 +58,9 @@ def test_listening_line_names_the_tls_schemes(server: Any) -> None:
 
 
 def test_binary_carrier_over_tls_with_a_private_ca(server: Any, pki: dict[str, Path]) -> None:
-    client = PolicyClient(f"tls://127.0.0.1:{server.port}", tls_ca=str(pki["ca"]), timeout=30)
+    client = PolicyClient(
+        f"tls://127.0.0.1:{server.port}", inference_mode="remote", tls_ca=str(pki["ca"]), timeout=30
+    )
     try:
         result = play_cartpole(client, seed=3, max_steps=5)
         assert result.length >= 1
@@ -70,7 +72,7 @@ def test_https_address_and_ca_from_the_environment(
     server: Any, pki: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("RLSERVE_TLS_CA", str(pki["ca"]))
-    client = PolicyClient(f"https://localhost:{server.port}", timeout=30)
+    client = PolicyClient(f"https://localhost:{server.port}", inference_mode="remote", timeout=30)
     try:
         episode_id = client.start_episode()
         assert client.get_action(episode_id, GOOD) in (0, 1)
@@ -109,10 +111,15 @@ def test_http_carrier_over_https(server: Any, pki: dict[str, Path]) -> None:
 
 def test_a_certificate_from_another_ca_is_refused(server: Any, pki: dict[str, Path]) -> None:
     with pytest.raises(TLSError, match=r"not accepted.*tls_ca"):
-        PolicyClient(f"tls://127.0.0.1:{server.port}", tls_ca=str(pki["other_ca"]), timeout=10)
+        PolicyClient(
+            f"tls://127.0.0.1:{server.port}",
+            inference_mode="remote",
+            tls_ca=str(pki["other_ca"]),
+            timeout=10,
+        )
     # Without tls_ca only the system's CAs are trusted, and they did not issue this one.
     with pytest.raises(TLSError, match="RLSERVE_TLS_CA"):
-        PolicyClient(f"tls://127.0.0.1:{server.port}", timeout=10)
+        PolicyClient(f"tls://127.0.0.1:{server.port}", inference_mode="remote", timeout=10)
     with pytest.raises(httpx.ConnectError):
         httpx.get(
             f"{server.http_url}/v1/health",
@@ -126,10 +133,14 @@ def test_a_plain_client_against_a_tls_server_fails_clearly(
 ) -> None:
     for _ in range(5):
         with pytest.raises(TLSError, match=rf"speaks TLS.*tls://127\.0\.0\.1:{server.port}"):
-            PolicyClient(f"127.0.0.1:{server.port}", timeout=10, reconnect_timeout=1)
+            PolicyClient(
+                f"127.0.0.1:{server.port}", inference_mode="remote", timeout=10, reconnect_timeout=1
+            )
     # The server shrugs the bad handshakes off: no traceback, and TLS clients still work.
     assert "Traceback" not in server.log()
-    client = PolicyClient(f"tls://127.0.0.1:{server.port}", tls_ca=str(pki["ca"]), timeout=30)
+    client = PolicyClient(
+        f"tls://127.0.0.1:{server.port}", inference_mode="remote", tls_ca=str(pki["ca"]), timeout=30
+    )
     client.close()
 
 
@@ -137,7 +148,7 @@ def test_tls_against_a_plain_server_fails_before_anything_is_sent(plain_server: 
     # The binary port (binary framing answers the handshake) and the HTTP port (uvicorn does).
     for port in (plain_server.port, plain_server.http_port):
         with pytest.raises(TLSError, match=rf"handshake.*plain text.*tcp://127\.0\.0\.1:{port}"):
-            PolicyClient(f"tls://127.0.0.1:{port}", timeout=10)
+            PolicyClient(f"tls://127.0.0.1:{port}", inference_mode="remote", timeout=10)
     assert plain_server.alive()
 
 
@@ -158,7 +169,9 @@ def test_a_tls_address_never_sends_the_hello_in_clear() -> None:
     port = listener.getsockname()[1]
     try:
         with pytest.raises(TLSError):
-            PolicyClient(f"tls://127.0.0.1:{port}", token="s3cret", timeout=10)
+            PolicyClient(
+                f"tls://127.0.0.1:{port}", inference_mode="remote", token="s3cret", timeout=10
+            )
     finally:
         thread.join(10)
         listener.close()

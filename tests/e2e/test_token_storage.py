@@ -22,13 +22,13 @@ def test_token_from_the_environment_is_never_saved_and_resume_asks_again(
     monkeypatch.setenv("RLSERVE_TOKEN", TOKEN)
     server = launch_server()
     # The client reads RLSERVE_TOKEN too.
-    client = PolicyClient(server.address, timeout=30)
+    client = PolicyClient(server.address, inference_mode="remote", timeout=30)
     episode_id = client.start_episode()
     assert client.get_action(episode_id, [0.0, 0.0, 0.0, 0.0]) in (0, 1)
     client.end_episode(episode_id, [0.0, 0.0, 0.0, 0.0])
     client.close()
     with pytest.raises(AuthenticationError):
-        PolicyClient(server.address, token="wrong", timeout=30)
+        PolicyClient(server.address, inference_mode="remote", token="wrong", timeout=30)
     # The HTTP carrier takes the same token.
     assert server.metrics(TOKEN)["episodes/completed"] >= 0
     refused = httpx.get(f"{server.http_url}/v1/metrics", timeout=10)
@@ -55,8 +55,8 @@ def test_token_from_the_environment_is_never_saved_and_resume_asks_again(
 
     resumed = launch_server("--token", TOKEN, resume=server.run_folder)
     with pytest.raises(AuthenticationError):
-        PolicyClient(resumed.address, timeout=30)
-    PolicyClient(resumed.address, token=TOKEN, timeout=30).close()
+        PolicyClient(resumed.address, inference_mode="remote", timeout=30)
+    PolicyClient(resumed.address, inference_mode="remote", token=TOKEN, timeout=30).close()
     assert TOKEN not in (server.run_folder / "config.toml").read_text()
 
 
@@ -70,7 +70,7 @@ def test_a_token_in_an_old_run_folder_is_removed_on_resume(
     config.write_text(config.read_text().replace("[server]\n", f'[server]\ntoken = "{TOKEN}"\n'))
     monkeypatch.setenv("RLSERVE_TOKEN", TOKEN)
     resumed = launch_server(resume=server.run_folder)
-    PolicyClient(resumed.address, timeout=30).close()
+    PolicyClient(resumed.address, inference_mode="remote", timeout=30).close()
     assert TOKEN not in config.read_text()
 
 

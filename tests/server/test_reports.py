@@ -151,3 +151,17 @@ def test_a_summary_reason_sent_as_nil_is_the_default() -> None:
 def test_an_unknown_summary_reason_is_refused(reason: Any) -> None:
     with pytest.raises(SpaceError, match=r"episodes\[0\]: unknown reason"):
         check_summaries([{**SUMMARY, "reason": reason}], Limits(), "r")
+
+
+def test_reported_infos_are_kept_and_checked() -> None:
+    infos = [{"lives": 3}, None, {}, {"pos": [1, 2]}]
+    out = checker().check(fragment(infos=infos), 2, "r")
+    assert out.infos == infos
+    assert checker().check(fragment(), 2, "r").infos is None
+    with pytest.raises(SpaceError, match="'infos' must be a list of 4 maps or nils"):
+        checker().check(fragment(infos=infos[:3]), 2, "r")
+    with pytest.raises(SpaceError, match=r"'infos'\[1\] must be a map or nil"):
+        checker().check(fragment(infos=[None, 1, None, None]), 2, "r")
+    small = FragmentChecker(OBS, gym.spaces.Discrete(3), "default", Limits(max_info_bytes=16))
+    with pytest.raises(LimitExceededError, match=r"r.infos\[0\]: info is"):
+        small.check(fragment(infos=[{"a": "x" * 40}, None, None, None]), 2, "r")

@@ -22,3 +22,33 @@ def test_one_line_per_kind_and_interval_with_a_count() -> None:
         "rlserve: other kind",
         "rlserve: later (and 2 more like it since the last such line)",
     ]
+
+
+def test_the_learner_link_warns_about_dropped_steps_once_per_interval() -> None:
+    """Steps the learner skipped are never silent: one line with the count and the remedies."""
+    from rlserve.server import learner_link
+    from rlserve.server.stats import ServerStats
+
+    stream, now = io.StringIO(), [0.0]
+    log = ThrottledLog(interval=60.0, stream=stream, clock=lambda: now[0])
+    original, learner_link.SERVER_LOG = learner_link.SERVER_LOG, log
+    try:
+        link = learner_link.LearnerLink(
+            {"max_queue_steps": 100},
+            ServerStats(),
+            None,  # type: ignore[arg-type]
+            None,  # type: ignore[arg-type]
+            None,  # type: ignore[arg-type]
+            lambda: 0,
+        )
+        for seq in (1, 2, 3):
+            link._unread.append((seq, 50))
+        link._consumed(1, [[1, 30]])
+        link._consumed(2, [[2, 50]])  # within the interval: counted, not printed
+        link._consumed(3, [])
+    finally:
+        learner_link.SERVER_LOG = original
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1, lines
+    assert "dropped 30 steps unread (30 of 50 in all" in lines[0]
+    assert "fewer clients" in lines[0] and "--max-sample-queue-steps (now 100)" in lines[0]

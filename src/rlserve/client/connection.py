@@ -509,9 +509,13 @@ class Connection:
                 kind = sent["type"]
                 if reply.get("type") == "error" and self._deferred_error is None:
                     self._deferred_message = sent
+                    episode = sent.get("episode_id")
+                    of = f" of episode '{episode}'" if isinstance(episode, str) else ""
                     self._deferred_error = error_for_code(
                         str(reply.get("code")),
-                        f"an earlier {kind} (request {reply_id}) failed: {reply.get('message')}",
+                        f"the earlier {kind}{of} failed: {reply.get('message')} (it was sent "
+                        "without waiting for its reply, so its error is raised by the next "
+                        "call, which was not sent)",
                         reply_id,
                     )
             elif isinstance(reply_id, int):

@@ -20,9 +20,11 @@ Each client samples actions from its own random stream: a ``SeedSequence`` of th
 (fresh entropy by default) spawns a child for every policy it swaps in.
 
 The buffer of unshipped steps is bounded: past ``max_buffered_steps`` the oldest unsent
-fragments are dropped (``when_full="drop"``, the default: the simulator never waits; a warning
-and :attr:`LocalInference.dropped_steps` say what was lost) or ``get_action`` waits for room
-(``when_full="block"``, for simulators that can pause).
+fragments are dropped (``when_full="drop"``, the default: the simulator never waits; a warning at
+most every ``DROP_WARNING_INTERVAL`` seconds and :attr:`LocalInference.dropped_steps` say what was
+lost and what to do) or ``get_action`` waits for room (``when_full="block"``, for simulators that
+can pause). Steps the server's learner dropped unread (it fell behind) are counted in
+:attr:`LocalInference.server_dropped_steps` and warned about the same way.
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ FRAGMENT_OVERHEAD = 512
 
 SUMMARY_BYTES = 256
 """Bytes reserved per episode summary (plus its id)."""
+
+DROP_WARNING_INTERVAL = 30.0
+"""Seconds between two warnings about dropped steps (each says the count so far)."""
 
 RECONNECT_SLICE = 0.25
 """Seconds a background thread tries to reconnect before it checks whether it should stop."""
@@ -138,6 +143,9 @@ class LocalInference:
         """Steps the server refused (see the log for why)."""
         self.shipped_steps = 0
         """Steps the server has accepted."""
+        self.server_dropped_steps = 0
+        """Accepted steps the server's learner dropped unread (it fell behind)."""
+        self._warned_at: dict[str, float] = {}
         self.table = EpisodeTable(
             config.fragment_length, config.max_episodes, config.max_episodes, self._enqueue
         )
@@ -270,9 +278,11 @@ class LocalInference:
         self.table.observe(episode, obs[0], None)
         self.table.act(episode, value, float("nan"), False, self._policy.version)
 
-    def log_returns(self, episode_id: str, reward: float) -> None:
-        """Add reward to the previous action."""
-        self.table.log_returns(self.table.get(episode_id), float(reward))
+    def log_returns(
+        self, episode_id: str, reward: float, info: dict[str, Any] | None = None
+    ) -> None:
+        """Add reward (and a checked ``info`` map) to the previous action."""
+        self.table.log_returns(self.table.get(episode_id), reward, info)
 
     def end_episode(self, episode_id: str, observation: Any, truncated: bool) -> None:
         """Finish an episode; its steps and summary go out with the next batch."""
@@ -299,13 +309,22 @@ class LocalInference:
                 dropped = self._outbox.popleft()
                 self._buffered_steps -= len(dropped)
                 self.dropped_steps += len(dropped)
-                logger.warning(
-                    "rlserve: the experience buffer is full (%d steps; the server is unreachable "
-                    "or slower than this client); dropped %d steps, %d in all",
-                    self.config.max_buffered_steps,
-                    len(dropped),
-                    self.dropped_steps,
+                self._warn_dropped(
+                    "buffer",
+                    f"the experience buffer is full ({self.config.max_buffered_steps} steps: the "
+                    "server is unreachable or takes experience slower than this client makes "
+                    f"it); dropped {self.dropped_steps} steps so far (client.local.dropped_steps)"
+                    "; pass local=LocalConfig(when_full='block') to make get_action wait "
+                    "instead, a larger max_buffered_steps, or run fewer clients",
                 )
+
+    def _warn_dropped(self, kind: str, message: str) -> None:
+        """Log ``message`` unless a warning of ``kind`` was logged in the last interval."""
+        now = time.monotonic()
+        last = self._warned_at.get(kind)
+        if last is None or now - last >= DROP_WARNING_INTERVAL:
+            self._warned_at[kind] = now
+            logger.warning("rlserve: %s", message)
 
     def _take_batch(self) -> tuple[list[Fragment], list[EpisodeSummary]]:
         with self._lock:
@@ -399,6 +418,16 @@ class LocalInference:
                 return True
         self.shipped_steps += steps
         self._release(steps)
+        dropped = reply.get("dropped_steps")
+        if isinstance(dropped, int) and dropped > 0:
+            self.server_dropped_steps += dropped
+            self._warn_dropped(
+                "server",
+                f"the server's learner fell behind and dropped {self.server_dropped_steps} of "
+                f"the {self.shipped_steps} steps this client shipped "
+                "(client.local.server_dropped_steps); run fewer clients or raise the server's "
+                "--max-sample-queue-steps",
+            )
         newer = int(reply.get("weights_version", -1)) > self._policy.version
         if newer and self.update_interval is not None:
             self._wake_refresher.set()
@@ -579,6 +608,7 @@ def split_fragment(fragment: Fragment, steps: int) -> tuple[Fragment, Fragment]:
         fragment.weights_version[:steps],
         terminated=False,
         truncated=False,
+        infos=None if fragment.infos is None else fragment.infos[:steps],
     )
     tail = Fragment(
         fragment.episode_id,
@@ -592,6 +622,7 @@ def split_fragment(fragment: Fragment, steps: int) -> tuple[Fragment, Fragment]:
         fragment.weights_version[steps:],
         terminated=fragment.terminated,
         truncated=fragment.truncated,
+        infos=None if fragment.infos is None else fragment.infos[steps:],
     )
     return head, tail
 

@@ -3,10 +3,11 @@
 The calls and their meaning are RLlib's (``start_episode``, ``get_action``, ``log_action``,
 ``log_returns``, ``end_episode``, ``update_policy_weights``), plus ``truncated=`` on
 ``end_episode``. In remote inference mode each environment step costs one network round trip:
-rewards logged with ``log_returns`` are added up on the client and travel with the next
-``get_action``, ``log_action`` or ``end_episode``; ``end_episode`` is pipelined (its error, if
-any, is raised by the next call). Observations are checked against the server's space before
-they are sent. This module needs numpy, msgpack and gymnasium's spaces; never torch.
+rewards (and ``info`` maps) logged with ``log_returns`` are added up on the client and travel with
+the next ``get_action``, ``log_action`` or ``end_episode`` of the episode; ``end_episode`` is
+pipelined (its error, if any, is raised by the next call, naming the episode it ended).
+Observations are checked against the server's space before they are sent. This module needs
+numpy, msgpack and gymnasium's spaces; never torch.
 
 Every episode call carries the episode's next sequence number ``seq`` and every ``hello`` the
 client's random ``client_id``, so a call re-sent after a lost reply or a timeout is answered with
@@ -30,15 +31,27 @@ from gymnasium import spaces
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.local import LocalConfig, LocalInference
 from rlserve.config import TOKEN_ENV
-from rlserve.errors import ConfigError, ConnectionLostError, RLServeError, SpaceError, TLSError
+from rlserve.errors import (
+    ConfigError,
+    ConnectionLostError,
+    EpisodeLostError,
+    RLServeError,
+    SpaceError,
+    TLSError,
+)
 from rlserve.policy.distributions import action_from_wire
+from rlserve.protocol.info import check_info_size, wire_info
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.spaces import check_batch, check_value, from_description
+from rlserve.values import MAX_ABS_REWARD
 
 logger = logging.getLogger("rlserve.client")
 
 ENDED_SEQS_KEPT = 4096
 """Ended episodes whose last call number is kept (in case the server refuses the end)."""
+
+EPISODES_TRACKED = 100_000
+"""Open (and lost) episode ids a remote-mode client remembers, oldest forgotten first."""
 
 
 class PolicyClient:
@@ -50,9 +63,10 @@ class PolicyClient:
             the scheme, and an HTTP-only port gets a :class:`ConfigError` naming the binary
             port); ``tls://host:port`` or ``https://host:port`` connect with TLS and verify the
             server's certificate and host name (never falling back to plain text).
-        inference_mode: ``remote``: the server computes actions (one round trip per step).
-            ``local``: the client computes them with numpy from weights the server ships and
-            sends its experience in batches from a background thread.
+        inference_mode: ``local`` (the default, as in RLlib): the client computes actions with
+            numpy from weights the server ships and sends its experience in batches from a
+            background thread. ``remote``: the server computes actions (one round trip per
+            step).
         update_interval: Local mode: seconds between background weight refreshes (also done
             as soon as a batch reply shows newer weights); None: only
             :meth:`update_policy_weights`.
@@ -88,7 +102,10 @@ class PolicyClient:
     ``get_action`` is joined), ``start_episode`` always names its id (a retry of an unused
     episode is answered as started), and a pipelined ``end_episode`` whose reply was lost is
     re-sent before the next call. If the server restarted (its episodes are gone), nothing is
-    replayed and the episode's next call raises :class:`~rlserve.errors.EpisodeError`.
+    replayed and every later call of an episode this client had open raises
+    :class:`~rlserve.errors.EpisodeLostError` (an ``EpisodeError``) without a round trip: catch
+    it around an episode's loop and start a new episode (local mode keeps its episodes, as they
+    live in the client).
 
     Threads: one client may be shared by several threads. Each call holds the client's lock
     for its duration (calls are serialised, never interleaved on the connection); run one
@@ -104,7 +121,7 @@ class PolicyClient:
     def __init__(
         self,
         address: str,
-        inference_mode: str = "remote",
+        inference_mode: str = "local",
         update_interval: float | None = 10.0,
         *,
         token: str | None = None,
@@ -140,7 +157,12 @@ class PolicyClient:
         self._lock = threading.RLock()
         self._conn = connect()
         self._pending_reward: dict[str, float] = {}
+        self._pending_info: dict[str, dict[str, Any]] = {}
         self._acted: set[str] = set()
+        # Remote mode: episodes this client started and has not ended, and those a server
+        # restart took away (their calls raise EpisodeLostError).
+        self._open: OrderedDict[str, None] = OrderedDict()
+        self._lost: OrderedDict[str, None] = OrderedDict()
         self._seq: dict[str, int] = {}
         # The end_episode seq of recently ended episodes: calls after the end take the next
         # number; if the server refuses the end, the episode goes on with the end's number.
@@ -184,7 +206,11 @@ class PolicyClient:
         restarted = getattr(self, "_instance_id", None) not in (None, welcome.get("instance_id"))
         if restarted:
             # The server restarted: the episodes this client had open are gone there.
+            for episode_id in [*self._open, *self._seq]:
+                _remember(self._lost, episode_id)
+            self._open.clear()
             self._pending_reward.clear()
+            self._pending_info.clear()
             self._acted.clear()
             self._seq.clear()
             self._ended_seq.clear()
@@ -236,13 +262,15 @@ class PolicyClient:
                     deadline = now + self._timeouts.reconnect
                 if now >= deadline:
                     raise
-                if self._welcome(self._conn.reconnect(deadline)) and replay:
-                    logger.warning(
-                        "rlserve: the server restarted; %d unanswered call(s) for its ended "
-                        "episodes are not re-sent",
-                        len(replay),
-                    )
-                    replay = []
+                if self._welcome(self._conn.reconnect(deadline)):
+                    if replay:
+                        logger.warning(
+                            "rlserve: the server restarted; %d unanswered call(s) for its ended "
+                            "episodes are not re-sent",
+                            len(replay),
+                        )
+                        replay = []
+                    self._check_not_lost(_episodes_of(message))
             except RLServeError:
                 # A pipelined end_episode the server refused leaves its episode open.
                 if self._conn.failed_message is not None:
@@ -256,9 +284,20 @@ class PolicyClient:
         episode_id, seq = message["episode_id"], int(message["seq"])
         if self._ended_seq.get(episode_id) == seq:
             del self._ended_seq[episode_id]
+            _remember(self._open, episode_id)
             if seq > 1:
                 self._seq[episode_id] = seq - 1
                 self._acted.add(episode_id)
+
+    def _check_not_lost(self, episode_ids: list[str]) -> None:
+        lost = [eid for eid in episode_ids if eid in self._lost]
+        if lost:
+            names = ", ".join(f"'{eid}'" for eid in lost)
+            raise EpisodeLostError(
+                f"episode {names} is lost: the server restarted since it started and no longer "
+                "knows it; start a new episode (reset your environment) and carry on",
+                lost,
+            )
 
     def _next_seq(self, episode_id: str) -> int:
         last = self._seq.get(episode_id)
@@ -289,7 +328,10 @@ class PolicyClient:
                     "training_enabled": training_enabled,
                 }
             )
-            return str(reply["episode_id"])
+            started = str(reply["episode_id"])
+            _remember(self._open, started)
+            self._lost.pop(started, None)
+            return started
 
     def get_action(self, episode_id: str | Sequence[str], observation: Any) -> Any:
         """Record an observation and return the policy's action.
@@ -310,6 +352,7 @@ class PolicyClient:
             if self._local is not None:
                 return self._local_get_action(episode_id, observation)
             if isinstance(episode_id, str):
+                self._check_not_lost([episode_id])
                 seq = self._next_seq(episode_id)
                 message: dict[str, Any] = {
                     "type": "get_action",
@@ -317,27 +360,27 @@ class PolicyClient:
                     "observation": self._check_one(observation),
                     "seq": seq,
                 }
-                reward = self._pending_reward.get(episode_id)
-                if reward is not None:
-                    message["reward"] = reward
+                self._attach_pending(episode_id, message)
                 reply = self._request(message)
                 self._delivered([episode_id], [seq])
                 return self._one_action(reply["action"])
             ids = list(episode_id)
+            self._check_not_lost(ids)
             keyed = isinstance(observation, Mapping)
             values = [observation[eid] for eid in ids] if keyed else observation
             stacked = self._check_many(values, len(ids))
             rewards = [self._pending_reward.get(eid, 0.0) for eid in ids]
             seqs = [self._next_seq(eid) for eid in ids]
-            reply = self._request(
-                {
-                    "type": "get_action",
-                    "episode_ids": ids,
-                    "observations": stacked,
-                    "rewards": rewards,
-                    "seqs": seqs,
-                }
-            )
+            batch: dict[str, Any] = {
+                "type": "get_action",
+                "episode_ids": ids,
+                "observations": stacked,
+                "rewards": rewards,
+                "seqs": seqs,
+            }
+            if any(eid in self._pending_info for eid in ids):
+                batch["infos"] = [self._pending_info.get(eid) for eid in ids]
+            reply = self._request(batch)
             self._delivered(ids, seqs)
             actions = reply["actions"]
             if keyed:
@@ -353,6 +396,7 @@ class PolicyClient:
             if self._local is not None:
                 self._local.log_action(episode_id, observation, action)
                 return
+            self._check_not_lost([episode_id])
             seq = self._next_seq(episode_id)
             message: dict[str, Any] = {
                 "type": "log_action",
@@ -361,9 +405,7 @@ class PolicyClient:
                 "action": check_value(self.action_space, action, "action"),
                 "seq": seq,
             }
-            reward = self._pending_reward.get(episode_id)
-            if reward is not None:
-                message["reward"] = reward
+            self._attach_pending(episode_id, message)
             self._request(message)
             self._delivered([episode_id], [seq])
 
@@ -376,36 +418,72 @@ class PolicyClient:
     ) -> None:
         """Add reward to the episode's previous action (rewards add up until the next action).
 
-        While the episode has had an action, the reward is kept here and sent with the next call
-        for the episode (one round trip per step); otherwise, or with ``info``, it is sent now.
+        Remote mode: the reward and ``info`` of an episode this client started are kept here
+        and travel with the episode's next call (no round trip of their own); for any other id
+        they are sent at once (so an unknown id is reported by this call). A reward before the
+        episode's first action counts in its return and belongs to no step.
+
+        Args:
+            episode_id: The episode.
+            reward: A finite number; with the rewards logged since the previous action, within
+                -1e9..1e9.
+            info: The environment's info map for this step (recorded with the step and kept
+                with the episode's data); several before the next action merge, later keys
+                replacing earlier ones. Keys are strings (int, float, bool and None keys are
+                turned into their JSON text); values are numbers, strings, booleans, None,
+                lists, dicts, bytes or numeric numpy arrays, at most the server's
+                ``max_info_bytes`` encoded.
+            multiagent_done_dict: Not supported yet (multi-agent episodes come later).
 
         Raises:
-            EpisodeError: No action was taken in this episode yet (raised by the server).
+            SpaceError: The reward is not a finite number in range, or ``info`` holds a value
+                that cannot travel (the error names its key).
+            LimitExceededError: ``info`` is over ``max_info_bytes``.
+            EpisodeLostError: The server restarted since the episode started.
             NotImplementedError: ``multiagent_done_dict`` (multi-agent episodes come later).
         """
         if multiagent_done_dict is not None:
             raise NotImplementedError("multi-agent episodes are not available in this version")
+        where = f"log_returns for episode '{episode_id}'"
+        value = _reward_number(reward, where)
+        plain = None
+        if info:
+            plain = wire_info(info, where)
+            check_info_size(plain, self._conn.limits.max_info_bytes, where)
         with self._lock:
             if self._local is not None:
-                self._local.log_returns(episode_id, reward)
+                self._local.log_returns(episode_id, value, plain)
                 return
-            if episode_id in self._acted and info is None:
-                self._pending_reward[episode_id] = self._pending_reward.get(
-                    episode_id, 0.0
-                ) + float(reward)
+            self._check_not_lost([episode_id])
+            total = self._pending_reward.get(episode_id, 0.0) + value
+            if not -MAX_ABS_REWARD <= total <= MAX_ABS_REWARD:
+                raise SpaceError(
+                    f"{where}: reward {value!r} makes the rewards logged since the last action "
+                    f"add up to {total!r}; a step's reward must be within "
+                    f"-{MAX_ABS_REWARD:g}..{MAX_ABS_REWARD:g}"
+                )
+            pending = self._pending_info.get(episode_id)
+            merged = plain if pending is None or not plain else {**pending, **plain}
+            if episode_id not in self._open:
+                # Not started by this client object (another with the same client_id, or an
+                # unknown id): send it now, so that an unknown id is reported by this call.
+                seq = self._next_seq(episode_id)
+                message: dict[str, Any] = {
+                    "type": "log_returns",
+                    "episode_id": episode_id,
+                    "reward": total,
+                    "seq": seq,
+                }
+                if merged is not None:
+                    message["info"] = merged
+                self._request(message)
+                self._pending_reward.pop(episode_id, None)
+                self._pending_info.pop(episode_id, None)
+                self._seq[episode_id] = seq
                 return
-            seq = self._next_seq(episode_id)
-            message: dict[str, Any] = {
-                "type": "log_returns",
-                "episode_id": episode_id,
-                "reward": float(reward) + self._pending_reward.get(episode_id, 0.0),
-                "seq": seq,
-            }
-            if info is not None:
-                message["info"] = info
-            self._request(message)
-            self._pending_reward.pop(episode_id, None)
-            self._seq[episode_id] = seq
+            self._pending_reward[episode_id] = total
+            if merged is not None:
+                self._pending_info[episode_id] = merged
 
     def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> None:
         """Finish an episode with its final observation.
@@ -420,6 +498,7 @@ class PolicyClient:
             if self._local is not None:
                 self._local.end_episode(episode_id, observation, truncated)
                 return
+            self._check_not_lost([episode_id])
             message: dict[str, Any] = {
                 "type": "end_episode",
                 "episode_id": episode_id,
@@ -427,12 +506,12 @@ class PolicyClient:
                 "truncated": bool(truncated),
                 "seq": self._next_seq(episode_id),
             }
-            reward = self._pending_reward.get(episode_id)
-            if reward is not None:
-                message["reward"] = reward
+            self._attach_pending(episode_id, message)
             self._send_nowait(message)
             # Pipelined: its error, if any, is raised by the next call; the episode is over here.
             self._pending_reward.pop(episode_id, None)
+            self._pending_info.pop(episode_id, None)
+            self._open.pop(episode_id, None)
             self._acted.discard(episode_id)
             self._seq.pop(episode_id, None)
             self._ended_seq[episode_id] = message["seq"]
@@ -495,11 +574,21 @@ class PolicyClient:
                 raise SpaceError(f"observations: cannot be read as numbers: {exc}") from exc
         return [self._check_one(v) for v in values]
 
+    def _attach_pending(self, episode_id: str, message: dict[str, Any]) -> None:
+        """Add the reward and info logged since the episode's last action to ``message``."""
+        reward = self._pending_reward.get(episode_id)
+        if reward is not None:
+            message["reward"] = reward
+        info = self._pending_info.get(episode_id)
+        if info is not None:
+            message["info"] = info
+
     def _delivered(self, episode_ids: list[str], seqs: list[int]) -> None:
         # Only once the server accepted the call: a refused call leaves the pending rewards,
         # the episode's state and its next seq as they were.
         for episode_id, seq in zip(episode_ids, seqs, strict=True):
             self._pending_reward.pop(episode_id, None)
+            self._pending_info.pop(episode_id, None)
             self._acted.add(episode_id)
             self._seq[episode_id] = seq
 
@@ -522,6 +611,39 @@ class PolicyClient:
     def reconnects(self) -> int:
         """How many times the connection was re-opened."""
         return self._conn.reconnects
+
+
+def _reward_number(reward: Any, where: str) -> float:
+    """``reward`` as a float, refused at once when it is not a finite number in range."""
+    if isinstance(reward, bool) or not isinstance(reward, int | float | np.number):
+        raise SpaceError(f"{where}: reward must be a number, got {type(reward).__name__}")
+    try:
+        value = float(reward)
+    except OverflowError:
+        value = float("inf")
+    if not -MAX_ABS_REWARD <= value <= MAX_ABS_REWARD:  # False for NaN
+        raise SpaceError(
+            f"{where}: reward {reward!r} is out of range; a reward must be a finite number "
+            f"within -{MAX_ABS_REWARD:g}..{MAX_ABS_REWARD:g}"
+        )
+    return value
+
+
+def _episodes_of(message: dict[str, Any]) -> list[str]:
+    """The episode ids an episode call names (none for other calls)."""
+    if message.get("type") == "start_episode":
+        return []
+    if "episode_ids" in message:
+        return list(message["episode_ids"])
+    episode_id = message.get("episode_id")
+    return [episode_id] if isinstance(episode_id, str) else []
+
+
+def _remember(ids: OrderedDict[str, None], episode_id: str) -> None:
+    ids[episode_id] = None
+    ids.move_to_end(episode_id)
+    if len(ids) > EPISODES_TRACKED:
+        ids.popitem(last=False)
 
 
 def _plain(value: Any) -> Any:

@@ -32,6 +32,8 @@ class Limits:
         max_batch_episodes: Most episodes in one batched ``get_action``.
         max_episodes_per_client: Most concurrent episodes one client (connection) may hold.
         max_episodes_per_server: Most concurrent episodes on the whole server.
+        max_info_bytes: Largest ``info`` map of one step, in bytes of msgpack (it is kept with
+            the step's data).
     """
 
     max_frame_bytes: int = 16 * 1024 * 1024
@@ -42,6 +44,7 @@ class Limits:
     max_batch_episodes: int = 4096
     max_episodes_per_client: int = 10_000
     max_episodes_per_server: int = 100_000
+    max_info_bytes: int = 65_536
 
     def to_wire(self) -> dict[str, int]:
         """Return the limits as a plain map for the ``welcome`` message."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlserve.errors import DecodeError, LimitExceededError
+from rlserve.protocol.info import check_info_size
 from rlserve.protocol.limits import DEFAULT_LIMITS, Limits
 from rlserve.values import check_reward
 
@@ -88,6 +89,8 @@ class GetAction:
         rewards: Reward per episode for its previous action, or None.
         batched: Whether the request used the plural form (the reply mirrors it).
         seqs: Each episode's call sequence number (``seq`` / ``seqs``), or None.
+        infos: Each episode's ``info`` map for its previous action (``info`` / ``infos``,
+            None where there is none), or None.
     """
 
     id: int
@@ -96,6 +99,7 @@ class GetAction:
     rewards: list[float] | None = None
     batched: bool = False
     seqs: list[int] | None = None
+    infos: list[dict[str, Any] | None] | None = None
 
 
 @dataclass(slots=True)
@@ -109,6 +113,7 @@ class LogAction:
         action: The action taken; this is what is trained on.
         reward: Reward for the previous action, as in ``GetAction``.
         seq: The episode's call sequence number, or None.
+        info: Info map for the previous action, as in ``GetAction``, or None.
     """
 
     id: int
@@ -117,6 +122,7 @@ class LogAction:
     action: Any
     reward: float | None = None
     seq: int | None = None
+    info: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -127,7 +133,7 @@ class LogReturns:
         id: Request id.
         episode_id: The episode.
         reward: The reward; rewards add up until the next action.
-        info: Optional map of extra information.
+        info: Optional map of extra information, kept with the previous action's step.
         seq: The episode's call sequence number, or None.
     """
 
@@ -150,6 +156,7 @@ class EndEpisode:
             from the final observation; False for a true terminal state.
         reward: Reward for the last action, as in ``GetAction``.
         seq: The episode's call sequence number, or None.
+        info: Info map for the last action, as in ``GetAction``, or None.
     """
 
     id: int
@@ -158,6 +165,7 @@ class EndEpisode:
     truncated: bool = False
     reward: float | None = None
     seq: int | None = None
+    info: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -318,6 +326,18 @@ class _Fields:
             )
         return value
 
+    def info_opt(self, name: str) -> dict[str, Any] | None:
+        return self.check_info(name, self.raw.get(name))
+
+    def check_info(self, name: str, value: Any) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise self._wrong(name, "a map", value)
+        if value:
+            check_info_size(value, self.limits.max_info_bytes, f"'{self.kind}' field '{name}'")
+        return value
+
     def present(self, name: str) -> Any:
         if name not in self.raw:
             raise self._missing(name)
@@ -349,9 +369,7 @@ def parse_request(raw: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Reque
     if kind == "get_action":
         return _parse_get_action(f, request_id)
     if kind == "log_returns":
-        info = raw.get("info")
-        if info is not None and not isinstance(info, dict):
-            raise f._wrong("info", "a map", info)
+        info = f.info_opt("info")
         reward = f.float_opt("reward")
         if reward is None:
             raise f._missing("reward")
@@ -364,6 +382,7 @@ def parse_request(raw: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Reque
             f.present("action"),
             f.float_opt("reward"),
             f.seq_opt("seq"),
+            f.info_opt("info"),
         )
     if kind == "end_episode":
         return EndEpisode(
@@ -373,6 +392,7 @@ def parse_request(raw: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Reque
             f.bool_("truncated", False),
             f.float_opt("reward"),
             f.seq_opt("seq"),
+            f.info_opt("info"),
         )
     if kind == "start_episode":
         return StartEpisode(
@@ -455,11 +475,27 @@ def _parse_get_action(f: _Fields, request_id: int) -> GetAction:
                     "episode of 'episode_ids'"
                 )
             seq_list = [f.check_seq("seqs", seq) for seq in seqs]
+        infos = raw.get("infos")
+        info_list: list[dict[str, Any] | None] | None = None
+        if infos is not None:
+            if not isinstance(infos, list) or len(infos) != len(episode_ids):
+                raise DecodeError(
+                    f"get_action 'infos' must be a list of {len(episode_ids)} maps or nils, one "
+                    "per episode of 'episode_ids'"
+                )
+            info_list = [f.check_info("infos", info) for info in infos]
         return GetAction(
-            request_id, episode_ids, observations, reward_list, batched=True, seqs=seq_list
+            request_id,
+            episode_ids,
+            observations,
+            reward_list,
+            batched=True,
+            seqs=seq_list,
+            infos=info_list,
         )
     reward = f.float_opt("reward")
     seq = f.seq_opt("seq")
+    info = f.info_opt("info")
     return GetAction(
         request_id,
         [f.id_("episode_id")],
@@ -467,6 +503,7 @@ def _parse_get_action(f: _Fields, request_id: int) -> GetAction:
         None if reward is None else [reward],
         batched=False,
         seqs=None if seq is None else [seq],
+        infos=None if info is None else [info],
     )
 
 

@@ -43,6 +43,7 @@ from rlserve.samples import Fragment
 from rlserve.server.experience_log import ExperienceLog, encode_payload
 from rlserve.server.learner_worker import IPC_LIMITS, run_learner
 from rlserve.server.stats import ServerStats
+from rlserve.server.throttled_log import SERVER_LOG
 
 logger = logging.getLogger("rlserve.server")
 
@@ -309,14 +310,30 @@ class LearnerLink:
         for seq, steps in dropped_seqs.items():
             if seq in self._tickets:
                 self._dropped[seq] = steps
+        lost_now = 0
         while self._unread and self._unread[0][0] <= through:
             seq, steps = self._unread.popleft()
             lost = dropped_seqs.get(seq, 0)
+            lost_now += lost
             self._stats.steps_queued -= steps
             self._stats.steps_sent_to_learner += steps - lost
             self._stats.steps_dropped_queue_full += lost
+        if lost_now:
+            self._warn_dropped(lost_now)
         self._consumed_through = max(self._consumed_through, through)
         self._settle_tickets()
+
+    def _warn_dropped(self, lost_now: int) -> None:
+        stats = self._stats
+        SERVER_LOG.warn(
+            "steps_dropped_queue_full",
+            f"the learner fell behind and dropped {lost_now} steps unread "
+            f"({stats.steps_dropped_queue_full} of "
+            f"{stats.steps_dropped_queue_full + stats.steps_sent_to_learner} in all, "
+            "samples/steps_dropped_queue_full): clients produce faster than it trains; use "
+            "fewer clients, or raise --max-sample-queue-steps (now "
+            f"{self._setup.get('max_queue_steps')}) to keep a longer backlog",
+        )
 
     def request_checkpoint(self) -> None:
         """Ask the learner for a checkpoint now."""

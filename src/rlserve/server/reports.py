@@ -22,6 +22,7 @@ import numpy as np
 from rlserve.episodes import SINGLE_AGENT, EpisodeSummary
 from rlserve.errors import LimitExceededError, SpaceError
 from rlserve.policy.distributions import action_distribution
+from rlserve.protocol.info import check_info_size
 from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import ReportSamples, finite_number
 from rlserve.samples import Fragment
@@ -149,6 +150,7 @@ class FragmentChecker:
             raise SpaceError(f"{where}: 'terminated' and 'truncated' must be true or false")
         if terminated and truncated:
             raise SpaceError(f"{where}: a fragment cannot be both terminated and truncated")
+        infos = self._check_infos(raw.get("infos"), steps, where)
         return Fragment(
             episode_id=episode_id,
             agent_id=SINGLE_AGENT,
@@ -161,7 +163,26 @@ class FragmentChecker:
             weights_version=versions.astype(np.int64, copy=False),
             terminated=terminated,
             truncated=truncated,
+            infos=infos,
         )
+
+    def _check_infos(
+        self, infos: Any, steps: int, where: str
+    ) -> list[dict[str, Any] | None] | None:
+        if infos is None:
+            return None
+        if not isinstance(infos, list) or len(infos) != steps:
+            raise SpaceError(
+                f"{where}: 'infos' must be a list of {steps} maps or nils, one per step"
+            )
+        for i, info in enumerate(infos):
+            if info is None:
+                continue
+            if not isinstance(info, dict):
+                raise SpaceError(f"{where}: 'infos'[{i}] must be a map or nil")
+            if info:
+                check_info_size(info, self.limits.max_info_bytes, f"{where}.infos[{i}]")
+        return infos
 
     def _check_actions(self, actions: np.ndarray, steps: int, where: str) -> np.ndarray:
         if self._choices is not None:

@@ -243,7 +243,7 @@ class Service:
         if isinstance(request, LogReturns):
             episode = self._episode(request.episode_id, session)
             if not self.episodes.check_seq(episode, request.seq, "log_returns"):
-                self.episodes.log_returns(episode, request.reward)
+                self.episodes.log_returns(episode, request.reward, request.info)
                 self.episodes.record_seq(episode, request.seq, "log_returns")
             return {"type": "ok", "id": request.id}
         if isinstance(request, LogAction):
@@ -337,12 +337,17 @@ class Service:
             )
         else:
             obs = check_one(slot.observation_space, request.observations[0], "observation")
-        rewards = request.rewards
+        rewards, infos = request.rewards, request.infos
         # Check every episode before changing any, so a bad batch leaves all of them untouched.
         for i, episode in enumerate(episodes):
             self.episodes.check_observe(episode, None if rewards is None else rewards[i])
         for i, episode in enumerate(episodes):
-            self.episodes.observe(episode, obs[i], None if rewards is None else rewards[i])
+            self.episodes.observe(
+                episode,
+                obs[i],
+                None if rewards is None else rewards[i],
+                None if infos is None else infos[i],
+            )
             if request.seqs is not None:
                 self.episodes.record_seq(episode, request.seqs[i], "get_action")
         slot.pending.append(_Pending(request, episodes, respond))
@@ -459,7 +464,7 @@ class Service:
         else:
             # The flat layout the learner trains on (docs/protocol.md §6.3).
             action = check_float32(encode_action(slot.action_space, action), "log_action 'action'")
-        self.episodes.observe(episode, obs[0], request.reward)
+        self.episodes.observe(episode, obs[0], request.reward, request.info, "log_action")
         version = slot.policy.version if slot.policy is not None else 0
         self.episodes.act(episode, action, float("nan"), False, version)
         self.episodes.record_seq(episode, request.seq, "log_action")
@@ -473,7 +478,9 @@ class Service:
         self.episodes.check_seq(episode, request.seq, "end_episode")
         slot = self.slots[episode.policy_id]
         obs = check_one(slot.observation_space, request.observation, "observation")
-        summary = self.episodes.end(episode, obs[0], request.truncated, request.reward, request.seq)
+        summary = self.episodes.end(
+            episode, obs[0], request.truncated, request.reward, request.seq, request.info
+        )
         self.stats.record_episode(summary)
         self.stats.episodes_active = len(self.episodes)
         return {"type": "ok", "id": request.id}
