@@ -4,6 +4,7 @@ no traceback, a non-zero exit, and no run folder left behind."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -149,3 +150,11 @@ def test_the_shipped_spaces_example_loads() -> None:
     observation_space, action_space = load_spaces_file(EXAMPLES / "spaces.json")
     assert observation_space.shape is not None
     assert action_space is not None
+
+
+def test_the_readme_shows_the_shipped_spaces_example() -> None:
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    blocks = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", readme, re.S)]
+    shipped = json.loads((EXAMPLES / "spaces.json").read_text())
+    assert shipped in blocks
+    assert "examples/spaces.json" in readme
