@@ -31,6 +31,7 @@ KEYS_BY_TYPE: dict[str, tuple[str, ...]] = {
 """The keys each space description may have (``docs/protocol.md``, section 6.2)."""
 
 EXAMPLE = "examples/spaces.json"
+"""The shipped spaces file that error messages point to."""
 
 
 def _suggest(key: str, known: tuple[str, ...] | list[str]) -> str:
