@@ -29,10 +29,11 @@ ENDPOINTS_FILE = "endpoints.json"
 """Where a server writes its addresses once it listens, for launchers and ``rlserve status``.
 
 ``{"state": "running", "pid": ..., "started": ISO time, "tls": bool, "binary": {"host", "port",
-"url"}, "http": {"host", "port", "url"} or null}``, written atomically once both carriers
-listen (so a launcher that passed ``--port 0`` can read the ports instead of parsing stdout). On a
-clean exit ``state`` becomes ``"stopped"`` and ``stopped`` gives the time; after a crash it still
-says ``"running"`` with a ``pid`` that no longer runs.
+"url"}, "http": {"host", "port", "url"}}`` (``http`` is the binary port when there is no
+separate HTTP port), written atomically once both carriers listen (so a launcher that passed
+``--port 0`` can read the ports instead of parsing stdout). On a clean exit ``state`` becomes
+``"stopped"`` and ``stopped`` gives the time; after a crash it still says ``"running"``, with a
+``pid`` that no longer runs.
 """
 
 
