@@ -1,16 +1,23 @@
-"""The ``rlserve`` command: ``serve`` and ``demo``."""
+"""The rlserve command: serve, status, demo, export."""
 
 from __future__ import annotations
 
 import argparse
-import json
+import errno
+import shutil
+import socket
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
-from rlserve.config import add_arguments, build, to_table
-from rlserve.errors import RLServeError
+from rlserve import __version__
+from rlserve.config import add_arguments, build, load_config_file, to_table
+from rlserve.errors import ConfigError, RLServeError
+
+DESCRIPTION = """\
+Train a reinforcement-learning policy (PPO) from simulators that run their own loop and talk to
+this server over the network. 'rlserve COMMAND --help' describes each command's options.
+"""
 
 
 def _spaces(config: Any) -> tuple[Any, Any]:
@@ -33,8 +40,9 @@ def _spaces(config: Any) -> tuple[Any, Any]:
         env.close()
         return spaces
     if config.spaces_file:
-        raw = json.loads(Path(config.spaces_file).read_text())
-        return from_description(raw["observation_space"]), from_description(raw["action_space"])
+        from rlserve.spaces_file import load_spaces_file
+
+        return load_spaces_file(config.spaces_file)
     raise ConfigError(
         "the server needs the policy's spaces: pass --spaces-from ENV_ID (e.g. CartPole-v1) or "
         "--spaces-file FILE.json with observation_space and action_space descriptions"
@@ -67,14 +75,15 @@ def _serve(args: argparse.Namespace) -> int:
     else:
         tables = {}
         if args.config:
-            with open(args.config, "rb") as fh:
-                tables = tomllib.load(fh)
+            tables = load_config_file(args.config, {"server": ServerConfig, "ppo": PPOConfig})
         server_config = build(ServerConfig, with_token_from_env(tables.get("server")), args)
         ppo_config = build(PPOConfig, tables.get("ppo"), args, prefix="ppo_")
         observation_space, action_space = _spaces(server_config)
     # Loaded now, so a bad certificate or key stops the command before anything is created.
     server_config.ssl_context()
     check_learnable(observation_space, action_space)  # not in the learner, after listening
+    _check_ports_free(server_config)
+    created = not args.resume and not _run_exists(server_config)
     if not args.resume:
         run = RunFolder.create(server_config.run_dir, server_config.name)
     warning = server_config.plaintext_warning()
@@ -97,9 +106,66 @@ def _serve(args: argparse.Namespace) -> int:
         )
         return await serve_forever(server)
 
-    checkpoint = asyncio.run(main())
+    try:
+        checkpoint = asyncio.run(main())
+    except BaseException as exc:
+        if _listened(run):
+            raise
+        # Nothing was served, so a folder this command created holds nothing worth keeping.
+        if created:
+            shutil.rmtree(run.path, ignore_errors=True)
+        if not isinstance(exc, OSError):
+            raise
+        raise ConfigError(
+            f"cannot listen on {server_config.host} ({exc.strerror or exc}); pass other ports "
+            "with --port N --http-port N (0 picks free ones)"
+        ) from None
     print(f"stopped; final checkpoint: {checkpoint}")
     return 0
+
+
+def _listened(run: Any) -> bool:
+    """Whether this process listened (it wrote the run folder's endpoints.json)."""
+    import json
+    import os
+
+    try:
+        return bool(json.loads(run.endpoints_file.read_text()).get("pid") == os.getpid())
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _run_exists(config: Any) -> bool:
+    return config.name is not None and (Path(config.run_dir) / config.name).exists()
+
+
+def _check_ports_free(config: Any) -> None:
+    """Refuse a port that is already taken before anything is created or started.
+
+    Raises:
+        ConfigError: The host is not an address of this machine, or a port is in use.
+    """
+    wanted = [("--port", config.port), ("--http-port", config.http_port)]
+    for flag, port in wanted:
+        if port <= 0:
+            continue
+        family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            # As the server binds: a port in TIME_WAIT after a restart is free.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((config.host, port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise ConfigError(
+                        f"port {port} on {config.host} is in use (another rlserve server?); "
+                        f"pass {flag} with a free port, or {flag} 0 to pick one (the ports are "
+                        "then in the run folder's endpoints.json)"
+                    ) from None
+                raise ConfigError(
+                    f"cannot listen on {config.host}:{port} ({exc.strerror or exc}); --host must "
+                    "be an address of this machine (e.g. 127.0.0.1, or 0.0.0.0 for all)"
+                ) from None
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -122,8 +188,15 @@ def build_parser() -> argparse.ArgumentParser:
     from rlserve.demo import DemoConfig
     from rlserve.server.config import ServerConfig
 
-    parser = argparse.ArgumentParser(prog="rlserve", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="rlserve",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"rlserve {__version__}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", title="commands"
+    )
     serve = commands.add_parser(
         "serve",
         help="run a policy server that trains PPO from external clients",
@@ -134,6 +207,27 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(serve, ServerConfig)
     ppo = serve.add_argument_group("PPO (also the [ppo] table of --config)")
     add_arguments(ppo, PPOConfig, prefix="ppo_")  # type: ignore[arg-type]
+    status = commands.add_parser(
+        "status",
+        help="show a running server's progress, clients, episodes and learner",
+        description="Show a running server's progress, clients, episodes and learner state, "
+        "read from its HTTP carrier.",
+    )
+    status.add_argument(
+        "target",
+        nargs="?",
+        default=None,
+        help="a run folder (its endpoints.json says where the server listens) or the HTTP "
+        "address, e.g. localhost:9901 or https://host:9901 (default: the newest run in runs/)",
+    )
+    status.add_argument("--token", help="the server's token (default: RLSERVE_TOKEN)")
+    status.add_argument(
+        "--tls-ca", help="CA file of a TLS server's certificate (default: RLSERVE_TLS_CA)"
+    )
+    status.add_argument("--json", action="store_true", help="print the raw metrics as JSON")
+    status.add_argument(
+        "--timeout", type=float, default=5.0, help="seconds to wait for the server (default: 5)"
+    )
     demo = commands.add_parser(
         "demo", help="train CartPole from 4 external client processes and stop when solved"
     )
@@ -157,6 +251,10 @@ def main(argv: list[str] | None = None) -> int:
             return _serve(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "status":
+            from rlserve.status import run_status
+
+            return run_status(args.target, args.token, args.tls_ca, args.json, args.timeout)
         return _demo(args)
     except RLServeError as exc:
         print(f"rlserve: error: {exc}", file=sys.stderr)

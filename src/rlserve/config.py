@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
+import re
+import tomllib
 import types
 import typing
+from pathlib import Path
 from typing import Any, TypeVar
 
 from rlserve.errors import ConfigError
@@ -64,22 +68,78 @@ def _default_of(f: dataclasses.Field[Any]) -> Any:
     return "required"
 
 
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
+
+
+def _type_problem(tp: Any, value: Any) -> str | None:
+    """What is wrong with ``value`` for a field of type ``tp`` (None when it fits)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _type_problem(options[0], value) if value is not None else None
+    if origin is tuple:
+        item = typing.get_args(tp)[0]
+        if not isinstance(value, list | tuple):
+            return f"must be a list of {_TYPE_NAMES.get(item, item)} values"
+        for element in value:
+            if _type_problem(item, element) is not None:
+                return f"must be a list of {_TYPE_NAMES.get(item, item)} values, got {element!r}"
+        return None
+    if tp is bool:
+        ok = isinstance(value, bool)
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif tp is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    elif tp is str:
+        ok = isinstance(value, str)
+    else:
+        return None
+    if ok:
+        return None
+    written = f"'{value}'" if isinstance(value, str) else repr(value)
+    return f"must be {_TYPE_NAMES[tp]}, got {written}"
+
+
+def check_table(cls: type, table: dict[str, Any]) -> None:
+    """Check that every key of ``table`` is a field of ``cls`` and its value has the field's type.
+
+    Raises:
+        ConfigError: A key is not a field, or a value has the wrong type (:attr:`ConfigError.key`
+            names the key).
+    """
+    names = {f.name for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key, value in table.items():
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            error = ConfigError(
+                f"unknown option '{key}' for {cls.__name__}; {hint}known options: "
+                f"{', '.join(sorted(names))}"
+            )
+            error.key = key
+            raise error
+        problem = _type_problem(hints[key], value)
+        if problem is not None:
+            error = ConfigError(f"option '{key}' {problem}")
+            error.key = key
+            raise error
+
+
 def build(
     cls: type[T], table: dict[str, Any] | None, args: argparse.Namespace | None, prefix: str = ""
 ) -> T:
     """Build ``cls`` from a TOML table, then apply the flags that were given on the command line.
 
     Raises:
-        ConfigError: The table names a field ``cls`` does not have, or a value has the wrong type.
+        ConfigError: The table names a field ``cls`` does not have, or a value has the wrong type
+            (:attr:`ConfigError.key` is the table's key at fault).
     """
     values: dict[str, Any] = {}
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    check_table(cls, table or {})
     for key, value in (table or {}).items():
-        if key not in names:
-            raise ConfigError(
-                f"unknown option '{key}' for {cls.__name__}; known options: "
-                f"{', '.join(sorted(names))}"
-            )
         values[key] = tuple(value) if isinstance(value, list) else value
     if args is not None:
         for name in names:
@@ -101,3 +161,71 @@ def to_table(config: Any) -> dict[str, Any]:
             continue
         table[f.name] = list(value) if isinstance(value, tuple) else value
     return table
+
+
+CONFIG_TABLES = ("server", "ppo")
+"""The tables a ``--config`` TOML file may have."""
+
+
+def _line_of_key(text: str, table: str, key: str) -> int | None:
+    """The line where ``key`` is set inside ``[table]`` of a TOML text (None if not found)."""
+    current = None
+    pattern = re.compile(rf"^\s*(?:{re.escape(key)}|\"{re.escape(key)}\")\s*=")
+    for number, line in enumerate(text.splitlines(), start=1):
+        header = re.match(r"^\s*\[\s*([^\]]+?)\s*\]", line)
+        if header:
+            current = header.group(1).strip('"')
+            if current == table and key == "":
+                return number
+        elif current == table and pattern.match(line):
+            return number
+    return None
+
+
+def load_config_file(path: str, classes: dict[str, type]) -> dict[str, dict[str, Any]]:
+    """Read a ``--config`` TOML file and check its tables and keys against ``classes``.
+
+    Args:
+        path: The TOML file.
+        classes: The config dataclass of each table a file may have (``server``, ``ppo``).
+
+    Raises:
+        ConfigError: The file cannot be read, is not TOML, has a table or key that is not an
+            option, or a value of the wrong type; the message names the file, the line and the
+            key, and what to write instead.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"--config {path}: no such file; copy examples/rlserve.toml and edit it"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--config {path}: cannot read it ({exc})") from None
+    try:
+        tables = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(
+            f'{path}: not valid TOML: {exc} (strings need quotes, e.g. host = "0.0.0.0"; '
+            "compare with examples/rlserve.toml)"
+        ) from None
+    known = ", ".join(f"[{name}]" for name in classes)
+    for name, table in tables.items():
+        if name not in classes:
+            line = _line_of_key(text, name, "")
+            close = difflib.get_close_matches(name, list(classes), n=1)
+            hint = f"did you mean [{close[0]}]? " if close else ""
+            where = f"{path}, line {line}" if line else path
+            raise ConfigError(f"{where}: unknown table [{name}]; {hint}the tables are {known}")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: '{name}' must be a table ([{name}] with keys under it)")
+        try:
+            check_table(classes[name], table)
+        except ConfigError as exc:
+            key = getattr(exc, "key", None)
+            if key is None:
+                raise ConfigError(f"{path}, [{name}]: {exc}") from None
+            line = _line_of_key(text, name, key)
+            where = f"{path}, line {line}" if line else path
+            raise ConfigError(f"{where}: [{name}] {exc}") from None
+    return tables

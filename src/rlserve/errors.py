@@ -146,6 +146,9 @@ class TLSError(ConnectionLostError):
 class ConfigError(RLServeError, ValueError):
     """A configuration value is invalid."""
 
+    key: str | None = None
+    """The option (TOML key) at fault, when there is one."""
+
 
 _BY_CODE: dict[str, type[ServerError]] = {
     AuthenticationError.code: AuthenticationError,

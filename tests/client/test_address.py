@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,3 +56,12 @@ def test_tls_ca_needs_a_tls_address_and_a_readable_file(tmp_path: Path) -> None:
     (tmp_path / "junk.pem").write_text("not a certificate")
     with pytest.raises(ConfigError, match="cannot read the CA bundle"):
         client_ssl_context("tls://localhost:9900", str(tmp_path / "junk.pem"))
+
+
+@pytest.mark.parametrize(
+    ("address", "written"),
+    [(9900, "'localhost:9900'"), (("sim-host", 9900), "'sim-host:9900'"), (None, "'localhost")],
+)
+def test_an_address_that_is_not_a_string_says_what_to_write(address: Any, written: str) -> None:
+    with pytest.raises(ConfigError, match="must be a string like " + written):
+        parse_address(address)

@@ -91,6 +91,17 @@ def parse_address(address: str) -> Address:
         ConfigError: An unknown scheme (a ``ValueError`` too).
         ValueError: No port, or a port that is not a number.
     """
+    if not isinstance(address, str):
+        # A user's mistake (a tuple, a bare port): say what to write, never an AttributeError.
+        example = (
+            f"'{address[0]}:{address[1]}'"
+            if isinstance(address, tuple | list) and len(address) == 2
+            else "'localhost:9900'"
+        )
+        raise ConfigError(
+            f"the server address must be a string like {example} (or 'tls://host:port'), got "
+            f"{address!r} ({type(address).__name__})"
+        )
     scheme, sep, rest = address.partition("://")
     if not sep:
         scheme, rest = "", address

@@ -32,7 +32,7 @@ from rlserve.server.http import BrowserPolicy, build_http_app
 from rlserve.server.http_deadline import protocol_kwargs, shared_port_protocol
 from rlserve.server.learner_link import LearnerLink
 from rlserve.server.metrics import MetricsWriter, ProgressLine
-from rlserve.server.run_folder import RunFolder
+from rlserve.server.run_folder import RunFolder, endpoints
 from rlserve.server.service import Service
 from rlserve.server.state_store import StateStore
 from rlserve.server.stats import ServerStats
@@ -132,6 +132,13 @@ class PolicyServer:
                 if record.kind == "report":
                     self.stats.count_reported(record.steps)
         package = self.store.load_weights()
+        if self.resume:
+            print(
+                f"rlserve: resuming {self.run.path}: {self.stats.env_steps:,} env steps, "
+                f"{self.stats.episodes_completed:,} episodes completed, "
+                + (f"serving weights v{package.version}" if package else "no weights yet"),
+                flush=True,
+            )
         if package is not None:
             # Serve at once, without waiting for the learner (which continues after it).
             self.service.set_weights(DEFAULT_POLICY_ID, package)
@@ -269,6 +276,15 @@ class PolicyServer:
         except OSError as exc:
             self.stats.storage_failed("server state", exc)
 
+    def publish_endpoints(self) -> None:
+        """Write where both carriers listen to the run folder's ``endpoints.json``."""
+        content = endpoints(self.config.host, self.port, self.http_port, self.config.tls)
+        try:
+            self.run.write_endpoints(content)
+        except OSError as exc:
+            # Serving does not need it; only launchers and 'rlserve status' read it.
+            logger.warning("rlserve: cannot write %s (%s)", self.run.endpoints_file, exc)
+
     def health(self) -> dict[str, Any]:
         """What ``GET /v1/health`` reports beyond the versions: degraded parts, the learner.
 
@@ -308,6 +324,8 @@ class PolicyServer:
             with contextlib.suppress(Exception):
                 self._metrics.close()
         self._progress.finish()
+        with contextlib.suppress(OSError):
+            self.run.mark_stopped()
         return None if checkpoint is None else Path(checkpoint)
 
 
@@ -317,6 +335,7 @@ async def serve_forever(server: PolicyServer) -> Path | None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, server.request_stop)
     await server.start()
+    server.publish_endpoints()
     binary, http = ("tls://", "https://") if server.config.tls else ("", "http://")
     print(
         f"rlserve listening on {binary}{server.config.host}:{server.port} (binary)"

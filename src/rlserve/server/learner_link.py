@@ -291,7 +291,11 @@ class LearnerLink:
             self.device = str(message["device"])
             self.failure = None
             if message.get("restored"):
-                logger.info("rlserve: learner restored from %s", message["restored"])
+                print(
+                    f"rlserve: the learner continues from {message['restored']} "
+                    f"({int(message.get('updates', 0)):,} updates)",
+                    flush=True,
+                )
             self._send({"type": "available", "through": self.log.last_seq})
         elif kind == "checkpointed":
             self.last_checkpoint = str(message["path"])

@@ -231,10 +231,18 @@ class _LearnerLoop:
                 "version": learner.version,
                 "trained_through": self.settled,
                 "restored": None if restored is None else str(restored),
+                "updates": int(learner.counters().get("updates", 0)),
             }
         )
-        if learner.version > self.published:
-            self.publish({})
+        # Its counters at once (restored ones after --resume), so the server's learner/* keys
+        # are true before the first update; with the first weights when it has new ones.
+        counters = learner.counters()
+        self.publish(
+            {
+                **{f"learner/{k}": float(v) for k, v in counters.items() if k != "version"},
+                "learner/weights_version": float(learner.version),
+            }
+        )
         every = int(self.setup["checkpoint_every"])
         while True:
             # Wait only when nothing announced is left unread (it may have come in meanwhile);

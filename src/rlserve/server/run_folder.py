@@ -7,11 +7,13 @@ Layout::
     runs/<name>/spaces.json       the policy's observation and action space descriptions
     runs/<name>/checkpoints/      ckpt_<updates>.pt (torch.load(weights_only=True) safe)
     runs/<name>/events.out.tfevents.*   TensorBoard scalars
+    runs/<name>/endpoints.json    where the running server listens (see :data:`ENDPOINTS_FILE`)
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 import tomllib
 from dataclasses import dataclass
@@ -20,7 +22,39 @@ from typing import Any
 
 import tomli_w
 
+from rlserve.durable import atomic_write_bytes
 from rlserve.errors import ConfigError
+
+ENDPOINTS_FILE = "endpoints.json"
+"""Where a server writes its addresses once it listens, for launchers and ``rlserve status``.
+
+``{"state": "running", "pid": ..., "started": ISO time, "tls": bool, "binary": {"host", "port",
+"url"}, "http": {"host", "port", "url"}}`` (``http`` is the binary port when there is no
+separate HTTP port), written atomically once both carriers listen (so a launcher that passed
+``--port 0`` can read the ports instead of parsing stdout). On a clean exit ``state`` becomes
+``"stopped"`` and ``stopped`` gives the time; after a crash it still says ``"running"``, with a
+``pid`` that no longer runs.
+"""
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def endpoints(host: str, port: int, http_port: int | None, tls: bool) -> dict[str, Any]:
+    """The content of :data:`ENDPOINTS_FILE` for a server that listens now."""
+    shown = f"[{host}]" if ":" in host else host
+    binary_scheme, http_scheme = ("tls", "https") if tls else ("tcp", "http")
+    return {
+        "state": "running",
+        "pid": os.getpid(),
+        "started": _now_iso(),
+        "tls": tls,
+        "binary": {"host": host, "port": port, "url": f"{binary_scheme}://{shown}:{port}"},
+        "http": None
+        if http_port is None
+        else {"host": host, "port": http_port, "url": f"{http_scheme}://{shown}:{http_port}"},
+    }
 
 
 @dataclass(slots=True)
@@ -99,3 +133,21 @@ class RunFolder:
         if server.pop("token", None):
             self.token_required = True
         return tables, json.loads(self.spaces_file.read_text())
+
+    @property
+    def endpoints_file(self) -> Path:
+        """Where the running server's addresses are (:data:`ENDPOINTS_FILE`)."""
+        return self.path / ENDPOINTS_FILE
+
+    def write_endpoints(self, content: dict[str, Any]) -> None:
+        """Replace :attr:`endpoints_file` atomically (a reader sees the old or the new file)."""
+        atomic_write_bytes(self.endpoints_file, (json.dumps(content, indent=2) + "\n").encode())
+
+    def mark_stopped(self) -> None:
+        """Say in :attr:`endpoints_file` that the server stopped cleanly (and when)."""
+        try:
+            content = json.loads(self.endpoints_file.read_text())
+        except (OSError, ValueError):
+            return
+        if content.get("pid") == os.getpid():
+            self.write_endpoints({**content, "state": "stopped", "stopped": _now_iso()})

@@ -560,7 +560,7 @@ class Service:
         # re-sent copy is answered as a duplicate, even after a crash.
         self.stats.count_reported(steps)
         for summary in summaries:
-            self.stats.record_episode(summary)
+            self.stats.record_reported_episode(summary)
         if not fragments:
             handed(0)
         return True

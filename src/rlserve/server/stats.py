@@ -17,6 +17,39 @@ logger = logging.getLogger("rlserve.server")
 RETURN_WINDOW = 100
 """Episodes over which ``episodes/return_mean`` and ``episodes/length_mean`` are averaged."""
 
+LEARNER_INITIAL: dict[str, float] = {
+    "learner/policy_loss": float("nan"),
+    "learner/value_loss": float("nan"),
+    "learner/entropy": float("nan"),
+    "learner/approx_kl": float("nan"),
+    "learner/clip_frac": float("nan"),
+    "learner/explained_variance": float("nan"),
+    "learner/update_seconds": float("nan"),
+    "learner/batch_steps": 0.0,
+    "learner/weights_version": 0.0,
+    "learner/updates": 0.0,
+    "learner/steps_trained": 0.0,
+    "learner/steps_consumed": 0.0,
+    "learner/steps_dropped_stale": 0.0,
+    "learner/fragments_excluded_invalid": 0.0,
+    "learner/steps_excluded_invalid": 0.0,
+    "learner/minibatches_skipped_nonfinite": 0.0,
+    "learner/updates_skipped_nonfinite": 0.0,
+    "learner/steps_untrained_at_checkpoint": 0.0,
+}
+"""The learner's metrics before its first update, so dashboards find every key from the start.
+
+Statistics of an update (losses, KL...) are NaN until there is one (``null`` in
+``GET /v1/metrics``, ``NaN`` in Prometheus, not written to TensorBoard); counters start at 0 and
+the learner replaces them with its restored values (``--resume``) as soon as it is ready.
+"""
+
+TIMED_OUT_FIX = (
+    "call end_episode(episode_id, observation) when an episode ends (also after an exception "
+    "in your loop), or raise --idle-timeout if your simulator pauses that long between calls"
+)
+"""What a user does about episodes closed for silence (the server's warning says it)."""
+
 
 class ServerStats:
     """Counters the server updates as it works; read by metrics writers and the HTTP endpoints.
@@ -51,7 +84,7 @@ class ServerStats:
         self.errors: Counter[str] = Counter()
         self.returns: deque[float] = deque(maxlen=RETURN_WINDOW)
         self.lengths: deque[int] = deque(maxlen=RETURN_WINDOW)
-        self.learner: dict[str, float] = {}
+        self.learner: dict[str, float] = dict(LEARNER_INITIAL)
         self._rate_mark = (time.monotonic(), 0)
         self.actions_per_s = 0.0
 
@@ -93,6 +126,11 @@ class ServerStats:
         """Count an ended episode; its return enters the window unless it is empty or timed out."""
         if summary.reason == "idle_timeout":
             self.episodes_timed_out += 1
+            SERVER_LOG.warn(
+                "episodes:idle_timeout",
+                f"{self.episodes_timed_out} episode(s) so far were closed after --idle-timeout "
+                f"seconds without a call, never ended by end_episode; {TIMED_OUT_FIX}",
+            )
             return
         if summary.length == 0:
             self.episodes_empty += 1
@@ -100,6 +138,15 @@ class ServerStats:
         self.episodes_completed += 1
         self.returns.append(summary.episode_return)
         self.lengths.append(summary.length)
+
+    def record_reported_episode(self, summary: EpisodeSummary) -> None:
+        """Count an episode a local-inference client reports as ended.
+
+        Such a client starts its episodes without telling the server, so the episode is
+        counted in ``episodes/started`` when its summary arrives, as well as where it ended.
+        """
+        self.episodes_started += 1
+        self.record_episode(summary)
 
     @property
     def return_mean(self) -> float:
