@@ -52,7 +52,7 @@ def test_docs_list_exactly_the_metrics_the_server_exports(launch_server: Any) ->
     assert before["learner/policy_loss"] is None
     assert set(before) == documented, set(before) ^ documented
     server.wait_for_weights()
-    with PolicyClient(server.address) as client:
+    with PolicyClient(server.address, inference_mode="remote") as client:
         remote = [play_cartpole(client, seed=s, max_steps=20) for s in range(3)]
     local_config = LocalConfig(batch_steps=32, batch_interval=0.1)
     with PolicyClient(server.address, inference_mode="local", local=local_config, seed=5) as local:
@@ -89,7 +89,7 @@ def test_endpoints_file_says_where_the_server_listens_and_when_it_stopped(
     assert endpoints["http"]["port"] == server.http_port
     assert endpoints["http"]["url"] == server.http_url
     # The ports in the file are the ones that answer.
-    with PolicyClient(endpoints["binary"]["url"]) as client:
+    with PolicyClient(endpoints["binary"]["url"], inference_mode="remote") as client:
         client.start_episode()
     assert server.stop() == 0
     stopped = json.loads((server.run_folder / "endpoints.json").read_text())
@@ -103,7 +103,7 @@ def test_status_shows_progress_and_needs_the_token(
 ) -> None:
     server = launch_server("--token", "s3cret")
     server.wait_for_weights()
-    with PolicyClient(server.address, token="s3cret") as client:
+    with PolicyClient(server.address, token="s3cret", inference_mode="remote") as client:
         play_cartpole(client, seed=1, max_steps=5)
         client.start_episode()
         run = str(server.run_folder)
@@ -133,7 +133,7 @@ def test_status_shows_progress_and_needs_the_token(
 def test_resume_says_what_it_resumed_from(launch_server: Any) -> None:
     first = launch_server(*SMALL_PPO, "--checkpoint-every", "1")
     first.wait_for_weights()
-    with PolicyClient(first.address) as client:
+    with PolicyClient(first.address, inference_mode="remote") as client:
         for seed in range(8):
             play_cartpole(client, seed=seed, max_steps=20)
     first.wait_until(lambda m: m["learner/updates"] >= 1, timeout=120, what="an update")
@@ -154,7 +154,7 @@ def test_resume_says_what_it_resumed_from(launch_server: Any) -> None:
 def test_episodes_never_ended_are_reported_once_with_the_fix(launch_server: Any) -> None:
     server = launch_server("--idle-timeout", "0.3", "--metrics-interval", "0.1")
     server.wait_for_weights()
-    with PolicyClient(server.address) as client:
+    with PolicyClient(server.address, inference_mode="remote") as client:
         for _ in range(3):
             client.start_episode()
         server.wait_until(lambda m: m["episodes/timed_out"] >= 3, what="3 timed-out episodes")
