@@ -175,6 +175,8 @@ def _as_array(value: Any, dtype: np.dtype[Any], where: str, space: spaces.Space[
         raise SpaceError(f"{where}: cannot be read as an array for {space}: {exc}") from exc
     if array.dtype == object or array.dtype.kind not in "biuf":
         raise SpaceError(f"{where}: expected numbers for {space}, got {array.dtype} values")
+    if array.dtype == dtype:
+        return array  # the usual case, on every step: nothing to cast or range-check
     if dtype.kind in "iu" and array.dtype.kind in "iub":
         # Any integers may stand for an integer space (JSON has only one integer type), but
         # they must fit the dtype: a narrowing cast would wrap silently.

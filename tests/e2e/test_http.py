@@ -377,3 +377,43 @@ def test_public_host_with_token_serves(launch_server: Any) -> None:
         f"{server.http_url}/v1/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10
     )
     assert reply.status_code == 200
+
+
+def test_weights_of_an_unbounded_action_space_travel_over_http(
+    launch_server: Any, tmp_path: Path
+) -> None:
+    """JSON has no infinity: an unbounded side of the action bounds is null (section 7.9)."""
+    spaces = {
+        "observation_space": {"type": "Box", "shape": [3], "dtype": "float32"},
+        "action_space": {
+            "type": "Dict",
+            "spaces": {
+                "gear": {"type": "MultiDiscrete", "nvec": [3, 2]},
+                "steer": {"type": "Box", "shape": [2], "dtype": "float32", "low": [-1.0, None]},
+            },
+        },
+    }
+    spaces_file = tmp_path / "spaces.json"
+    spaces_file.write_text(json.dumps(spaces))
+    server = launch_server("--seed", "1", spaces=("--spaces-file", str(spaces_file)))
+    server.wait_for_weights()
+    with httpx.Client(base_url=server.http_url, timeout=30) as client:
+        reply = _ok(client.post("/v1/get_weights", json={"id": 1}))
+    model = reply["model"]
+    low, high = model["action_low"], model["action_high"]
+    assert len(low) == len(high) == model["action_dim"]
+    assert None in high and all(v is None or isinstance(v, float) for v in low + high)
+
+
+def test_a_summary_return_too_large_for_a_double_is_a_bad_value(http: httpx.Client) -> None:
+    """A JSON integer of 400 digits is refused like any non-finite return, and the batch id is
+    free again for a corrected report."""
+    version = _ok(http.post("/v1/get_weights", json={"id": 1}))["version"]
+    body = '{"id":2,"batch_id":"huge-return","fragments":[],"episodes":[{"episode_id":"e1",'
+    huge = body + '"return":1' + "0" * 400 + ',"length":3}]}'
+    headers = {"Content-Type": "application/json"}
+    _error(http.post("/v1/report_samples", content=huge, headers=headers), 422, "bad_value")
+    fixed = body + '"return":3.0,"length":3}]}'
+    accepted = _ok(http.post("/v1/report_samples", content=fixed, headers=headers))
+    assert accepted["type"] == "samples_accepted" and not accepted.get("duplicate"), accepted
+    assert version >= 0
