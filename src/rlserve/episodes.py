@@ -274,8 +274,11 @@ class EpisodeTable:
     ) -> None:
         """Raise the error :meth:`observe` would raise, without changing anything."""
         self._check_not_awaiting(episode, "get_action/log_action")
-        if reward:
-            self.check_reward(episode, reward, call)
+        if (
+            reward
+            and not -MAX_ABS_REWARD <= episode.agent.pending_reward + reward <= MAX_ABS_REWARD
+        ):
+            self.check_reward(episode, reward, call)  # raises, naming the value
 
     def observe(
         self,
@@ -416,7 +419,9 @@ class EpisodeTable:
         )
 
     def _add_reward(self, episode: Episode, reward: float, call: str) -> None:
-        self.check_reward(episode, reward, call)
+        # The common case inline (every step): check_reward only to raise its error.
+        if not -MAX_ABS_REWARD <= episode.agent.pending_reward + reward <= MAX_ABS_REWARD:
+            self.check_reward(episode, reward, call)
         episode.episode_return += reward
         if episode.length:
             episode.agent.pending_reward += reward

@@ -401,7 +401,7 @@ def test_weights_of_an_unbounded_action_space_travel_over_http(
         reply = _ok(client.post("/v1/get_weights", json={"id": 1}))
     model = reply["model"]
     low, high = model["action_low"], model["action_high"]
-    assert len(low) == len(high) == model["action_dim"]
+    assert len(low) == len(high) == 4  # the flat action layout: 2 choice columns + 2 values
     assert None in high and all(v is None or isinstance(v, float) for v in low + high)
 
 

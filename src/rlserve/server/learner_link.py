@@ -53,6 +53,9 @@ RESTART_DELAYS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 SYNC_INTERVAL = 1.0
 """Seconds between fsyncs of the log when no reported batch waits for one."""
 
+NOTIFY_DELAY = 0.02
+"""Seconds for which fragments of remote episodes are gathered before the learner is told."""
+
 HEALTHY_RUN_SECONDS = 60.0
 """A learner that ran this long before dying resets the restart back-off."""
 
@@ -95,7 +98,7 @@ class LearnerLink:
         self._syncer: asyncio.Task[None] | None = None
         self._sync_executor = ThreadPoolExecutor(1, thread_name_prefix="rlserve-log-sync")
         self._unsynced = asyncio.Event()
-        self._notify_scheduled = False
+        self._notify_handle: asyncio.Handle | asyncio.TimerHandle | None = None
         self._stopping = False
         self._checkpointed = asyncio.Event()
         # Records not yet read by any learner, and reported batches waiting for their reply.
@@ -154,14 +157,27 @@ class LearnerLink:
         self._stats.steps_logged += steps
         self._stats.steps_queued += steps
         self._unsynced.set()
-        if not self._notify_scheduled and self._loop is not None:
-            self._notify_scheduled = True
-            self._loop.call_soon(self._notify)
+        if self._loop is not None:
+            self._schedule_notify(urgent=kind == "report")
         return seq
 
+    def _schedule_notify(self, urgent: bool) -> None:
+        # A reported batch waits for its reply: announce it in this loop iteration. Fragments
+        # cut from remote episodes wait for nobody: gather NOTIFY_DELAY seconds of them into one
+        # announcement, so a busy server does not wake the learner once per fragment.
+        handle = self._notify_handle
+        if handle is not None:
+            if not urgent or not isinstance(handle, asyncio.TimerHandle):
+                return
+            handle.cancel()
+        assert self._loop is not None
+        if urgent:
+            self._notify_handle = self._loop.call_soon(self._notify)
+        else:
+            self._notify_handle = self._loop.call_later(NOTIFY_DELAY, self._notify)
+
     def _notify(self) -> None:
-        # One message per event-loop iteration, however many records were appended in it.
-        self._notify_scheduled = False
+        self._notify_handle = None
         self._send({"type": "available", "through": self.log.last_seq})
 
     def _send(self, message: dict[str, Any]) -> None:
