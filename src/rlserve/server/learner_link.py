@@ -4,7 +4,8 @@ Every fragment the server acknowledges (cut from a remote episode, or in an acce
 ``report_samples`` batch) is appended to the run's experience log
 (:mod:`~rlserve.server.experience_log`) before any learner sees it; the learner process reads the
 log itself, so fragments never cross the learner's socket and the serving process never blocks on
-it. The server only announces how far the log goes; the learner answers how far it has read.
+it. The server only announces how far the log goes (a reported batch at once, fragments of remote
+episodes gathered for ``NOTIFY_DELAY`` seconds); the learner answers how far it has read.
 
 A reported batch is acknowledged once it is in the log and taken by the learner: read by it, or
 announced while it waited idle (it reads all it is told at once). This paces local-inference
