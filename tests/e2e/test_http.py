@@ -379,10 +379,11 @@ def test_public_host_with_token_serves(launch_server: Any) -> None:
     assert reply.status_code == 200
 
 
-def test_weights_of_an_unbounded_action_space_travel_over_http(
+def test_structured_actions_and_unbounded_bounds_over_http(
     launch_server: Any, tmp_path: Path
 ) -> None:
-    """JSON has no infinity: an unbounded side of the action bounds is null (section 7.9)."""
+    """Dict actions travel as JSON maps in both directions (section 6.3), and an unbounded side
+    of the action bounds is null in the weights (JSON has no infinity, section 7.9)."""
     spaces = {
         "observation_space": {"type": "Box", "shape": [3], "dtype": "float32"},
         "action_space": {
@@ -397,12 +398,26 @@ def test_weights_of_an_unbounded_action_space_travel_over_http(
     spaces_file.write_text(json.dumps(spaces))
     server = launch_server("--seed", "1", spaces=("--spaces-file", str(spaces_file)))
     server.wait_for_weights()
+    obs = [0.5, -0.25, 1.0]
     with httpx.Client(base_url=server.http_url, timeout=30) as client:
         reply = _ok(client.post("/v1/get_weights", json={"id": 1}))
+        eid = _ok(client.post("/v1/start_episode", json={}))["episode_id"]
+        action = _ok(client.post("/v1/get_action", json={"episode_id": eid, "observation": obs}))
+        taken = {"gear": [2, 1], "steer": [0.5, -3.0]}
+        logged = {"episode_id": eid, "observation": obs, "action": taken, "reward": 1.0}
+        assert _ok(client.post("/v1/log_action", json=logged))["type"] == "ok"
+        wrong = {**logged, "action": {"gear": [3, 0], "steer": [0.0, 0.0]}, "reward": 0.0}
+        _error(client.post("/v1/log_action", json=wrong), 422, "bad_value")
+        ended = {"episode_id": eid, "observation": obs, "reward": 0.5}
+        assert _ok(client.post("/v1/end_episode", json=ended))["type"] == "ok"
     model = reply["model"]
     low, high = model["action_low"], model["action_high"]
     assert len(low) == len(high) == 4  # the flat action layout: 2 choice columns + 2 values
     assert None in high and all(v is None or isinstance(v, float) for v in low + high)
+    chosen = action["action"]
+    assert set(chosen) == {"gear", "steer"}, chosen
+    assert 0 <= chosen["gear"][0] < 3 and 0 <= chosen["gear"][1] < 2
+    assert len(chosen["steer"]) == 2 and chosen["steer"][0] >= -1.0
 
 
 def test_a_summary_return_too_large_for_a_double_is_a_bad_value(http: httpx.Client) -> None:
