@@ -367,6 +367,9 @@ class LearnerLink:
         holds every acknowledged step and the next learner reads on from its last checkpoint.
         """
         self._stopping = True
+        if self._notify_handle is not None:
+            self._notify_handle.cancel()
+            self._notify()  # the learner hears of every record before its final checkpoint
         if self._writer is not None:
             self._checkpointed.clear()
             self._send({"type": "stop"})
