@@ -67,6 +67,11 @@ class EpisodeSummary:
     length: int
     training_enabled: bool
     reason: str  # "terminated", "truncated" or "idle_timeout"
+    policy_returns: dict[str, float] | None = None
+    """Multi-agent episodes: the return of each policy (summed over the agents it acted for);
+    None for a single-agent episode (its one policy's return is ``episode_return``)."""
+    policy_id: str = "default"
+    """The policy of a single-agent episode."""
 
 
 @dataclass(slots=True)
