@@ -26,6 +26,7 @@ import numpy as np
 from rlserve import __version__
 from rlserve.algorithms.base import WeightsPackage
 from rlserve.episodes import Episode, EpisodeStatus, EpisodeSummary, EpisodeTable
+from rlserve.multiagent import PolicyMapping
 from rlserve.errors import (
     AuthenticationError,
     EpisodeError,
@@ -142,6 +143,8 @@ class Service:
         sink: Receives finished training fragments and reported batches.
         stats: Counters for metrics.
         seed: Seed of action sampling.
+        mapping: Which policy acts for which agent of a multi-agent episode (None: every agent
+            maps to the only policy, when there is one).
     """
 
     def __init__(
@@ -153,8 +156,10 @@ class Service:
         sink: SampleSink,
         stats: ServerStats,
         seed: int = 0,
+        mapping: PolicyMapping | None = None,
     ):
         self.limits = limits
+        self.mapping = mapping if mapping is not None else PolicyMapping([], policies)
         self._token = token
         self._seed = seed
         self.stats = stats
