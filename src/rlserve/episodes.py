@@ -50,6 +50,10 @@ SINGLE_AGENT = "agent0"
 """The agent id of a single-agent episode."""
 
 
+_SINGLE_AGENT_CALLS = frozenset({"get_action/log_action", "log_returns", "end_episode"})
+"""The names the single-agent paths give :meth:`EpisodeTable._check_not_awaiting`."""
+
+
 class EpisodeStatus(enum.Enum):
     """Lifecycle of an episode: ACTIVE -> (AWAITING_ACTION <-> ACTIVE) -> ENDED."""
 
@@ -88,6 +92,14 @@ class AgentTrajectory:
     infos: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Step index (within the fragment) -> the info logged for it; only steps that have one."""
     pending_info: dict[str, Any] | None = None
+    policy_id: str = "default"
+    """The policy that acts for this agent (multi-agent episodes; fixed at its first call)."""
+    agent_return: float = 0.0
+    """Rewards this agent received in the episode."""
+    steps: int = 0
+    """Actions this agent took in the episode."""
+    done: bool = False
+    """The agent was marked done (``multiagent_done_dict``): it may not act again."""
 
 
 @dataclass(slots=True)
@@ -109,6 +121,9 @@ class Episode:
     """The kind of that call (``get_action``, ``log_action``, ``log_returns``)."""
     answer: Any = None
     """What that call answered (the action of a ``get_action``), for a retry of it."""
+    agents: dict[str, AgentTrajectory] | None = None
+    """The agents of a multi-agent episode by id (None: a single-agent episode, see ``agent``).
+    An episode becomes multi-agent with its first call that names agents."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +232,10 @@ class EpisodeTable:
                 "the episodes it started (reconnect with the same client_id to continue yours)"
             )
         return episode
+
+    def ended(self, episode_id: str) -> bool:
+        """Whether this id belonged to an episode that has ended (and is still remembered)."""
+        return episode_id in self._ended
 
     def ended_by(self, episode_id: str, owner: str, seq: int | None) -> bool:
         """Whether ``owner`` ended this episode with ``end_episode`` number ``seq`` (a retry)."""
@@ -383,18 +402,306 @@ class EpisodeTable:
         ]
         summaries = []
         for episode in stale:
-            agent = episode.agent
-            if len(agent.actions) > 1:
-                # No observation followed the last action, so that one step cannot be used; the
-                # steps before it bootstrap from the observation the last action was taken in.
-                last_obs = agent.obs.pop()
-                for steps in (agent.actions, agent.logp, agent.chosen, agent.versions):
-                    steps.pop()
-                self._emit(episode, last_obs, terminated=False, truncated=False)
+            if episode.agents is None:
+                self._emit_unfinished(episode, episode.agent, SINGLE_AGENT)
+            else:
+                for agent_id, agent in episode.agents.items():
+                    if not agent.done:
+                        self._emit_unfinished(episode, agent, agent_id)
             summaries.append(self._close(episode, "idle_timeout"))
         return summaries
 
+    def _emit_unfinished(self, episode: Episode, agent: AgentTrajectory, agent_id: str) -> None:
+        """Hand on the steps of an agent that stopped without a next observation.
+
+        No observation followed its last action, so that one step cannot be used; the steps
+        before it bootstrap from the observation the last action was taken in.
+        """
+        if len(agent.actions) > 1:
+            last_obs = agent.obs.pop()
+            for steps in (agent.actions, agent.logp, agent.chosen, agent.versions):
+                steps.pop()
+            agent.infos.pop(len(agent.actions), None)
+            del agent.rewards[len(agent.actions) :]
+            self._emit(episode, last_obs, False, False, agent, agent_id)
+        else:
+            agent.obs, agent.actions, agent.rewards = [], [], []
+            agent.logp, agent.chosen, agent.versions = [], [], []
+            agent.infos = {}
+
+    # -- multi-agent episodes ----------------------------------------------------------------
+    # The same rules, per agent: each agent's reward belongs to its own previous action, each
+    # agent's steps become its own fragments (with its policy id), and an episode is one call at
+    # a time. Agents join with their first observation and act at their own pace.
+
+    def check_observe_agents(
+        self,
+        episode: Episode,
+        agent_ids: list[str],
+        policy_ids: list[str],
+        rewards: list[float] | None,
+        call: str,
+    ) -> None:
+        """Raise the error :meth:`observe_agents` would raise, without changing anything.
+
+        Raises:
+            EpisodeError: The episode is single-agent or awaiting an action; an agent is done,
+                or changes its policy; a reward names an agent that has not acted yet.
+            SpaceError: A reward is out of range.
+        """
+        self._check_multi(episode, call)
+        agents = episode.agents or {}
+        for i, agent_id in enumerate(agent_ids):
+            agent = agents.get(agent_id)
+            if agent is not None:
+                self._check_agent_usable(episode, agent, agent_id, policy_ids[i], call)
+            if rewards is not None and rewards[i]:
+                self._check_agent_reward(episode, agent, agent_id, policy_ids[i], rewards[i], call)
+
+    def observe_agents(
+        self,
+        episode: Episode,
+        agent_ids: list[str],
+        policy_ids: list[str],
+        obs: Any,
+        rewards: list[float] | None,
+        infos: list[dict[str, Any] | None] | None,
+    ) -> list[AgentTrajectory]:
+        """Record the observations the named agents are about to act in (after the check).
+
+        ``obs[i]`` is agent ``agent_ids[i]``'s flattened observation; ``rewards[i]`` and
+        ``infos[i]`` belong to that agent's previous action. Returns the agents' trajectories,
+        in order, for :meth:`act_agents`.
+        """
+        agents = self._agents(episode)
+        out = []
+        for i, agent_id in enumerate(agent_ids):
+            agent = agents.get(agent_id)
+            if agent is None:
+                agent = agents[agent_id] = AgentTrajectory(policy_id=policy_ids[i])
+            if rewards is not None and rewards[i]:
+                self._add_agent_reward(episode, agent, rewards[i])
+            if infos is not None and infos[i] and agent.steps:
+                _merge_info(agent, infos[i])
+            if agent.actions:
+                self._close_step(agent)
+                if len(agent.actions) >= self.fragment_length:
+                    self._emit(episode, obs[i], False, False, agent, agent_id)
+            agent.obs.append(obs[i])
+            out.append(agent)
+        episode.status = EpisodeStatus.AWAITING_ACTION
+        episode.last_seen = self._clock()
+        return out
+
+    def act_agents(
+        self,
+        episode: Episode,
+        agents: list[AgentTrajectory],
+        actions: Any,
+        logps: list[float],
+        chosen: bool,
+        version: int,
+    ) -> None:
+        """Record the actions of agents of the last :meth:`observe_agents`.
+
+        One policy's share at a time; :meth:`finish_tick` once every agent has its action.
+        """
+        for k, agent in enumerate(agents):
+            agent.actions.append(actions[k])
+            agent.logp.append(logps[k])
+            agent.chosen.append(chosen)
+            agent.versions.append(version)
+            agent.steps += 1
+
+    def finish_tick(self, episode: Episode) -> None:
+        """Every agent of the last :meth:`observe_agents` has its action: one more step."""
+        episode.length += 1
+        episode.status = EpisodeStatus.ACTIVE
+        episode.last_seen = self._clock()
+
+    def log_returns_agents(
+        self,
+        episode: Episode,
+        agent_ids: list[str],
+        rewards: list[float],
+        infos: list[dict[str, Any] | None] | None,
+        done: dict[str, bool],
+    ) -> None:
+        """Add each agent's reward (and info) to its previous action; finish the done agents.
+
+        ``done`` maps an agent id to ``True`` (terminated) or ``False`` for an agent cut short
+        (truncated): its steps go to its policy now, and it may not act again. A truncated agent
+        has no next observation to bootstrap from, so its last step is dropped and the steps
+        before it bootstrap from the observation of that last step (as for an idle episode).
+        Nothing is changed when any of it is refused.
+
+        Raises:
+            EpisodeError: The episode is single-agent or awaiting an action; a reward names an
+                agent that has not acted or is done; a done agent is unknown or already done.
+            SpaceError: A reward is out of range.
+        """
+        self._check_multi(episode, "log_returns")
+        agents = episode.agents or {}
+        for i, agent_id in enumerate(agent_ids):
+            agent = agents.get(agent_id)
+            policy_id = "?" if agent is None else agent.policy_id
+            if agent is not None:
+                self._check_agent_usable(episode, agent, agent_id, policy_id, "log_returns")
+            if rewards[i]:
+                self._check_agent_reward(
+                    episode, agent, agent_id, policy_id, rewards[i], "log_returns"
+                )
+        for agent_id in done:
+            agent = agents.get(agent_id)
+            if agent is None:
+                raise EpisodeError(
+                    f"log_returns for episode '{episode.episode_id}' marks agent '{agent_id}' "
+                    "done, but it has not acted in this episode; mark only agents that acted"
+                )
+            self._check_agent_usable(episode, agent, agent_id, agent.policy_id, "log_returns")
+        for i, agent_id in enumerate(agent_ids):
+            agent = agents[agent_id]
+            if rewards[i]:
+                self._add_agent_reward(episode, agent, rewards[i])
+            if infos is not None and infos[i] and agent.steps:
+                _merge_info(agent, infos[i])
+        for agent_id, terminated in done.items():
+            self._finish_agent(episode, agents[agent_id], agent_id, None, terminated)
+        episode.last_seen = self._clock()
+
+    def end_agents(
+        self,
+        episode: Episode,
+        agent_ids: list[str],
+        obs: Any,
+        rewards: list[float] | None,
+        infos: list[dict[str, Any] | None] | None,
+        truncated: bool,
+        seq: int | None = None,
+    ) -> EpisodeSummary:
+        """End a multi-agent episode: every agent not yet done finishes.
+
+        ``obs[i]`` is agent ``agent_ids[i]``'s final observation (what a truncated agent
+        bootstraps from); an agent left out finishes as in :meth:`log_returns_agents`. An agent
+        named here that never acted has no steps: its observation is not kept.
+
+        Raises:
+            EpisodeError / SpaceError: As :meth:`log_returns_agents`; nothing is changed.
+        """
+        self._check_multi(episode, "end_episode")
+        agents = self._agents(episode)
+        for i, agent_id in enumerate(agent_ids):
+            agent = agents.get(agent_id)
+            if agent is not None and agent.done:
+                self._check_agent_usable(episode, agent, agent_id, agent.policy_id, "end_episode")
+            if rewards is not None and rewards[i]:
+                policy_id = "?" if agent is None else agent.policy_id
+                self._check_agent_reward(
+                    episode, agent, agent_id, policy_id, rewards[i], "end_episode"
+                )
+        final = {}
+        for i, agent_id in enumerate(agent_ids):
+            agent = agents.get(agent_id)
+            if agent is None:
+                continue
+            if rewards is not None and rewards[i]:
+                self._add_agent_reward(episode, agent, rewards[i])
+            if infos is not None and infos[i] and agent.steps:
+                _merge_info(agent, infos[i])
+            final[agent_id] = obs[i]
+        for agent_id, agent in agents.items():
+            if not agent.done:
+                self._finish_agent(episode, agent, agent_id, final.get(agent_id), not truncated)
+        return self._close(episode, "truncated" if truncated else "terminated", seq or 0)
+
+    def _agents(self, episode: Episode) -> dict[str, AgentTrajectory]:
+        """The agents of a multi-agent episode; an unused episode becomes multi-agent here."""
+        if episode.agents is None:
+            episode.agents = {}
+        return episode.agents
+
+    def _check_multi(self, episode: Episode, call: str) -> None:
+        if episode.agents is None and (episode.length or episode.agent.obs):
+            raise EpisodeError(
+                f"{call} for episode '{episode.episode_id}' names agents, but the episode is "
+                "single-agent (its earlier calls named none); use one form for a whole episode"
+            )
+        if episode.status is EpisodeStatus.AWAITING_ACTION:
+            raise EpisodeError(
+                f"{call} for episode '{episode.episode_id}' while its previous get_action is "
+                "still being answered; wait for the actions before the next call"
+            )
+
+    @staticmethod
+    def _check_agent_usable(
+        episode: Episode, agent: AgentTrajectory, agent_id: str, policy_id: str, call: str
+    ) -> None:
+        if agent.done:
+            raise EpisodeError(
+                f"{call} for episode '{episode.episode_id}': agent '{agent_id}' (policy "
+                f"'{agent.policy_id}') is done (marked in multiagent_done_dict) and cannot act, "
+                "be rewarded or end again; use a new agent id for a new agent"
+            )
+        if agent.policy_id != policy_id:
+            raise EpisodeError(
+                f"{call} for episode '{episode.episode_id}': agent '{agent_id}' acts for policy "
+                f"'{agent.policy_id}' in this episode, not '{policy_id}'; an agent keeps its "
+                "policy for the whole episode"
+            )
+
+    @staticmethod
+    def _check_agent_reward(
+        episode: Episode,
+        agent: AgentTrajectory | None,
+        agent_id: str,
+        policy_id: str,
+        reward: float,
+        call: str,
+    ) -> None:
+        where = f"{call} for episode '{episode.episode_id}'"
+        if agent is None or not agent.steps:
+            raise EpisodeError(
+                f"{where}: a reward for agent '{agent_id}' (policy '{policy_id}'), which has not "
+                "acted in this episode; a reward belongs to the agent's previous action, so log "
+                "it after the agent's first get_action/log_action"
+            )
+        if not -MAX_ABS_REWARD <= agent.pending_reward + reward <= MAX_ABS_REWARD:
+            _raise_reward(f"{where}, agent '{agent_id}'", agent.pending_reward, reward)
+
+    @staticmethod
+    def _add_agent_reward(episode: Episode, agent: AgentTrajectory, reward: float) -> None:
+        episode.episode_return += reward
+        agent.agent_return += reward
+        agent.pending_reward += reward
+
+    def _finish_agent(
+        self,
+        episode: Episode,
+        agent: AgentTrajectory,
+        agent_id: str,
+        final_obs: np.ndarray | None,
+        terminated: bool,
+    ) -> None:
+        """Hand on a finished agent's last steps and mark it done."""
+        agent.done = True
+        if not agent.actions:
+            return
+        if final_obs is None and not terminated:
+            self._emit_unfinished(episode, agent, agent_id)
+            return
+        self._close_step(agent)
+        # A terminated agent's last observation is never bootstrapped from: without a final
+        # one, the observation of its last step stands in (keeping the arrays' shape).
+        next_obs = agent.obs[-1] if final_obs is None else final_obs
+        self._emit(episode, next_obs, terminated, not terminated, agent, agent_id)
+
     def _check_not_awaiting(self, episode: Episode, call: str) -> None:
+        if episode.agents is not None and call in _SINGLE_AGENT_CALLS:
+            raise EpisodeError(
+                f"{call} for episode '{episode.episode_id}' names no agent, but the episode is "
+                "multi-agent (its calls name agents): pass a dict keyed by agent id "
+                "(agent_ids on the wire)"
+            )
         if episode.status is EpisodeStatus.AWAITING_ACTION:
             raise EpisodeError(
                 f"{call} for episode '{episode.episode_id}' while its previous get_action is "
@@ -408,20 +715,9 @@ class EpisodeTable:
         Raises:
             SpaceError: Naming the call, the episode and the value (code ``bad_value``).
         """
-        total = episode.agent.pending_reward + reward
-        if -MAX_ABS_REWARD <= total <= MAX_ABS_REWARD:  # False for NaN
-            return
-        where = f"{call} for episode '{episode.episode_id}'"
-        bound = f"-{MAX_ABS_REWARD:g}..{MAX_ABS_REWARD:g}"
-        if total == reward or not -MAX_ABS_REWARD <= reward <= MAX_ABS_REWARD:
-            raise SpaceError(
-                f"{where}: reward {reward!r} is out of range; a reward must be a finite number "
-                f"within {bound}"
-            )
-        raise SpaceError(
-            f"{where}: reward {reward!r} makes the rewards logged since the last action add up "
-            f"to {total!r}; a step's reward must be within {bound}"
-        )
+        pending = episode.agent.pending_reward
+        if not -MAX_ABS_REWARD <= pending + reward <= MAX_ABS_REWARD:  # True for NaN
+            _raise_reward(f"{call} for episode '{episode.episode_id}'", pending, reward)
 
     def _add_reward(self, episode: Episode, reward: float, call: str) -> None:
         # The common case inline (every step): check_reward only to raise its error.
@@ -449,16 +745,25 @@ class EpisodeTable:
             agent.pending_info = None
 
     def _emit(
-        self, episode: Episode, next_obs: np.ndarray, terminated: bool, truncated: bool
+        self,
+        episode: Episode,
+        next_obs: np.ndarray,
+        terminated: bool,
+        truncated: bool,
+        agent: AgentTrajectory | None = None,
+        agent_id: str = SINGLE_AGENT,
     ) -> None:
-        """Hand on the agent's steps as a fragment ending in ``next_obs`` and start a new one."""
-        agent = episode.agent
+        """Hand on an agent's steps as a fragment ending in ``next_obs`` and start a new one."""
+        if agent is None:
+            agent, policy_id = episode.agent, episode.policy_id
+        else:
+            policy_id = agent.policy_id
         if episode.training_enabled and agent.actions:
             agent.obs.append(next_obs)
             fragment = Fragment(
                 episode_id=episode.episode_id,
-                agent_id=SINGLE_AGENT,
-                policy_id=episode.policy_id,
+                agent_id=agent_id,
+                policy_id=policy_id,
                 obs=np.stack(agent.obs).astype(np.float32, copy=False),
                 actions=np.asarray(agent.actions),
                 rewards=np.asarray(agent.rewards, dtype=np.float32),
@@ -485,14 +790,44 @@ class EpisodeTable:
         self._ended[episode.episode_id] = _Ended(episode.owner, end_seq)
         if len(self._ended) > self._max_remembered:
             self._ended.pop(next(iter(self._ended)))
+        policy_returns: dict[str, float] | None = None
+        if episode.agents is not None:
+            policy_returns = {}
+            for agent in episode.agents.values():
+                policy_returns[agent.policy_id] = (
+                    policy_returns.get(agent.policy_id, 0.0) + agent.agent_return
+                )
         return EpisodeSummary(
             episode.episode_id,
             episode.episode_return,
             episode.length,
             episode.training_enabled,
             reason,
+            policy_returns,
+            episode.policy_id,
         )
 
     def owners(self) -> dict[str, int]:
         """Open episodes per owner."""
         return dict(self._per_owner)
+
+
+def _raise_reward(where: str, pending: float, reward: float) -> None:
+    """Raise the error for a reward out of range (or taking the step's reward out of range)."""
+    total = pending + reward
+    bound = f"-{MAX_ABS_REWARD:g}..{MAX_ABS_REWARD:g}"
+    if total == reward or not -MAX_ABS_REWARD <= reward <= MAX_ABS_REWARD:
+        raise SpaceError(
+            f"{where}: reward {reward!r} is out of range; a reward must be a finite number "
+            f"within {bound}"
+        )
+    raise SpaceError(
+        f"{where}: reward {reward!r} makes the rewards logged since the last action add up "
+        f"to {total!r}; a step's reward must be within {bound}"
+    )
+
+
+def _merge_info(agent: AgentTrajectory, info: dict[str, Any] | None) -> None:
+    """Add an agent's info to the step it is about to close (later keys win)."""
+    if info:
+        agent.pending_info = info if agent.pending_info is None else {**agent.pending_info, **info}

@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from rlserve.agent_groups import AgentGrouper
+from rlserve.client.agent_values import PolicyTable
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.config import option
 from rlserve.episodes import EpisodeSummary, EpisodeTable
@@ -51,6 +53,7 @@ from rlserve.errors import (
     ServerError,
     SpaceError,
 )
+from rlserve.multiagent import ALL_AGENTS
 from rlserve.policy import ModelSpec, NumpyPolicy
 from rlserve.policy.distributions import actions_to_space, encode_action
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
@@ -105,8 +108,8 @@ class LocalInference:
     Args:
         weights_conn: An open connection for fetching weights.
         make_connection: Opens another connection (for the shipper).
-        observation_space: The policy's observation space.
-        action_space: The policy's action space.
+        table: The server's policies and agent mapping; this client holds every policy (one
+            weights fetch each) and ships each policy's experience in its own reports.
         update_interval: Seconds between weight refreshes; None: only on request.
         config: Batching and buffering.
         timeouts: Connection timeouts.
@@ -117,15 +120,25 @@ class LocalInference:
         self,
         weights_conn: Connection,
         make_connection: Any,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
+        table: PolicyTable,
         update_interval: float | None,
         config: LocalConfig,
         timeouts: Timeouts,
         seed: int | None = None,
     ):
+        self.table_of_policies = table
+        served = table.policies
+        self.default_policy_id = (
+            DEFAULT_POLICY_ID if DEFAULT_POLICY_ID in served else next(iter(served))
+        )
+        observation_space = served[self.default_policy_id].observation_space
+        action_space = served[self.default_policy_id].action_space
         self.observation_space = observation_space
         self.action_space = action_space
+        self._grouper = AgentGrouper(
+            table.mapping,
+            {pid: (p.observation_space, p.action_space) for pid, p in served.items()},
+        )
         self.update_interval = update_interval
         self.config = config
         self._timeouts = timeouts
@@ -152,7 +165,9 @@ class LocalInference:
         self._weights_conn = weights_conn
         self._weights_lock = threading.Lock()
         self._seeds = np.random.SeedSequence(seed)
-        self._policy: NumpyPolicy = self._fetch_retrying(None)
+        self._policies: dict[str, NumpyPolicy] = {}
+        for policy_id in served:
+            self._policies[policy_id] = self._fetch_retrying(policy_id, None)
         self._ship_conn: Connection = make_connection()
         self._shipper = threading.Thread(
             target=self._ship_loop, name="rlserve-shipper", daemon=True
@@ -167,16 +182,24 @@ class LocalInference:
 
     @property
     def policy(self) -> NumpyPolicy:
-        """The policy acting now."""
-        return self._policy
+        """The policy acting now in single-agent episodes."""
+        return self._policies[self.default_policy_id]
 
-    def _fetch(self, have: int | None) -> NumpyPolicy:
+    @property
+    def _policy(self) -> NumpyPolicy:
+        return self._policies[self.default_policy_id]
+
+    def policy_of(self, policy_id: str) -> NumpyPolicy:
+        """The weights acting now for ``policy_id``."""
+        return self._policies[policy_id]
+
+    def _fetch(self, policy_id: str, have: int | None) -> NumpyPolicy:
         with self._weights_lock:
             reply = self._weights_conn.request(
-                {"type": "get_weights", "policy_id": DEFAULT_POLICY_ID, "have_version": have}
+                {"type": "get_weights", "policy_id": policy_id, "have_version": have}
             )
         if reply.get("unchanged"):
-            return self._policy
+            return self._policies[policy_id]
         with self._weights_lock:
             # Each swapped-in policy samples from its own child of this client's stream.
             child = self._seeds.spawn(1)[0]
@@ -185,7 +208,7 @@ class LocalInference:
         seed = int(child.generate_state(1, np.uint64)[0])
         return NumpyPolicy(spec, arrays, int(reply["version"]), seed=seed)
 
-    def _fetch_retrying(self, have: int | None) -> NumpyPolicy:
+    def _fetch_retrying(self, policy_id: str, have: int | None) -> NumpyPolicy:
         """:meth:`_fetch`, re-sent after a lost reply or a timeout within the reconnect timeout.
 
         ``get_weights`` is safe to repeat (e.g. while the server waits for its first weights).
@@ -193,7 +216,7 @@ class LocalInference:
         deadline: float | None = None
         while True:
             try:
-                return self._fetch(have)
+                return self._fetch(policy_id, have)
             except ConnectionLostError:
                 now = time.monotonic()
                 if deadline is None:
@@ -204,8 +227,9 @@ class LocalInference:
                     self._weights_conn.reconnect(deadline)
 
     def update_weights(self) -> None:
-        """Fetch the newest weights now (blocks for one round trip, or more to retry)."""
-        self._policy = self._fetch_retrying(self._policy.version)
+        """Fetch the newest weights of every policy now (a round trip each, or more to retry)."""
+        for policy_id, policy in list(self._policies.items()):
+            self._policies[policy_id] = self._fetch_retrying(policy_id, policy.version)
 
     def _refresh_loop(self) -> None:
         while not self._stopping:
@@ -218,7 +242,8 @@ class LocalInference:
             if self._stopping:
                 return
             try:
-                self._policy = self._fetch(self._policy.version)
+                for policy_id, policy in list(self._policies.items()):
+                    self._policies[policy_id] = self._fetch(policy_id, policy.version)
             except ConnectionLostError:
                 self._reconnect(self._weights_conn, self._weights_lock)
             except ServerError as exc:
@@ -228,7 +253,7 @@ class LocalInference:
 
     def start_episode(self, episode_id: str | None, training_enabled: bool) -> str:
         """Open an episode on this client."""
-        return self.table.start(episode_id, training_enabled, DEFAULT_POLICY_ID, OWNER)
+        return self.table.start(episode_id, training_enabled, self.default_policy_id, OWNER)
 
     def get_one_action(self, episode_id: str, observation: Any) -> Any:
         """Record one observation and compute its action (the per-step fast path)."""
@@ -292,6 +317,118 @@ class LocalInference:
         with self._lock:
             self._summaries.append(summary)
 
+    # -- multi-agent episodes ----------------------------------------------------------------
+
+    def get_agent_actions(self, episode_id: str, observation: Any) -> dict[str, Any]:
+        """Record each agent's observation and compute its action, one pass per policy."""
+        episode = self.table.get(episode_id)
+        agent_ids = [str(a) for a in observation]
+        if not agent_ids:
+            raise SpaceError(
+                f"get_action for episode '{episode_id}': the observation dict names no agent"
+            )
+        grouping = self._grouper.group(agent_ids, self.table_of_policies.explicit_ids(agent_ids))
+        blocks, rows = self._grouper.observations(
+            grouping, agent_ids, [observation[a] for a in agent_ids], "observations"
+        )
+        self.table.check_observe_agents(episode, agent_ids, grouping.policy_ids, None, "get_action")
+        agents = self.table.observe_agents(
+            episode, agent_ids, grouping.policy_ids, rows, None, None
+        )
+        out: dict[str, Any] = {}
+        try:
+            for (policy_id, idx), block in zip(grouping.groups, blocks, strict=True):
+                policy = self._policies[policy_id]
+                computed = policy.compute_actions(block)
+                space = self.table_of_policies.policies[policy_id].action_space
+                discrete = isinstance(space, spaces.Discrete)
+                sent = policy.to_env_actions(computed.actions)
+                positions = idx.tolist()
+                group = agents if len(blocks) == 1 else [agents[i] for i in positions]
+                trained = computed.actions.tolist() if discrete else list(computed.actions)
+                self.table.act_agents(
+                    episode, group, trained, computed.logp.tolist(), True, policy.version
+                )
+                if discrete:
+                    out.update(zip([agent_ids[i] for i in positions], sent.tolist(), strict=True))
+                else:
+                    values = actions_to_space(space, sent)
+                    out.update(zip([agent_ids[i] for i in positions], values, strict=True))
+        finally:
+            self.table.finish_tick(episode)
+        return out
+
+    def log_agent_actions(self, episode_id: str, observation: Any, action: Any) -> None:
+        """Record actions someone else took for several agents."""
+        episode = self.table.get(episode_id)
+        agent_ids = [str(a) for a in observation]
+        grouping = self._grouper.group(agent_ids, self.table_of_policies.explicit_ids(agent_ids))
+        _, rows = self._grouper.observations(
+            grouping, agent_ids, [observation[a] for a in agent_ids], "observations"
+        )
+        taken = self._grouper.actions(
+            grouping, agent_ids, [action[a] for a in agent_ids], "log_action 'actions'"
+        )
+        self.table.check_observe_agents(episode, agent_ids, grouping.policy_ids, None, "log_action")
+        agents = self.table.observe_agents(
+            episode, agent_ids, grouping.policy_ids, rows, None, None
+        )
+        nan = [float("nan")] * len(agent_ids)
+        for policy_id, idx in grouping.groups:
+            positions = idx.tolist()
+            self.table.act_agents(
+                episode,
+                [agents[i] for i in positions],
+                [taken[i] for i in positions],
+                nan,
+                False,
+                self._policies[policy_id].version,
+            )
+        self.table.finish_tick(episode)
+
+    def log_agent_returns(
+        self,
+        episode_id: str,
+        rewards: dict[str, float],
+        infos: dict[str, dict[str, Any]],
+        done: dict[str, bool],
+    ) -> None:
+        """Add each agent's reward; finish the done agents; ``__all__`` ends the episode."""
+        episode = self.table.get(episode_id)
+        all_done = done.pop(ALL_AGENTS, None)
+        agent_ids = sorted(set(rewards) | set(infos))
+        self.table.log_returns_agents(
+            episode,
+            agent_ids,
+            [rewards.get(a, 0.0) for a in agent_ids],
+            [infos.get(a) for a in agent_ids] if infos else None,
+            done,
+        )
+        if all_done is not None:
+            summary = self.table.end_agents(episode, [], [], None, None, not all_done)
+            with self._lock:
+                self._summaries.append(summary)
+
+    def end_agent_episode(self, episode_id: str, observation: Any, truncated: bool) -> None:
+        """End a multi-agent episode with final observations of any of its agents."""
+        if self.table.ended(episode_id):
+            return  # '__all__' ended it already (RLlib's clients call end_episode after it)
+        episode = self.table.get(episode_id)
+        known = episode.agents or {}
+        agent_ids = [str(a) for a in observation if not (a in known and known[a].done)]
+        rows: list[Any] = []
+        if agent_ids:
+            explicit: list[str | None] = [
+                known[a].policy_id if a in known else None for a in agent_ids
+            ]
+            grouping = self._grouper.group(agent_ids, explicit)
+            _, rows = self._grouper.observations(
+                grouping, agent_ids, [observation[a] for a in agent_ids], "observations"
+            )
+        summary = self.table.end_agents(episode, agent_ids, rows, None, None, truncated)
+        with self._lock:
+            self._summaries.append(summary)
+
     # -- shipping ----------------------------------------------------------------------------
 
     def _enqueue(self, fragment: Fragment) -> None:
@@ -348,18 +485,26 @@ class LocalInference:
             fragments, summaries = self._take_batch()
             if fragments or summaries:
                 limits = self._ship_conn.limits
-                batches, too_big = plan_reports(
-                    fragments,
-                    summaries,
-                    limits.max_frame_bytes,
-                    limits.max_array_elements,
-                    limits.max_container_len,
-                )
-                for fragment in too_big:
-                    self._drop_oversized([fragment])
-                for part in batches:
-                    if not self._ship(*part):
-                        return  # closing while the server is unreachable
+                # One report carries one policy's fragments; the summaries go with the first.
+                by_policy: dict[str, list[Fragment]] = {}
+                for fragment in fragments:
+                    by_policy.setdefault(fragment.policy_id, []).append(fragment)
+                if not by_policy:
+                    by_policy[self.default_policy_id] = []
+                for policy_id, own in by_policy.items():
+                    batches, too_big = plan_reports(
+                        own,
+                        summaries,
+                        limits.max_frame_bytes,
+                        limits.max_array_elements,
+                        limits.max_container_len,
+                    )
+                    summaries = []
+                    for fragment in too_big:
+                        self._drop_oversized([fragment])
+                    for part in batches:
+                        if not self._ship(policy_id, *part):
+                            return  # closing while the server is unreachable
             with self._lock:
                 if self._stopping and not self._outbox and not self._summaries:
                     return
@@ -378,23 +523,17 @@ class LocalInference:
             self._ship_conn.limits.max_array_elements,
         )
 
-    def _ship(self, fragments: list[Fragment], summaries: list[EpisodeSummary]) -> bool:
+    def _ship(
+        self, policy_id: str, fragments: list[Fragment], summaries: list[EpisodeSummary]
+    ) -> bool:
         """Send one report until the server answers it; False when closing gave up on it."""
         steps = sum(len(f) for f in fragments)
         message = {
             "type": "report_samples",
             "batch_id": uuid.uuid4().hex,
-            "policy_id": DEFAULT_POLICY_ID,
+            "policy_id": policy_id,
             "fragments": [_fragment_to_wire(f) for f in fragments],
-            "episodes": [
-                {
-                    "episode_id": s.episode_id,
-                    "return": s.episode_return,
-                    "length": s.length,
-                    "reason": s.reason,
-                }
-                for s in summaries
-            ],
+            "episodes": [_summary_to_wire(s) for s in summaries],
         }
         while True:
             try:
@@ -406,7 +545,7 @@ class LocalInference:
                 if halves is None:
                     self._drop_oversized(fragments)
                     return True
-                return self._ship(*halves[0]) and self._ship(*halves[1])
+                return self._ship(policy_id, *halves[0]) and self._ship(policy_id, *halves[1])
             except ConnectionLostError:
                 if not self._reconnect(self._ship_conn, None):
                     return False
@@ -428,7 +567,7 @@ class LocalInference:
                 "(client.local.server_dropped_steps); run fewer clients or raise the server's "
                 "--max-sample-queue-steps",
             )
-        newer = int(reply.get("weights_version", -1)) > self._policy.version
+        newer = int(reply.get("weights_version", -1)) > self._policies[policy_id].version
         if newer and self.update_interval is not None:
             self._wake_refresher.set()
         return True
@@ -506,6 +645,18 @@ class LocalInference:
             conn.abort()
             with contextlib.suppress(ConnectionLostError, ServerError):
                 conn.close()
+
+
+def _summary_to_wire(summary: EpisodeSummary) -> dict[str, Any]:
+    wire: dict[str, Any] = {
+        "episode_id": summary.episode_id,
+        "return": summary.episode_return,
+        "length": summary.length,
+        "reason": summary.reason,
+    }
+    if summary.policy_returns is not None:
+        wire["policy_returns"] = summary.policy_returns
+    return wire
 
 
 def _fragment_to_wire(fragment: Fragment) -> dict[str, Any]:

@@ -28,21 +28,24 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from rlserve.client.agent_values import PolicyTable
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.local import LocalConfig, LocalInference
 from rlserve.config import TOKEN_ENV
 from rlserve.errors import (
     ConfigError,
     ConnectionLostError,
+    EpisodeError,
     EpisodeLostError,
     RLServeError,
     SpaceError,
     TLSError,
 )
+from rlserve.multiagent import ALL_AGENTS
 from rlserve.policy.distributions import action_from_wire
 from rlserve.protocol.info import check_info_size, wire_info
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
-from rlserve.spaces import check_batch, check_value, from_description
+from rlserve.spaces import check_batch, check_value
 from rlserve.values import MAX_ABS_REWARD
 
 logger = logging.getLogger("rlserve.client")
@@ -90,6 +93,11 @@ class PolicyClient:
             secret; None: a random ``uuid4().hex``. Pass the same value to continue one
             client's episodes from another ``PolicyClient`` (or over HTTP as the
             ``X-RLServe-Client`` header).
+        multiagent: Whether a dict passed as an observation is one observation per agent id
+            (multi-agent episodes, see :meth:`get_action`); None: as the server declares (it
+            does when it has an agent -> policy mapping or several policies).
+        policy_ids: Agent id -> policy id choices of this client, winning over the server's
+            mapping (e.g. ``{"player_2": "frozen_opponent"}``).
 
     Retries: a call whose connection breaks, or that gets no reply within ``timeout`` (the
     server is alive but slow, e.g. still waiting for its learner's first weights), is re-sent on
@@ -134,6 +142,8 @@ class PolicyClient:
         tls_ca: str | None = None,
         seed: int | None = None,
         client_id: str | None = None,
+        multiagent: bool | None = None,
+        policy_ids: Mapping[str, str] | None = None,
     ):
         if inference_mode not in ("remote", "local"):
             raise ConfigError(f"inference_mode must be 'remote' or 'local', got '{inference_mode}'")
@@ -145,6 +155,15 @@ class PolicyClient:
         if token is None:
             token = os.environ.get(TOKEN_ENV) or None
         self._timeouts = timeouts
+        self._multiagent_choice = multiagent
+        self._policy_choices = dict(policy_ids or {})
+        # Multi-agent episodes: per episode, the rewards and infos logged for each agent since
+        # its previous action, the agents that acted, and the agents that are done.
+        self._agent_rewards: dict[str, dict[str, float]] = {}
+        self._agent_infos: dict[str, dict[str, dict[str, Any]]] = {}
+        self._agents_acted: dict[str, set[str]] = {}
+        self._agents_done: dict[str, set[str]] = {}
+        self._ended_by_all: OrderedDict[str, None] = OrderedDict()
         # The client identity: a secret random id, the same on every (re)connection.
         self.client_id = client_id or uuid.uuid4().hex
         client_id = self.client_id
@@ -179,8 +198,7 @@ class PolicyClient:
             self._local = LocalInference(
                 self._conn,
                 open_another,
-                self.observation_space,
-                self.action_space,
+                self.policies,
                 update_interval,
                 local or LocalConfig(),
                 timeouts,
@@ -214,10 +232,26 @@ class PolicyClient:
             self._acted.clear()
             self._seq.clear()
             self._ended_seq.clear()
+            for per_episode in (
+                self._agent_rewards,
+                self._agent_infos,
+                self._agents_acted,
+                self._agents_done,
+            ):
+                per_episode.clear()
         self._instance_id = welcome.get("instance_id")
-        policy = welcome["policies"][DEFAULT_POLICY_ID]
-        self.observation_space: spaces.Space[Any] = from_description(policy["observation_space"])
-        self.action_space: spaces.Space[Any] = from_description(policy["action_space"])
+        self.policies = PolicyTable(welcome, self._policy_choices)
+        """The server's policies (spaces by id) and agent -> policy mapping."""
+        self.multiagent = (
+            self.policies.multi_agent
+            if self._multiagent_choice is None
+            else bool(self._multiagent_choice)
+        )
+        """Whether dict observations are read as one per agent (multi-agent episodes)."""
+        served = self.policies.policies
+        policy = served.get(DEFAULT_POLICY_ID) or next(iter(served.values()))
+        self.observation_space: spaces.Space[Any] = policy.observation_space
+        self.action_space: spaces.Space[Any] = policy.action_space
         self._discrete = isinstance(self.action_space, spaces.Discrete)
         return restarted
 
@@ -340,15 +374,29 @@ class PolicyClient:
             episode_id: An episode id; or a list of ids to act in several episodes at once
                 (a vector of environments), with ``observation`` a dict keyed by id or a
                 stacked array / list in the same order.
-            observation: The current observation.
+            observation: The current observation. In a multi-agent episode (see the
+                ``multiagent`` argument), a dict of observations keyed by agent id, for exactly
+                the agents that act now: agents join with their first observation and act at
+                their own pace; each agent's observation is checked against its policy's space.
 
         Returns:
             The action in the space's own form (an int for Discrete, an array of the space's
             shape and dtype for Box, MultiDiscrete and MultiBinary, a dict for Dict, a tuple for
             Tuple). For a list of ids: a dict of actions keyed by id when ``observation`` was a
-            dict, else a stacked array (a list for Dict and Tuple spaces).
+            dict, else a stacked array (a list for Dict and Tuple spaces). In a multi-agent
+            episode: a dict of actions keyed by agent id, for exactly the agents observed.
         """
         with self._lock:
+            if self.multiagent and isinstance(episode_id, str):
+                if not isinstance(observation, Mapping):
+                    raise SpaceError(
+                        f"get_action for episode '{episode_id}': a multi-agent episode takes a "
+                        "dict of observations keyed by agent id, got "
+                        f"{type(observation).__name__}"
+                    )
+                if self._local is not None:
+                    return self._local.get_agent_actions(episode_id, observation)
+                return self._get_agent_actions(episode_id, observation)
             if self._local is not None:
                 return self._local_get_action(episode_id, observation)
             if isinstance(episode_id, str):
@@ -391,8 +439,28 @@ class PolicyClient:
             return [self._one_action(a) for a in actions]
 
     def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
-        """Record an observation and the action someone else took (trained on as taken)."""
+        """Record an observation and the action someone else took (trained on as taken).
+
+        In a multi-agent episode both are dicts keyed by agent id, with the same keys.
+        """
         with self._lock:
+            if self.multiagent:
+                if not isinstance(observation, Mapping) or not isinstance(action, Mapping):
+                    raise SpaceError(
+                        f"log_action for episode '{episode_id}': a multi-agent episode takes "
+                        "dicts of observations and actions keyed by agent id"
+                    )
+                if set(observation) != set(action):
+                    raise SpaceError(
+                        f"log_action for episode '{episode_id}': the observation and action "
+                        f"dicts name different agents ({sorted(observation)} vs "
+                        f"{sorted(action)})"
+                    )
+                if self._local is not None:
+                    self._local.log_agent_actions(episode_id, observation, action)
+                    return
+                self._log_agent_actions(episode_id, observation, action)
+                return
             if self._local is not None:
                 self._local.log_action(episode_id, observation, action)
                 return
@@ -412,9 +480,10 @@ class PolicyClient:
     def log_returns(
         self,
         episode_id: str,
-        reward: float,
+        reward: float | Mapping[str, float],
         info: dict[str, Any] | None = None,
-        multiagent_done_dict: dict[str, bool] | None = None,
+        multiagent_done_dict: Mapping[str, bool] | None = None,
+        multiagent_truncated_dict: Mapping[str, bool] | None = None,
     ) -> None:
         """Add reward to the episode's previous action (rewards add up until the next action).
 
@@ -423,27 +492,66 @@ class PolicyClient:
         they are sent at once (so an unknown id is reported by this call). A reward before the
         episode's first action counts in its return and belongs to no step.
 
+        Multi-agent episodes: ``reward`` is a dict keyed by agent id, each reward belonging to
+        that agent's previous action (an agent that has not acted may only get 0); ``info`` a
+        dict of info maps keyed by agent id. ``multiagent_done_dict`` marks agents done
+        (terminated): their trajectories go to their policies, and they may not act again;
+        ``"__all__": True`` ends the whole episode (every agent terminated; a later
+        ``end_episode`` of it is then a no-op). ``multiagent_truncated_dict`` marks agents cut
+        short instead (their last step is dropped and the rest bootstraps from it); with
+        ``"__all__"`` it ends the episode truncated. A call that marks agents done costs one
+        round trip; rewards alone travel with the next call.
+
         Args:
             episode_id: The episode.
             reward: A finite number; with the rewards logged since the previous action, within
-                -1e9..1e9.
+                -1e9..1e9. Multi-agent: a dict of such numbers keyed by agent id.
             info: The environment's info map for this step (recorded with the step and kept
                 with the episode's data); several before the next action merge, later keys
                 replacing earlier ones. Keys are strings (int, float, bool and None keys are
                 turned into their JSON text); values are numbers, strings, booleans, None,
                 lists, dicts, bytes or numeric numpy arrays, at most the server's
-                ``max_info_bytes`` encoded.
-            multiagent_done_dict: Not supported yet (multi-agent episodes come later).
+                ``max_info_bytes`` encoded. Multi-agent: a dict of such maps keyed by agent id.
+            multiagent_done_dict: Multi-agent: agent id -> done; ``"__all__"`` ends the episode.
+            multiagent_truncated_dict: Multi-agent: agent id -> cut short (time limit).
 
         Raises:
             SpaceError: The reward is not a finite number in range, or ``info`` holds a value
                 that cannot travel (the error names its key).
             LimitExceededError: ``info`` is over ``max_info_bytes``.
             EpisodeLostError: The server restarted since the episode started.
-            NotImplementedError: ``multiagent_done_dict`` (multi-agent episodes come later).
+            EpisodeError: Multi-agent: a reward or done mark names an agent that has not acted
+                or is done.
         """
-        if multiagent_done_dict is not None:
-            raise NotImplementedError("multi-agent episodes are not available in this version")
+        if self.multiagent or multiagent_done_dict is not None:
+            with self._lock:
+                if not self.multiagent:
+                    raise ConfigError(
+                        "log_returns got a multiagent_done_dict, but this client's episodes are "
+                        "single-agent: the server declares no agent mapping; pass "
+                        "PolicyClient(..., multiagent=True) or give the server a [mapping]"
+                    )
+                if self._local is not None:
+                    self._local.log_agent_returns(
+                        episode_id,
+                        _agent_rewards(episode_id, reward),
+                        self._agent_info(episode_id, info),
+                        _done_marks(multiagent_done_dict, multiagent_truncated_dict),
+                    )
+                    return
+                self._log_agent_returns(
+                    episode_id,
+                    _agent_rewards(episode_id, reward),
+                    self._agent_info(episode_id, info),
+                    _done_marks(multiagent_done_dict, multiagent_truncated_dict),
+                )
+            return
+        if not isinstance(reward, int | float | np.number) or isinstance(reward, bool):
+            raise SpaceError(
+                f"log_returns for episode '{episode_id}': reward must be a number, got "
+                f"{type(reward).__name__} (a dict of rewards is for multi-agent episodes: "
+                "PolicyClient(..., multiagent=True))"
+            )
         where = f"log_returns for episode '{episode_id}'"
         value = _reward_number(reward, where)
         plain = None
@@ -493,8 +601,24 @@ class PolicyClient:
             observation: The final observation.
             truncated: True when a time limit cut the episode short (the learner then
                 bootstraps from ``observation``); False for a terminal state.
+
+        Multi-agent episodes: ``observation`` is a dict of final observations keyed by agent
+        id (any subset of the agents, or empty); every agent not yet done ends with the
+        episode, those without a final observation as in ``multiagent_done_dict``.
         """
         with self._lock:
+            if self.multiagent:
+                finals = {} if observation is None else observation
+                if not isinstance(finals, Mapping):
+                    raise SpaceError(
+                        f"end_episode for episode '{episode_id}': a multi-agent episode takes a "
+                        "dict of final observations keyed by agent id (or an empty dict)"
+                    )
+                if self._local is not None:
+                    self._local.end_agent_episode(episode_id, finals, truncated)
+                    return
+                self._end_agent_episode(episode_id, finals, truncated)
+                return
             if self._local is not None:
                 self._local.end_episode(episode_id, observation, truncated)
                 return
@@ -555,6 +679,238 @@ class PolicyClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- multi-agent episodes, remote mode ----------------------------------------------------
+
+    def _agent_info(
+        self, episode_id: str, info: Mapping[str, Any] | None
+    ) -> dict[str, dict[str, Any]]:
+        """Per-agent info maps, made plain and checked against ``max_info_bytes``."""
+        if not info:
+            return {}
+        if not isinstance(info, Mapping):
+            raise SpaceError(
+                f"log_returns for episode '{episode_id}': info of a multi-agent episode is a "
+                "dict of info maps keyed by agent id"
+            )
+        out = {}
+        for agent_id, agent_info in info.items():
+            if not agent_info:
+                continue
+            where = f"log_returns for episode '{episode_id}', agent '{agent_id}'"
+            if not isinstance(agent_info, Mapping):
+                raise SpaceError(f"{where}: info must be a map, got {type(agent_info).__name__}")
+            plain = wire_info(dict(agent_info), where)
+            check_info_size(plain, self._conn.limits.max_info_bytes, where)
+            out[str(agent_id)] = plain
+        return out
+
+    def _check_agents_usable(self, episode_id: str, agent_ids: Any, call: str) -> None:
+        done = self._agents_done.get(episode_id)
+        if done:
+            for agent_id in agent_ids:
+                if agent_id in done:
+                    policy = self.policies.policy_of(agent_id).policy_id
+                    raise EpisodeError(
+                        f"{call} for episode '{episode_id}': agent '{agent_id}' (policy "
+                        f"'{policy}') is done (marked in multiagent_done_dict) and cannot act "
+                        "again; use a new agent id for a new agent"
+                    )
+
+    def _agent_extras(self, episode_id: str, agent_ids: list[str], message: dict[str, Any]) -> None:
+        """Attach the rewards and infos logged for these agents since their previous action."""
+        rewards = self._agent_rewards.get(episode_id)
+        if rewards:
+            listed = [rewards.get(a, 0.0) for a in agent_ids]
+            if any(listed):
+                message["rewards"] = listed
+        infos = self._agent_infos.get(episode_id)
+        if infos and any(a in infos for a in agent_ids):
+            message["infos"] = [infos.get(a) for a in agent_ids]
+        explicit = self.policies.explicit_ids(agent_ids)
+        if explicit is not None:
+            message["policy_ids"] = explicit
+
+    def _agents_delivered(self, episode_id: str, agent_ids: list[str], seq: int) -> None:
+        rewards = self._agent_rewards.get(episode_id)
+        infos = self._agent_infos.get(episode_id)
+        for agent_id in agent_ids:
+            if rewards:
+                rewards.pop(agent_id, None)
+            if infos:
+                infos.pop(agent_id, None)
+        self._agents_acted.setdefault(episode_id, set()).update(agent_ids)
+        self._seq[episode_id] = seq
+
+    def _get_agent_actions(self, episode_id: str, observation: Mapping[str, Any]) -> dict[str, Any]:
+        self._check_not_lost([episode_id])
+        agent_ids = [str(a) for a in observation]
+        if not agent_ids:
+            raise SpaceError(
+                f"get_action for episode '{episode_id}': the observation dict names no agent; "
+                "pass the observations of the agents that act now"
+            )
+        self._check_agents_usable(episode_id, agent_ids, "get_action")
+        seq = self._next_seq(episode_id)
+        message: dict[str, Any] = {
+            "type": "get_action",
+            "episode_id": episode_id,
+            "agent_ids": agent_ids,
+            "observations": self.policies.observations(
+                agent_ids, observation, self.check_observations
+            ),
+            "seq": seq,
+        }
+        self._agent_extras(episode_id, agent_ids, message)
+        reply = self._request(message)
+        self._agents_delivered(episode_id, agent_ids, seq)
+        return self.policies.actions(agent_ids, reply["actions"])
+
+    def _log_agent_actions(
+        self, episode_id: str, observation: Mapping[str, Any], action: Mapping[str, Any]
+    ) -> None:
+        self._check_not_lost([episode_id])
+        agent_ids = [str(a) for a in observation]
+        self._check_agents_usable(episode_id, agent_ids, "log_action")
+        seq = self._next_seq(episode_id)
+        message: dict[str, Any] = {
+            "type": "log_action",
+            "episode_id": episode_id,
+            "agent_ids": agent_ids,
+            "observations": self.policies.observations(
+                agent_ids, observation, self.check_observations
+            ),
+            "actions": self.policies.taken_actions(agent_ids, action),
+            "seq": seq,
+        }
+        self._agent_extras(episode_id, agent_ids, message)
+        self._request(message)
+        self._agents_delivered(episode_id, agent_ids, seq)
+
+    def _log_agent_returns(
+        self,
+        episode_id: str,
+        rewards: dict[str, float],
+        infos: dict[str, dict[str, Any]],
+        done: dict[str, bool],
+    ) -> None:
+        if episode_id in self._ended_by_all:
+            raise EpisodeError(
+                f"log_returns for episode '{episode_id}', which '__all__' ended; start a new "
+                "episode"
+            )
+        self._check_not_lost([episode_id])
+        all_done = done.pop(ALL_AGENTS, None)
+        acted = self._agents_acted.get(episode_id, set())
+        self._check_agents_usable(episode_id, [*rewards, *infos, *done], "log_returns")
+        pending = self._agent_rewards.setdefault(episode_id, {})
+        for agent_id, value in rewards.items():
+            if value and agent_id not in acted and episode_id in self._open:
+                policy = self.policies.policy_of(agent_id).policy_id
+                raise EpisodeError(
+                    f"log_returns for episode '{episode_id}': a reward for agent '{agent_id}' "
+                    f"(policy '{policy}'), which has not acted in this episode; a reward "
+                    "belongs to the agent's previous action"
+                )
+            total = pending.get(agent_id, 0.0) + value
+            if not -MAX_ABS_REWARD <= total <= MAX_ABS_REWARD:
+                raise SpaceError(
+                    f"log_returns for episode '{episode_id}', agent '{agent_id}': reward "
+                    f"{value!r} makes the rewards logged since its last action add up to "
+                    f"{total!r}; a step's reward must be within "
+                    f"-{MAX_ABS_REWARD:g}..{MAX_ABS_REWARD:g}"
+                )
+        for agent_id in done:
+            if agent_id not in acted and episode_id in self._open:
+                raise EpisodeError(
+                    f"log_returns for episode '{episode_id}' marks agent '{agent_id}' done, but "
+                    "it has not acted in this episode; mark only agents that acted"
+                )
+        for agent_id, value in rewards.items():
+            if value:
+                pending[agent_id] = pending.get(agent_id, 0.0) + value
+        if infos:
+            kept = self._agent_infos.setdefault(episode_id, {})
+            for agent_id, info in infos.items():
+                kept[agent_id] = {**kept[agent_id], **info} if agent_id in kept else info
+        if episode_id not in self._open or done or all_done is not None:
+            # Finishing agents (or an episode another client object started): send it now.
+            self._flush_agent_returns(episode_id, done)
+        if all_done is not None:
+            truncated = not all_done
+            self._end_agent_episode(episode_id, {}, truncated)
+            _remember(self._ended_by_all, episode_id)
+
+    def _flush_agent_returns(self, episode_id: str, done: dict[str, bool]) -> None:
+        """Send every pending reward and info of the episode, and the done marks, now."""
+        pending = self._agent_rewards.get(episode_id, {})
+        infos = self._agent_infos.get(episode_id, {})
+        agent_ids = sorted(set(pending) | set(infos))
+        if not agent_ids and not done:
+            return
+        seq = self._next_seq(episode_id)
+        message: dict[str, Any] = {
+            "type": "log_returns",
+            "episode_id": episode_id,
+            "agent_ids": agent_ids,
+            "rewards": [pending.get(a, 0.0) for a in agent_ids],
+            "seq": seq,
+        }
+        if infos:
+            message["infos"] = [infos.get(a) for a in agent_ids]
+        terminated = [a for a, t in done.items() if t]
+        truncated = [a for a, t in done.items() if not t]
+        if terminated:
+            message["terminated_agents"] = terminated
+        if truncated:
+            message["truncated_agents"] = truncated
+        self._request(message)
+        self._agent_rewards.pop(episode_id, None)
+        self._agent_infos.pop(episode_id, None)
+        self._seq[episode_id] = seq
+        self._agents_done.setdefault(episode_id, set()).update(done)
+
+    def _end_agent_episode(
+        self, episode_id: str, observation: Mapping[str, Any], truncated: bool
+    ) -> None:
+        if episode_id in self._ended_by_all:
+            return  # '__all__' ended it already (RLlib's clients call end_episode after it)
+        self._check_not_lost([episode_id])
+        agent_ids = [str(a) for a in observation]
+        done = self._agents_done.get(episode_id, set())
+        agent_ids = [a for a in agent_ids if a not in done]
+        pending = self._agent_rewards.get(episode_id, {})
+        infos = self._agent_infos.get(episode_id, {})
+        named = set(agent_ids)
+        if any(a not in named for a in (*pending, *infos)):
+            # Rewards of agents without a final observation go first, on their own.
+            self._flush_agent_returns(episode_id, {})
+        message: dict[str, Any] = {
+            "type": "end_episode",
+            "episode_id": episode_id,
+            "agent_ids": agent_ids,
+            "truncated": bool(truncated),
+            "seq": self._next_seq(episode_id),
+        }
+        if agent_ids:
+            message["observations"] = self.policies.observations(
+                agent_ids, {a: observation[a] for a in agent_ids}, self.check_observations
+            )
+            self._agent_extras(episode_id, agent_ids, message)
+        self._send_nowait(message)
+        # Pipelined: its error, if any, is raised by the next call; the episode is over here.
+        for per_episode in (
+            self._agent_rewards,
+            self._agent_infos,
+            self._agents_acted,
+            self._agents_done,
+        ):
+            per_episode.pop(episode_id, None)
+        self._open.pop(episode_id, None)
+        self._seq.pop(episode_id, None)
+        self._ended_seq[episode_id] = message["seq"]
+        if len(self._ended_seq) > ENDED_SEQS_KEPT:
+            self._ended_seq.popitem(last=False)
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -627,6 +983,35 @@ def _reward_number(reward: Any, where: str) -> float:
             f"within -{MAX_ABS_REWARD:g}..{MAX_ABS_REWARD:g}"
         )
     return value
+
+
+def _agent_rewards(episode_id: str, reward: Any) -> dict[str, float]:
+    """A multi-agent reward dict with each value checked."""
+    if not isinstance(reward, Mapping):
+        raise SpaceError(
+            f"log_returns for episode '{episode_id}': a multi-agent episode takes a dict of "
+            f"rewards keyed by agent id, got {type(reward).__name__}"
+        )
+    return {
+        str(agent_id): _reward_number(
+            value, f"log_returns for episode '{episode_id}', agent '{agent_id}'"
+        )
+        for agent_id, value in reward.items()
+    }
+
+
+def _done_marks(
+    done: Mapping[str, bool] | None, truncated: Mapping[str, bool] | None
+) -> dict[str, bool]:
+    """Agent id -> True (terminated) or False (truncated); ``__all__`` kept as given."""
+    marks: dict[str, bool] = {}
+    for agent_id, flag in (truncated or {}).items():
+        if flag:
+            marks[str(agent_id)] = False
+    for agent_id, flag in (done or {}).items():
+        if flag and str(agent_id) not in marks:
+            marks[str(agent_id)] = True
+    return marks
 
 
 def _episodes_of(message: dict[str, Any]) -> list[str]:

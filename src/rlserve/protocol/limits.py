@@ -34,6 +34,8 @@ class Limits:
         max_episodes_per_server: Most concurrent episodes on the whole server.
         max_info_bytes: Largest ``info`` map of one step, in bytes of msgpack (it is kept with
             the step's data).
+        max_agents_per_call: Most agents one multi-agent call names.
+        max_agents_per_episode: Most agents one multi-agent episode may hold (done ones count).
     """
 
     max_frame_bytes: int = 16 * 1024 * 1024
@@ -45,6 +47,8 @@ class Limits:
     max_episodes_per_client: int = 10_000
     max_episodes_per_server: int = 100_000
     max_info_bytes: int = 65_536
+    max_agents_per_call: int = 4096
+    max_agents_per_episode: int = 65_536
 
     def to_wire(self) -> dict[str, int]:
         """Return the limits as a plain map for the ``welcome`` message."""

@@ -18,6 +18,7 @@ and then refused by the space check.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +101,11 @@ class GetAction:
     batched: bool = False
     seqs: list[int] | None = None
     infos: list[dict[str, Any] | None] | None = None
+    agent_ids: list[str] | None = None
+    """Multi-agent form: the agents of the one episode that act (``observations``, ``rewards``
+    and ``infos`` then hold one entry per agent)."""
+    policy_ids: list[str | None] | None = None
+    """Multi-agent form: each agent's policy named explicitly (None: by the mapping)."""
 
 
 @dataclass(slots=True)
@@ -114,6 +120,12 @@ class LogAction:
         reward: Reward for the previous action, as in ``GetAction``.
         seq: The episode's call sequence number, or None.
         info: Info map for the previous action, as in ``GetAction``, or None.
+        agent_ids: Multi-agent form: the agents; ``observation`` and ``action`` then hold one
+            entry per agent (``observations`` / ``actions`` on the wire), ``rewards`` and
+            ``infos`` too.
+        rewards: Multi-agent form: each agent's reward for its previous action.
+        infos: Multi-agent form: each agent's info for its previous action.
+        policy_ids: Multi-agent form: each agent's policy named explicitly (None: mapping).
     """
 
     id: int
@@ -123,6 +135,10 @@ class LogAction:
     reward: float | None = None
     seq: int | None = None
     info: dict[str, Any] | None = None
+    agent_ids: list[str] | None = None
+    rewards: list[float] | None = None
+    infos: list[dict[str, Any] | None] | None = None
+    policy_ids: list[str | None] | None = None
 
 
 @dataclass(slots=True)
@@ -135,6 +151,11 @@ class LogReturns:
         reward: The reward; rewards add up until the next action.
         info: Optional map of extra information, kept with the previous action's step.
         seq: The episode's call sequence number, or None.
+        agent_ids: Multi-agent form: the agents rewarded (``rewards``, ``infos`` per agent).
+        rewards: Multi-agent form: each agent's reward.
+        infos: Multi-agent form: each agent's info, or None.
+        done: Multi-agent form: agents finished now, ``True`` when terminated and ``False``
+            when truncated (``terminated_agents`` / ``truncated_agents`` on the wire).
     """
 
     id: int
@@ -142,6 +163,10 @@ class LogReturns:
     reward: float
     info: dict[str, Any] | None = None
     seq: int | None = None
+    agent_ids: list[str] | None = None
+    rewards: list[float] | None = None
+    infos: list[dict[str, Any] | None] | None = None
+    done: dict[str, bool] | None = None
 
 
 @dataclass(slots=True)
@@ -157,6 +182,10 @@ class EndEpisode:
         reward: Reward for the last action, as in ``GetAction``.
         seq: The episode's call sequence number, or None.
         info: Info map for the last action, as in ``GetAction``, or None.
+        agent_ids: Multi-agent form: agents with a final observation (``observation`` then
+            holds one per agent); every other agent still in the episode ends without one.
+        rewards: Multi-agent form: each named agent's reward for its last action.
+        infos: Multi-agent form: each named agent's info for its last action.
     """
 
     id: int
@@ -166,6 +195,9 @@ class EndEpisode:
     reward: float | None = None
     seq: int | None = None
     info: dict[str, Any] | None = None
+    agent_ids: list[str] | None = None
+    rewards: list[float] | None = None
+    infos: list[dict[str, Any] | None] | None = None
 
 
 @dataclass(slots=True)
@@ -225,7 +257,7 @@ Request = (
 )
 """Any request a client may send."""
 
-SPACE_VALUE_FIELDS = frozenset({"observation", "observations", "action"})
+SPACE_VALUE_FIELDS = frozenset({"observation", "observations", "action", "actions"})
 """Fields whose value is checked against a space later: a nil there is a value, not absence."""
 
 REQUEST_TYPES = (
@@ -366,6 +398,8 @@ def parse_request(raw: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Reque
         )
     f = _Fields(raw, kind, limits)
     request_id = f.int_("id", 0)
+    if "agent_ids" in raw and kind in _MULTI_AGENT_PARSERS:
+        return _MULTI_AGENT_PARSERS[kind](f, request_id)
     if kind == "get_action":
         return _parse_get_action(f, request_id)
     if kind == "log_returns":
@@ -507,6 +541,145 @@ def _parse_get_action(f: _Fields, request_id: int) -> GetAction:
     )
 
 
+def _agent_ids(f: _Fields, name: str = "agent_ids", allow_empty: bool = False) -> list[str]:
+    ids = f.raw.get(name)
+    if ids is None:
+        if allow_empty:
+            return []
+        raise f._missing(name)
+    if not isinstance(ids, list) or (not ids and not allow_empty):
+        raise f._wrong(name, "a non-empty list of strings", ids)
+    if len(ids) > f.limits.max_agents_per_call:
+        raise LimitExceededError(
+            f"'{f.kind}' names {len(ids)} agents in '{name}'; the limit is "
+            f"{f.limits.max_agents_per_call} (max_agents_per_call)"
+        )
+    agent_ids = [f.check_id(name, agent_id) for agent_id in ids]
+    if len(set(agent_ids)) != len(agent_ids):
+        raise DecodeError(f"'{f.kind}' '{name}' names an agent more than once")
+    return agent_ids
+
+
+def _per_agent_rewards(f: _Fields, count: int) -> list[float] | None:
+    rewards = f.raw.get("rewards")
+    return None if rewards is None else _float_list(f, "rewards", rewards, count)
+
+
+def _per_agent_infos(f: _Fields, count: int) -> list[dict[str, Any] | None] | None:
+    infos = f.raw.get("infos")
+    if infos is None:
+        return None
+    if not isinstance(infos, list) or len(infos) != count:
+        raise DecodeError(
+            f"'{f.kind}' 'infos' must be a list of {count} maps or nils, one per agent of "
+            "'agent_ids'"
+        )
+    return [f.check_info("infos", info) for info in infos]
+
+
+def _per_agent_policies(f: _Fields, count: int) -> list[str | None] | None:
+    policies = f.raw.get("policy_ids")
+    if policies is None:
+        return None
+    if not isinstance(policies, list) or len(policies) != count:
+        raise DecodeError(
+            f"'{f.kind}' 'policy_ids' must be a list of {count} policy ids or nils, one per "
+            "agent of 'agent_ids'"
+        )
+    return [None if p is None else f.check_id("policy_ids", p) for p in policies]
+
+
+def _parse_multi_get_action(f: _Fields, request_id: int) -> GetAction:
+    agent_ids = _agent_ids(f)
+    seq = f.seq_opt("seq")
+    return GetAction(
+        request_id,
+        [f.id_("episode_id")],
+        f.present("observations"),
+        _per_agent_rewards(f, len(agent_ids)),
+        batched=False,
+        seqs=None if seq is None else [seq],
+        infos=_per_agent_infos(f, len(agent_ids)),
+        agent_ids=agent_ids,
+        policy_ids=_per_agent_policies(f, len(agent_ids)),
+    )
+
+
+def _parse_multi_log_action(f: _Fields, request_id: int) -> LogAction:
+    agent_ids = _agent_ids(f)
+    return LogAction(
+        request_id,
+        f.id_("episode_id"),
+        f.present("observations"),
+        f.present("actions"),
+        seq=f.seq_opt("seq"),
+        agent_ids=agent_ids,
+        rewards=_per_agent_rewards(f, len(agent_ids)),
+        infos=_per_agent_infos(f, len(agent_ids)),
+        policy_ids=_per_agent_policies(f, len(agent_ids)),
+    )
+
+
+def _parse_multi_log_returns(f: _Fields, request_id: int) -> LogReturns:
+    agent_ids = _agent_ids(f, allow_empty=True)
+    rewards = _per_agent_rewards(f, len(agent_ids))
+    if rewards is None:
+        if agent_ids:
+            raise f._missing("rewards")
+        rewards = []
+    done: dict[str, bool] = {}
+    for name, terminated in (("terminated_agents", True), ("truncated_agents", False)):
+        for agent_id in _agent_ids(f, name, allow_empty=True):
+            if agent_id in done:
+                raise DecodeError(
+                    f"'log_returns' marks agent '{agent_id}' both terminated and truncated"
+                )
+            done[agent_id] = terminated
+    if not agent_ids and not done:
+        raise DecodeError(
+            "'log_returns' with 'agent_ids' needs at least one agent: a reward, or one in "
+            "'terminated_agents' / 'truncated_agents'"
+        )
+    return LogReturns(
+        request_id,
+        f.id_("episode_id"),
+        0.0,
+        seq=f.seq_opt("seq"),
+        agent_ids=agent_ids,
+        rewards=rewards,
+        infos=_per_agent_infos(f, len(agent_ids)),
+        done=done,
+    )
+
+
+def _parse_multi_end_episode(f: _Fields, request_id: int) -> EndEpisode:
+    agent_ids = _agent_ids(f, allow_empty=True)
+    observations = f.raw.get("observations", [])
+    if not agent_ids:
+        observations = []
+    elif "observations" not in f.raw:
+        raise f._missing("observations")
+    return EndEpisode(
+        request_id,
+        f.id_("episode_id"),
+        observations,
+        f.bool_("truncated", False),
+        seq=f.seq_opt("seq"),
+        agent_ids=agent_ids,
+        rewards=_per_agent_rewards(f, len(agent_ids)),
+        infos=_per_agent_infos(f, len(agent_ids)),
+    )
+
+
+_MULTI_AGENT_PARSERS: dict[str, Callable[[_Fields, int], Request]] = {
+    "get_action": _parse_multi_get_action,
+    "log_action": _parse_multi_log_action,
+    "log_returns": _parse_multi_log_returns,
+    "end_episode": _parse_multi_end_episode,
+}
+"""Parsers of the multi-agent forms (a request with ``agent_ids``)."""
+
+
 def _map_list(f: _Fields, name: str, value: Any, required: bool) -> list[dict[str, Any]]:
     if value is None:
         if required:
@@ -521,13 +694,13 @@ def _float_list(f: _Fields, name: str, value: Any, count: int) -> list[float]:
     if hasattr(value, "tolist"):
         value = value.tolist()
     if not isinstance(value, list) or len(value) != count:
-        raise DecodeError(f"get_action '{name}' must be a list of {count} numbers")
+        raise DecodeError(f"{f.kind} '{name}' must be a list of {count} numbers")
     out = []
     for item in value:
         number = finite_number(item)
         if number is None:
-            raise DecodeError(f"get_action '{name}' must hold finite numbers, got {item!r}")
-        out.append(check_reward(number, f"get_action '{name}'"))
+            raise DecodeError(f"{f.kind} '{name}' must hold finite numbers, got {item!r}")
+        out.append(check_reward(number, f"{f.kind} '{name}'"))
     return out
 
 

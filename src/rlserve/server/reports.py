@@ -12,7 +12,7 @@ answered as a duplicate and never trained on twice.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -206,8 +206,18 @@ class FragmentChecker:
         return check_float32(actions, f"{where}.actions")
 
 
-def check_summaries(raw: list[dict[str, Any]], limits: Limits, where: str) -> list[EpisodeSummary]:
-    """Validate the ended-episode summaries of a report."""
+def check_summaries(
+    raw: list[dict[str, Any]],
+    limits: Limits,
+    where: str,
+    policy_id: str = "default",
+    policies: Collection[str] = (),
+) -> list[EpisodeSummary]:
+    """Validate the ended-episode summaries of a report.
+
+    A multi-agent episode's summary may carry ``policy_returns``: a map from each served policy
+    that acted in it (``policies``) to its return. Any other summary is the report's policy's.
+    """
     summaries = []
     for i, item in enumerate(raw):
         episode_id, length = item.get("episode_id"), item.get("length")
@@ -230,8 +240,30 @@ def check_summaries(raw: list[dict[str, Any]], limits: Limits, where: str) -> li
             reason = "terminated"
         if reason not in ("terminated", "truncated", "idle_timeout"):
             raise SpaceError(f"{where}.episodes[{i}]: unknown reason '{reason}'")
-        summaries.append(EpisodeSummary(episode_id, ret, length, True, reason))
+        policy_returns = _policy_returns(
+            item.get("policy_returns"), policies, f"{where}.episodes[{i}]"
+        )
+        summaries.append(
+            EpisodeSummary(episode_id, ret, length, True, reason, policy_returns, policy_id)
+        )
     return summaries
+
+
+def _policy_returns(raw: Any, policies: Collection[str], where: str) -> dict[str, float] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or len(raw) > len(policies):
+        raise SpaceError(f"{where}: 'policy_returns' must map served policy ids to finite numbers")
+    out = {}
+    for policy_id, value in raw.items():
+        number = finite_number(value)
+        if policy_id not in policies or number is None:
+            raise SpaceError(
+                f"{where}: 'policy_returns' must map served policy ids ({sorted(policies)}) to "
+                f"finite numbers, got {policy_id!r}: {value!r}"
+            )
+        out[policy_id] = number
+    return out
 
 
 @dataclass

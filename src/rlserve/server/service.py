@@ -24,21 +24,24 @@ import gymnasium as gym
 import numpy as np
 
 from rlserve import __version__
+from rlserve.agent_groups import AgentGrouper
 from rlserve.algorithms.base import WeightsPackage
-from rlserve.episodes import Episode, EpisodeStatus, EpisodeSummary, EpisodeTable
-from rlserve.multiagent import PolicyMapping
+from rlserve.episodes import AgentTrajectory, Episode, EpisodeStatus, EpisodeSummary, EpisodeTable
 from rlserve.errors import (
     AuthenticationError,
+    CapacityError,
     EpisodeError,
     RLServeError,
     ServerError,
     SpaceError,
     VersionMismatchError,
 )
+from rlserve.multiagent import PolicyMapping
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.distributions import actions_to_space, encode_action
 from rlserve.protocol.limits import PROTOCOL_VERSION, Limits
 from rlserve.protocol.messages import (
+    DEFAULT_POLICY_ID,
     EndEpisode,
     GetAction,
     GetWeights,
@@ -98,6 +101,8 @@ class PolicySlot:
     policy: NumpyPolicy | None = None
     package: WeightsPackage | None = None
     pending: list[_Pending] = field(default_factory=list)
+    parts: list[_AgentPart] = field(default_factory=list)
+    """Groups of agents of multi-agent ``get_action`` calls waiting for this policy."""
     weight_waiters: list[tuple[GetWeights, Respond]] = field(default_factory=list)
     report_waiters: list[tuple[ReportSamples, Respond]] = field(default_factory=list)
 
@@ -109,6 +114,32 @@ class _Pending:
     respond: Respond
     joined: list[tuple[GetAction, Respond]] = field(default_factory=list)
     """Retries of this request (same episodes and seqs) answered with the same actions."""
+
+
+@dataclass(slots=True)
+class _AgentPart:
+    """One policy's share of a pending multi-agent ``get_action``."""
+
+    owner: _AgentsPending
+    slot: PolicySlot
+    idx: np.ndarray
+    """Positions of this policy's agents in the call."""
+    obs: np.ndarray
+    """Their checked, flattened observations ``[k, D]``."""
+
+
+@dataclass(slots=True)
+class _AgentsPending:
+    """A multi-agent ``get_action`` waiting for the actions of every policy it involves."""
+
+    request: GetAction
+    episode: Episode
+    agents: list[AgentTrajectory]
+    respond: Respond
+    remaining: int
+    results: list[tuple[_AgentPart, Any, np.ndarray, Any, int]] = field(default_factory=list)
+    """Per part: (part, actions as trained, log-probabilities, actions as sent, version)."""
+    joined: list[tuple[GetAction, Respond]] = field(default_factory=list)
 
 
 def identity_key(client_id: str) -> str:
@@ -160,6 +191,10 @@ class Service:
     ):
         self.limits = limits
         self.mapping = mapping if mapping is not None else PolicyMapping([], policies)
+        self.multi_agent = bool(self.mapping.rules) or len(policies) > 1
+        """Whether the server was declared multi-agent (a mapping, or several policies); told
+        to clients in ``welcome`` so that they read a dict of observations as one per agent."""
+        self.grouper = AgentGrouper(self.mapping, policies)
         self._token = token
         self._seed = seed
         self.stats = stats
@@ -246,6 +281,8 @@ class Service:
 
     def _simple(self, request: Request, session: Session) -> dict[str, Any]:
         if isinstance(request, LogReturns):
+            if request.agent_ids is not None:
+                return self._log_agent_returns(request, session)
             episode = self._episode(request.episode_id, session)
             if not self.episodes.check_seq(episode, request.seq, "log_returns"):
                 self.episodes.log_returns(episode, request.reward, request.info)
@@ -256,7 +293,12 @@ class Service:
         if isinstance(request, EndEpisode):
             return self._end_episode(request, session)
         if isinstance(request, StartEpisode):
-            self._slot(request.policy_id)  # an unknown policy is an error
+            policy_id = request.policy_id
+            if policy_id == DEFAULT_POLICY_ID and policy_id not in self.slots:
+                # Not named: the only policy, or none (then every call must name agents).
+                policy_id = next(iter(self.slots)) if len(self.slots) == 1 else ""
+            else:
+                self._slot(policy_id)  # an unknown policy is an error
             if request.episode_id is not None and self.episodes.started_unused(
                 request.episode_id, session.key
             ):
@@ -267,7 +309,7 @@ class Service:
                     "episode_id": request.episode_id,
                 }
             episode_id = self.episodes.start(
-                request.episode_id, request.training_enabled, request.policy_id, session.key
+                request.episode_id, request.training_enabled, policy_id, session.key
             )
             self.stats.episodes_started += 1
             self.stats.episodes_active = len(self.episodes)
@@ -313,6 +355,8 @@ class Service:
                 }
                 for pid, slot in self.slots.items()
             },
+            "mapping": self.mapping.to_wire(),
+            "multi_agent": self.multi_agent,
             "inference_modes": list(INFERENCE_MODES),
             "instance_id": self.instance_id,
             "limits": self.limits.to_wire(),
@@ -324,7 +368,11 @@ class Service:
     # -- actions ---------------------------------------------------------------------------
 
     def _get_action(self, request: GetAction, session: Session, respond: Respond) -> bool:
+        if request.agent_ids is not None:
+            return self._get_agent_actions(request, session, respond)
         episodes = [self._episode(eid, session) for eid in request.episode_ids]
+        for episode in episodes:
+            self._single_slot(episode, "get_action")
         policy_id = episodes[0].policy_id
         if any(e.policy_id != policy_id for e in episodes):
             raise EpisodeError("one get_action may only name episodes of the same policy")
@@ -392,6 +440,192 @@ class Service:
             respond({"type": "action", "id": request.id, "action": episodes[0].answer})
         return False
 
+    def _single_slot(self, episode: Episode, call: str) -> PolicySlot:
+        """The policy slot of a single-agent call's episode.
+
+        Raises:
+            EpisodeError: The episode is multi-agent, or has no policy of its own (a server of
+                several policies, started without naming one).
+        """
+        if episode.agents is not None:
+            raise EpisodeError(
+                f"{call} for episode '{episode.episode_id}' names no agent, but the episode is "
+                "multi-agent (its calls name agents): pass a dict keyed by agent id "
+                "(agent_ids on the wire)"
+            )
+        slot = self.slots.get(episode.policy_id)
+        if slot is None:
+            raise EpisodeError(
+                f"{call} for episode '{episode.episode_id}' names no agent and the episode has "
+                f"no policy: this server serves several ({sorted(self.slots)}); name one in "
+                "start_episode (policy_id) or name the agents of each call"
+            )
+        return slot
+
+    # -- multi-agent calls -----------------------------------------------------------------
+
+    def _get_agent_actions(self, request: GetAction, session: Session, respond: Respond) -> bool:
+        assert request.agent_ids is not None
+        episode = self._episode(request.episode_ids[0], session)
+        seq = None if request.seqs is None else request.seqs[0]
+        if self.episodes.check_seq(episode, seq, "get_action"):
+            return self._retry_agent_actions(request, episode, respond)
+        agent_ids = request.agent_ids
+        self._check_agent_count(episode, agent_ids)
+        grouping = self.grouper.group(agent_ids, request.policy_ids)
+        blocks, rows = self.grouper.observations(
+            grouping, agent_ids, request.observations, "get_action 'observations'"
+        )
+        self.episodes.check_observe_agents(
+            episode, agent_ids, grouping.policy_ids, request.rewards, "get_action"
+        )
+        agents = self.episodes.observe_agents(
+            episode, agent_ids, grouping.policy_ids, rows, request.rewards, request.infos
+        )
+        self.episodes.record_seq(episode, seq, "get_action")
+        pending = _AgentsPending(request, episode, agents, respond, len(grouping.groups))
+        episode.answer = pending  # a retry while it is pending joins it
+        ready = False
+        for (policy_id, idx), block in zip(grouping.groups, blocks, strict=True):
+            slot = self.slots[policy_id]
+            slot.parts.append(_AgentPart(pending, slot, idx, block))
+            ready = ready or slot.policy is not None
+        if ready:
+            self._schedule_flush()
+        return True
+
+    def _check_agent_count(self, episode: Episode, agent_ids: list[str]) -> None:
+        known = episode.agents or {}
+        limit = self.limits.max_agents_per_episode
+        if len(known) + len(agent_ids) > limit:
+            new = sum(1 for a in agent_ids if a not in known)
+            if len(known) + new > limit:
+                raise CapacityError(
+                    f"episode '{episode.episode_id}' would hold {len(known) + new} agents; the "
+                    f"limit is {limit} (max_agents_per_episode): end the episode and start a new "
+                    "one, or reuse agent ids"
+                )
+
+    def _retry_agent_actions(self, request: GetAction, episode: Episode, respond: Respond) -> bool:
+        answer = episode.answer
+        if isinstance(answer, _AgentsPending):
+            if answer.request.agent_ids != request.agent_ids:
+                raise EpisodeError(
+                    "get_action retry names other agents than the call it repeats, which is "
+                    "still being answered; re-send a call exactly as it was"
+                )
+            answer.joined.append((request, respond))
+            return True
+        respond({"type": "action", "id": request.id, "actions": answer})
+        return False
+
+    def _deliver_part(
+        self, part: _AgentPart, actions: Any, logp: np.ndarray, sent: Any, version: int
+    ) -> None:
+        """Take one policy's actions for a multi-agent call; answer once every part is in."""
+        owner = part.owner
+        owner.results.append((part, actions, logp, sent, version))
+        owner.remaining -= 1
+        if owner.remaining:
+            return
+        episode, agents = owner.episode, owner.agents
+        count = len(agents)
+        single = len(owner.results) == 1
+        reply_actions: Any = None if single else [None] * count
+        for part_, trained, logps, env_actions, ver in owner.results:
+            discrete = isinstance(part_.slot.action_space, gym.spaces.Discrete)
+            idx = part_.idx.tolist()
+            group = agents if single else [agents[i] for i in idx]
+            stored = trained.tolist() if discrete else list(trained)
+            self.episodes.act_agents(episode, group, stored, logps.tolist(), True, ver)
+            if single:
+                reply_actions = env_actions
+            else:
+                for j, i in enumerate(idx):
+                    reply_actions[i] = int(env_actions[j]) if discrete else env_actions[j]
+        self.episodes.finish_tick(episode)
+        # Kept for a retry of this call; a copy, so the batch's arrays are not kept.
+        episode.answer = copy.deepcopy(reply_actions)
+        reply = {"type": "action", "id": owner.request.id, "actions": reply_actions}
+        owner.respond(reply)
+        for joined, respond in owner.joined:
+            respond({**reply, "id": joined.id})
+
+    def _log_agent_actions(self, request: LogAction, session: Session) -> dict[str, Any]:
+        assert request.agent_ids is not None
+        episode = self._episode(request.episode_id, session)
+        if self.episodes.check_seq(episode, request.seq, "log_action"):
+            return {"type": "ok", "id": request.id}
+        agent_ids = request.agent_ids
+        self._check_agent_count(episode, agent_ids)
+        grouping = self.grouper.group(agent_ids, request.policy_ids)
+        _, rows = self.grouper.observations(
+            grouping, agent_ids, request.observation, "log_action 'observations'"
+        )
+        actions = self.grouper.actions(grouping, agent_ids, request.action, "log_action 'actions'")
+        self.episodes.check_observe_agents(
+            episode, agent_ids, grouping.policy_ids, request.rewards, "log_action"
+        )
+        agents = self.episodes.observe_agents(
+            episode, agent_ids, grouping.policy_ids, rows, request.rewards, request.infos
+        )
+        nan = [float("nan")] * len(agent_ids)
+        for policy_id, idx in grouping.groups:
+            slot = self.slots[policy_id]
+            version = slot.policy.version if slot.policy is not None else 0
+            positions = idx.tolist()
+            self.episodes.act_agents(
+                episode,
+                [agents[i] for i in positions],
+                [actions[i] for i in positions],
+                nan,
+                False,
+                version,
+            )
+        self.episodes.finish_tick(episode)
+        self.episodes.record_seq(episode, request.seq, "log_action")
+        self.stats.count_actions(len(agent_ids), batch=0)
+        return {"type": "ok", "id": request.id}
+
+    def _log_agent_returns(self, request: LogReturns, session: Session) -> dict[str, Any]:
+        assert request.agent_ids is not None and request.rewards is not None
+        episode = self._episode(request.episode_id, session)
+        if not self.episodes.check_seq(episode, request.seq, "log_returns"):
+            self.episodes.log_returns_agents(
+                episode, request.agent_ids, request.rewards, request.infos, request.done or {}
+            )
+            self.episodes.record_seq(episode, request.seq, "log_returns")
+        return {"type": "ok", "id": request.id}
+
+    def _end_agent_episode(self, request: EndEpisode, session: Session) -> dict[str, Any]:
+        assert request.agent_ids is not None
+        if self.episodes.ended_by(request.episode_id, session.key, request.seq):
+            return {"type": "ok", "id": request.id}  # a retry of the call that ended it
+        episode = self._episode(request.episode_id, session)
+        self.episodes.check_seq(episode, request.seq, "end_episode")
+        rows: list[Any] = []
+        if request.agent_ids:
+            known = episode.agents or {}
+            explicit: list[str | None] = [
+                known[a].policy_id if a in known else None for a in request.agent_ids
+            ]
+            grouping = self.grouper.group(request.agent_ids, explicit)
+            _, rows = self.grouper.observations(
+                grouping, request.agent_ids, request.observation, "end_episode 'observations'"
+            )
+        summary = self.episodes.end_agents(
+            episode,
+            request.agent_ids,
+            rows,
+            request.rewards,
+            request.infos,
+            request.truncated,
+            request.seq,
+        )
+        self.stats.record_episode(summary)
+        self.stats.episodes_active = len(self.episodes)
+        return {"type": "ok", "id": request.id}
+
     def _schedule_flush(self) -> None:
         if self._flush_scheduled:
             return
@@ -404,10 +638,12 @@ class Service:
         """Answer every pending ``get_action`` with one forward pass per policy."""
         self._flush_scheduled = False
         for slot in self.slots.values():
-            if slot.pending and slot.policy is not None:
+            if (slot.pending or slot.parts) and slot.policy is not None:
                 self._flush_slot(slot, slot.policy)
 
-    def _fail_pending(self, pending: list[_Pending], exc: Exception) -> None:
+    def _fail_pending(
+        self, pending: list[_Pending], parts: list[_AgentPart], exc: Exception
+    ) -> None:
         """Answer every request of a failed forward pass with an ``internal`` error."""
         self.stats.count_error(INTERNAL_ERROR)
         SERVER_LOG.warn(INTERNAL_ERROR, f"internal error computing actions: {exc!r} (a bug)")
@@ -415,7 +651,9 @@ class Service:
             f"the server failed to compute this action ({type(exc).__name__}: {exc}); "
             "end these episodes and start new ones"
         )
-        for item in pending:
+        owners = {id(part.owner): part.owner for part in parts}.values()
+        items: list[_Pending | _AgentsPending] = [*pending, *owners]
+        for item in items:
             answers = [(item.request.id, item.respond), *((j.id, r) for j, r in item.joined)]
             for request_id, respond in answers:
                 with contextlib.suppress(Exception):
@@ -423,16 +661,21 @@ class Service:
 
     def _flush_slot(self, slot: PolicySlot, policy: NumpyPolicy) -> None:
         pending, slot.pending = slot.pending, []
-        rows = [ep.agent.obs[-1] for item in pending for ep in item.episodes]
+        parts, slot.parts = slot.parts, []
+        blocks = [part.obs for part in parts]
+        if pending:
+            blocks.insert(
+                0, np.stack([ep.agent.obs[-1] for item in pending for ep in item.episodes])
+            )
         discrete = isinstance(slot.action_space, gym.spaces.Discrete)
         try:
-            out = policy.compute_actions(np.stack(rows))
+            out = policy.compute_actions(blocks[0] if len(blocks) == 1 else np.concatenate(blocks))
             env_actions = policy.to_env_actions(out.actions)
             if not discrete:
                 # In the space's own form: [N, *shape] arrays, or a list of maps / tuples.
                 env_actions = actions_to_space(slot.action_space, env_actions)
         except Exception as exc:  # a bug in inference must not leave its clients waiting
-            self._fail_pending(pending, exc)
+            self._fail_pending(pending, parts, exc)
             return
         offset = 0
         for item in pending:
@@ -455,13 +698,26 @@ class Service:
             item.respond(reply)
             for joined, respond in item.joined:
                 respond({**reply, "id": joined.id})
-        self.stats.count_actions(len(rows), batch=len(rows))
+        for part in parts:
+            count = len(part.idx)
+            end = offset + count
+            self._deliver_part(
+                part,
+                out.actions[offset:end],
+                out.logp[offset:end],
+                env_actions[offset:end],
+                policy.version,
+            )
+            offset = end
+        self.stats.count_actions(offset, batch=offset)
 
     def _log_action(self, request: LogAction, session: Session) -> dict[str, Any]:
+        if request.agent_ids is not None:
+            return self._log_agent_actions(request, session)
         episode = self._episode(request.episode_id, session)
         if self.episodes.check_seq(episode, request.seq, "log_action"):
             return {"type": "ok", "id": request.id}
-        slot = self.slots[episode.policy_id]
+        slot = self._single_slot(episode, "log_action")
         obs = check_one(slot.observation_space, request.observation, "observation")
         action = check_value(slot.action_space, request.action, "action")
         if isinstance(slot.action_space, gym.spaces.Discrete):
@@ -477,11 +733,13 @@ class Service:
         return {"type": "ok", "id": request.id}
 
     def _end_episode(self, request: EndEpisode, session: Session) -> dict[str, Any]:
+        if request.agent_ids is not None:
+            return self._end_agent_episode(request, session)
         if self.episodes.ended_by(request.episode_id, session.key, request.seq):
             return {"type": "ok", "id": request.id}  # a retry of the call that ended it
         episode = self._episode(request.episode_id, session)
         self.episodes.check_seq(episode, request.seq, "end_episode")
-        slot = self.slots[episode.policy_id]
+        slot = self._single_slot(episode, "end_episode")
         obs = check_one(slot.observation_space, request.observation, "observation")
         summary = self.episodes.end(
             episode, obs[0], request.truncated, request.reward, request.seq, request.info
@@ -540,7 +798,9 @@ class Service:
                 check(raw, version, f"{where}.fragments[{i}]")
                 for i, raw in enumerate(request.fragments)
             ]
-            summaries = check_summaries(request.episodes, self.limits, where)
+            summaries = check_summaries(
+                request.episodes, self.limits, where, request.policy_id, self.slots
+            )
         except RLServeError:
             self.ledger.abandon(request.batch_id)
             raise

@@ -1,0 +1,148 @@
+"""Client side of multi-agent calls: the policies a server declares, and per-agent values.
+
+The ``welcome`` reply lists the server's policies (each with its spaces) and the agent -> policy
+mapping; :class:`PolicyTable` keeps them so that the client checks each agent's observation
+against its own policy's space before sending, stacks the observations of agents that share one
+Box space into one array (one typed array on the wire instead of one per agent), and turns the
+reply's actions back into a dict keyed by agent id in each policy's action form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from rlserve.errors import EpisodeError, SpaceError
+from rlserve.multiagent import PolicyMapping
+from rlserve.policy.distributions import action_from_wire
+from rlserve.spaces import check_batch, check_value, from_description
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySpaces:
+    """One served policy's spaces."""
+
+    policy_id: str
+    observation_space: spaces.Space[Any]
+    action_space: spaces.Space[Any]
+
+    @property
+    def discrete(self) -> bool:
+        """Whether the actions are Discrete (plain ints)."""
+        return isinstance(self.action_space, spaces.Discrete)
+
+
+class PolicyTable:
+    """The server's policies and mapping, as told in ``welcome``.
+
+    Args:
+        welcome: The server's ``welcome`` reply.
+        policy_ids: Explicit agent -> policy choices of this client (they win over the mapping).
+    """
+
+    def __init__(self, welcome: dict[str, Any], policy_ids: Mapping[str, str] | None = None):
+        self.policies = {
+            pid: PolicySpaces(
+                pid,
+                from_description(desc["observation_space"]),
+                from_description(desc["action_space"]),
+            )
+            for pid, desc in welcome["policies"].items()
+        }
+        self.mapping = PolicyMapping.from_wire(welcome.get("mapping"), self.policies)
+        self.multi_agent = bool(welcome.get("multi_agent", False))
+        self.explicit = dict(policy_ids or {})
+        for agent_id, pid in self.explicit.items():
+            if pid not in self.policies:
+                raise EpisodeError(
+                    f"policy_ids names the policy '{pid}' for agent '{agent_id}', which the "
+                    f"server does not serve; it serves {sorted(self.policies)}"
+                )
+
+    def policy_of(self, agent_id: str) -> PolicySpaces:
+        """The policy acting for ``agent_id``.
+
+        Raises:
+            SpaceError: No mapping rule matches (the message says how to fix it).
+        """
+        explicit = self.explicit.get(agent_id)
+        if explicit is not None:
+            return self.policies[explicit]
+        return self.policies[self.mapping.resolve(agent_id)]
+
+    def explicit_ids(self, agent_ids: list[str]) -> list[str | None] | None:
+        """The wire's ``policy_ids`` for these agents (None when none is chosen explicitly)."""
+        if not self.explicit:
+            return None
+        chosen = [self.explicit.get(a) for a in agent_ids]
+        return chosen if any(c is not None for c in chosen) else None
+
+    def observations(self, agent_ids: list[str], values: Mapping[str, Any], check: bool) -> Any:
+        """Check each agent's observation; one stacked array when all share one Box policy.
+
+        Raises:
+            SpaceError: An observation does not fit its agent's policy (naming both).
+        """
+        policies = [self.policy_of(a) for a in agent_ids]
+        first = policies[0]
+        shared = all(p is first for p in policies)
+        if shared and isinstance(first.observation_space, spaces.Box):
+            rows = [values[a] for a in agent_ids]
+            try:
+                stacked = np.asarray(rows, dtype=first.observation_space.dtype)
+            except (TypeError, ValueError):
+                stacked = None
+            if stacked is not None and stacked.shape[1:] == first.observation_space.shape:
+                if check:
+                    try:
+                        check_batch(first.observation_space, stacked, len(rows), "observations")
+                    except SpaceError:
+                        self._name_bad(agent_ids, values, policies)
+                        raise
+                return stacked
+        if check:
+            self._name_bad(agent_ids, values, policies)
+        return [_plain(values[a]) for a in agent_ids]
+
+    def actions(self, agent_ids: list[str], wire: Any) -> dict[str, Any]:
+        """The reply's actions as a dict keyed by agent id, in each policy's action form."""
+        if isinstance(wire, np.ndarray):
+            policy = self.policy_of(agent_ids[0])
+            if policy.discrete:
+                return dict(zip(agent_ids, wire.tolist(), strict=True))
+            return dict(zip(agent_ids, wire, strict=True))
+        out = {}
+        for agent_id, value in zip(agent_ids, wire, strict=True):
+            policy = self.policy_of(agent_id)
+            out[agent_id] = (
+                int(value) if policy.discrete else action_from_wire(policy.action_space, value)
+            )
+        return out
+
+    def taken_actions(self, agent_ids: list[str], actions: Mapping[str, Any]) -> list[Any]:
+        """Check actions taken by someone else against each agent's action space."""
+        out = []
+        for agent_id in agent_ids:
+            policy = self.policy_of(agent_id)
+            where = f"action of agent '{agent_id}' (policy '{policy.policy_id}')"
+            out.append(_plain(check_value(policy.action_space, actions[agent_id], where)))
+        return out
+
+    def _name_bad(
+        self, agent_ids: list[str], values: Mapping[str, Any], policies: list[PolicySpaces]
+    ) -> None:
+        for agent_id, policy in zip(agent_ids, policies, strict=True):
+            where = f"observation of agent '{agent_id}' (policy '{policy.policy_id}')"
+            check_value(policy.observation_space, values[agent_id], where)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
