@@ -225,7 +225,7 @@ class Service:
         )
         slot.package = package
         self.stats.weights_version = package.version
-        if slot.pending:
+        if slot.pending or slot.parts:
             self._schedule_flush()
         waiters, slot.weight_waiters = slot.weight_waiters, []
         for request, respond in waiters:
