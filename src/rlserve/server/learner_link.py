@@ -330,6 +330,7 @@ class LearnerLink:
         elif kind == "ready":
             self.device = str(message["device"])
             self.failure = None
+            self._stats.learner["learner/steps_consumed"] = float(message["steps_consumed"])
             self._announce_ready(message["policies"])
             self._send({"type": "available", "through": self.log.last_seq})
         elif kind == "checkpointed":

@@ -198,6 +198,7 @@ class _LearnerLoop:
                 "type": "ready",
                 "pid": os.getpid(),
                 "device": str(getattr(first, "device", "cpu")),
+                "steps_consumed": self.consumed_steps,
                 "policies": {pid: p.ready_info() for pid, p in self.policies.items()},
             }
         )
@@ -295,9 +296,9 @@ class _LearnerLoop:
         self.consumed_steps += sum(r.steps for r in records)
         for policy in self.policies.values():
             policy.settle(self.position, self.consumed_steps)
-            skipped = policy.skipped_report()
-            if skipped is not None:
-                self.pipe.send(skipped)
+            report = policy.read_report()
+            if report is not None:
+                self.pipe.send(report)
         self.pipe.send(
             {
                 "type": "consumed",

@@ -88,7 +88,7 @@ class PolicyLearner:
         self.settled_log_consumed = int(extra.get("log_steps_consumed", self.settled_consumed))
         self.skipped_frozen = int(extra.get("steps_skipped_frozen", 0))
         self.published = -1
-        self._reported_skipped = self.skipped_frozen
+        self._reported_consumed = self.consumed
         self.checkpointed_updates: int | None = None
         self.checkpointed_through = self.settled
         self._taken: list[Fragment] = []
@@ -175,14 +175,15 @@ class PolicyLearner:
             self.settled, self.settled_consumed = position, self.consumed
             self.settled_log_consumed = log_consumed
 
-    def skipped_report(self) -> dict[str, Any] | None:
-        """A ``metrics`` message when a frozen policy skipped steps since the last one.
+    def read_report(self) -> dict[str, Any] | None:
+        """A ``metrics`` message with its read counts when they grew since the last one.
 
-        A frozen policy never updates, so its counts travel on their own.
+        Sent after each read: a policy that updates rarely (or, frozen, never) still shows how
+        much of the log was its own.
         """
-        if self.skipped_frozen == self._reported_skipped:
+        if self.consumed == self._reported_consumed:
             return None
-        self._reported_skipped = self.skipped_frozen
+        self._reported_consumed = self.consumed
         return {
             "type": "metrics",
             "policy_id": self.policy_id,
@@ -217,6 +218,7 @@ class PolicyLearner:
             "learner/steps_consumed": float(self.consumed),
             "learner/steps_skipped_frozen": float(self.skipped_frozen),
         }
+        self._reported_consumed = self.consumed
         if self.learner.version == self.published:
             return {"type": "metrics", "policy_id": self.policy_id, "metrics": metrics}
         self.published = self.learner.version

@@ -83,6 +83,11 @@ SUMMED_KEYS = frozenset(
 log steps the learner process read, all policies together.
 """
 
+PROCESS_KEYS = frozenset({"learner/steps_consumed", "learner/steps_skipped_frozen"})
+"""Per-policy learner keys a single-policy server does not take from a policy's messages: the
+total ``learner/steps_consumed`` is the learner process's count, and skipped frozen steps have no
+total."""
+
 TIMED_OUT_FIX = (
     "call end_episode(episode_id, observation) when an episode ends (also after an exception "
     "in your loop), or raise --idle-timeout if your simulator pauses that long between calls"
@@ -144,9 +149,8 @@ class ServerStats:
     def update_learner(self, policy_id: str, metrics: dict[str, float]) -> None:
         """Take a policy's learner metrics (and update the totals)."""
         if not self.several:
-            self.learner.update(
-                {k: v for k, v in metrics.items() if k != "learner/steps_skipped_frozen"}
-            )
+            # The process's own count of log steps read comes with 'ready' and 'consumed'.
+            self.learner.update({k: v for k, v in metrics.items() if k not in PROCESS_KEYS})
             return
         mine = self.policy_learner.get(policy_id)
         if mine is None:
