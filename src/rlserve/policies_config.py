@@ -154,13 +154,17 @@ def _spaces(where: _Where, name: str, entry: dict[str, Any]) -> tuple[Any, Any]:
             return spaces_of_env(entry["spaces_from"], label="spaces_from")
         if "spaces_file" in entry:
             return load_spaces_file(entry["spaces_file"])
-        return (
-            from_description(entry["observation_space"]),
-            from_description(entry["action_space"]),
-        )
     except RLServeError as exc:
-        key = given[0] if given[0] != "inline" else "observation_space"
-        raise where.error(name, key, f"{exc} (space descriptions: docs/protocol.md, 6.2)") from None
+        raise where.error(name, given[0], str(exc)) from None
+    described: list[Any] = []
+    for key in ("observation_space", "action_space"):
+        try:
+            described.append(from_description(entry[key]))
+        except RLServeError as exc:
+            raise where.error(
+                name, key, f"{key}: {exc} (space descriptions: docs/protocol.md, section 6.2)"
+            ) from None
+    return described[0], described[1]
 
 
 def read_mapping(path: str | None, table: Any, policies: dict[str, PolicySpec]) -> PolicyMapping:
