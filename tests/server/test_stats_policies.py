@@ -10,6 +10,7 @@ from typing import Any
 from rlserve.episodes import EpisodeSummary
 from rlserve.server.learner_link import LearnerLink
 from rlserve.server.stats import LEARNER_INITIAL, ServerStats
+from rlserve.status import format_status
 
 
 def summary(ret: float, policy_id: str = "default", **more: Any) -> EpisodeSummary:
@@ -70,6 +71,9 @@ def test_several_policies_have_their_own_names_and_totals() -> None:
     assert snapshot["policies/blue/episodes/return_mean"] == 6.0
     assert snapshot["episodes/completed"] == 3
     assert "red v3 3.0, blue v9 6.0" in stats.progress_line()
+    shown = format_status("here", {"status": "ok"}, snapshot)
+    assert "policy    red: weights v3, 3 updates" in shown
+    assert "policy    blue: weights v9, 1 updates" in shown
     # Kept across a resume.
     again = ServerStats(("red", "blue"))
     again.restore(stats.state())
