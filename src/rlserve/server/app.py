@@ -3,8 +3,9 @@
 Data flow: a carrier decodes a request -> :class:`~rlserve.server.service.Service` records it in
 the episode table and batches ``get_action`` into one numpy forward pass -> finished fragments go
 to the experience log through the :class:`~rlserve.server.learner_link.LearnerLink` -> the
-supervised learner process reads the log, trains and sends weights back -> the server writes
-them to the run folder and the service switches to them between batches.
+supervised learner process reads the log, trains each policy on its own fragments and sends each
+policy's weights back -> the server writes them to the run folder and the service switches that
+policy to them between batches.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ with ``sync_reports`` (then it survives a power loss too). When the backlog the 
 finds is over ``max_queue_steps``, it skips the oldest records (counted in
 ``samples/steps_dropped_queue_full``): the newest experience is the most useful on-policy.
 
+The learner process hosts every policy of the server (see
+:mod:`~rlserve.server.learner_worker`); its messages name the policy they are about, and the log
+is cleaned only past what every policy's kept checkpoints need.
+
 The learner process is supervised: if it dies (kill -9, an exception), serving goes on with the
 weights it has, the death is logged once, and a new learner starts from the newest intact
 checkpoint and reads the log on from where that checkpoint had trained (``learner/restarts``).
