@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 
 from rlserve.algorithms.ppo import PPOConfig, PPOLearner
-from rlserve.config import to_table
+from rlserve.config import build, to_table
 from rlserve.errors import ConfigError
 from rlserve.export import export_onnx
 from rlserve.policy import NumpyPolicy
@@ -125,3 +125,39 @@ def test_every_action_space_exports_to_the_numpy_greedy_action(tmp_path: Path, n
     np.testing.assert_allclose(action.reshape(len(x), -1), greedy.reshape(len(x), -1), atol=1e-6)
     if "log_std" in outputs:
         np.testing.assert_allclose(outputs["log_std"], np.zeros(policy.distribution.gaussian_dim))
+
+
+def test_export_picks_one_policy_of_a_run_with_several(tmp_path: Path) -> None:
+    """``--policy ID``: the policy's own spaces, PPO overrides and checkpoints."""
+    from rlserve.server.policies import PolicySpec, policy_paths, run_folder_form
+
+    wide = PolicySpec(
+        "wide", gym.spaces.Box(-1.0, 1.0, (3,), np.float32), DISCRETE_2, ppo={"hidden": [32]}
+    )
+    narrow = PolicySpec("narrow", gym.spaces.Box(-1.0, 1.0, (5,), np.float32), DISCRETE_2)
+    top = to_table(PPOConfig(hidden=(16, 16), device="cpu"))
+    run = RunFolder.create(str(tmp_path), "two")
+    extra, spaces = run_folder_form({"wide": wide, "narrow": narrow}, None)
+    run.save({"server": {}, "ppo": top, **extra}, spaces)
+    learners = {}
+    for spec in (wide, narrow):
+        config = build(PPOConfig, spec.ppo_table(top), None)
+        learner = PPOLearner(spec.observation_space, spec.action_space, config)
+        folder = policy_paths(run.path, spec.policy_id, flat=False).checkpoints
+        folder.mkdir(parents=True)
+        learner.save(folder / "ckpt_0000000.pt", {})
+        learners[spec.policy_id] = learner
+    path = export_onnx(run.path, policy_id="narrow")
+    assert path == run.path / "policy-narrow.onnx"
+    x = np.random.default_rng(4).uniform(-1, 1, (8, 5)).astype(np.float32)
+    package = learners["narrow"].weights()
+    policy = NumpyPolicy(package.spec, package.arrays, package.version)
+    (logits,) = ort.InferenceSession(str(path)).run(["logits"], {"obs": x})
+    np.testing.assert_allclose(logits, policy.forward(x), atol=1e-5)
+    description = json.loads(Path(f"{path}.json").read_text())
+    assert description["checkpoint"].endswith("policies/narrow/checkpoints/ckpt_0000000.pt")
+    assert description["inputs"]["obs"]["shape"] == ["N", 5]
+    wide_path = export_onnx(run.path, policy_id="wide")
+    assert json.loads(Path(f"{wide_path}.json").read_text())["inputs"]["obs"]["shape"] == ["N", 3]
+    with pytest.raises(ConfigError, match=r"no policy 'default'.*wide, narrow"):
+        export_onnx(run.path)

@@ -21,44 +21,52 @@ this server over the network. 'rlserve COMMAND --help' describes each command's 
 
 
 def _spaces(config: Any) -> tuple[Any, Any]:
-    import gymnasium as gym
-
     from rlserve.errors import ConfigError
-    from rlserve.spaces import describe, from_description
 
     if config.spaces_from:
-        try:
-            env = gym.make(config.spaces_from)
-        except gym.error.Error as exc:
-            raise ConfigError(f"--spaces-from {config.spaces_from}: {exc}") from exc
-        # Rebuilt from their descriptions, so the server flattens observations exactly as a
-        # client that rebuilt them from the welcome does (e.g. the key order of a Dict).
-        spaces = (
-            from_description(describe(env.observation_space)),
-            from_description(describe(env.action_space)),
-        )
-        env.close()
-        return spaces
+        from rlserve.spaces_file import spaces_of_env
+
+        return spaces_of_env(config.spaces_from)
     if config.spaces_file:
         from rlserve.spaces_file import load_spaces_file
 
         return load_spaces_file(config.spaces_file)
     raise ConfigError(
         "the server needs the policy's spaces: pass --spaces-from ENV_ID (e.g. CartPole-v1) or "
-        "--spaces-file FILE.json with observation_space and action_space descriptions"
+        "--spaces-file FILE.json with observation_space and action_space descriptions, or "
+        "declare [policies.<id>] tables in --config"
     )
+
+
+def _declared_policies(args: argparse.Namespace, tables: dict[str, Any], server: Any) -> Any:
+    """The policies and mapping of a new run: ``[policies]`` of --config, or the one policy."""
+    from rlserve.policies_config import read_mapping, read_policies
+    from rlserve.server.policies import single_policy
+
+    if "policies" in tables:
+        if server.spaces_from or server.spaces_file:
+            raise ConfigError(
+                f"{args.config}: [policies] gives each policy its spaces; drop spaces_from and "
+                "spaces_file ([server] table and --spaces-from / --spaces-file)"
+            )
+        policies = read_policies(args.config, tables["policies"])
+    else:
+        policies = single_policy(*_spaces(server))
+    mapping = None
+    if "mapping" in tables:
+        mapping = read_mapping(args.config, tables["mapping"], policies)
+    return policies, mapping
 
 
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
     from rlserve.algorithms.ppo_config import PPOConfig
-    from rlserve.errors import ConfigError
-    from rlserve.policy.distributions import check_learnable
+    from rlserve.policies_config import check_policies
     from rlserve.server.app import PolicyServer, install_uvloop, serve_forever
     from rlserve.server.config import ServerConfig, with_token_from_env
+    from rlserve.server.policies import policies_from_run, run_folder_form
     from rlserve.server.run_folder import RunFolder
-    from rlserve.spaces import describe, from_description
 
     if args.resume:
         run = RunFolder.existing(args.resume)
@@ -70,18 +78,22 @@ def _serve(args: argparse.Namespace) -> int:
                 "folder: pass it again with RLSERVE_TOKEN=... or --token"
             )
         ppo_config = build(PPOConfig, tables.get("ppo"), args, prefix="ppo_")
-        observation_space = from_description(spaces["observation_space"])
-        action_space = from_description(spaces["action_space"])
+        policies, mapping = policies_from_run(tables, spaces)
     else:
         tables = {}
         if args.config:
-            tables = load_config_file(args.config, {"server": ServerConfig, "ppo": PPOConfig})
+            tables = load_config_file(
+                args.config,
+                {"server": ServerConfig, "ppo": PPOConfig},
+                free_tables=("policies", "mapping"),
+            )
         server_config = build(ServerConfig, with_token_from_env(tables.get("server")), args)
         ppo_config = build(PPOConfig, tables.get("ppo"), args, prefix="ppo_")
-        observation_space, action_space = _spaces(server_config)
+        policies, mapping = _declared_policies(args, tables, server_config)
     # Loaded now, so a bad certificate or key stops the command before anything is created.
     server_config.ssl_context()
-    check_learnable(observation_space, action_space)  # not in the learner, after listening
+    ppo_table = to_table(ppo_config)
+    check_policies(policies, ppo_table)  # not in the learner, after listening
     _check_ports_free(server_config)
     created = not args.resume and not _run_exists(server_config)
     if not args.resume:
@@ -89,21 +101,16 @@ def _serve(args: argparse.Namespace) -> int:
     warning = server_config.plaintext_warning()
     if warning:
         print(f"rlserve: {warning}", file=sys.stderr, flush=True)
-    run.save(
-        {"server": to_table(server_config), "ppo": to_table(ppo_config)},
-        {"observation_space": describe(observation_space), "action_space": describe(action_space)},
-    )
+    policy_tables, spaces = run_folder_form(policies, mapping)
+    run.save({"server": to_table(server_config), "ppo": ppo_table, **policy_tables}, spaces)
     install_uvloop()
+    servers: list[PolicyServer] = []
 
     async def main() -> Path | None:
         server = PolicyServer(
-            server_config,
-            to_table(ppo_config),
-            observation_space,
-            action_space,
-            run,
-            resume=bool(args.resume),
+            server_config, ppo_table, policies, run, mapping=mapping, resume=bool(args.resume)
         )
+        servers.append(server)
         return await serve_forever(server)
 
     try:
@@ -120,7 +127,12 @@ def _serve(args: argparse.Namespace) -> int:
             f"cannot listen on {server_config.host} ({exc.strerror or exc}); pass other ports "
             "with --port N --http-port N (0 picks free ones)"
         ) from None
-    print(f"stopped; final checkpoint: {checkpoint}")
+    finals = servers[0].final_checkpoints if servers else {}
+    if len(policies) > 1:
+        shown = ", ".join(f"{pid}: {finals.get(pid)}" for pid in policies)
+        print(f"stopped; final checkpoints: {shown}")
+    else:
+        print(f"stopped; final checkpoint: {checkpoint}")
     return 0
 
 
@@ -177,7 +189,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from rlserve.export import export_onnx
 
-    path = export_onnx(args.run_dir, args.output, args.checkpoint)
+    path = export_onnx(args.run_dir, args.output, args.checkpoint, policy_id=args.policy)
     print(f"wrote {path} (inputs and outputs described in {path}.json)")
     return 0
 
@@ -202,7 +214,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a policy server that trains PPO from external clients",
         description="Run a policy server. Flags override the tables of --config.",
     )
-    serve.add_argument("--config", help="TOML file with [server] and [ppo] tables")
+    serve.add_argument(
+        "--config",
+        help="TOML file with [server] and [ppo] tables, and [policies.<id>] and [mapping] tables "
+        "for several policies",
+    )
     serve.add_argument("--resume", metavar="RUN_DIR", help="continue the run in this folder")
     add_arguments(serve, ServerConfig)
     ppo = serve.add_argument_group("PPO (also the [ppo] table of --config)")
@@ -240,6 +256,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=["onnx"], default="onnx", help="the model format")
     export.add_argument("--output", help="file to write (default: RUN_DIR/policy.onnx)")
     export.add_argument("--checkpoint", help="checkpoint to export (default: the newest)")
+    export.add_argument(
+        "--policy",
+        default="default",
+        metavar="ID",
+        help="the policy to export, in a run with several (default: default)",
+    )
     return parser
 
 

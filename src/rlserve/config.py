@@ -167,8 +167,11 @@ CONFIG_TABLES = ("server", "ppo")
 """The tables a ``--config`` TOML file may have."""
 
 
-def _line_of_key(text: str, table: str, key: str) -> int | None:
-    """The line where ``key`` is set inside ``[table]`` of a TOML text (None if not found)."""
+def line_of_key(text: str, table: str, key: str) -> int | None:
+    """The line where ``key`` is set inside ``[table]`` of a TOML text (None if not found).
+
+    ``table`` is the header's dotted name (``policies.red.ppo``); ``key = ""`` finds the header.
+    """
     current = None
     pattern = re.compile(rf"^\s*(?:{re.escape(key)}|\"{re.escape(key)}\")\s*=")
     for number, line in enumerate(text.splitlines(), start=1):
@@ -182,12 +185,16 @@ def _line_of_key(text: str, table: str, key: str) -> int | None:
     return None
 
 
-def load_config_file(path: str, classes: dict[str, type]) -> dict[str, dict[str, Any]]:
+def load_config_file(
+    path: str, classes: dict[str, type], free_tables: tuple[str, ...] = ()
+) -> dict[str, dict[str, Any]]:
     """Read a ``--config`` TOML file and check its tables and keys against ``classes``.
 
     Args:
         path: The TOML file.
         classes: The config dataclass of each table a file may have (``server``, ``ppo``).
+        free_tables: Further tables a file may have, whose keys the caller checks
+            (``policies``, ``mapping``).
 
     Raises:
         ConfigError: The file cannot be read, is not TOML, has a table or key that is not an
@@ -209,11 +216,13 @@ def load_config_file(path: str, classes: dict[str, type]) -> dict[str, dict[str,
             f'{path}: not valid TOML: {exc} (strings need quotes, e.g. host = "0.0.0.0"; '
             "compare with examples/rlserve.toml)"
         ) from None
-    known = ", ".join(f"[{name}]" for name in classes)
+    known = ", ".join(f"[{name}]" for name in (*classes, *free_tables))
     for name, table in tables.items():
-        if name not in classes:
-            line = _line_of_key(text, name, "")
-            close = difflib.get_close_matches(name, list(classes), n=1)
+        if name in free_tables and isinstance(table, dict):
+            continue
+        if name not in classes and name not in free_tables:
+            line = line_of_key(text, name, "")
+            close = difflib.get_close_matches(name, [*classes, *free_tables], n=1)
             hint = f"did you mean [{close[0]}]? " if close else ""
             where = f"{path}, line {line}" if line else path
             raise ConfigError(f"{where}: unknown table [{name}]; {hint}the tables are {known}")
@@ -225,7 +234,7 @@ def load_config_file(path: str, classes: dict[str, type]) -> dict[str, dict[str,
             key = getattr(exc, "key", None)
             if key is None:
                 raise ConfigError(f"{path}, [{name}]: {exc}") from None
-            line = _line_of_key(text, name, key)
+            line = line_of_key(text, name, key)
             where = f"{path}, line {line}" if line else path
             raise ConfigError(f"{where}: [{name}] {exc}") from None
     return tables

@@ -133,7 +133,7 @@ async def _run(config: DemoConfig) -> int:
             "action_space": describe(env.action_space),
         },
     )
-    server = PolicyServer(server_config, ppo, env.observation_space, env.action_space, run)
+    server = PolicyServer.single(server_config, ppo, env.observation_space, env.action_space, run)
     await server.start()
     address = f"127.0.0.1:{server.port}"
     ctx = mp.get_context("spawn")

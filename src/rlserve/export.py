@@ -1,7 +1,8 @@
 """Export a trained policy from a run folder, to run it inside a simulator without rlserve.
 
 ``rlserve export runs/<name> --format onnx`` writes ``runs/<name>/policy.onnx`` and a
-``policy.onnx.json`` that describes it. The ONNX model takes one input and gives the greedy
+``policy.onnx.json`` that describes it; ``--policy ID`` exports one policy of a run with several
+(to ``runs/<name>/policy-<ID>.onnx``). The ONNX model takes one input and gives the greedy
 action and the distribution's parameters, so an engine can act deterministically or sample:
 
 =============  ====================  ===========================================================
@@ -40,9 +41,10 @@ from rlserve.algorithms.ppo_config import PPOConfig
 from rlserve.config import build
 from rlserve.errors import ConfigError
 from rlserve.policy.distributions import ActionDistribution
-from rlserve.server.learner_worker import checkpoint_files
+from rlserve.protocol.messages import DEFAULT_POLICY_ID
+from rlserve.server.checkpoints import checkpoints_in
+from rlserve.server.policies import is_flat, policies_from_run, policy_paths
 from rlserve.server.run_folder import RunFolder
-from rlserve.spaces import from_description
 
 
 class _GreedyPolicy(nn.Module):
@@ -90,26 +92,40 @@ class _GreedyPolicy(nn.Module):
 
 
 def load_model(
-    run_dir: str | Path, checkpoint: str | Path | None = None
+    run_dir: str | Path,
+    checkpoint: str | Path | None = None,
+    policy_id: str = DEFAULT_POLICY_ID,
 ) -> tuple[ActorCritic, Path]:
     """Rebuild a run's model from its configuration and a checkpoint (default: the newest).
 
+    Args:
+        run_dir: The run folder.
+        checkpoint: The checkpoint to load (default: the policy's newest).
+        policy_id: The policy, in a run with several.
+
     Raises:
-        ConfigError: Not a run folder, or no checkpoint in it.
+        ConfigError: Not a run folder, no such policy in it, or no checkpoint of it.
     """
     run = RunFolder.existing(run_dir)
     tables, spaces = run.load()
-    ppo = build(PPOConfig, tables.get("ppo"), None)
-    model = ActorCritic(
-        from_description(spaces["observation_space"]),
-        from_description(spaces["action_space"]),
-        ppo.hidden,
-        ppo.activation,
-    )
+    policies, _ = policies_from_run(tables, spaces)
+    spec = policies.get(policy_id)
+    if spec is None:
+        raise ConfigError(
+            f"{run.path} has no policy '{policy_id}'; pass --policy with one of "
+            f"{', '.join(policies)}"
+        )
+    ppo = build(PPOConfig, spec.ppo_table(tables.get("ppo") or {}), None)
+    model = ActorCritic(spec.observation_space, spec.action_space, ppo.hidden, ppo.activation)
     if checkpoint is None:
-        files = checkpoint_files(run.path)
+        folder = policy_paths(run.path, policy_id, is_flat(policies)).checkpoints
+        files = checkpoints_in(folder)
         if not files:
-            raise ConfigError(f"{run.path} has no checkpoint yet; train (rlserve serve) first")
+            raise ConfigError(
+                f"{folder} has no checkpoint yet; train (rlserve serve) first"
+                if len(policies) == 1
+                else f"policy '{policy_id}' of {run.path} has no checkpoint yet ({folder})"
+            )
         checkpoint = files[-1]
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     model.load_state_dict(state["model"])
@@ -118,11 +134,19 @@ def load_model(
 
 
 def export_onnx(
-    run_dir: str | Path, output: str | Path | None = None, checkpoint: str | Path | None = None
+    run_dir: str | Path,
+    output: str | Path | None = None,
+    checkpoint: str | Path | None = None,
+    policy_id: str = DEFAULT_POLICY_ID,
 ) -> Path:
-    """Write the run's policy as ONNX (and a JSON description beside it); return its path."""
-    model, source = load_model(run_dir, checkpoint)
-    path = Path(output) if output is not None else Path(run_dir) / "policy.onnx"
+    """Write a run's policy as ONNX (and a JSON description beside it); return its path.
+
+    The default output is ``RUN_DIR/policy.onnx``, or ``RUN_DIR/policy-<id>.onnx`` for a policy
+    other than ``default``.
+    """
+    model, source = load_model(run_dir, checkpoint, policy_id)
+    name = "policy.onnx" if policy_id == DEFAULT_POLICY_ID else f"policy-{policy_id}.onnx"
+    path = Path(output) if output is not None else Path(run_dir) / name
     path.parent.mkdir(parents=True, exist_ok=True)
     wrapper = _GreedyPolicy(model).eval()
     dist = model.action_distribution

@@ -15,7 +15,7 @@ from typing import Any
 import gymnasium as gym
 
 from rlserve.errors import ConfigError, RLServeError
-from rlserve.spaces import from_description
+from rlserve.spaces import describe, from_description
 
 SPACE_KEYS = ("observation_space", "action_space")
 """The keys of a spaces file, both required."""
@@ -132,3 +132,27 @@ def load_spaces_file(path: str | Path) -> tuple[gym.Space[Any], gym.Space[Any]]:
                 f"example: {EXAMPLE})"
             ) from None
     return result[0], result[1]
+
+
+def spaces_of_env(
+    env_id: str, label: str = "--spaces-from"
+) -> tuple[gym.Space[Any], gym.Space[Any]]:
+    """The observation and action spaces of the Gymnasium environment ``env_id``.
+
+    They are rebuilt from their descriptions, so the server flattens observations exactly as a
+    client that rebuilt them from the welcome does (e.g. the key order of a Dict).
+
+    Raises:
+        ConfigError: ``gym.make`` refused the id; the message starts with ``label`` and the id.
+    """
+    try:
+        env = gym.make(env_id)
+    except gym.error.Error as exc:
+        raise ConfigError(f"{label} {env_id}: {exc}") from exc
+    try:
+        return (
+            from_description(describe(env.observation_space)),
+            from_description(describe(env.action_space)),
+        )
+    finally:
+        env.close()

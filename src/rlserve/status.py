@@ -162,6 +162,15 @@ def format_status(where: str, health: dict[str, Any], metrics: dict[str, Any]) -
         f"kl {_number(m.get('learner/approx_kl'), 4)}; "
         f"{_number(m.get('learner/restarts'))} restarts",
     ]
+    policies = sorted({k.split("/")[1] for k in m if k.startswith("policies/")})
+    for pid in policies:
+        p = f"policies/{pid}/"
+        lines.append(
+            f"policy    {pid}: weights v{_number(m.get(p + 'weights_version'))}, "
+            f"{_number(m.get(p + 'learner/updates'))} updates, "
+            f"{_number(m.get(p + 'learner/steps_trained'))} steps trained, "
+            f"return(100) {_number(m.get(p + 'episodes/return_mean'), 2)}"
+        )
     for part, problem in (health.get("problems") or {}).items():
         lines.append(f"problem   {part}: {problem}")
     return "\n".join(lines)

@@ -85,3 +85,10 @@ class Learner(abc.ABC):
     @abc.abstractmethod
     def load(self, path: Path) -> dict[str, Any]:
         """Restore from :meth:`save` output and return its ``extra``."""
+
+    @abc.abstractmethod
+    def initialise_from(self, path: Path) -> None:
+        """Take the model weights of a :meth:`save` output (e.g. another run's checkpoint).
+
+        Only the weights: the optimiser, counters, version and ``extra`` stay this learner's.
+        """

@@ -496,3 +496,22 @@ class PPOLearner(Learner):
         self._counters.update({k: int(v) for k, v in counters.items()})
         torch.set_rng_state(state["torch_rng"])
         return dict(state["extra"])
+
+    def initialise_from(self, path: Path) -> None:
+        """Take the model weights of a checkpoint (``torch.load(weights_only=True)``).
+
+        The optimiser (its settings are this learner's), the counters and the version stay as
+        they are.
+
+        Raises:
+            ValueError: The checkpoint holds no model of this learner's shape (other spaces,
+                ``hidden`` or ``activation``).
+        """
+        state = torch.load(path, map_location=self.device, weights_only=True)
+        try:
+            self.model.load_state_dict(state["model"])
+        except (KeyError, TypeError, RuntimeError) as exc:
+            raise ValueError(
+                f"{path} holds no model of this policy's shape (its spaces, hidden sizes and "
+                f"activation must be the same): {exc}"
+            ) from exc

@@ -3,8 +3,9 @@
 Data flow: a carrier decodes a request -> :class:`~rlserve.server.service.Service` records it in
 the episode table and batches ``get_action`` into one numpy forward pass -> finished fragments go
 to the experience log through the :class:`~rlserve.server.learner_link.LearnerLink` -> the
-supervised learner process reads the log, trains and sends weights back -> the server writes
-them to the run folder and the service switches to them between batches.
+supervised learner process reads the log, trains each policy on its own fragments and sends each
+policy's weights back -> the server writes them to the run folder and the service switches that
+policy to them between batches.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import gymnasium as gym
 import uvicorn
 
 from rlserve.algorithms.base import WeightsPackage
+from rlserve.multiagent import PolicyMapping
 from rlserve.policy.distributions import check_learnable
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.server import json_body
@@ -32,12 +34,12 @@ from rlserve.server.http import BrowserPolicy, build_http_app
 from rlserve.server.http_deadline import protocol_kwargs, shared_port_protocol
 from rlserve.server.learner_link import LearnerLink
 from rlserve.server.metrics import MetricsWriter, ProgressLine
+from rlserve.server.policies import PolicySpec, is_flat, policy_paths, single_policy
 from rlserve.server.run_folder import RunFolder, endpoints
 from rlserve.server.service import Service
 from rlserve.server.state_store import StateStore
 from rlserve.server.stats import ServerStats
 from rlserve.server.tcp import BinaryServer, ConnectionPolicy, start_binary_server
-from rlserve.spaces import describe
 
 logger = logging.getLogger("rlserve.server")
 
@@ -52,22 +54,26 @@ class _EmbeddedUvicorn(uvicorn.Server):
 
 @dataclass
 class PolicyServer:
-    """An rlserve server for one policy.
+    """An rlserve server for one or several policies.
+
+    :meth:`single` builds the server of one policy (``"default"``) from its two spaces.
 
     Args:
         config: Server configuration.
-        ppo: PPO configuration table (plain values, passed to the learner process).
-        observation_space: The policy's observation space.
-        action_space: The policy's action space.
+        ppo: The top PPO configuration table (plain values, passed to the learner process);
+            each policy's own overrides apply on top of it.
+        policies: The policies served, by id, in order.
         run: The run folder.
+        mapping: Which policy acts for which agent (None: every agent maps to the only policy,
+            when there is one).
         resume: Continue the run in ``run`` (its weights, counters and experience log).
     """
 
     config: ServerConfig
     ppo: dict[str, Any]
-    observation_space: gym.Space[Any]
-    action_space: gym.Space[Any]
+    policies: dict[str, PolicySpec]
     run: RunFolder
+    mapping: PolicyMapping | None = None
     resume: bool = False
     stats: ServerStats = field(default_factory=ServerStats)
     port: int = 0
@@ -76,21 +82,44 @@ class PolicyServer:
     """The HTTP port: the separate ``http_port`` listener, or the binary port when there is
     none (``http_port = -1``); known once started."""
 
+    final_checkpoints: dict[str, Path] = field(default_factory=dict)
+    """Each policy's final checkpoint; known once closed."""
+
+    @classmethod
+    def single(
+        cls,
+        config: ServerConfig,
+        ppo: dict[str, Any],
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        run: RunFolder,
+        resume: bool = False,
+    ) -> PolicyServer:
+        """The server of the one policy ``"default"`` (the run folder's single-policy layout)."""
+        return cls(config, ppo, single_policy(observation_space, action_space), run, resume=resume)
+
     def __post_init__(self) -> None:
+        if not self.policies:
+            raise ValueError("a server needs at least one policy")
         # A space the learner cannot train in is refused here, before anything listens.
-        check_learnable(self.observation_space, self.action_space)
+        for spec in self.policies.values():
+            check_learnable(spec.observation_space, spec.action_space)
+        self.stats.configure_policies(list(self.policies))
+        self.flat = is_flat(self.policies)
+        """Whether the run folder has the single-policy layout (see :func:`is_flat`)."""
+        self.paths = {pid: policy_paths(self.run.path, pid, self.flat) for pid in self.policies}
         self._stopping = asyncio.Event()
         self._http_task: asyncio.Task[Any] | None = None
         self._housekeeping_task: asyncio.Task[Any] | None = None
         self._http: _EmbeddedUvicorn | None = None
         self._tcp: BinaryServer | None = None
-        self.store = StateStore(self.run.path)
+        self.store = StateStore(
+            self.run.path, {pid: paths.weights for pid, paths in self.paths.items()}
+        )
         self.log = ExperienceLog(self.run.path / "experience")
         self.learner = LearnerLink(
             {
-                "ppo": {**self.ppo, "seed": self.config.seed},
-                "observation_space": describe(self.observation_space),
-                "action_space": describe(self.action_space),
+                "policies": [self._learner_setup(i, spec) for i, spec in enumerate(self.specs)],
                 "run_dir": str(self.run.path),
                 "checkpoint_every": self.config.checkpoint_every,
                 "keep_checkpoints": self.config.keep_checkpoints,
@@ -100,20 +129,37 @@ class PolicyServer:
             self.log,
             self._on_weights,
             self._on_checkpointed,
-            lambda: self.stats.weights_version,
+            lambda: dict(self.stats.policy_versions),
             sync_reports=self.config.sync_reports,
         )
         self.service = Service(
-            {DEFAULT_POLICY_ID: (self.observation_space, self.action_space)},
+            {pid: (s.observation_space, s.action_space) for pid, s in self.policies.items()},
             self.config.limits(),
             self.config.token,
             self.config.fragment_length,
             self.learner,
             self.stats,
             seed=self.config.seed,
+            mapping=self.mapping,
         )
         self._metrics: MetricsWriter | None = None
         self._progress = ProgressLine(self.config.progress)
+
+    @property
+    def specs(self) -> list[PolicySpec]:
+        """The policies, in order."""
+        return list(self.policies.values())
+
+    def _learner_setup(self, index: int, spec: PolicySpec) -> dict[str, Any]:
+        """A policy's plain-value set-up for the learner process (seeded apart by its index)."""
+        return {
+            "policy_id": spec.policy_id,
+            "ppo": {**spec.ppo_table(self.ppo), "seed": self.config.seed + index},
+            **spec.spaces(),
+            "frozen": spec.frozen,
+            "init_checkpoint": spec.init_checkpoint,
+            "checkpoint_dir": str(self.paths[spec.policy_id].checkpoints),
+        }
 
     def _recover(self) -> None:
         """Continue from what the run folder holds: counters, reported batch ids, weights."""
@@ -131,30 +177,44 @@ class PolicyServer:
                 self.stats.steps_logged += record.steps
                 if record.kind == "report":
                     self.stats.count_reported(record.steps)
-        package = self.store.load_weights()
+        packages = {pid: self.store.load_weights(pid) for pid in self.policies}
         if self.resume:
             print(
                 f"rlserve: resuming {self.run.path}: {self.stats.env_steps:,} env steps, "
                 f"{self.stats.episodes_completed:,} episodes completed, "
-                + (f"serving weights v{package.version}" if package else "no weights yet"),
+                + self._serving_text(packages),
                 flush=True,
             )
-        if package is not None:
-            # Serve at once, without waiting for the learner (which continues after it).
-            self.service.set_weights(DEFAULT_POLICY_ID, package)
+        for pid, package in packages.items():
+            if package is not None:
+                # Serve at once, without waiting for the learner (which continues after it).
+                self._publish(pid, package)
 
-    async def _on_weights(self, package: WeightsPackage) -> None:
+    def _serving_text(self, packages: dict[str, WeightsPackage | None]) -> str:
+        if self.flat:
+            package = packages[DEFAULT_POLICY_ID]
+            return f"serving weights v{package.version}" if package else "no weights yet"
+        shown = [f"{pid} v{p.version}" if p else f"{pid} none yet" for pid, p in packages.items()]
+        return f"serving weights {', '.join(shown)}"
+
+    def _publish(self, policy_id: str, package: WeightsPackage) -> None:
+        self.service.set_weights(policy_id, package)
+        self.stats.set_policy_version(policy_id, package.version)
+
+    async def _on_weights(self, policy_id: str, package: WeightsPackage) -> None:
         try:
             # On disk before any client sees the version: a restarted server serves it again,
             # so versions never go back and reports made with it are never refused.
-            await asyncio.get_running_loop().run_in_executor(None, self.store.save_weights, package)
+            await asyncio.get_running_loop().run_in_executor(
+                None, self.store.save_weights, package, policy_id
+            )
             self.stats.storage_ok("published weights")
         except OSError as exc:
             self.stats.storage_failed("published weights", exc)
-        self.service.set_weights(DEFAULT_POLICY_ID, package)
+        self._publish(policy_id, package)
 
     async def _on_checkpointed(self, message: dict[str, Any]) -> None:
-        """Delete experience-log segments every kept checkpoint has trained past."""
+        """Delete experience-log segments every policy's kept checkpoints have trained past."""
         needed_after = int(message["log_needed_after"])
         entries = self.service.ledger.state()
         loop = asyncio.get_running_loop()
@@ -303,8 +363,9 @@ class PolicyServer:
         """Stop serving, write a final checkpoint and state, close everything (within ~10 s).
 
         Returns:
-            The final checkpoint, or None if the learner wrote none in time (nothing is lost:
-            the experience log holds everything acknowledged).
+            The first policy's final checkpoint (all are in :attr:`final_checkpoints`), or None
+            if the learner wrote none in time (nothing is lost: the experience log holds
+            everything acknowledged).
         """
         self._stopping.set()
         if self._tcp is not None:
@@ -316,7 +377,8 @@ class PolicyServer:
         tasks = [t for t in (self._http_task, self._housekeeping_task) if t is not None]
         stopped = await asyncio.gather(self.learner.stop(), *tasks, return_exceptions=True)
         json_body.shutdown()
-        checkpoint = stopped[0] if isinstance(stopped[0], str) else None
+        if isinstance(stopped[0], dict):
+            self.final_checkpoints = {pid: Path(path) for pid, path in stopped[0].items()}
         self.stats.tick()
         await self._save_state()
         await self._write_metrics()
@@ -326,7 +388,7 @@ class PolicyServer:
         self._progress.finish()
         with contextlib.suppress(OSError):
             self.run.mark_stopped()
-        return None if checkpoint is None else Path(checkpoint)
+        return self.final_checkpoints.get(self.specs[0].policy_id)
 
 
 async def serve_forever(server: PolicyServer) -> Path | None:

@@ -15,6 +15,10 @@ with ``sync_reports`` (then it survives a power loss too). When the backlog the 
 finds is over ``max_queue_steps``, it skips the oldest records (counted in
 ``samples/steps_dropped_queue_full``): the newest experience is the most useful on-policy.
 
+The learner process hosts every policy of the server (see
+:mod:`~rlserve.server.learner_worker`); its messages name the policy they are about, and the log
+is cleaned only past what every policy's kept checkpoints need.
+
 The learner process is supervised: if it dies (kill -9, an exception), serving goes on with the
 weights it has, the death is logged once, and a new learner starts from the newest intact
 checkpoint and reads the log on from where that checkpoint had trained (``learner/restarts``).
@@ -40,6 +44,7 @@ from rlserve.algorithms.base import WeightsPackage
 from rlserve.errors import ProtocolError
 from rlserve.protocol.codec import decode, encode
 from rlserve.protocol.framing import FrameDecoder, frame
+from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.samples import Fragment
 from rlserve.server.experience_log import ExperienceLog, encode_payload
 from rlserve.server.learner_worker import IPC_LIMITS, run_learner
@@ -64,14 +69,20 @@ HEALTHY_RUN_SECONDS = 60.0
 class LearnerLink:
     """Writes acknowledged experience to the log and keeps a learner process training on it.
 
+    The server sees the learner side through this handle only: experience in (:meth:`add`,
+    :meth:`add_batch`), ``on_weights(policy_id, package)`` and ``on_checkpointed`` out. Whether
+    its policies train in one process (as now) or one process each is this class's business.
+
     Args:
-        setup: Plain-value set-up for :func:`~rlserve.server.learner_worker.run_learner`
-            (``published_version`` is added at each start).
+        setup: Plain-value set-up for :func:`~rlserve.server.learner_worker.run_learner`, with
+            ``policies`` (one map per policy; ``policy_id`` names it); ``published_versions`` is
+            added at each start.
         stats: Server counters.
         log: The opened experience log.
-        on_weights: Persists then publishes a weights package (awaited, in order).
-        on_checkpointed: Called with each ``checkpointed`` message (log clean-up).
-        published_version: Returns the version the server serves now (-1: none).
+        on_weights: Persists then publishes a policy's weights package (awaited, in order).
+        on_checkpointed: Called after each checkpoint with ``log_needed_after``: the log
+            position every policy's kept checkpoints have trained through (log clean-up).
+        published_versions: Returns the version the server serves now, per policy (-1: none).
         sync_reports: Acknowledge a report only once it is fsynced, not once it is written.
     """
 
@@ -80,18 +91,24 @@ class LearnerLink:
         setup: dict[str, Any],
         stats: ServerStats,
         log: ExperienceLog,
-        on_weights: Callable[[WeightsPackage], Awaitable[None]],
+        on_weights: Callable[[str, WeightsPackage], Awaitable[None]],
         on_checkpointed: Callable[[dict[str, Any]], Awaitable[None]],
-        published_version: Callable[[], int],
+        published_versions: Callable[[], dict[str, int]],
         sync_reports: bool = False,
     ):
         self._sync_reports = sync_reports
         self._setup = setup
+        self._policy_ids = [str(p["policy_id"]) for p in setup.get("policies", ())] or [
+            DEFAULT_POLICY_ID
+        ]
         self._stats = stats
         self.log = log
         self._on_weights = on_weights
         self._on_checkpointed = on_checkpointed
-        self._published_version = published_version
+        self._published_versions = published_versions
+        # Per policy: the log position its kept checkpoints need (unknown until it says: 0).
+        self._log_needed: dict[str, int] = {}
+        self._final: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._process: Any = None
@@ -114,7 +131,8 @@ class LearnerLink:
         self.failure: str | None = None
         """The last learner death, for the log and ``/v1/health``; None while healthy."""
         self.device = "unknown"
-        self.last_checkpoint: str | None = None
+        self.last_checkpoints: dict[str, str] = {}
+        """Each policy's newest checkpoint written while this server runs."""
 
     # -- experience in ---------------------------------------------------------------------
 
@@ -241,10 +259,10 @@ class LearnerLink:
             quick_deaths += 1
             self._stats.learner_restarts += 1
             logger.error(
-                "rlserve: the learner process died (%s); serving goes on with weights v%d; "
+                "rlserve: the learner process died (%s); serving goes on with weights %s; "
                 "restarting it in %.1f s from its newest checkpoint and the experience log",
                 ((self.failure or "").strip().splitlines() or ["no message"])[-1],
-                self._published_version(),
+                self._versions_text(),
                 delay,
             )
             await asyncio.sleep(delay)
@@ -253,7 +271,7 @@ class LearnerLink:
         loop = asyncio.get_running_loop()
         parent, child = socket.socketpair()
         ctx = mp.get_context("spawn")
-        setup = {**self._setup, "published_version": self._published_version()}
+        setup = {**self._setup, "published_versions": self._published_versions()}
         process = ctx.Process(
             target=run_learner, args=(child, setup), name="rlserve-learner", daemon=True
         )
@@ -284,13 +302,22 @@ class LearnerLink:
             if self.failure is None and not self._stopping:
                 self.failure = f"the learner process exited with code {process.exitcode}"
 
+    def _versions_text(self) -> str:
+        versions = self._published_versions()
+        if len(versions) == 1:
+            return f"v{next(iter(versions.values()))}"
+        return ", ".join(f"{pid} v{version}" for pid, version in versions.items())
+
     async def _dispatch(self, message: dict[str, Any]) -> None:
         kind = message["type"]
         if kind == "weights":
-            self._stats.learner.update({k: float(v) for k, v in message["metrics"].items()})
-            await self._on_weights(WeightsPackage.from_wire(message["package"]))
+            policy_id = str(message["policy_id"])
+            metrics = {k: float(v) for k, v in message["metrics"].items()}
+            self._stats.update_learner(policy_id, metrics)
+            await self._on_weights(policy_id, WeightsPackage.from_wire(message["package"]))
         elif kind == "metrics":
-            self._stats.learner.update({k: float(v) for k, v in message["metrics"].items()})
+            metrics = {k: float(v) for k, v in message["metrics"].items()}
+            self._stats.update_learner(str(message["policy_id"]), metrics)
         elif kind == "waiting":
             # It read through `through` and will read everything announced after that at once,
             # up to its backlog bound.
@@ -307,23 +334,48 @@ class LearnerLink:
         elif kind == "ready":
             self.device = str(message["device"])
             self.failure = None
-            if message.get("restored"):
-                print(
-                    f"rlserve: the learner continues from {message['restored']} "
-                    f"({int(message.get('updates', 0)):,} updates)",
-                    flush=True,
-                )
+            self._stats.learner["learner/steps_consumed"] = float(message["steps_consumed"])
+            self._announce_ready(message["policies"])
             self._send({"type": "available", "through": self.log.last_seq})
         elif kind == "checkpointed":
-            self.last_checkpoint = str(message["path"])
-            self._stats.learner["learner/steps_untrained_at_checkpoint"] = float(
-                message["untrained_steps"]
-            )
-            self._checkpointed.set()
-            await self._on_checkpointed(message)
+            await self._checkpoint_written(message)
         elif kind == "failed":
             self.failure = str(message["message"])
             logger.error("rlserve: the learner process failed:\n%s", self.failure)
+
+    def _announce_ready(self, policies: dict[str, dict[str, Any]]) -> None:
+        """Say where each policy's learner starts from (a restored or initial checkpoint)."""
+        several = len(policies) > 1
+        for policy_id, info in policies.items():
+            whose = f" for policy '{policy_id}'" if several else ""
+            if info.get("restored"):
+                print(
+                    f"rlserve: the learner continues from {info['restored']} "
+                    f"({int(info.get('updates', 0)):,} updates){whose}",
+                    flush=True,
+                )
+            elif info.get("initialised_from"):
+                print(
+                    f"rlserve: the learner starts from the weights of {info['initialised_from']}"
+                    f"{whose} (init_checkpoint)",
+                    flush=True,
+                )
+
+    async def _checkpoint_written(self, message: dict[str, Any]) -> None:
+        """Note a policy's checkpoint; clean the log up to what every policy still needs."""
+        policy_id = str(message["policy_id"])
+        self.last_checkpoints[policy_id] = str(message["path"])
+        self._stats.update_learner(
+            policy_id,
+            {"learner/steps_untrained_at_checkpoint": float(message["untrained_steps"])},
+        )
+        if message.get("reason") == "shutdown":
+            self._final.add(policy_id)
+            if self._final >= set(self._policy_ids):
+                self._checkpointed.set()
+        self._log_needed[policy_id] = int(message["log_needed_after"])
+        needed = min(self._log_needed.get(pid, 0) for pid in self._policy_ids)
+        await self._on_checkpointed({"log_needed_after": needed})
 
     def _consumed(self, through: int, dropped: list[list[int]]) -> None:
         self._waiting_budget = 0  # busy until it says it waits again
@@ -360,8 +412,12 @@ class LearnerLink:
         """Ask the learner for a checkpoint now."""
         self._send({"type": "checkpoint"})
 
-    async def stop(self, timeout: float = 6.0) -> str | None:
-        """Ask the learner for a final checkpoint, end it, flush the log; return the checkpoint.
+    async def stop(self, timeout: float = 6.0) -> dict[str, str]:
+        """Ask the learner for final checkpoints, end it, flush the log; return the checkpoints.
+
+        Returns:
+            Each policy's newest checkpoint written while this server ran (the final one when it
+            came in time).
 
         The learner gets ``timeout`` seconds; then it is killed, which loses nothing: the log
         holds every acknowledged step and the next learner reads on from its last checkpoint.
@@ -372,6 +428,7 @@ class LearnerLink:
             self._notify()  # the learner hears of every record before its final checkpoint
         if self._writer is not None:
             self._checkpointed.clear()
+            self._final.clear()
             self._send({"type": "stop"})
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._checkpointed.wait(), timeout)
@@ -391,4 +448,4 @@ class LearnerLink:
         except OSError as exc:
             self._stats.storage_failed("experience log", exc)
         self._sync_executor.shutdown(wait=False)
-        return self.last_checkpoint
+        return dict(self.last_checkpoints)

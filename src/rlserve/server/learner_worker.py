@@ -1,25 +1,28 @@
-"""The learner process: trains on the experience log and publishes weights back.
+"""The learner process: trains the server's policies on the experience log, publishes weights.
 
 It runs apart from the serving process so an update never pauses serving, and so that its death
-never stops serving: the server restarts it (see :mod:`rlserve.server.learner_link`). It reads
-experience from the run's experience log (:mod:`rlserve.server.experience_log`), from the position
-its newest intact checkpoint had trained through, so a restarted learner or a resumed run trains on
-everything the server acknowledged. It talks to the server over a socket pair, with the wire's
+never stops serving: the server restarts it (see :mod:`rlserve.server.learner_link`). It hosts
+one learner per policy (:class:`~rlserve.server.policy_learner.PolicyLearner`, each with its own
+optimiser, counters, weights version and checkpoints) and reads the run's experience log
+(:mod:`rlserve.server.experience_log`) once for all of them, handing each fragment to the policy
+it names, from the lowest position a policy's newest intact checkpoint had trained through; each
+policy skips what it trained already, so a restarted learner or a resumed run trains every
+acknowledged step once per policy. It talks to the server over a socket pair, with the wire's
 framing and msgpack codec (no pickle); every message is small except ``weights``:
 
-* learner -> server: ``ready`` (version, trained position, device), ``waiting`` (idle: it will
-  read whatever is announced next at once), ``weights`` (a new actor and
-  the update's metrics), ``metrics`` (an update that applied no step), ``consumed`` (log
-  position read, steps dropped because the backlog was over its bound), ``checkpointed``,
-  ``failed`` (a traceback).
-* server -> learner: ``available`` (the log's newest seq), ``checkpoint``, ``stop`` (write a
-  checkpoint, then exit).
+* learner -> server: ``ready`` (device; per policy: version, trained position, restored
+  checkpoint), ``waiting`` (idle: it will read whatever is announced next at once), ``weights``
+  (a policy's new actor and the update's metrics), ``metrics`` (a policy's metrics without a new
+  actor), ``consumed`` (log position read, steps dropped because the backlog was over its bound),
+  ``checkpointed`` (a policy's checkpoint and the log position its kept checkpoints need),
+  ``failed`` (a traceback). ``weights``, ``metrics`` and ``checkpointed`` carry ``policy_id``.
+* server -> learner: ``available`` (the log's newest seq), ``checkpoint``, ``stop`` (checkpoint
+  every policy, then exit).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -27,39 +30,34 @@ import sys
 import threading
 import traceback
 from collections import deque
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from rlserve.durable import atomic_write_bytes
 from rlserve.errors import ProtocolError
 from rlserve.protocol.codec import decode, encode
 from rlserve.protocol.framing import FrameDecoder, frame
 from rlserve.protocol.limits import Limits
 from rlserve.samples import Fragment
+from rlserve.server.checkpoints import checkpoints_in, trained_through_of
 from rlserve.server.experience_log import LogCorruptError, LogReader
+from rlserve.server.policy_learner import PolicyLearner, restore_newest
 
-if TYPE_CHECKING:
-    from rlserve.algorithms.base import Learner
+__all__ = [
+    "IPC_LIMITS",
+    "LearnerPipe",
+    "checkpoint_files",
+    "restore_newest",
+    "run_learner",
+    "trained_through_of",
+]
 
 # Messages between our own two processes; a weights package may be large: allow 1 GiB.
 IPC_LIMITS = Limits(max_frame_bytes=1 << 30, max_array_elements=1 << 28, max_container_len=1 << 20)
 
 
 def checkpoint_files(run_dir: Path) -> list[Path]:
-    """The run's checkpoints, oldest first."""
-    return sorted((run_dir / "checkpoints").glob("ckpt_*.pt"))
-
-
-def trained_through_of(checkpoint: Path) -> int:
-    """The experience-log position a checkpoint trained through, from its side file (0: unknown).
-
-    A checkpoint without the side file keeps the whole log, which is always safe.
-    """
-    try:
-        return int(json.loads(checkpoint.with_suffix(".json").read_text())["trained_through"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return 0
+    """The checkpoints of a single-policy run, oldest first."""
+    return checkpoints_in(run_dir / "checkpoints")
 
 
 class LearnerPipe:
@@ -96,7 +94,9 @@ class LearnerPipe:
         kind = str(message["type"])
         with self._wake:
             if kind == "weights":
-                self._outbox = deque(item for item in self._outbox if item[0] != "weights")
+                # One policy's newer weights replace its older ones, not another policy's.
+                kind = f"weights:{message.get('policy_id')}"
+                self._outbox = deque(item for item in self._outbox if item[0] != kind)
             self._outbox.append((kind, data))
             self._wake.notify()
 
@@ -143,10 +143,10 @@ def run_learner(sock: socket.socket, setup: dict[str, Any]) -> None:
 
     Args:
         sock: The learner's end of the socket pair.
-        setup: Plain values: ``ppo`` (PPOConfig table), ``observation_space`` and
-            ``action_space`` (descriptions), ``run_dir``, ``checkpoint_every``,
-            ``keep_checkpoints``, ``published_version`` (the version the server serves, -1 for
-            none), ``max_queue_steps``.
+        setup: Plain values: ``policies`` (one map per policy: see
+            :class:`~rlserve.server.policy_learner.PolicyLearner`), ``run_dir``,
+            ``checkpoint_every``, ``keep_checkpoints``, ``max_queue_steps``,
+            ``published_versions`` (policy id -> the version the server serves, -1 for none).
     """
     # Ctrl-C, systemd and `kill -- -PGID` signal the whole process group; the server decides
     # when the learner stops (after a final checkpoint), so the learner ignores both signals.
@@ -165,85 +165,47 @@ def run_learner(sock: socket.socket, setup: dict[str, Any]) -> None:
         pipe.close()
 
 
-def restore_newest(
-    make_learner: Callable[[], Learner], run_dir: Path
-) -> tuple[Learner, dict[str, Any], Path | None]:
-    """Load the newest checkpoint that loads; a damaged one falls back to the one before.
-
-    Returns:
-        The learner, the checkpoint's ``extra``, and the checkpoint's path (None: fresh start).
-    """
-    for path in reversed(checkpoint_files(run_dir)):
-        learner = make_learner()
-        try:
-            extra = learner.load(path)
-        except Exception as exc:
-            print(
-                f"rlserve learner: checkpoint {path} is damaged or unreadable ({exc!r}); "
-                "falling back to the previous one",
-                file=sys.stderr,
-            )
-            continue
-        return learner, extra, path
-    return make_learner(), {}, None
-
-
 class _LearnerLoop:
-    """Reads the experience log as the server announces it, trains, publishes, checkpoints."""
+    """Reads the log as the server announces it and trains, publishes and checkpoints policies.
+
+    Each fragment goes to the learner of the policy it names; the policies train in turn.
+    """
 
     def __init__(self, pipe: LearnerPipe, setup: dict[str, Any]):
         self.pipe = pipe
         self.setup = setup
         self.run_dir = Path(setup["run_dir"])
-        self.checkpoints = self.run_dir / "checkpoints"
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
         self.reader = LogReader(self.run_dir / "experience")
         self.available = 0
         self.stop_requested = False
         self.checkpoint_requested = False
+        self.policies: dict[str, PolicyLearner] = {}
+        self.unknown_policies: set[str] = set()
 
     def run(self) -> None:
-        # Imported here so the serving process, which only spawns this, never imports torch.
-        from rlserve.algorithms.ppo import PPOConfig, PPOLearner
-        from rlserve.config import build
-        from rlserve.spaces import from_description
-
-        config = build(PPOConfig, self.setup["ppo"], None)
-        obs_space = from_description(self.setup["observation_space"])
-        act_space = from_description(self.setup["action_space"])
-        learner, extra, restored = restore_newest(
-            lambda: PPOLearner(obs_space, act_space, config), self.run_dir
-        )
-        self.learner = learner
-        # Everything up to `settled` is in the weights (trained or dropped); what came after it
-        # is read again by the next learner that starts from this state.
-        self.settled = self.position = int(extra.get("trained_through", 0))
-        self.consumed_steps = self.settled_consumed = int(extra.get("steps_consumed", 0))
-        self.published = int(self.setup["published_version"])
-        # Weights versions never go back: a learner restored from an older checkpoint numbers
-        # its next weights after the ones the server already serves.
-        learner.continue_versions_from(self.published)
+        published = self.setup.get("published_versions") or {}
+        keep = int(self.setup["keep_checkpoints"])
+        for spec in self.setup["policies"]:
+            pid = str(spec["policy_id"])
+            self.policies[pid] = PolicyLearner.start(spec, int(published.get(pid, -1)), keep)
+        # Read on from the policy that trained least far; the others skip what they have.
+        behind = min(self.policies.values(), key=lambda p: p.settled)
+        self.position = behind.settled
+        self.consumed_steps = behind.settled_log_consumed
+        first = next(iter(self.policies.values())).learner
         self.pipe.send(
             {
                 "type": "ready",
                 "pid": os.getpid(),
-                "device": str(getattr(learner, "device", "cpu")),
-                "version": learner.version,
-                "trained_through": self.settled,
-                "restored": None if restored is None else str(restored),
-                "updates": int(learner.counters().get("updates", 0)),
+                "device": str(getattr(first, "device", "cpu")),
+                "steps_consumed": self.consumed_steps,
+                "policies": {pid: p.ready_info() for pid, p in self.policies.items()},
             }
         )
-        # Its counters at once (restored ones after --resume), so the server's learner/* keys
-        # are true before the first update; with the first weights when it has new ones.
-        counters = learner.counters()
-        self.publish(
-            {
-                **{f"learner/{k}": float(v) for k, v in counters.items() if k != "version"},
-                "learner/weights_version": float(learner.version),
-            }
-        )
-        every = int(self.setup["checkpoint_every"])
+        # Their counters at once (restored ones after --resume), so the server's learner keys
+        # are true before the first update; with the first weights when they have new ones.
+        for policy in self.policies.values():
+            self.pipe.send(policy.publication(policy.counter_metrics()))
         while True:
             # Wait only when nothing announced is left unread (it may have come in meanwhile);
             # say so first, so the server hands the next records over at once (acknowledging
@@ -253,19 +215,31 @@ class _LearnerLoop:
                 self.pipe.send({"type": "waiting", "through": self.position})
             self.poll(block=idle)
             self.read_available()
-            while learner.ready() and not self.stop_requested:
-                metrics = learner.update()
-                self.settle()
-                self.publish(metrics)
-                if every and learner.counters()["updates"] % every == 0:
-                    self.save("interval")
-                self.poll(block=False)
+            self.train()
             if self.stop_requested:
-                self.save("shutdown")
+                self.save_all("shutdown")
                 return
             if self.checkpoint_requested:
                 self.checkpoint_requested = False
-                self.save("request")
+                self.save_all("request")
+
+    def train(self) -> None:
+        """Update every policy that has a batch, in turn, until none has (or a stop comes)."""
+        every = int(self.setup["checkpoint_every"])
+        while not self.stop_requested:
+            ready = [p for p in self.policies.values() if p.ready()]
+            if not ready:
+                return
+            for policy in ready:
+                metrics = policy.learner.update()
+                policy.settle(self.position, self.consumed_steps)
+                self.pipe.send(policy.publication(metrics))
+                if every and policy.updates % every == 0:
+                    self.pipe.send(policy.save("interval"))
+                    self.save_idle()
+                self.poll(block=False)
+                if self.stop_requested:
+                    return
 
     def poll(self, block: bool) -> None:
         """Take every waiting message (waiting for one first when ``block``)."""
@@ -281,7 +255,7 @@ class _LearnerLoop:
             message = self.pipe.receive(block=False)
 
     def read_available(self) -> None:
-        """Ingest the log records the server announced, dropping the oldest over the bound."""
+        """Hand the announced log records to their policies, dropping the oldest over the bound."""
         if self.available <= self.position:
             return
         try:
@@ -301,19 +275,30 @@ class _LearnerLoop:
             oldest = records.pop(0)
             dropped.append([oldest.seq, oldest.steps])
             total -= oldest.steps
-        fragments: list[Fragment] = []
         for record in records:
             try:
-                fragments.extend(Fragment.from_wire(raw) for raw in record.fragments())
+                fragments = [Fragment.from_wire(raw) for raw in record.fragments()]
             except (ProtocolError, KeyError, TypeError, ValueError) as exc:
                 print(
                     f"rlserve learner: log record {record.seq} unreadable ({exc})", file=sys.stderr
                 )
                 dropped.append([record.seq, record.steps])
-        self.learner.ingest(fragments)
+                continue
+            for fragment in fragments:
+                policy = self.policies.get(fragment.policy_id)
+                if policy is None:
+                    self._unknown_policy(fragment.policy_id)
+                    continue
+                policy.take(record.seq, fragment)
+        for policy in self.policies.values():
+            policy.ingest_taken()
         self.position = self.available
         self.consumed_steps += sum(r.steps for r in records)
-        self.settle()
+        for policy in self.policies.values():
+            policy.settle(self.position, self.consumed_steps)
+            report = policy.read_report()
+            if report is not None:
+                self.pipe.send(report)
         self.pipe.send(
             {
                 "type": "consumed",
@@ -323,51 +308,25 @@ class _LearnerLoop:
             }
         )
 
-    def settle(self) -> None:
-        """Move the trained position up when nothing read is waiting in the learner's buffer."""
-        if self.learner.buffered_steps == 0:
-            self.settled, self.settled_consumed = self.position, self.consumed_steps
+    def _unknown_policy(self, policy_id: str) -> None:
+        if policy_id not in self.unknown_policies:
+            self.unknown_policies.add(policy_id)
+            print(
+                f"rlserve learner: the experience log holds fragments of the policy "
+                f"'{policy_id}', which this server does not host; they are skipped",
+                file=sys.stderr,
+            )
 
-    def publish(self, metrics: dict[str, float]) -> None:
-        """Send the current actor and the update's metrics.
+    def save_all(self, reason: str) -> None:
+        """Checkpoint every policy."""
+        for policy in self.policies.values():
+            self.pipe.send(policy.save(reason))
 
-        An update that applied no step leaves the version where it was: then only the metrics go.
+    def save_idle(self) -> None:
+        """Checkpoint again the idle policies that settled further in the log.
+
+        Frozen ones and ones without traffic: so the log's clean-up moves on.
         """
-        metrics = {**metrics, "learner/steps_consumed": float(self.consumed_steps)}
-        if self.learner.version == self.published:
-            self.pipe.send({"type": "metrics", "metrics": metrics})
-            return
-        self.published = self.learner.version
-        self.pipe.send(
-            {"type": "weights", "package": self.learner.weights().to_wire(), "metrics": metrics}
-        )
-
-    def save(self, reason: str) -> None:
-        """Write a checkpoint atomically, forget the oldest, tell the server what log it needs."""
-        path = self.checkpoints / f"ckpt_{self.learner.counters()['updates']:07d}.pt"
-        extra = {
-            "trained_through": self.settled,
-            "steps_consumed": self.settled_consumed,
-            "reason": reason,
-        }
-        self.learner.save(path, extra)
-        atomic_write_bytes(
-            path.with_suffix(".json"), json.dumps({"trained_through": self.settled}).encode()
-        )
-        kept = checkpoint_files(self.run_dir)
-        for old in kept[: -int(self.setup["keep_checkpoints"])]:
-            old.unlink(missing_ok=True)
-            old.with_suffix(".json").unlink(missing_ok=True)
-        kept = checkpoint_files(self.run_dir)
-        self.pipe.send(
-            {
-                "type": "checkpointed",
-                "path": str(path),
-                "reason": reason,
-                "trained_through": self.settled,
-                # The log must reach back to the oldest kept checkpoint: it is the fallback
-                # when a newer one turns out damaged.
-                "log_needed_after": min(trained_through_of(p) for p in kept),
-                "untrained_steps": self.learner.buffered_steps,
-            }
-        )
+        for policy in self.policies.values():
+            if policy.idle_behind():
+                self.pipe.send(policy.save("idle"))

@@ -3,9 +3,13 @@
 Layout::
 
     runs/<name>/config.toml       the server and PPO configuration the run started with, without
-                                  the token (``token_required = true`` records that it had one)
+                                  the token (``token_required = true`` records that it had one),
+                                  and the [policies.<id>] and [mapping] tables when it has them
     runs/<name>/spaces.json       the policy's observation and action space descriptions
+                                  (several policies: {"policies": {id: {...}}})
     runs/<name>/checkpoints/      ckpt_<updates>.pt (torch.load(weights_only=True) safe)
+    runs/<name>/policies/<id>/    several policies: each one's checkpoints/ and weights.npz
+                                  (see :mod:`rlserve.server.policies`)
     runs/<name>/events.out.tfevents.*   TensorBoard scalars
     runs/<name>/endpoints.json    where the running server listens (see :data:`ENDPOINTS_FILE`)
 """

@@ -4,7 +4,8 @@
   experience-log seq they include, written at every metrics interval and at shutdown;
 * ``weights/policy.npz``: the newest published actor (arrays, its ``ModelSpec`` as JSON and its
   version), written before the version is published to any client, so a restarted server serves
-  at once, and weights versions never go backwards;
+  at once, and weights versions never go backwards (a server with several policies keeps each
+  policy's in ``policies/<id>/weights.npz``, see :mod:`rlserve.server.policies`);
 * ``reported_batches.msgpack``: ids of accepted ``report_samples`` batches whose log records were
   deleted (the log itself holds the ids of the rest).
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from rlserve.durable import atomic_write_bytes
 from rlserve.errors import ProtocolError
 from rlserve.policy import ModelSpec
 from rlserve.protocol.codec import decode, encode
+from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.server.experience_log import LOG_LIMITS
 
 logger = logging.getLogger("rlserve.server")
@@ -36,12 +39,19 @@ _VERSION_KEY = "__version__"
 
 
 class StateStore:
-    """Reads and writes the serving process's files in a run folder."""
+    """Reads and writes the serving process's files in a run folder.
 
-    def __init__(self, run_path: Path):
+    Args:
+        run_path: The run folder.
+        weights_files: Where each policy's published actor goes (default: the single policy
+            ``default`` in ``weights/policy.npz``).
+    """
+
+    def __init__(self, run_path: Path, weights_files: Mapping[str, Path] | None = None):
         self.path = run_path
         self.state_file = run_path / "server_state.json"
         self.weights_file = run_path / "weights" / "policy.npz"
+        self.weights_files = dict(weights_files or {DEFAULT_POLICY_ID: self.weights_file})
         self.ledger_file = run_path / "reported_batches.msgpack"
 
     # -- counters --------------------------------------------------------------------------
@@ -63,23 +73,25 @@ class StateStore:
 
     # -- weights ---------------------------------------------------------------------------
 
-    def save_weights(self, package: WeightsPackage) -> None:
-        """Write the published actor (atomically)."""
-        self.weights_file.parent.mkdir(parents=True, exist_ok=True)
+    def save_weights(self, package: WeightsPackage, policy_id: str = DEFAULT_POLICY_ID) -> None:
+        """Write a policy's published actor (atomically)."""
+        path = self.weights_files[policy_id]
+        path.parent.mkdir(parents=True, exist_ok=True)
         buffer = io.BytesIO()
         spec = np.frombuffer(json.dumps(package.spec.to_wire()).encode(), dtype=np.uint8)
         arrays: dict[str, Any] = {f"a_{name}": array for name, array in package.arrays.items()}
         arrays[_SPEC_KEY] = spec
         arrays[_VERSION_KEY] = np.asarray(package.version, dtype=np.int64)
         np.savez(buffer, **arrays)
-        atomic_write_bytes(self.weights_file, buffer.getvalue())
+        atomic_write_bytes(path, buffer.getvalue())
 
-    def load_weights(self) -> WeightsPackage | None:
-        """The newest published actor, or None when there is none (or it is unreadable)."""
-        if not self.weights_file.exists():
+    def load_weights(self, policy_id: str = DEFAULT_POLICY_ID) -> WeightsPackage | None:
+        """A policy's newest published actor; None when there is none (or it is unreadable)."""
+        path = self.weights_files[policy_id]
+        if not path.exists():
             return None
         try:
-            with np.load(self.weights_file, allow_pickle=False) as data:
+            with np.load(path, allow_pickle=False) as data:
                 spec = ModelSpec.from_wire(json.loads(bytes(data[_SPEC_KEY]).decode()))
                 version = int(data[_VERSION_KEY])
                 arrays = {
@@ -90,7 +102,7 @@ class StateStore:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             logger.warning(
                 "rlserve: cannot read the published weights %s (%s); waiting for the learner's",
-                self.weights_file,
+                path,
                 exc,
             )
             return None

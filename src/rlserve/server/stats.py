@@ -1,4 +1,9 @@
-"""The server's counters, and their views: a metrics map, Prometheus text, a progress line."""
+"""The server's counters, and their views: a metrics map, Prometheus text, a progress line.
+
+A server with several policies also keeps each policy's metrics under ``policies/<id>/``
+(its learner's, its weights version, its mean episode return); the names without a prefix stay
+totals. A server with the one policy ``default`` keeps exactly the names it always had.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from rlserve.episodes import EpisodeSummary
+from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.server.throttled_log import SERVER_LOG
 
 logger = logging.getLogger("rlserve.server")
@@ -44,6 +50,44 @@ Statistics of an update (losses, KL...) are NaN until there is one (``null`` in
 the learner replaces them with its restored values (``--resume``) as soon as it is ready.
 """
 
+POLICY_LEARNER_INITIAL: dict[str, float] = {
+    **LEARNER_INITIAL,
+    "learner/steps_skipped_frozen": 0.0,
+}
+"""Each policy's learner metrics (``policies/<id>/learner/...``) before its first update."""
+
+LATEST_UPDATE_KEYS = frozenset(
+    f"learner/{name}"
+    for name in (
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "approx_kl",
+        "clip_frac",
+        "explained_variance",
+        "update_seconds",
+        "batch_steps",
+    )
+)
+"""Statistics of one update: with several policies their total is the newest update's."""
+
+SUMMED_KEYS = frozenset(
+    key
+    for key in LEARNER_INITIAL
+    if key not in LATEST_UPDATE_KEYS
+    and key not in ("learner/weights_version", "learner/steps_consumed")
+)
+"""Counters whose total with several policies is the sum over the policies.
+
+``learner/weights_version`` is the highest of any policy; ``learner/steps_consumed`` counts the
+log steps the learner process read, all policies together.
+"""
+
+PROCESS_KEYS = frozenset({"learner/steps_consumed", "learner/steps_skipped_frozen"})
+"""Per-policy learner keys a single-policy server does not take from a policy's messages: the
+total ``learner/steps_consumed`` is the learner process's count, and skipped frozen steps have no
+total."""
+
 TIMED_OUT_FIX = (
     "call end_episode(episode_id, observation) when an episode ends (also after an exception "
     "in your loop), or raise --idle-timeout if your simulator pauses that long between calls"
@@ -58,7 +102,7 @@ class ServerStats:
     right whoever steps the environment.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, policy_ids: tuple[str, ...] = (DEFAULT_POLICY_ID,)) -> None:
         self.started = time.monotonic()
         self.env_steps = 0
         self.actions_served = 0
@@ -87,6 +131,42 @@ class ServerStats:
         self.learner: dict[str, float] = dict(LEARNER_INITIAL)
         self._rate_mark = (time.monotonic(), 0)
         self.actions_per_s = 0.0
+        self.configure_policies(policy_ids)
+
+    def configure_policies(self, policy_ids: tuple[str, ...] | list[str]) -> None:
+        """Say which policies the server hosts (before it starts); resets their metrics."""
+        self.policy_ids = tuple(policy_ids)
+        self.several = self.policy_ids != (DEFAULT_POLICY_ID,)
+        """Whether per-policy metrics (``policies/<id>/...``) are kept."""
+        self.policy_versions: dict[str, int] = {pid: -1 for pid in self.policy_ids}
+        self.policy_learner: dict[str, dict[str, float]] = {
+            pid: dict(POLICY_LEARNER_INITIAL) for pid in self.policy_ids
+        }
+        self.policy_returns: dict[str, deque[float]] = {
+            pid: deque(maxlen=RETURN_WINDOW) for pid in self.policy_ids
+        }
+
+    def update_learner(self, policy_id: str, metrics: dict[str, float]) -> None:
+        """Take a policy's learner metrics (and update the totals)."""
+        if not self.several:
+            # The process's own count of log steps read comes with 'ready' and 'consumed'.
+            self.learner.update({k: v for k, v in metrics.items() if k not in PROCESS_KEYS})
+            return
+        mine = self.policy_learner.get(policy_id)
+        if mine is None:
+            return
+        mine.update(metrics)
+        self.learner.update({k: v for k, v in metrics.items() if k in LATEST_UPDATE_KEYS})
+        for key in SUMMED_KEYS:
+            self.learner[key] = sum(p.get(key, 0.0) for p in self.policy_learner.values())
+        self.learner["learner/weights_version"] = max(
+            p["learner/weights_version"] for p in self.policy_learner.values()
+        )
+
+    def set_policy_version(self, policy_id: str, version: int) -> None:
+        """Record the version the server serves for a policy; the total is the highest."""
+        self.policy_versions[policy_id] = max(self.policy_versions.get(policy_id, -1), version)
+        self.weights_version = max(self.policy_versions.values())
 
     def count_actions(self, steps: int, batch: int) -> None:
         """Count ``steps`` recorded actions; ``batch`` > 0 when they came from one forward pass."""
@@ -138,6 +218,12 @@ class ServerStats:
         self.episodes_completed += 1
         self.returns.append(summary.episode_return)
         self.lengths.append(summary.length)
+        if summary.policy_returns is not None:
+            for policy_id, value in summary.policy_returns.items():
+                if policy_id in self.policy_returns:
+                    self.policy_returns[policy_id].append(value)
+        elif summary.policy_id in self.policy_returns:
+            self.policy_returns[summary.policy_id].append(summary.episode_return)
 
     def record_reported_episode(self, summary: EpisodeSummary) -> None:
         """Count an episode a local-inference client reports as ended.
@@ -191,18 +277,36 @@ class ServerStats:
             "server/errors": sum(self.errors.values()),
         }
         metrics.update(self.learner)
+        if self.several:
+            for pid in self.policy_ids:
+                prefix = f"policies/{pid}/"
+                returns = self.policy_returns[pid]
+                metrics[prefix + "weights_version"] = self.policy_versions[pid]
+                metrics[prefix + "episodes/return_mean"] = (
+                    float(np.mean(returns)) if returns else float("nan")
+                )
+                for key, value in self.policy_learner[pid].items():
+                    metrics[prefix + key] = value
         return metrics
 
     def progress_line(self) -> str:
         """One line for the terminal."""
         ret = self.return_mean
         ret_text = "   -  " if ret != ret else f"{ret:6.1f}"
-        return (
+        line = (
             f"steps {self.env_steps:>9,d} | {self.actions_per_s:7,.0f} steps/s | "
             f"return(100) {ret_text} | episodes {self.episodes_completed:>6,d} | "
             f"clients {self.clients} | weights v{max(self.weights_version, 0)} | "
             f"{time.monotonic() - self.started:6.1f}s"
         )
+        if not self.several:
+            return line
+        parts = []
+        for pid in self.policy_ids:
+            returns = self.policy_returns[pid]
+            mean = f"{np.mean(returns):.1f}" if returns else "-"
+            parts.append(f"{pid} v{max(self.policy_versions[pid], 0)} {mean}")
+        return f"{line} | {', '.join(parts)}"
 
     def state(self) -> dict[str, Any]:
         """Counters the run folder keeps so that a resumed run continues them."""
@@ -217,6 +321,14 @@ class ServerStats:
             "episodes_timed_out": self.episodes_timed_out,
             "returns": list(self.returns),
             "lengths": list(self.lengths),
+            **(
+                {
+                    "policy_versions": dict(self.policy_versions),
+                    "policy_returns": {k: list(v) for k, v in self.policy_returns.items()},
+                }
+                if self.several
+                else {}
+            ),
         }
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -231,4 +343,12 @@ class ServerStats:
         self.episodes_timed_out = int(state.get("episodes_timed_out", 0))
         self.returns.extend(float(r) for r in state.get("returns", []))
         self.lengths.extend(int(n) for n in state.get("lengths", []))
+        for pid, version in (state.get("policy_versions") or {}).items():
+            if pid in self.policy_versions:
+                self.set_policy_version(pid, int(version))
+        for pid, values in (state.get("policy_returns") or {}).items():
+            if pid in self.policy_returns:
+                self.policy_returns[pid].extend(float(r) for r in values)
+        if not self.several:
+            self.policy_versions[DEFAULT_POLICY_ID] = self.weights_version
         self._rate_mark = (time.monotonic(), self.env_steps)

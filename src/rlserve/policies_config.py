@@ -1,0 +1,221 @@
+"""Reading the ``[policies.<id>]`` and ``[mapping]`` tables of a ``--config`` file.
+
+::
+
+    [policies.red]
+    spaces_from = "CartPole-v1"          # or spaces_file = "red.json", or inline
+                                         # observation_space = {...} and action_space = {...}
+    [policies.red.ppo]                   # overrides of the top [ppo] table
+    lr = 0.0005
+
+    [policies.blue]
+    spaces_file = "blue_spaces.json"
+    frozen = true                        # never trained: serves its weights as they are
+    init_checkpoint = "runs/old/checkpoints/ckpt_0000100.pt"
+
+    [mapping]                            # agent id or shell pattern -> policy id
+    "red_*" = "red"
+    "blue_*" = "blue"
+
+Every mistake is one :class:`~rlserve.errors.ConfigError` naming the file, the line where it can
+tell, the key, and the fix, as for the other tables. Paths are relative to the working folder,
+as everywhere in the file; ``init_checkpoint`` is saved absolute in the run folder.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Any
+
+from rlserve.algorithms.ppo_config import PPOConfig
+from rlserve.config import build, check_table, line_of_key
+from rlserve.errors import ConfigError, RLServeError
+from rlserve.multiagent import PolicyMapping
+from rlserve.policy.distributions import check_learnable
+from rlserve.server.policies import PolicySpec, check_policy_id
+from rlserve.spaces import from_description
+from rlserve.spaces_file import load_spaces_file, spaces_of_env
+
+POLICY_KEYS: dict[str, str] = {
+    "spaces_from": "Gymnasium env id whose spaces the policy uses",
+    "spaces_file": "JSON file with observation_space and action_space descriptions",
+    "observation_space": "inline observation space description (with action_space)",
+    "action_space": "inline action space description (with observation_space)",
+    "frozen": "true: never trained, its weights are served as they are (default false)",
+    "init_checkpoint": "checkpoint (e.g. of another run) whose weights the policy starts from",
+    "ppo": "sub-table [policies.<id>.ppo] overriding keys of the top [ppo] table",
+}
+"""The keys of a ``[policies.<id>]`` table, with what each means."""
+
+
+class _Where:
+    """Names a place in the file: ``file, line N: [table]``."""
+
+    def __init__(self, path: str, text: str):
+        self.path = path
+        self.text = text
+
+    def error(self, table: str, key: str, message: str) -> ConfigError:
+        line = line_of_key(self.text, table, key)
+        if line is None and key:
+            line = line_of_key(self.text, table, "")
+        where = f"{self.path}, line {line}" if line else self.path
+        error = ConfigError(f"{where}: [{table}] {message}")
+        error.key = key or None
+        return error
+
+
+def read_policies(path: str, table: Any) -> dict[str, PolicySpec]:
+    """The policies a ``[policies]`` table of the file ``path`` declares, in file order.
+
+    Raises:
+        ConfigError: A policy id, key, value, space or checkpoint is wrong (file, line, key).
+    """
+    where = _Where(path, Path(path).read_text(encoding="utf-8"))
+    if not isinstance(table, dict) or not table:
+        raise where.error(
+            "policies", "", "must hold one table per policy: [policies.<id>] with its spaces"
+        )
+    policies: dict[str, PolicySpec] = {}
+    for policy_id, entry in table.items():
+        name = f"policies.{policy_id}"
+        try:
+            check_policy_id(policy_id)
+        except ConfigError as exc:
+            raise where.error(name, "", str(exc)) from None
+        if not isinstance(entry, dict):
+            raise where.error(
+                "policies", policy_id, f"'{policy_id}' must be a table ([{name}] with keys)"
+            )
+        policies[policy_id] = _read_policy(where, name, policy_id, entry)
+    return policies
+
+
+def _read_policy(where: _Where, name: str, policy_id: str, entry: dict[str, Any]) -> PolicySpec:
+    for key in entry:
+        if key not in POLICY_KEYS:
+            close = difflib.get_close_matches(key, list(POLICY_KEYS), n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise where.error(
+                name, key, f"unknown key '{key}'; {hint}a policy takes {', '.join(POLICY_KEYS)}"
+            )
+    for key in ("spaces_from", "spaces_file", "init_checkpoint"):
+        if key in entry and not isinstance(entry[key], str):
+            raise where.error(name, key, f"'{key}' must be a string, got {entry[key]!r}")
+    for key in ("observation_space", "action_space", "ppo"):
+        if key in entry and not isinstance(entry[key], dict):
+            raise where.error(name, key, f"'{key}' must be a table, got {entry[key]!r}")
+    frozen = entry.get("frozen", False)
+    if not isinstance(frozen, bool):
+        raise where.error(name, "frozen", f"'frozen' must be true or false, got {frozen!r}")
+    observation_space, action_space = _spaces(where, name, entry)
+    ppo = dict(entry.get("ppo", {}))
+    try:
+        check_table(PPOConfig, ppo)
+    except ConfigError as exc:
+        raise where.error(f"{name}.ppo", exc.key or "", str(exc)) from None
+    init = entry.get("init_checkpoint")
+    if init is not None:
+        if not os.path.isfile(init) or not os.access(init, os.R_OK):
+            raise where.error(
+                name,
+                "init_checkpoint",
+                f"init_checkpoint {init}: no such readable file; name a ckpt_*.pt file of a run "
+                "folder (its checkpoints/ folder)",
+            )
+        init = os.path.abspath(init)
+    return PolicySpec(
+        policy_id,
+        observation_space,
+        action_space,
+        ppo={k: tuple(v) if isinstance(v, list) else v for k, v in ppo.items()},
+        frozen=frozen,
+        init_checkpoint=init,
+    )
+
+
+def _spaces(where: _Where, name: str, entry: dict[str, Any]) -> tuple[Any, Any]:
+    """The policy's spaces from exactly one of its three ways of giving them."""
+    inline = [k for k in ("observation_space", "action_space") if k in entry]
+    given: list[str] = [k for k in ("spaces_from", "spaces_file") if k in entry]
+    given += ["inline"] if inline else []
+    if len(given) != 1 or (inline and len(inline) != 2):
+        found = ", ".join(k for k in (*entry,) if k in ("spaces_from", "spaces_file", *inline))
+        raise where.error(
+            name,
+            inline[0] if len(inline) == 1 else "",
+            f"give the policy's spaces one way: spaces_from = ENV_ID, spaces_file = FILE.json, "
+            f"or both observation_space and action_space (found: {found or 'none'})",
+        )
+    try:
+        if "spaces_from" in entry:
+            return spaces_of_env(entry["spaces_from"], label="spaces_from")
+        if "spaces_file" in entry:
+            return load_spaces_file(entry["spaces_file"])
+    except RLServeError as exc:
+        raise where.error(name, given[0], str(exc)) from None
+    described: list[Any] = []
+    for key in ("observation_space", "action_space"):
+        try:
+            described.append(from_description(entry[key]))
+        except RLServeError as exc:
+            raise where.error(
+                name, key, f"{key}: {exc} (space descriptions: docs/protocol.md, section 6.2)"
+            ) from None
+    return described[0], described[1]
+
+
+def read_mapping(path: str | None, table: Any, policies: dict[str, PolicySpec]) -> PolicyMapping:
+    """The ``[mapping]`` table (``"agent id or pattern" = "policy id"``) as a mapping.
+
+    Raises:
+        ConfigError: A rule names a policy that is not declared, or is not a string.
+    """
+    text = Path(path).read_text(encoding="utf-8") if path else ""
+    where = _Where(path or "--config", text)
+    if not isinstance(table, dict):
+        raise where.error("mapping", "", 'must be a table of "agent id or pattern" = "policy"')
+    for rule, policy_id in table.items():
+        if not isinstance(policy_id, str):
+            raise where.error(
+                "mapping",
+                rule,
+                f"rule '{rule}' must name a policy id (a string), not {policy_id!r}",
+            )
+        if policy_id not in policies:
+            close = difflib.get_close_matches(policy_id, list(policies), n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise where.error(
+                "mapping",
+                rule,
+                f"rule '{rule}' names the policy '{policy_id}', which is not declared; {hint}"
+                f"the policies are {', '.join(policies)}",
+            )
+    try:
+        return PolicyMapping.from_table(table, policies)
+    except ConfigError as exc:
+        raise where.error("mapping", "", str(exc)) from None
+
+
+def check_policies(policies: dict[str, PolicySpec], ppo: dict[str, Any]) -> None:
+    """Refuse, before anything listens, a policy PPO cannot train or whose PPO table is wrong.
+
+    Args:
+        policies: The declared policies.
+        ppo: The top ``[ppo]`` table (flags applied).
+
+    Raises:
+        ConfigError, UnsupportedSpaceError: The message names the policy (when there are
+            several, or it is not ``default``).
+    """
+    for spec in policies.values():
+        label = "" if spec.plain else f"policy '{spec.policy_id}': "
+        try:
+            build(PPOConfig, spec.ppo_table(ppo), None)
+            check_learnable(spec.observation_space, spec.action_space)
+        except RLServeError as exc:
+            if not label:
+                raise
+            raise type(exc)(f"{label}{exc}") from None

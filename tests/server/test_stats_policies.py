@@ -1,0 +1,125 @@
+"""Per-policy metrics: a server with several policies adds ``policies/<id>/`` names and keeps
+totals under today's names; a single-policy server keeps exactly today's names."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+from rlserve.episodes import EpisodeSummary
+from rlserve.server.learner_link import LearnerLink
+from rlserve.server.stats import LEARNER_INITIAL, ServerStats
+from rlserve.status import format_status
+
+
+def summary(ret: float, policy_id: str = "default", **more: Any) -> EpisodeSummary:
+    return EpisodeSummary("e", ret, 5, True, "terminated", policy_id=policy_id, **more)
+
+
+def test_a_single_policy_server_keeps_todays_names() -> None:
+    stats = ServerStats()
+    names = set(stats.snapshot())
+    stats.update_learner(
+        "default",
+        {
+            "learner/updates": 2.0,
+            "learner/steps_consumed": 7.0,  # the process's count comes with 'consumed'
+            "learner/steps_skipped_frozen": 3.0,
+        },
+    )
+    stats.set_policy_version("default", 4)
+    stats.record_episode(summary(1.5))
+    snapshot = stats.snapshot()
+    assert set(snapshot) == names
+    assert not any(name.startswith("policies/") for name in names)
+    assert snapshot["learner/updates"] == 2
+    assert snapshot["learner/steps_consumed"] == 0
+    assert snapshot["server/weights_version"] == 4
+    assert "policies" not in stats.state() and "policy_versions" not in stats.state()
+
+
+def test_several_policies_have_their_own_names_and_totals() -> None:
+    stats = ServerStats(("red", "blue"))
+    snapshot = stats.snapshot()
+    for pid in ("red", "blue"):
+        assert snapshot[f"policies/{pid}/weights_version"] == -1
+        assert math.isnan(snapshot[f"policies/{pid}/episodes/return_mean"])
+        assert snapshot[f"policies/{pid}/learner/steps_skipped_frozen"] == 0
+        for name in LEARNER_INITIAL:
+            assert f"policies/{pid}/{name}" in snapshot
+    stats.update_learner("red", {"learner/updates": 3.0, "learner/policy_loss": 0.5})
+    stats.update_learner(
+        "blue",
+        {"learner/updates": 1.0, "learner/policy_loss": -0.25, "learner/weights_version": 9.0},
+    )
+    stats.set_policy_version("blue", 9)
+    stats.set_policy_version("red", 3)
+    # A single-agent episode counts for its policy; a multi-agent one for each of its policies.
+    stats.record_episode(summary(2.0, policy_id="red"))
+    stats.record_episode(summary(10.0, policy_returns={"red": 4.0, "blue": 6.0}))
+    stats.record_episode(summary(1.0, policy_id="nobody"))  # a policy this server does not host
+    snapshot = stats.snapshot()
+    assert snapshot["policies/red/learner/updates"] == 3
+    assert snapshot["policies/blue/learner/policy_loss"] == -0.25
+    assert snapshot["learner/updates"] == 4  # summed
+    assert snapshot["learner/policy_loss"] == -0.25  # the newest update's
+    assert snapshot["learner/weights_version"] == 9  # the highest
+    assert snapshot["server/weights_version"] == 9
+    assert snapshot["policies/red/weights_version"] == 3
+    assert snapshot["policies/red/episodes/return_mean"] == 3.0
+    assert snapshot["policies/blue/episodes/return_mean"] == 6.0
+    assert snapshot["episodes/completed"] == 3
+    assert "red v3 3.0, blue v9 6.0" in stats.progress_line()
+    shown = format_status("here", {"status": "ok"}, snapshot)
+    assert "policy    red: weights v3, 3 updates" in shown
+    assert "policy    blue: weights v9, 1 updates" in shown
+    # Kept across a resume.
+    again = ServerStats(("red", "blue"))
+    again.restore(stats.state())
+    assert again.snapshot()["policies/red/weights_version"] == 3
+    assert again.snapshot()["policies/blue/episodes/return_mean"] == 6.0
+    assert again.weights_version == 9
+
+
+def test_the_log_is_cleaned_only_past_every_policys_checkpoints() -> None:
+    """The learner handle combines each policy's needs; the server sees one position."""
+    cleaned: list[int] = []
+
+    async def on_checkpointed(message: dict[str, Any]) -> None:
+        cleaned.append(message["log_needed_after"])
+
+    link = LearnerLink(
+        {"policies": [{"policy_id": "red"}, {"policy_id": "blue"}], "max_queue_steps": 10},
+        ServerStats(("red", "blue")),
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        on_checkpointed,
+        dict,
+    )
+
+    def checkpointed(pid: str, needed: int, reason: str = "interval") -> dict[str, Any]:
+        return {
+            "type": "checkpointed",
+            "policy_id": pid,
+            "path": f"{pid}/ckpt",
+            "reason": reason,
+            "trained_through": needed,
+            "log_needed_after": needed,
+            "untrained_steps": 0,
+        }
+
+    async def scenario() -> None:
+        await link._dispatch(checkpointed("red", 50))  # blue's needs are unknown yet: keep all
+        await link._dispatch(checkpointed("blue", 20))
+        await link._dispatch(checkpointed("red", 80))
+        await link._dispatch(checkpointed("blue", 90))
+        link._checkpointed.clear()
+        await link._dispatch(checkpointed("red", 95, "shutdown"))
+        assert not link._checkpointed.is_set()  # blue's final checkpoint is still to come
+        await link._dispatch(checkpointed("blue", 95, "shutdown"))
+        assert link._checkpointed.is_set()
+
+    asyncio.run(scenario())
+    assert cleaned == [0, 20, 20, 80, 90, 95]
+    assert link.last_checkpoints == {"red": "red/ckpt", "blue": "blue/ckpt"}
