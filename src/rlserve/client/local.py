@@ -42,13 +42,14 @@ import numpy as np
 from gymnasium import spaces
 
 from rlserve.agent_groups import AgentGrouper
-from rlserve.client.agent_values import PolicyTable
+from rlserve.client.agent_values import PolicySpaces, PolicyTable
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.config import option
-from rlserve.episodes import EpisodeSummary, EpisodeTable
+from rlserve.episodes import Episode, EpisodeSummary, EpisodeTable
 from rlserve.errors import (
     ConfigError,
     ConnectionLostError,
+    EpisodeError,
     FrameTooLargeError,
     ServerError,
     SpaceError,
@@ -251,57 +252,71 @@ class LocalInference:
 
     # -- episode calls -----------------------------------------------------------------------
 
-    def start_episode(self, episode_id: str | None, training_enabled: bool) -> str:
-        """Open an episode on this client."""
-        return self.table.start(episode_id, training_enabled, self.default_policy_id, OWNER)
+    def start_episode(
+        self, episode_id: str | None, training_enabled: bool, policy_id: str | None = None
+    ) -> str:
+        """Open an episode on this client (single-agent calls act with ``policy_id``)."""
+        return self.table.start(
+            episode_id, training_enabled, policy_id or self.default_policy_id, OWNER
+        )
+
+    def _single(self, episode: Episode) -> tuple[NumpyPolicy, PolicySpaces]:
+        """The weights and spaces of a single-agent episode's policy."""
+        return self._policies[episode.policy_id], self.table_of_policies.policies[episode.policy_id]
 
     def get_one_action(self, episode_id: str, observation: Any) -> Any:
         """Record one observation and compute its action (the per-step fast path)."""
         episode = self.table.get(episode_id)
-        batch = np.asarray(observation)[None] if self._box_obs else [observation]
-        obs = check_batch(self.observation_space, batch, 1, "observation")
-        policy = self._policy
+        policy, spaces_ = self._single(episode)
+        space = spaces_.observation_space
+        batch = np.asarray(observation)[None] if isinstance(space, spaces.Box) else [observation]
+        obs = check_batch(space, batch, 1, "observation")
         out = policy.compute_actions(obs)
         self.table.observe(episode, obs[0], None)
         action = out.actions[0]
+        discrete = spaces_.discrete
         self.table.act(
             episode,
-            int(action) if self._discrete else action,
+            int(action) if discrete else action,
             float(out.logp[0]),
             True,
             policy.version,
         )
         sent = policy.to_env_actions(out.actions)
-        if self._discrete:
+        if discrete:
             return int(sent[0])
-        return actions_to_space(self.action_space, sent)[0]
+        return actions_to_space(spaces_.action_space, sent)[0]
 
     def get_action(self, episode_ids: list[str], observations: Any) -> np.ndarray:
         """Record observations and compute actions for several episodes at once."""
         episodes = [self.table.get(eid) for eid in episode_ids]
         for episode in episodes:
             self.table.check_observe(episode, None)
-        obs = check_batch(self.observation_space, observations, len(episodes), "observation")
-        policy = self._policy
+        if any(e.policy_id != episodes[0].policy_id for e in episodes):
+            raise EpisodeError("one get_action may only name episodes of the same policy")
+        policy, spaces_ = self._single(episodes[0])
+        obs = check_batch(spaces_.observation_space, observations, len(episodes), "observation")
         out = policy.compute_actions(obs)
+        discrete = spaces_.discrete
         for i, episode in enumerate(episodes):
             self.table.observe(episode, obs[i], None)
-            action = int(out.actions[i]) if self._discrete else out.actions[i]
+            action = int(out.actions[i]) if discrete else out.actions[i]
             self.table.act(episode, action, float(out.logp[i]), True, policy.version)
         sent = policy.to_env_actions(out.actions)
-        return sent if self._discrete else actions_to_space(self.action_space, sent)
+        return sent if discrete else actions_to_space(spaces_.action_space, sent)
 
     def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
         """Record an action someone else took."""
         episode = self.table.get(episode_id)
         self.table.check_observe(episode, None)
-        obs = check_batch(self.observation_space, [observation], 1, "observation")
-        value = check_value(self.action_space, action, "action")
-        value = encode_action(self.action_space, value)
-        if not self._discrete:
+        policy, spaces_ = self._single(episode)
+        obs = check_batch(spaces_.observation_space, [observation], 1, "observation")
+        value = check_value(spaces_.action_space, action, "action")
+        value = encode_action(spaces_.action_space, value)
+        if not spaces_.discrete:
             value = check_float32(value, "log_action 'action'")
         self.table.observe(episode, obs[0], None)
-        self.table.act(episode, value, float("nan"), False, self._policy.version)
+        self.table.act(episode, value, float("nan"), False, policy.version)
 
     def log_returns(
         self, episode_id: str, reward: float, info: dict[str, Any] | None = None
@@ -312,7 +327,8 @@ class LocalInference:
     def end_episode(self, episode_id: str, observation: Any, truncated: bool) -> None:
         """Finish an episode; its steps and summary go out with the next batch."""
         episode = self.table.get(episode_id)
-        obs = check_batch(self.observation_space, [observation], 1, "observation")
+        _, spaces_ = self._single(episode)
+        obs = check_batch(spaces_.observation_space, [observation], 1, "observation")
         summary = self.table.end(episode, obs[0], truncated, None)
         with self._lock:
             self._summaries.append(summary)

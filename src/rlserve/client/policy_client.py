@@ -341,27 +341,42 @@ class PolicyClient:
 
     # -- the RLlib calls ---------------------------------------------------------------------
 
-    def start_episode(self, episode_id: str | None = None, training_enabled: bool = True) -> str:
+    def start_episode(
+        self,
+        episode_id: str | None = None,
+        training_enabled: bool = True,
+        *,
+        policy_id: str | None = None,
+    ) -> str:
         """Start an episode and return its id.
 
         Args:
             episode_id: A unique id, or None for a random one (``uuid4().hex``, chosen by the
                 client so that a retried start is recognised).
             training_enabled: False serves actions but keeps the episode out of training.
+            policy_id: The policy of a single-agent episode on a server of several policies
+                (None: ``default``, or the server's only policy). Multi-agent episodes find
+                each agent's policy through the mapping instead.
 
         Raises:
             EpisodeError: The id is active or was used before.
         """
         with self._lock:
+            if policy_id is not None and policy_id not in self.policies.policies:
+                raise EpisodeError(
+                    f"start_episode names the policy '{policy_id}', which the server does not "
+                    f"serve; it serves {sorted(self.policies.policies)}"
+                )
             if self._local is not None:
-                return self._local.start_episode(episode_id, training_enabled)
-            reply = self._request(
-                {
-                    "type": "start_episode",
-                    "episode_id": episode_id or uuid.uuid4().hex,
-                    "training_enabled": training_enabled,
-                }
-            )
+                return self._local.start_episode(episode_id, training_enabled, policy_id)
+            message: dict[str, Any] = {
+                "type": "start_episode",
+                "episode_id": episode_id or uuid.uuid4().hex,
+                "training_enabled": training_enabled,
+            }
+            if policy_id is not None:
+                message["policy_id"] = policy_id
+            reply = self._request(message)
             started = str(reply["episode_id"])
             _remember(self._open, started)
             self._lost.pop(started, None)
