@@ -15,6 +15,7 @@ from rlserve.algorithms.ppo_config import PPOConfig
 from rlserve.config import load_config_file
 from rlserve.errors import ConfigError
 from rlserve.policies_config import check_policies, read_mapping, read_policies
+from rlserve.server.config import ServerConfig
 from rlserve.server.policies import (
     policies_from_run,
     policy_paths,
@@ -211,3 +212,16 @@ def test_the_command_refuses_policies_mistakes_before_creating_anything(
     done = run_rlserve("serve", "--config", "q.toml", "--spaces-from", "CartPole-v1")
     assert_one_line_error(done, "[policies] gives each policy its spaces", "--spaces-from")
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_shipped_example_declares_two_policies(monkeypatch: pytest.MonkeyPatch) -> None:
+    root = Path(__file__).parents[1]
+    monkeypatch.chdir(root)  # its paths are relative to the working folder, as documented
+    example = root / "examples" / "policies.toml"
+    classes = {"server": ServerConfig, "ppo": PPOConfig}
+    tables = load_config_file(str(example), classes, ("policies", "mapping"))
+    policies = read_policies(str(example), tables["policies"])
+    assert list(policies) == ["red", "blue"]
+    mapping = read_mapping(str(example), tables["mapping"], policies)
+    assert mapping.resolve("blue_7") == "blue"
+    check_policies(policies, tables["ppo"])
