@@ -533,7 +533,8 @@ class EpisodeTable:
         (truncated): its steps go to its policy now, and it may not act again. A truncated agent
         has no next observation to bootstrap from, so its last step is dropped and the steps
         before it bootstrap from the observation of that last step (as for an idle episode).
-        Nothing is changed when any of it is refused.
+        An agent named with a reward of 0 that has not acted yet is accepted and changes nothing
+        (its info has no step to belong to). Nothing is changed when any of it is refused.
 
         Raises:
             EpisodeError: The episode is single-agent or awaiting an action; a reward names an
@@ -560,7 +561,9 @@ class EpisodeTable:
                 )
             self._check_agent_usable(episode, agent, agent_id, agent.policy_id, "log_returns")
         for i, agent_id in enumerate(agent_ids):
-            agent = agents[agent_id]
+            agent = agents.get(agent_id)
+            if agent is None:
+                continue  # has not acted: its reward is 0 (checked above) and its info has no step
             if rewards[i]:
                 self._add_agent_reward(episode, agent, rewards[i])
             if infos is not None and infos[i] and agent.steps:
