@@ -106,7 +106,7 @@ class PolicyTable:
                 return stacked
         if check:
             self._name_bad(agent_ids, values, policies)
-        return [_plain(values[a]) for a in agent_ids]
+        return [plain_value(values[a]) for a in agent_ids]
 
     def actions(self, agent_ids: list[str], wire: Any) -> dict[str, Any]:
         """The reply's actions as a dict keyed by agent id, in each policy's action form."""
@@ -129,7 +129,7 @@ class PolicyTable:
         for agent_id in agent_ids:
             policy = self.policy_of(agent_id)
             where = f"action of agent '{agent_id}' (policy '{policy.policy_id}')"
-            out.append(_plain(check_value(policy.action_space, actions[agent_id], where)))
+            out.append(plain_value(check_value(policy.action_space, actions[agent_id], where)))
         return out
 
     def _name_bad(
@@ -140,9 +140,10 @@ class PolicyTable:
             check_value(policy.observation_space, values[agent_id], where)
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
+    """A value with tuples turned into lists, recursively (msgpack and JSON have no tuple)."""
     if isinstance(value, tuple):
-        return [_plain(v) for v in value]
+        return [plain_value(v) for v in value]
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain_value(v) for k, v in value.items()}
     return value

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from rlserve.client.agent_values import PolicyTable
+from rlserve.client.agent_values import PolicyTable, plain_value
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.local import LocalConfig, LocalInference
 from rlserve.config import TOKEN_ENV
@@ -758,49 +758,46 @@ class PolicyClient:
         self._seq[episode_id] = seq
 
     def _get_agent_actions(self, episode_id: str, observation: Mapping[str, Any]) -> dict[str, Any]:
-        self._check_not_lost([episode_id])
-        agent_ids = [str(a) for a in observation]
-        if not agent_ids:
-            raise SpaceError(
-                f"get_action for episode '{episode_id}': the observation dict names no agent; "
-                "pass the observations of the agents that act now"
-            )
-        self._check_agents_usable(episode_id, agent_ids, "get_action")
-        seq = self._next_seq(episode_id)
-        message: dict[str, Any] = {
-            "type": "get_action",
-            "episode_id": episode_id,
-            "agent_ids": agent_ids,
-            "observations": self.policies.observations(
-                agent_ids, observation, self.check_observations
-            ),
-            "seq": seq,
-        }
-        self._agent_extras(episode_id, agent_ids, message)
-        reply = self._request(message)
-        self._agents_delivered(episode_id, agent_ids, seq)
+        agent_ids, reply = self._agent_step("get_action", episode_id, observation, None)
         return self.policies.actions(agent_ids, reply["actions"])
 
     def _log_agent_actions(
         self, episode_id: str, observation: Mapping[str, Any], action: Mapping[str, Any]
     ) -> None:
+        self._agent_step("log_action", episode_id, observation, action)
+
+    def _agent_step(
+        self,
+        call: str,
+        episode_id: str,
+        observation: Mapping[str, Any],
+        action: Mapping[str, Any] | None,
+    ) -> tuple[list[str], dict[str, Any]]:
+        """Send one multi-agent ``get_action`` or ``log_action``; return its agents and reply."""
         self._check_not_lost([episode_id])
         agent_ids = [str(a) for a in observation]
-        self._check_agents_usable(episode_id, agent_ids, "log_action")
+        if not agent_ids:
+            raise SpaceError(
+                f"{call} for episode '{episode_id}': the observation dict names no agent; "
+                "pass the observations of the agents that act now"
+            )
+        self._check_agents_usable(episode_id, agent_ids, call)
         seq = self._next_seq(episode_id)
         message: dict[str, Any] = {
-            "type": "log_action",
+            "type": call,
             "episode_id": episode_id,
             "agent_ids": agent_ids,
             "observations": self.policies.observations(
                 agent_ids, observation, self.check_observations
             ),
-            "actions": self.policies.taken_actions(agent_ids, action),
             "seq": seq,
         }
+        if action is not None:
+            message["actions"] = self.policies.taken_actions(agent_ids, action)
         self._agent_extras(episode_id, agent_ids, message)
-        self._request(message)
+        reply = self._request(message)
         self._agents_delivered(episode_id, agent_ids, seq)
+        return agent_ids, reply
 
     def _log_agent_returns(
         self,
@@ -931,9 +928,9 @@ class PolicyClient:
 
     def _check_one(self, observation: Any) -> Any:
         if not self.check_observations:
-            return _plain(observation)
+            return plain_value(observation)
         value = check_value(self.observation_space, observation, "observation")
-        return _plain(value)
+        return plain_value(value)
 
     def _check_many(self, values: Any, count: int) -> Any:
         if isinstance(self.observation_space, spaces.Box):
@@ -1044,11 +1041,3 @@ def _remember(ids: OrderedDict[str, None], episode_id: str) -> None:
     ids.move_to_end(episode_id)
     if len(ids) > EPISODES_TRACKED:
         ids.popitem(last=False)
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
