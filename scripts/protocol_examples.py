@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from rlserve.algorithms.base import WeightsPackage
 from rlserve.policy.numpy_policy import ModelSpec, NumpyPolicy
 from rlserve.protocol.codec import decode, encode
 
@@ -47,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import protocol_vectors
 from protocol_render import byte_walk, compact_json, hexdump, notation
+from protocol_vectors import json_text
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "protocol.md"
@@ -1182,6 +1184,426 @@ def indented_json(value: Any, indent: int = 0) -> str:
     return pad + json.dumps(value)
 
 
+# -- multi-agent episodes (12.1.17, 12.2.14, 15.8) --------------------------------------------
+
+AGENT_OBS = np.stack([OBS, OBS2, OBS])
+"""The observations of the agents ``p1``, ``p2`` and ``p3``."""
+
+
+def agent_examples(
+    main: Server, norm: Normaliser, log: list[Exchange], http_log: list[HttpExchange]
+) -> dict[str, str]:
+    """12.1.17 and 12.2.14: a multi-agent episode on the one-policy server, on both carriers.
+
+    Run after every other example of the first server, so the actions sampled there (the
+    server's random stream) stay as they were.
+    """
+    g: dict[str, str] = {}
+    c = Conn(main.port, norm, log)
+    hello = c.call({"type": "hello", "id": 1, "protocol_version": 1, "client_name": "doc-agents"})
+    assert hello.reply is not None
+    frame = hello.reply_frame
+    mapping_at = frame.find(b"\xa7mapping")
+    multi_at = frame.find(b"\xabmulti_agent")
+    welcome = hello.reply
+    g["12.1.17-hello"] = (
+        f"Request {code(hello.request)}.\nThe reply is the `welcome` of 12.1.1 "
+        f"({len(frame)} bytes); its multi-agent fields, decoded:\n\n"
+        + fence(
+            notation(
+                {
+                    "mapping": welcome["mapping"],
+                    "multi_agent": welcome["multi_agent"],
+                    "limits": {
+                        k: v for k, v in welcome["limits"].items() if k.startswith("max_agents")
+                    },
+                }
+            )
+        )
+        + f"\n\nIn the bytes, the key `mapping` (`a7` and 7 characters) starts at offset "
+        f"{mapping_at:#x} and is\nfollowed by `{frame[mapping_at + 8]:02x}` (an empty array: this "
+        f"server has no rules), and the key `multi_agent` (`ab` and\n11 characters) at "
+        f"{multi_at:#x} by `{frame[multi_at + 12]:02x}` (false):\n\n"
+        + fence(
+            "\n".join(hexdump(frame).splitlines()[mapping_at // 16 : (multi_at + 12) // 16 + 1])
+        )
+    )
+    c.call({"type": "start_episode", "id": 2, "episode_id": "ma-1"})
+    first = c.call(
+        {
+            "type": "get_action",
+            "id": 3,
+            "episode_id": "ma-1",
+            "agent_ids": ["p1", "p2"],
+            "observations": AGENT_OBS[:2],
+            "seq": 1,
+        }
+    )
+    g["12.1.17-get_action"] = (
+        f"Request\n{code(first.request)}\n({len(first.request_frame)} bytes):\n\n"
+        + fence(hexdump(first.request_frame))
+        + "\n\n"
+        + fence(byte_walk(first.request_frame))
+        + f"\n\nReply {code(first.reply)}: one action per agent, in the order of `agent_ids`, "
+        "as the\npolicy's batched form (an int64 ndarray for a Discrete action space):\n\n"
+        + fence(hexdump(first.reply_frame))
+        + "\n\n"
+        + fence(byte_walk(first.reply_frame))
+    )
+    second = c.call(
+        {
+            "type": "get_action",
+            "id": 4,
+            "episode_id": "ma-1",
+            "agent_ids": ["p1", "p2", "p3"],
+            "observations": [AGENT_OBS[0], AGENT_OBS[1], AGENT_OBS[2].tolist()],
+            "rewards": [1.0, 0.5, 0.0],
+            "seq": 2,
+        }
+    )
+    logged = c.call(
+        {
+            "type": "log_action",
+            "id": 5,
+            "episode_id": "ma-1",
+            "agent_ids": ["p1"],
+            "observations": AGENT_OBS[:1],
+            "actions": [1],
+            "rewards": [1.0],
+            "seq": 3,
+        }
+    )
+    g["12.1.17-step"] = (
+        "Second step: `p3` joins (its reward is `0.0`: it has not acted yet), `observations` is a "
+        "list\nthis time (two ndarray values and a plain array of numbers):\n\n"
+        + transcript(second)
+        + "\n\n"
+        + fence(hexdump(second.request_frame))
+        + "\n\nThen `p1`'s next action is taken by someone else:\n\n"
+        + transcript(logged)
+        + "\n\n"
+        + fence(hexdump(logged.request_frame))
+    )
+    done = c.call(
+        {
+            "type": "log_returns",
+            "id": 6,
+            "episode_id": "ma-1",
+            "agent_ids": ["p1", "p2"],
+            "rewards": [1.0, 2.0],
+            "terminated_agents": ["p2"],
+            "seq": 4,
+        }
+    )
+    g["12.1.17-log_returns"] = (
+        f"Request {code(done.request)}: `p1`'s and `p2`'s rewards, and `p2` terminated:\n\n"
+        + fence(hexdump(done.request_frame))
+        + "\n\n"
+        + fence(byte_walk(done.request_frame))
+        + f"\n\nReply {code(done.reply)}:\n\n"
+        + fence(hexdump(done.reply_frame))
+    )
+    refused = c.call(
+        {
+            "type": "get_action",
+            "id": 7,
+            "episode_id": "ma-1",
+            "agent_ids": ["p2"],
+            "observations": AGENT_OBS[1:2],
+            "seq": 5,
+        }
+    )
+    g["12.1.17-refused"] = transcript(refused) + "\n\n" + fence(hexdump(refused.reply_frame))
+    mistakes = [
+        c.call(
+            {
+                "type": "log_returns",
+                "id": 8,
+                "episode_id": "ma-1",
+                "agent_ids": ["p4"],
+                "rewards": [1.0],
+                "seq": 5,
+            }
+        ),
+        c.call(
+            {
+                "type": "get_action",
+                "id": 9,
+                "episode_id": "ma-1",
+                "agent_ids": ["p1", "p3"],
+                "observations": [OBS, np.zeros(3, np.float32)],
+                "seq": 5,
+            }
+        ),
+        c.call(
+            {
+                "type": "get_action",
+                "id": 10,
+                "episode_id": "ma-1",
+                "agent_ids": ["p1", "p1"],
+                "observations": AGENT_OBS[:2],
+                "seq": 5,
+            }
+        ),
+        c.call({"type": "get_action", "id": 11, "episode_id": "ma-1", "observation": OBS}),
+    ]
+    many = [f"x{i}" for i in range(4097)]
+    crowd = c.call(
+        {
+            "type": "get_action",
+            "id": 12,
+            "episode_id": "ma-1",
+            "agent_ids": many,
+            "observations": np.tile(OBS, (len(many), 1)),
+            "seq": 5,
+        }
+    )
+    crowd_text = notation(crowd.request, elide_over=16).replace(
+        notation(many), '["x0", "x1", …, "x4096"]'
+    )
+    g["12.1.17-mistakes"] = (
+        transcript(*mistakes)
+        + "\n\n"
+        + fence(f"request: {crowd_text}\nreply:   {notation(crowd.reply)}")
+    )
+    c.call({"type": "start_episode", "id": 13, "episode_id": "ma-2"})
+    c.call({"type": "get_action", "id": 14, "episode_id": "ma-2", "observation": OBS})
+    mixed = c.call(
+        {
+            "type": "get_action",
+            "id": 15,
+            "episode_id": "ma-2",
+            "agent_ids": ["p1"],
+            "observations": AGENT_OBS[:1],
+        }
+    )
+    g["12.1.17-mixed"] = transcript(mixed)
+    end = c.call(
+        {
+            "type": "end_episode",
+            "id": 16,
+            "episode_id": "ma-1",
+            "agent_ids": ["p1"],
+            "observations": AGENT_OBS[:1],
+            "rewards": [1.0],
+            "truncated": False,
+            "seq": 5,
+        }
+    )
+    g["12.1.17-end"] = (
+        f"Request {code(end.request)}:\n\n"
+        + fence(hexdump(end.request_frame))
+        + f"\n\nReply {code(end.reply)}. Sent again (a lost reply), it is answered `ok` again "
+        "and changes nothing:\n\n" + transcript(c.call({**end.request, "id": 17}))  # type: ignore[dict-item]
+    )
+    c.close()
+
+    h = Http(main, norm, http_log)
+    h.send("POST", "/v1/start_episode", body(id=1, episode_id="http-ma-1"))
+    rows = AGENT_OBS[:2].tolist()
+    g["12.2.14"] = "\n\n".join(
+        [
+            shown(
+                h.send(
+                    "POST",
+                    "/v1/get_action",
+                    body(
+                        id=2,
+                        episode_id="http-ma-1",
+                        agent_ids=["p1", "p2"],
+                        observations=rows,
+                        seq=1,
+                    ),
+                ),
+                True,
+            ),
+            "`p1` is rewarded; `p2` was cut short (a time limit of its own):",
+            shown(
+                h.send(
+                    "POST",
+                    "/v1/log_returns",
+                    body(
+                        id=3,
+                        episode_id="http-ma-1",
+                        agent_ids=["p1"],
+                        rewards=[1.0],
+                        truncated_agents=["p2"],
+                        seq=2,
+                    ),
+                )
+            ),
+            "`p2` may not act again:",
+            shown(
+                h.send(
+                    "POST",
+                    "/v1/get_action",
+                    body(
+                        id=4, episode_id="http-ma-1", agent_ids=["p2"], observations=rows[1:], seq=3
+                    ),
+                ),
+                True,
+            ),
+            "The episode ends, cut short, with `p1`'s final observation:",
+            shown(
+                h.send(
+                    "POST",
+                    "/v1/end_episode",
+                    body(
+                        id=5,
+                        episode_id="http-ma-1",
+                        agent_ids=["p1"],
+                        observations=rows[:1],
+                        rewards=[0.5],
+                        truncated=True,
+                        seq=3,
+                    ),
+                )
+            ),
+        ]
+    )
+    return g
+
+
+def _tiny_policy(obs_dim: int, distribution: str, action_dim: int, seed: int) -> WeightsPackage:
+    """Fixed small weights for the in-process example of 15.8.
+
+    On a 1/64 grid, with ``relu`` and a standard deviation of exactly 1, every float32 operation
+    of the forward pass and the sampling is exact, so the actions shown are the same on every
+    machine (``tanh`` and ``exp`` may differ in the last bit between math libraries).
+    """
+    rng = np.random.default_rng(seed)
+    gaussian = distribution == "gaussian"
+    spec = ModelSpec(
+        obs_dim=obs_dim,
+        actor_layers=("actor.0", "actor.2"),
+        activation="relu",
+        distribution=distribution,
+        action_dim=action_dim,
+        action_low=(-1.0,) * action_dim if gaussian else (),
+        action_high=(1.0,) * action_dim if gaussian else (),
+    )
+    arrays = {
+        "actor.0.weight": np.round(rng.uniform(-1, 1, (4, obs_dim)) * 64) / 64,
+        "actor.0.bias": np.round(rng.uniform(-0.5, 0.5, 4) * 64) / 64,
+        "actor.2.weight": np.round(rng.uniform(-1, 1, (action_dim, 4)) * 64) / 64,
+        "actor.2.bias": np.round(rng.uniform(-0.5, 0.5, action_dim) * 64) / 64,
+    }
+    if gaussian:
+        arrays["log_std"] = np.zeros(action_dim)  # std 1: exact float32 arithmetic everywhere
+    return WeightsPackage(0, spec, {k: (v + 0.0).astype(np.float32) for k, v in arrays.items()})
+
+
+def two_policy_example(log: list[Exchange]) -> dict[str, str]:
+    """15.8: the request handler of a server with two policies and a mapping, in process.
+
+    ``rlserve serve`` serves one policy in this version, so this runs the server's own request
+    handler (:class:`rlserve.server.service.Service`) with two policies and fixed weights; the
+    messages are encoded as the binary carrier encodes them.
+    """
+    import asyncio
+
+    import gymnasium as gym
+
+    from rlserve.multiagent import PolicyMapping
+    from rlserve.protocol.limits import Limits
+    from rlserve.protocol.messages import parse_request
+    from rlserve.server.service import Service, Session
+    from rlserve.server.stats import ServerStats
+
+    class Sink:
+        def add(self, fragment: Any) -> None:
+            pass
+
+        def add_batch(self, fragments: Any, batch_id: str, on_done: Any) -> None:
+            on_done(0)
+
+    box4 = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    box2 = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    policies: dict[str, tuple[gym.Space[Any], gym.Space[Any]]] = {
+        "red": (box4, gym.spaces.Discrete(3)),
+        "blue": (box2, gym.spaces.Box(-1.0, 1.0, (2,), np.float32)),
+    }
+    rules = [("red_*", "red"), ("blue_*", "blue"), ("red_boss", "blue")]
+    service = Service(
+        policies, Limits(), None, 200, Sink(), ServerStats(), mapping=PolicyMapping(rules, policies)
+    )
+    session = Session()
+    exchanges: list[Exchange] = []
+
+    async def run() -> None:
+        service.set_weights("red", _tiny_policy(4, "categorical", 3, seed=11))
+        service.set_weights("blue", _tiny_policy(2, "gaussian", 2, seed=12))
+        for message in (
+            {"type": "hello", "id": 1, "protocol_version": 1, "client_name": "doc-teams"},
+            {"type": "start_episode", "id": 2, "episode_id": "teams-1"},
+            {
+                "type": "get_action",
+                "id": 3,
+                "episode_id": "teams-1",
+                "agent_ids": ["red_1", "blue_1", "red_boss"],
+                "observations": [OBS, np.array([0.5, -0.5], np.float32), np.zeros(2, np.float32)],
+                "seq": 1,
+            },
+            {
+                "type": "get_action",
+                "id": 4,
+                "episode_id": "teams-1",
+                "agent_ids": ["red_1", "red_2"],
+                "observations": np.stack([OBS, OBS2]),
+                "rewards": [1.0, 0.0],
+                "seq": 2,
+            },
+            {
+                "type": "get_action",
+                "id": 5,
+                "episode_id": "teams-1",
+                "agent_ids": ["green_1"],
+                "observations": [np.zeros(2, np.float32)],
+                "seq": 3,
+            },
+            {
+                "type": "get_action",
+                "id": 6,
+                "episode_id": "teams-1",
+                "agent_ids": ["green_1"],
+                "observations": [np.zeros(2, np.float32)],
+                "policy_ids": ["blue"],
+                "seq": 3,
+            },
+        ):
+            replies: list[dict[str, Any]] = []
+            service.handle(parse_request(decode(encode(message))), session, replies.append)
+            for _ in range(5):  # let the scheduled forward pass run
+                if replies:
+                    break
+                await asyncio.sleep(0)
+            (reply,) = replies
+            if reply["type"] == "welcome":
+                reply["instance_id"] = INSTANCE_PLACEHOLDER
+            reply = decode(encode(reply))
+            exchanges.append(Exchange(message, framed(message), reply, framed(reply)))
+
+    asyncio.run(run())
+    log.extend(exchanges)
+    hello, _, mixed, shared, unmapped, named = exchanges
+    assert hello.reply is not None
+    welcome = {k: hello.reply[k] for k in ("policies", "mapping", "multi_agent")}
+    return {
+        "15.8-welcome": fence(indented_json(json.loads(json_text(welcome))), "json"),
+        "15.8-calls": (
+            "Agents of both policies in one call: the reply is a list, one action per agent in "
+            "the order of\n`agent_ids`, each in its policy's own form (an integer for `red`'s "
+            "Discrete(3), a float32 array\nfor `blue`'s Box):\n\n"
+            + transcript(mixed)
+            + f"\n\nAs JSON (HTTP): `{json_text(mixed.reply)}`\n\n"
+            "Agents of one policy only: the reply is that policy's batched form again:\n\n"
+            + transcript(shared)
+            + "\n\nAn agent no rule maps, then the same call naming its policy:\n\n"
+            + transcript(unmapped, named)
+        ),
+    }
+
+
 # -- the doc ----------------------------------------------------------------------------------
 
 
@@ -1196,6 +1618,8 @@ def generate() -> tuple[dict[str, str], list[Exchange], list[HttpExchange]]:
     ):
         blocks, facts = binary_examples(main, token, norm, frames)
         blocks.update(http_examples(main, token, norm, requests, facts))
+        blocks.update(agent_examples(main, norm, frames, requests))
+    blocks.update(two_policy_example(frames))
     blocks["14.4-vector"] = forward_pass_vector()
     return blocks, frames, requests
 

@@ -110,11 +110,35 @@ _WANTED = {
         "samples_accepted_duplicate",
         "samples_accepted for a re-sent batch (7.10)",
     ),
+    ("reply", "welcome", "mapping"): (
+        "welcome_mapping",
+        "welcome of a server with two policies and an agent mapping (15.2, 15.8)",
+    ),
+    ("request", "get_action", "agents"): (
+        "get_action_agents",
+        "get_action, multi-agent form (7.3, 15)",
+    ),
+    ("reply", "action", "agents"): (
+        "action_agents",
+        "action reply to a multi-agent get_action, agents of one policy: int64 (7.3, 15)",
+    ),
+    ("reply", "action", "agents-list"): (
+        "action_agents_mixed",
+        "action reply to a multi-agent get_action, agents of two policies: a list (7.3, 15.8)",
+    ),
+    ("request", "log_action", "agents"): ("log_action_agents", "log_action, multi-agent (7.4)"),
+    ("request", "log_returns", "agents"): (
+        "log_returns_agents",
+        "log_returns, multi-agent, with an agent terminated (7.5, 15)",
+    ),
+    ("request", "end_episode", "agents"): ("end_episode_agents", "end_episode, multi-agent (7.6)"),
 }
 
 
-def _form(direction: str, message: dict[str, Any]) -> str:
+def _form(direction: str, message: dict[str, Any], request: dict[str, Any] | None) -> str:
     if direction == "request":
+        if "agent_ids" in message:
+            return "agents"
         if "episode_ids" in message:
             return "batched"
         if message.get("type") == "get_action" and "reward" in message:
@@ -122,8 +146,12 @@ def _form(direction: str, message: dict[str, Any]) -> str:
         if "have_version" in message:
             return "have"
         return ""
+    if "actions" in message and request is not None and "agent_ids" in request:
+        return "agents" if isinstance(message["actions"], np.ndarray) else "agents-list"
     if "actions" in message:
         return "batched"
+    if message.get("mapping"):
+        return "mapping"
     if message.get("unchanged"):
         return "unchanged"
     if message.get("duplicate"):
@@ -143,7 +171,7 @@ def message_vectors(frames: list[Any]) -> list[dict[str, Any]]:
         ):
             if message is None or frame[4:] != encode(message):
                 continue  # a deliberately malformed request, or a normalised reply
-            key = (direction, str(message.get("type")), _form(direction, message))
+            key = (direction, str(message.get("type")), _form(direction, message, ex.request))
             if key in _WANTED and key not in found:
                 name, description = _WANTED[key]
                 found[key] = vector(name, description, message, frame[4:])

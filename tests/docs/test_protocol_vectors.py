@@ -49,7 +49,9 @@ def test_every_message_type_and_dtype_has_a_vector():
     names = {v["name"] for v in MESSAGES}
     for kind in ("hello", "welcome", "start_episode", "episode_started", "get_action", "action",
                  "log_action", "log_returns", "end_episode", "ok", "ping", "pong", "error",
-                 "get_weights", "weights", "report_samples", "samples_accepted"):  # fmt: skip
+                 "get_weights", "weights", "report_samples", "samples_accepted",
+                 "welcome_mapping", "get_action_agents", "action_agents", "action_agents_mixed",
+                 "log_action_agents", "log_returns_agents", "end_episode_agents"):  # fmt: skip
         assert kind in names
     dtypes = {
         str(decode(bytes.fromhex(v["msgpack"]))["array"].dtype)
@@ -125,6 +127,19 @@ def test_gaussian_forward_pass_vector():
     e = (np.array(case["action"]) - mean) / np.exp(log_std)
     by_hand = -0.5 * (e**2).sum() - log_std.sum() - 0.5 * len(e) * math.log(2 * math.pi)
     assert math.isclose(by_hand, case["action_log_probability"], abs_tol=1e-5)
+
+
+def test_multi_agent_vectors_have_their_forms():
+    by_name = {v["name"]: from_tagged(v["value"]) for v in MESSAGES}
+    assert by_name["welcome_mapping"]["mapping"] and by_name["welcome_mapping"]["multi_agent"]
+    stacked = by_name["action_agents"]["actions"]
+    assert isinstance(stacked, np.ndarray) and stacked.dtype == np.int64
+    mixed = by_name["action_agents_mixed"]["actions"]
+    assert isinstance(mixed, list) and isinstance(mixed[0], int)
+    assert any(isinstance(a, np.ndarray) and a.dtype == np.float32 for a in mixed)
+    assert by_name["log_returns_agents"]["terminated_agents"]
+    for name in ("get_action_agents", "log_action_agents", "end_episode_agents"):
+        assert by_name[name]["agent_ids"]
 
 
 def test_a_corrupted_vector_is_caught():
