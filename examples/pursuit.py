@@ -50,7 +50,9 @@ class PursuitEnv:
             self._rng = np.random.default_rng(seed)
         flat = self._rng.choice(self.size * self.size, size=3, replace=False)
         agents = (*CHASERS, RUNNER)
-        self._cells = {a: np.array(divmod(int(c), self.size)) for a, c in zip(agents, flat)}
+        self._cells = {
+            a: np.array(divmod(int(c), self.size)) for a, c in zip(agents, flat, strict=True)
+        }
         self._ticks = 0
         return self._observations()
 

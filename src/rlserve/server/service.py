@@ -224,7 +224,7 @@ class Service:
             package.spec, package.arrays, package.version, seed=self._seed + package.version
         )
         slot.package = package
-        self.stats.weights_version = package.version
+        self.stats.set_policy_version(policy_id, package.version)
         if slot.pending or slot.parts:
             self._schedule_flush()
         waiters, slot.weight_waiters = slot.weight_waiters, []
@@ -810,7 +810,9 @@ class Service:
         steps = sum(len(f) for f in fragments)
 
         def handed(dropped: int) -> None:
-            self.ledger.finish(request, steps, dropped, self.stats.weights_version)
+            # The version of this report's policy: a local client compares it with its own.
+            served = slot.package.version if slot.package is not None else -1
+            self.ledger.finish(request, steps, dropped, served)
 
         if fragments:
             try:
