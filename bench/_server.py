@@ -130,17 +130,27 @@ class BenchServer:
         return int(self.process.returncode)
 
 
-def start_server(flags: list[str], folder: Path, startup_timeout: float = 60.0) -> BenchServer:
+def start_server(
+    flags: list[str],
+    folder: Path,
+    startup_timeout: float = 60.0,
+    profile: Path | None = None,
+) -> BenchServer:
     """Start ``rlserve serve`` with ``flags`` (spaces, token...) and wait for its listening line.
 
     Args:
         flags: Extra command-line flags, e.g. ``["--spaces-from", "CartPole-v1"]``.
         folder: Where the run folder and the server's stderr log go.
         startup_timeout: Seconds to wait for the listening line.
+        profile: Run the serving process under cProfile and write its statistics to this file
+            when it exits (after :meth:`BenchServer.stop`).
     """
     folder.mkdir(parents=True, exist_ok=True)
     log_path = folder / "server.log"
-    command = [*rlserve_command(), "serve", "--run-dir", str(folder / "runs"), "--name", "bench"]
+    launcher = rlserve_command()
+    if profile is not None:
+        launcher = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "rlserve.cli"]
+    command = [*launcher, "serve", "--run-dir", str(folder / "runs"), "--name", "bench"]
     command += ["--port", "0", "--http-port", "0", "--no-progress", *flags]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.setdefault("OMP_NUM_THREADS", "1")
