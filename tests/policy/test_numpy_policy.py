@@ -11,7 +11,7 @@ from gymnasium import spaces
 
 from rlserve.algorithms.models import ActorCritic
 from rlserve.errors import ConfigError
-from rlserve.policy import ModelSpec, NumpyPolicy
+from rlserve.policy import ModelSpec, NumpyPolicy, numpy_policy
 
 OBS_SPACE = spaces.Box(-np.inf, np.inf, (5,), np.float32)
 DISCRETE = spaces.Discrete(4)
@@ -306,3 +306,32 @@ def test_single_decisions_follow_the_softmax_and_report_its_logp() -> None:
     chi2 = float((((counts - expected) ** 2) / expected).sum())
     assert chi2 < 13.8  # p = 0.001 with 2 degrees of freedom
     assert policy.compute_actions(obs, explore=False).actions[0] == 1
+
+
+@pytest.mark.parametrize("rows", [1, 63, 64, 65, 256, 1000])
+def test_a_large_batch_goes_through_small_layers_in_row_blocks_with_the_same_result(
+    rows: int,
+) -> None:
+    rng = np.random.default_rng(rows)
+    x = rng.normal(0, 1, (rows, 64)).astype(np.float32)
+    w = rng.normal(0, 1, (64, 64)).astype(np.float32)
+    out = numpy_policy._matmul(x, w)
+    assert out.shape == (rows, 64) and out.dtype == np.float32
+    np.testing.assert_allclose(out, x @ w, rtol=1e-5, atol=1e-4)
+    # A layer too large for two rows per block is left to the BLAS whole.
+    big = rng.normal(0, 1, (512, 512)).astype(np.float32)
+    np.testing.assert_allclose(
+        numpy_policy._matmul(x[:, :1].repeat(512, axis=1), big),
+        x[:, :1].repeat(512, axis=1) @ big,
+        rtol=1e-5,
+        atol=1e-3,
+    )
+
+
+def test_a_large_batch_has_the_actions_of_its_rows_one_by_one() -> None:
+    model = _model(DISCRETE, "tanh")
+    policy = _policy(model)
+    obs = _obs(n=300)
+    batched = policy.forward(obs)
+    one_by_one = np.concatenate([policy.forward(obs[i : i + 1]) for i in range(300)])
+    np.testing.assert_allclose(batched, one_by_one, rtol=1e-5, atol=1e-5)
