@@ -21,10 +21,18 @@ Figures, each for a fixed wall time after a warm-up, remote and local inference:
   ``bench/remote_inference.py``) and one ``log_returns`` per episode; env-steps/s. The ratio
   multi-agent / anchor says what the multi-agent form costs over the single-agent batched form.
 
+Local mode uses the client's defaults, ``when_full="drop"``: the simulator never waits, and the
+steps the learner cannot take (the shipper has one batch in flight, answered once the learner has
+it) are dropped and counted; the run prints how many steps per second the server took and how many
+the client dropped. ``--block`` runs local mode with ``when_full="block"`` instead, so the
+simulator is paced by the learner and nothing is dropped.
+
 Each repeat starts a fresh server and runs the four phases on it (in an order rotated per
-repeat). The table shows medians over repeats, with every run. CPU use of the simulator, the
-serving process and the learner over each window comes from ``/proc``. ``--profile DIR`` writes a
-cProfile of the simulator process of each phase, and of each serving process, there.
+repeat); before each phase it waits (up to ``--wait-quiet`` seconds) until other processes use
+less than ``--max-other-load`` cores. The table shows medians over repeats, with every run. CPU use
+of the simulator, the serving process, the learner and everything else over each window comes
+from ``/proc``. ``--profile DIR`` writes a cProfile of the simulator process of each phase, and of
+each serving process, there.
 """
 
 from __future__ import annotations
@@ -129,13 +137,19 @@ def sim_process(
     warmup: float,
     seconds: float,
     profile: str | None,
+    block: bool,
     events: Any,
 ) -> None:
     from rlserve import PolicyClient
+    from rlserve.client.local import LocalConfig
 
     mode, form = phase.split("-")
     client = PolicyClient(
-        address, inference_mode=mode, multiagent=form == "multi", client_name=f"bench-{phase}"
+        address,
+        inference_mode=mode,
+        multiagent=form == "multi",
+        client_name=f"bench-{phase}",
+        local=LocalConfig(when_full="block" if block else "drop"),
     )
     sim = FakeSim(agents)
     loop = _multi_loop if form == "multi" else _anchor_loop
@@ -146,11 +160,14 @@ def sim_process(
 
         profiler = cProfile.Profile()
         profiler.enable()
+    dropped = client.local.dropped_steps if client.local is not None else 0
     events.put(("start", time.monotonic()))
     started = time.perf_counter()
     measured = loop(client, sim, ticks, time.monotonic() + seconds)
     elapsed = time.perf_counter() - started
-    events.put(("end", measured, elapsed))
+    if client.local is not None:
+        dropped = client.local.dropped_steps - dropped
+    events.put(("end", measured, elapsed, dropped))
     if profiler is not None:
         profiler.disable()
         assert profile is not None
@@ -212,6 +229,7 @@ def run_phase(server: BenchServer, phase: str, args: argparse.Namespace) -> dict
             args.warmup,
             args.seconds,
             str(args.profile) if args.profile else None,
+            args.block,
             events,
         ),
         daemon=True,
@@ -222,7 +240,7 @@ def run_phase(server: BenchServer, phase: str, args: argparse.Namespace) -> dict
         kind, *_ = events.get(timeout=args.warmup + 180)
         assert kind == "start"
         before = _snapshot(server, process.pid)
-        kind, ticks, elapsed = events.get(timeout=args.seconds + 180)
+        kind, ticks, elapsed, dropped = events.get(timeout=args.seconds + 180)
         assert kind == "end"
         after = _snapshot(server, process.pid)
         events.get(timeout=60)
@@ -247,6 +265,8 @@ def run_phase(server: BenchServer, phase: str, args: argparse.Namespace) -> dict
         "ticks_per_s": ticks / elapsed,
         "consumed": grew("learner/steps_consumed"),
         "env_steps": grew("server/env_steps"),
+        "taken_per_s": grew("server/env_steps") / wall,
+        "dropped": dropped,
         "updates": grew("learner/updates"),
         "version_before": before["metrics"].get("server/weights_version"),
         "version_after": after["metrics"].get("server/weights_version"),
@@ -295,7 +315,8 @@ def one_repeat(repeat: int, args: argparse.Namespace, folder: Path) -> list[dict
             result["load_before"] = load
             print(
                 f"  repeat {repeat + 1} {phase:<14} {result['steps_per_s']:>10,.0f} steps/s  "
-                f"server counted {result['env_steps']:,.0f}, learner consumed "
+                f"server took {result['taken_per_s']:,.0f}/s, client dropped "
+                f"{result['dropped']:,}, learner consumed "
                 f"{result['consumed']:,.0f} steps, {result['updates']:.0f} "
                 f"updates, weights v{result['version_before']} -> v{result['version_after']}; "
                 f"cores: sim {result['cores_sim']:.2f} server {result['cores_server']:.2f} "
@@ -350,7 +371,17 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> str:
                 f"{mode}: multi-agent / anchor = {statistics.median(ratios):.2f} "
                 f"(per repeat: {', '.join(f'{r:.2f}' for r in ratios)})"
             )
-    lines += ["", "while training (per run: learner steps consumed, updates, weights versions):"]
+    lines += [
+        "",
+        "steps the server took per second (medians; local mode: reported batches, paced by the "
+        "learner; the rest is dropped by the client, when_full='drop'):",
+        "  "
+        + "; ".join(
+            f"{phase} {median(phase, 'taken_per_s'):,.0f}" for phase in PHASES if phase in by_phase
+        ),
+        "",
+        "while training (per run: learner steps consumed, updates, weights versions):",
+    ]
     for phase in (p for p in PHASES if p in by_phase):
         cells = [
             f"{r['consumed']:,.0f} / {r['updates']:.0f} / v{r['version_before']}->"
@@ -391,6 +422,11 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, help="seconds before measuring (3; quick 2)")
     parser.add_argument("--phases", nargs="+", default=list(PHASES), choices=PHASES)
     parser.add_argument("--quick", action="store_true", help="one short repeat")
+    parser.add_argument(
+        "--block",
+        action="store_true",
+        help="local mode with LocalConfig(when_full='block'): paced by the learner, drops nothing",
+    )
     parser.add_argument(
         "--profile", type=Path, help="write cProfile files of the simulators and servers here"
     )
