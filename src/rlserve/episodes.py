@@ -28,7 +28,10 @@ The rules (the seed's semantics, plus truncation):
 * An episode silent for longer than the idle timeout is closed and counted; its unfinished steps
   are handed on as a truncated-free fragment (bootstrapped) so nothing collected is lost.
 
-Bookkeeping is per (episode, agent) underneath; a single-agent episode is the one-agent case.
+Bookkeeping is per (episode, agent) underneath: a single-agent episode keeps its steps in lists
+(:class:`AgentTrajectory`), a multi-agent episode its agents in columns, one set of arrays per
+policy (:mod:`rlserve.agent_columns`), so that a call with hundreds of agents costs a few numpy
+operations per policy rather than a few Python operations per agent.
 """
 
 from __future__ import annotations
