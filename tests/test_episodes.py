@@ -592,3 +592,16 @@ def test_idle_time_counts_from_the_answer_not_the_question() -> None:
     assert table.expire_idle(10.0) == []
     clock.now += 11.0
     assert [s.episode_id for s in table.expire_idle(10.0)] == ["ep"]
+
+
+def test_an_idle_episode_hands_on_its_steps_under_its_own_policy() -> None:
+    clock = FakeClock()
+    table, sink = _table(clock=clock)
+    table.start("ep", True, "red", "c1")
+    ep = table.get("ep")
+    for i in range(3):
+        _step(table, ep, i)
+    clock.now += 60.0
+    table.expire_idle(10.0)
+    [f] = sink
+    assert (f.policy_id, f.agent_id, len(f)) == ("red", SINGLE_AGENT, 2)

@@ -24,11 +24,28 @@ def _tick(
 ) -> None:
     episode = table.get(eid)
     ids, policies = list(agents), list(agents.values())
-    table.check_observe_agents(episode, ids, policies, rewards, "get_action")
-    obs = [np.full(2, value, np.float32) for _ in ids]
-    trajs = table.observe_agents(episode, ids, policies, obs, rewards, None)
-    table.act_agents(episode, trajs, [1] * len(ids), [-0.5] * len(ids), True, 3)
+    groups = _groups(policies)
+    obs = [np.full((len(idx), 2), value, np.float32) for _, idx in groups]
+    tick = table.observe_agents(episode, ids, policies, groups, obs, rewards, None)
+    for g, (_, idx) in enumerate(groups):
+        table.act_agents(episode, tick, g, [1] * len(idx), [-0.5] * len(idx), True, 3)
     table.finish_tick(episode)
+
+
+def _groups(policies: list[str]) -> list[tuple[str, np.ndarray]]:
+    positions: dict[str, list[int]] = {}
+    for i, policy in enumerate(policies):
+        positions.setdefault(policy, []).append(i)
+    return [(p, np.asarray(idx)) for p, idx in positions.items()]
+
+
+def _observe(
+    table: EpisodeTable, eid: str, agents: dict[str, str], rewards: list[float] | None
+) -> None:
+    ids, policies = list(agents), list(agents.values())
+    groups = _groups(policies)
+    obs = [np.zeros((len(idx), 2), np.float32) for _, idx in groups]
+    table.observe_agents(table.get(eid), ids, policies, groups, obs, rewards, None)
 
 
 def test_each_agent_gets_its_own_fragments_with_its_policy() -> None:
@@ -76,10 +93,10 @@ def test_mistakes_name_the_agent_and_policy_and_change_nothing() -> None:
     eid = table.start("e", True, "default", "me")
     episode = table.get(eid)
     with pytest.raises(EpisodeError, match=r"agent 'z' \(policy 'p'\), which has not acted"):
-        table.check_observe_agents(episode, ["z"], ["p"], [1.0], "get_action")
+        _observe(table, eid, {"z": "p"}, [1.0])
     _tick(table, eid, {"a": "p"}, 0.0)
     with pytest.raises(EpisodeError, match="keeps its policy"):
-        table.check_observe_agents(episode, ["a"], ["q"], None, "get_action")
+        _observe(table, eid, {"a": "q"}, None)
     with pytest.raises(SpaceError, match="out of range"):
         table.log_returns_agents(episode, ["a"], [float("nan")], None, {})
     with pytest.raises(EpisodeError, match="has not acted"):
@@ -87,7 +104,7 @@ def test_mistakes_name_the_agent_and_policy_and_change_nothing() -> None:
     assert episode.episode_return == 0.0  # the refused calls changed nothing
     table.log_returns_agents(episode, [], [], None, {"a": True})
     with pytest.raises(EpisodeError, match=r"agent 'a' \(policy 'p'\) is done"):
-        table.check_observe_agents(episode, ["a"], ["p"], None, "get_action")
+        _observe(table, eid, {"a": "p"}, None)
     _tick(table, eid, {"b": "p"}, 1.0)  # the episode carries on
 
 
@@ -97,7 +114,7 @@ def test_single_and_multi_agent_forms_do_not_mix() -> None:
     table.observe(table.get(single), np.zeros(2, np.float32), None)
     table.act(table.get(single), 0, -0.1, True, 0)
     with pytest.raises(EpisodeError, match="single-agent"):
-        table.check_observe_agents(table.get(single), ["a"], ["p"], None, "get_action")
+        _observe(table, single, {"a": "p"}, None)
     multi = table.start("m", True, "default", "me")
     _tick(table, multi, {"a": "p"}, 0.0)
     with pytest.raises(EpisodeError, match="multi-agent"):

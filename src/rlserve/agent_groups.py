@@ -116,6 +116,23 @@ class AgentGrouper:
             SpaceError: The count is wrong, or an agent's observation does not fit its policy's
                 space (naming the agent and the policy).
         """
+        blocks = self.blocks(grouping, agent_ids, values, where)
+        if len(blocks) == 1:
+            return blocks, list(blocks[0])
+        rows: list[Any] = [None] * len(agent_ids)
+        for block, (_, idx) in zip(blocks, grouping.groups, strict=True):
+            for j, i in enumerate(idx.tolist()):
+                rows[i] = block[j]
+        return blocks, rows
+
+    def blocks(
+        self, grouping: Grouping, agent_ids: list[str], values: Any, where: str
+    ) -> list[np.ndarray]:
+        """Check the call's observations group by group; each group's ``[k, D]`` float32 block.
+
+        Raises:
+            SpaceError: As :meth:`observations`.
+        """
         count = len(agent_ids)
         if isinstance(values, np.ndarray):
             if values.ndim == 0 or values.shape[0] != count:
@@ -142,13 +159,7 @@ class AgentGrouper:
             except SpaceError:
                 self._name_the_agent(space, policy_id, part, [agent_ids[i] for i in idx], where)
                 raise
-        if len(blocks) == 1:
-            return blocks, list(blocks[0])
-        rows: list[Any] = [None] * count
-        for block, (_, idx) in zip(blocks, grouping.groups, strict=True):
-            for j, i in enumerate(idx.tolist()):
-                rows[i] = block[j]
-        return blocks, rows
+        return blocks
 
     def actions(
         self, grouping: Grouping, agent_ids: list[str], values: Any, where: str

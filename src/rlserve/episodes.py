@@ -28,7 +28,10 @@ The rules (the seed's semantics, plus truncation):
 * An episode silent for longer than the idle timeout is closed and counted; its unfinished steps
   are handed on as a truncated-free fragment (bootstrapped) so nothing collected is lost.
 
-Bookkeeping is per (episode, agent) underneath; a single-agent episode is the one-agent case.
+Bookkeeping is per (episode, agent) underneath: a single-agent episode keeps its steps in lists
+(:class:`AgentTrajectory`), a multi-agent episode its agents in columns, one set of arrays per
+policy (:mod:`rlserve.agent_columns`), so that a call with hundreds of agents costs a few numpy
+operations per policy rather than a few Python operations per agent.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from rlserve.agent_columns import AgentColumns, AgentTick, EpisodeAgents, Located
 from rlserve.errors import CapacityError, EpisodeError, SpaceError
 from rlserve.samples import Fragment
 from rlserve.values import MAX_ABS_REWARD
@@ -80,7 +84,11 @@ class EpisodeSummary:
 
 @dataclass(slots=True)
 class AgentTrajectory:
-    """The unfinished fragment of one agent: lists grow per step, emptied on each cut."""
+    """The unfinished fragment of a single-agent episode: lists grow per step, emptied on each cut.
+
+    (The agents of a multi-agent episode are stored column by column instead:
+    :class:`rlserve.agent_columns.EpisodeAgents`.)
+    """
 
     obs: list[np.ndarray] = field(default_factory=list)
     actions: list[Any] = field(default_factory=list)
@@ -92,14 +100,6 @@ class AgentTrajectory:
     infos: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Step index (within the fragment) -> the info logged for it; only steps that have one."""
     pending_info: dict[str, Any] | None = None
-    policy_id: str = "default"
-    """The policy that acts for this agent (multi-agent episodes; fixed at its first call)."""
-    agent_return: float = 0.0
-    """Rewards this agent received in the episode."""
-    steps: int = 0
-    """Actions this agent took in the episode."""
-    done: bool = False
-    """The agent was marked done (``multiagent_done_dict``): it may not act again."""
 
 
 @dataclass(slots=True)
@@ -121,8 +121,8 @@ class Episode:
     """The kind of that call (``get_action``, ``log_action``, ``log_returns``)."""
     answer: Any = None
     """What that call answered (the action of a ``get_action``), for a retry of it."""
-    agents: dict[str, AgentTrajectory] | None = None
-    """The agents of a multi-agent episode by id (None: a single-agent episode, see ``agent``).
+    agents: EpisodeAgents | None = None
+    """The agents of a multi-agent episode (None: a single-agent episode, see ``agent``).
     An episode becomes multi-agent with its first call that names agents."""
 
 
@@ -403,27 +403,28 @@ class EpisodeTable:
         summaries = []
         for episode in stale:
             if episode.agents is None:
-                self._emit_unfinished(episode, episode.agent, SINGLE_AGENT)
+                self._emit_unfinished(episode)
             else:
-                for agent_id, agent in episode.agents.items():
-                    if not agent.done:
-                        self._emit_unfinished(episode, agent, agent_id)
+                for columns in episode.agents.columns.values():
+                    left = np.flatnonzero(~columns.done[: columns.size])
+                    self._hand_on_unfinished(episode, columns, left)
             summaries.append(self._close(episode, "idle_timeout"))
         return summaries
 
-    def _emit_unfinished(self, episode: Episode, agent: AgentTrajectory, agent_id: str) -> None:
-        """Hand on the steps of an agent that stopped without a next observation.
+    def _emit_unfinished(self, episode: Episode) -> None:
+        """Hand on the steps of a single-agent episode that stopped without a next observation.
 
         No observation followed its last action, so that one step cannot be used; the steps
         before it bootstrap from the observation the last action was taken in.
         """
+        agent = episode.agent
         if len(agent.actions) > 1:
             last_obs = agent.obs.pop()
             for steps in (agent.actions, agent.logp, agent.chosen, agent.versions):
                 steps.pop()
             agent.infos.pop(len(agent.actions), None)
             del agent.rewards[len(agent.actions) :]
-            self._emit(episode, last_obs, False, False, agent, agent_id)
+            self._emit(episode, last_obs, False, False)
         else:
             agent.obs, agent.actions, agent.rewards = [], [], []
             agent.logp, agent.chosen, agent.versions = [], [], []
@@ -432,86 +433,117 @@ class EpisodeTable:
     # -- multi-agent episodes ----------------------------------------------------------------
     # The same rules, per agent: each agent's reward belongs to its own previous action, each
     # agent's steps become its own fragments (with its policy id), and an episode is one call at
-    # a time. Agents join with their first observation and act at their own pace.
-
-    def check_observe_agents(
-        self,
-        episode: Episode,
-        agent_ids: list[str],
-        policy_ids: list[str],
-        rewards: list[float] | None,
-        call: str,
-    ) -> None:
-        """Raise the error :meth:`observe_agents` would raise, without changing anything.
-
-        Raises:
-            EpisodeError: The episode is single-agent or awaiting an action; an agent is done,
-                or changes its policy; a reward names an agent that has not acted yet.
-            SpaceError: A reward is out of range.
-        """
-        self._check_multi(episode, call)
-        agents = episode.agents or {}
-        for i, agent_id in enumerate(agent_ids):
-            agent = agents.get(agent_id)
-            if agent is not None:
-                self._check_agent_usable(episode, agent, agent_id, policy_ids[i], call)
-            if rewards is not None and rewards[i]:
-                self._check_agent_reward(episode, agent, agent_id, policy_ids[i], rewards[i], call)
+    # a time. Agents join with their first observation and act at their own pace. The agents of
+    # each policy are stored column by column (rlserve.agent_columns), so a call's agents are
+    # checked and recorded with a few numpy operations per policy; when a check fails, the agents
+    # are checked again one by one in the call's order so the error names the first of them.
 
     def observe_agents(
         self,
         episode: Episode,
         agent_ids: list[str],
         policy_ids: list[str],
-        obs: Any,
-        rewards: list[float] | None,
+        groups: list[tuple[str, np.ndarray]],
+        obs: list[np.ndarray],
+        rewards: Any,
         infos: list[dict[str, Any] | None] | None,
-    ) -> list[AgentTrajectory]:
-        """Record the observations the named agents are about to act in (after the check).
+        call: str = "get_action",
+    ) -> AgentTick:
+        """Check, then record, the observations the named agents are about to act in.
 
-        ``obs[i]`` is agent ``agent_ids[i]``'s flattened observation; ``rewards[i]`` and
-        ``infos[i]`` belong to that agent's previous action. Returns the agents' trajectories,
-        in order, for :meth:`act_agents`.
+        Args:
+            episode: The episode.
+            agent_ids: The call's agents.
+            policy_ids: Each agent's policy, in the call's order.
+            groups: ``(policy id, positions in the call)`` of each policy's agents (as
+                :meth:`rlserve.agent_groups.AgentGrouper.group` makes them).
+            obs: Per group, its agents' flattened float32 observations ``[k, D]``.
+            rewards: Each agent's reward for its previous action (call order), or None.
+            infos: Each agent's info for its previous action (call order), or None.
+            call: The call's name for error messages.
+
+        Returns:
+            Where :meth:`act_agents` records each group's actions.
+
+        Raises:
+            EpisodeError: The episode is single-agent or awaiting an action; an agent is done,
+                or changes its policy; a reward names an agent that has not acted yet.
+            SpaceError: A reward is out of range. Nothing is changed when it raises.
         """
-        agents = self._agents(episode)
-        out = []
-        for i, agent_id in enumerate(agent_ids):
-            agent = agents.get(agent_id)
-            if agent is None:
-                agent = agents[agent_id] = AgentTrajectory(policy_id=policy_ids[i])
-            if rewards is not None and rewards[i]:
-                self._add_agent_reward(episode, agent, rewards[i])
-            if infos is not None and infos[i] and agent.steps:
-                _merge_info(agent, infos[i])
-            if agent.actions:
-                self._close_step(agent)
-                if len(agent.actions) >= self.fragment_length:
-                    self._emit(episode, obs[i], False, False, agent, agent_id)
-            agent.obs.append(obs[i])
-            out.append(agent)
+        self._check_multi(episode, call)
+        state = episode.agents
+        reward_array = None if rewards is None else np.asarray(rewards, dtype=np.float64)
+        plan = None if state is None else state.known_plan(agent_ids, policy_ids)
+        if plan is not None:
+            parts, mismatch = plan.parts, False
+        else:
+            parts, mismatch = _find_rows(state, agent_ids, groups)
+        if mismatch or _tick_refused(parts, groups, reward_array):
+            self._check_agents_one_by_one(episode, agent_ids, policy_ids, rewards, call)
+        if state is None:
+            state = episode.agents = EpisodeAgents(self.fragment_length)
+        if plan is None:
+            for g, (policy_id, idx) in enumerate(groups):
+                columns, rows = parts[g]
+                missing = rows < 0
+                if missing.any():
+                    new_ids = [agent_ids[i] for i in idx[missing].tolist()]
+                    columns, new_rows = state.join(policy_id, new_ids)
+                    rows = rows.copy()
+                    rows[missing] = new_rows
+                    parts[g] = (columns, rows)
+            state.remember(list(agent_ids), list(policy_ids), parts)
+        single = len(groups) == 1
+        rewarded = reward_array is not None and bool(reward_array.any())
+        for g, (_, idx) in enumerate(groups):
+            columns, rows = parts[g]
+            if rewarded:
+                assert reward_array is not None
+                columns.add_rewards(rows, reward_array if single else reward_array[idx])
+            if infos is not None:
+                for row, i in zip(rows.tolist(), idx.tolist(), strict=True):
+                    info = infos[i]
+                    if info and columns.steps[row]:
+                        columns.merge_info(row, info)
+            block = obs[g]
+            acted = np.flatnonzero(columns.count[rows] > 0)
+            if acted.size:
+                closing = rows[acted]
+                columns.close_steps(closing)
+                full = np.flatnonzero(columns.count[closing] >= self.fragment_length)
+                if full.size:
+                    # A full fragment ends in this observation (the learner bootstraps from it).
+                    cut = closing[full]
+                    columns.write_obs(cut, block[acted[full]])
+                    self._hand_on(episode, columns, cut, columns.count[cut], False, False)
+            columns.write_obs(rows, block)
+        if rewarded:
+            assert reward_array is not None
+            episode.episode_return += float(reward_array.sum())
         episode.status = EpisodeStatus.AWAITING_ACTION
         episode.last_seen = self._clock()
-        return out
+        return AgentTick(parts)
 
     def act_agents(
         self,
         episode: Episode,
-        agents: list[AgentTrajectory],
+        tick: AgentTick,
+        group: int,
         actions: Any,
-        logps: list[float],
+        logps: Any,
         chosen: bool,
         version: int,
     ) -> None:
-        """Record the actions of agents of the last :meth:`observe_agents`.
+        """Record the actions of one group of the last :meth:`observe_agents`.
 
-        One policy's share at a time; :meth:`finish_tick` once every agent has its action.
+        ``actions`` are the group's actions as the learner trains on them (``[k]`` choice
+        indices, or ``[k, A]`` floats), ``logps`` their behaviour log-probabilities. One group
+        at a time; :meth:`finish_tick` once every group has its actions.
         """
-        for k, agent in enumerate(agents):
-            agent.actions.append(actions[k])
-            agent.logp.append(logps[k])
-            agent.chosen.append(chosen)
-            agent.versions.append(version)
-            agent.steps += 1
+        columns, rows = tick.parts[group]
+        columns.record(
+            rows, np.asarray(actions), np.asarray(logps, dtype=np.float32), chosen, version
+        )
 
     def finish_tick(self, episode: Episode) -> None:
         """Every agent of the last :meth:`observe_agents` has its action: one more step."""
@@ -523,7 +555,7 @@ class EpisodeTable:
         self,
         episode: Episode,
         agent_ids: list[str],
-        rewards: list[float],
+        rewards: Any,
         infos: list[dict[str, Any] | None] | None,
         done: dict[str, bool],
     ) -> None:
@@ -533,8 +565,8 @@ class EpisodeTable:
         (truncated): its steps go to its policy now, and it may not act again. A truncated agent
         has no next observation to bootstrap from, so its last step is dropped and the steps
         before it bootstrap from the observation of that last step (as for an idle episode).
-        An agent named with a reward of 0 that has not acted yet is accepted and changes nothing
-        (its info has no step to belong to). Nothing is changed when any of it is refused.
+        A zero reward or an info for an agent that has not acted has no step and is not kept.
+        Nothing is changed when any of it is refused.
 
         Raises:
             EpisodeError: The episode is single-agent or awaiting an action; a reward names an
@@ -542,34 +574,17 @@ class EpisodeTable:
             SpaceError: A reward is out of range.
         """
         self._check_multi(episode, "log_returns")
-        agents = episode.agents or {}
-        for i, agent_id in enumerate(agent_ids):
-            agent = agents.get(agent_id)
-            policy_id = "?" if agent is None else agent.policy_id
-            if agent is not None:
-                self._check_agent_usable(episode, agent, agent_id, policy_id, "log_returns")
-            if rewards[i]:
-                self._check_agent_reward(
-                    episode, agent, agent_id, policy_id, rewards[i], "log_returns"
-                )
-        for agent_id in done:
-            agent = agents.get(agent_id)
-            if agent is None:
-                raise EpisodeError(
-                    f"log_returns for episode '{episode.episode_id}' marks agent '{agent_id}' "
-                    "done, but it has not acted in this episode; mark only agents that acted"
-                )
-            self._check_agent_usable(episode, agent, agent_id, agent.policy_id, "log_returns")
-        for i, agent_id in enumerate(agent_ids):
-            agent = agents.get(agent_id)
-            if agent is None:
-                continue  # has not acted: its reward is 0 (checked above) and its info has no step
-            if rewards[i]:
-                self._add_agent_reward(episode, agent, rewards[i])
-            if infos is not None and infos[i] and agent.steps:
-                _merge_info(agent, infos[i])
-        for agent_id, terminated in done.items():
-            self._finish_agent(episode, agents[agent_id], agent_id, None, terminated)
+        state = episode.agents
+        reward_array = np.asarray(rewards, dtype=np.float64)
+        located = _locate(state, agent_ids)
+        if _rewards_refused(located, reward_array) or _done_refused(state, done):
+            self._check_rewards_one_by_one(episode, agent_ids, rewards, "log_returns")
+            self._check_done_one_by_one(episode, done)
+        self._add_agent_rewards(episode, located, reward_array, infos)
+        if state is not None:
+            for agent_id, terminated in done.items():
+                columns, row = state.where[agent_id]
+                self._finish_rows(episode, columns, np.array([row]), None, terminated)
         episode.last_seen = self._clock()
 
     def end_agents(
@@ -577,7 +592,7 @@ class EpisodeTable:
         episode: Episode,
         agent_ids: list[str],
         obs: Any,
-        rewards: list[float] | None,
+        rewards: Any,
         infos: list[dict[str, Any] | None] | None,
         truncated: bool,
         seq: int | None = None,
@@ -592,35 +607,40 @@ class EpisodeTable:
             EpisodeError / SpaceError: As :meth:`log_returns_agents`; nothing is changed.
         """
         self._check_multi(episode, "end_episode")
-        agents = self._agents(episode)
-        for i, agent_id in enumerate(agent_ids):
-            agent = agents.get(agent_id)
-            if agent is not None and agent.done:
-                self._check_agent_usable(episode, agent, agent_id, agent.policy_id, "end_episode")
-            if rewards is not None and rewards[i]:
-                policy_id = "?" if agent is None else agent.policy_id
-                self._check_agent_reward(
-                    episode, agent, agent_id, policy_id, rewards[i], "end_episode"
-                )
-        final = {}
-        for i, agent_id in enumerate(agent_ids):
-            agent = agents.get(agent_id)
-            if agent is None:
-                continue
-            if rewards is not None and rewards[i]:
-                self._add_agent_reward(episode, agent, rewards[i])
-            if infos is not None and infos[i] and agent.steps:
-                _merge_info(agent, infos[i])
-            final[agent_id] = obs[i]
-        for agent_id, agent in agents.items():
-            if not agent.done:
-                self._finish_agent(episode, agent, agent_id, final.get(agent_id), not truncated)
+        state = episode.agents
+        located = _locate(state, agent_ids)
+        reward_array = None if rewards is None else np.asarray(rewards, dtype=np.float64)
+        if _done_named(located) or (
+            reward_array is not None and _rewards_refused(located, reward_array)
+        ):
+            self._check_end_one_by_one(episode, agent_ids, rewards)
+        state = self._agents(episode)
+        if reward_array is not None:
+            self._add_agent_rewards(episode, located, reward_array, infos)
+        elif infos is not None:
+            self._add_agent_rewards(episode, located, np.zeros(len(agent_ids)), infos)
+        terminated = not truncated
+        finals: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for columns, rows, positions in located.parts:
+            if isinstance(obs, np.ndarray):
+                block = obs[positions]
+            else:
+                block = np.stack([obs[i] for i in positions.tolist()])
+            finals[id(columns)] = (rows, block)
+        for columns in state.columns.values():
+            left = ~columns.done[: columns.size]
+            given = finals.get(id(columns))
+            if given is not None:
+                rows, block = given
+                left[rows] = False
+                self._finish_rows(episode, columns, rows, block, terminated)
+            self._finish_rows(episode, columns, np.flatnonzero(left), None, terminated)
         return self._close(episode, "truncated" if truncated else "terminated", seq or 0)
 
-    def _agents(self, episode: Episode) -> dict[str, AgentTrajectory]:
+    def _agents(self, episode: Episode) -> EpisodeAgents:
         """The agents of a multi-agent episode; an unused episode becomes multi-agent here."""
         if episode.agents is None:
-            episode.agents = {}
+            episode.agents = EpisodeAgents(self.fragment_length)
         return episode.agents
 
     def _check_multi(self, episode: Episode, call: str) -> None:
@@ -635,68 +655,138 @@ class EpisodeTable:
                 "still being answered; wait for the actions before the next call"
             )
 
-    @staticmethod
-    def _check_agent_usable(
-        episode: Episode, agent: AgentTrajectory, agent_id: str, policy_id: str, call: str
-    ) -> None:
-        if agent.done:
-            raise EpisodeError(
-                f"{call} for episode '{episode.episode_id}': agent '{agent_id}' (policy "
-                f"'{agent.policy_id}') is done (marked in multiagent_done_dict) and cannot act, "
-                "be rewarded or end again; use a new agent id for a new agent"
-            )
-        if agent.policy_id != policy_id:
-            raise EpisodeError(
-                f"{call} for episode '{episode.episode_id}': agent '{agent_id}' acts for policy "
-                f"'{agent.policy_id}' in this episode, not '{policy_id}'; an agent keeps its "
-                "policy for the whole episode"
-            )
-
-    @staticmethod
-    def _check_agent_reward(
-        episode: Episode,
-        agent: AgentTrajectory | None,
-        agent_id: str,
-        policy_id: str,
-        reward: float,
-        call: str,
-    ) -> None:
-        where = f"{call} for episode '{episode.episode_id}'"
-        if agent is None or not agent.steps:
-            raise EpisodeError(
-                f"{where}: a reward for agent '{agent_id}' (policy '{policy_id}'), which has not "
-                "acted in this episode; a reward belongs to the agent's previous action, so log "
-                "it after the agent's first get_action/log_action"
-            )
-        if not -MAX_ABS_REWARD <= agent.pending_reward + reward <= MAX_ABS_REWARD:
-            _raise_reward(f"{where}, agent '{agent_id}'", agent.pending_reward, reward)
-
-    @staticmethod
-    def _add_agent_reward(episode: Episode, agent: AgentTrajectory, reward: float) -> None:
-        episode.episode_return += reward
-        agent.agent_return += reward
-        agent.pending_reward += reward
-
-    def _finish_agent(
+    def _check_agents_one_by_one(
         self,
         episode: Episode,
-        agent: AgentTrajectory,
-        agent_id: str,
+        agent_ids: list[str],
+        policy_ids: list[str],
+        rewards: Any,
+        call: str,
+    ) -> None:
+        """Raise the error of the first agent of an observing call that cannot go on."""
+        where = {} if episode.agents is None else episode.agents.where
+        for i, agent_id in enumerate(agent_ids):
+            found = where.get(agent_id)
+            if found is not None:
+                _check_agent_usable(episode, found, agent_id, policy_ids[i], call)
+            if rewards is not None and rewards[i]:
+                _check_agent_reward(
+                    episode, found, agent_id, policy_ids[i], float(rewards[i]), call
+                )
+
+    def _check_rewards_one_by_one(
+        self, episode: Episode, agent_ids: list[str], rewards: Any, call: str
+    ) -> None:
+        """Raise the error of the first agent whose reward cannot be taken."""
+        where = {} if episode.agents is None else episode.agents.where
+        for i, agent_id in enumerate(agent_ids):
+            found = where.get(agent_id)
+            policy_id = "?" if found is None else found[0].policy_id
+            if found is not None:
+                _check_agent_usable(episode, found, agent_id, policy_id, call)
+            if rewards[i]:
+                _check_agent_reward(episode, found, agent_id, policy_id, float(rewards[i]), call)
+
+    def _check_done_one_by_one(self, episode: Episode, done: dict[str, bool]) -> None:
+        where = {} if episode.agents is None else episode.agents.where
+        for agent_id in done:
+            found = where.get(agent_id)
+            if found is None:
+                raise EpisodeError(
+                    f"log_returns for episode '{episode.episode_id}' marks agent '{agent_id}' "
+                    "done, but it has not acted in this episode; mark only agents that acted"
+                )
+            _check_agent_usable(episode, found, agent_id, found[0].policy_id, "log_returns")
+
+    def _check_end_one_by_one(self, episode: Episode, agent_ids: list[str], rewards: Any) -> None:
+        where = {} if episode.agents is None else episode.agents.where
+        for i, agent_id in enumerate(agent_ids):
+            found = where.get(agent_id)
+            if found is not None and found[0].done[found[1]]:
+                _check_agent_usable(episode, found, agent_id, found[0].policy_id, "end_episode")
+            if rewards is not None and rewards[i]:
+                policy_id = "?" if found is None else found[0].policy_id
+                _check_agent_reward(
+                    episode, found, agent_id, policy_id, float(rewards[i]), "end_episode"
+                )
+
+    @staticmethod
+    def _add_agent_rewards(
+        episode: Episode,
+        located: Located,
+        rewards: np.ndarray,
+        infos: list[dict[str, Any] | None] | None,
+    ) -> None:
+        """Add the (checked) rewards and infos of a call to the agents' last actions."""
+        whole = len(located.parts) == 1 and not located.unknown
+        for columns, rows, positions in located.parts:
+            own = rewards if whole else rewards[positions]
+            if own.any():
+                columns.add_rewards(rows, own)
+            if infos is not None:
+                for row, i in zip(rows.tolist(), positions.tolist(), strict=True):
+                    info = infos[i]
+                    if info and columns.steps[row]:
+                        columns.merge_info(row, info)
+        if rewards.any():
+            # Agents the episode does not know have no reward here (refused otherwise).
+            episode.episode_return += float(rewards.sum())
+
+    def _finish_rows(
+        self,
+        episode: Episode,
+        columns: AgentColumns,
+        rows: np.ndarray,
         final_obs: np.ndarray | None,
         terminated: bool,
     ) -> None:
-        """Hand on a finished agent's last steps and mark it done."""
-        agent.done = True
-        if not agent.actions:
+        """Hand on the last steps of finished agents and mark them done.
+
+        With ``final_obs`` (one per row) the fragments end in it; without, a terminated agent's
+        last observation stands in (it is never bootstrapped from), and a truncated agent's last
+        step is dropped (nothing followed it).
+        """
+        columns.done[rows] = True
+        has_steps = np.flatnonzero(columns.count[rows] > 0)
+        rows = rows[has_steps]
+        if not rows.size:
             return
         if final_obs is None and not terminated:
-            self._emit_unfinished(episode, agent, agent_id)
+            self._hand_on_unfinished(episode, columns, rows)
             return
-        self._close_step(agent)
-        # A terminated agent's last observation is never bootstrapped from: without a final
-        # one, the observation of its last step stands in (keeping the arrays' shape).
-        next_obs = agent.obs[-1] if final_obs is None else final_obs
-        self._emit(episode, next_obs, terminated, not terminated, agent, agent_id)
+        columns.close_steps(rows)
+        next_obs = columns.last_obs(rows) if final_obs is None else final_obs[has_steps]
+        columns.write_obs(rows, next_obs)
+        self._hand_on(episode, columns, rows, columns.count[rows], terminated, not terminated)
+
+    def _hand_on_unfinished(
+        self, episode: Episode, columns: AgentColumns, rows: np.ndarray
+    ) -> None:
+        """Hand on the steps of agents that stopped without a next observation.
+
+        No observation followed their last action, so that one step cannot be used; the steps
+        before it bootstrap from the observation the last action was taken in.
+        """
+        counts = columns.count[rows]
+        more = counts > 1
+        if more.any():
+            self._hand_on(episode, columns, rows[more], counts[more] - 1, False, False)
+        columns.take(rows[~more], counts[~more], episode.episode_id, False, False, keep=False)
+
+    def _hand_on(
+        self,
+        episode: Episode,
+        columns: AgentColumns,
+        rows: np.ndarray,
+        steps: np.ndarray,
+        terminated: bool,
+        truncated: bool,
+    ) -> None:
+        """Cut the rows' first ``steps`` steps as fragments (kept when the episode trains)."""
+        for fragment in columns.take(
+            rows, steps, episode.episode_id, terminated, truncated, episode.training_enabled
+        ):
+            self._on_fragment(fragment)
 
     def _check_not_awaiting(self, episode: Episode, call: str) -> None:
         if episode.agents is not None and call in _SINGLE_AGENT_CALLS:
@@ -748,25 +838,16 @@ class EpisodeTable:
             agent.pending_info = None
 
     def _emit(
-        self,
-        episode: Episode,
-        next_obs: np.ndarray,
-        terminated: bool,
-        truncated: bool,
-        agent: AgentTrajectory | None = None,
-        agent_id: str = SINGLE_AGENT,
+        self, episode: Episode, next_obs: np.ndarray, terminated: bool, truncated: bool
     ) -> None:
-        """Hand on an agent's steps as a fragment ending in ``next_obs`` and start a new one."""
-        if agent is None:
-            agent, policy_id = episode.agent, episode.policy_id
-        else:
-            policy_id = agent.policy_id
+        """Hand on a single-agent episode's steps as a fragment ending in ``next_obs``."""
+        agent = episode.agent
         if episode.training_enabled and agent.actions:
             agent.obs.append(next_obs)
             fragment = Fragment(
                 episode_id=episode.episode_id,
-                agent_id=agent_id,
-                policy_id=policy_id,
+                agent_id=SINGLE_AGENT,
+                policy_id=episode.policy_id,
                 obs=np.stack(agent.obs).astype(np.float32, copy=False),
                 actions=np.asarray(agent.actions),
                 rewards=np.asarray(agent.rewards, dtype=np.float32),
@@ -795,11 +876,11 @@ class EpisodeTable:
             self._ended.pop(next(iter(self._ended)))
         policy_returns: dict[str, float] | None = None
         if episode.agents is not None:
-            policy_returns = {}
-            for agent in episode.agents.values():
-                policy_returns[agent.policy_id] = (
-                    policy_returns.get(agent.policy_id, 0.0) + agent.agent_return
-                )
+            # Each policy's agents in the order they joined, added one after the other.
+            policy_returns = {
+                policy_id: sum(columns.returns[: columns.size].tolist(), 0.0)
+                for policy_id, columns in episode.agents.columns.items()
+            }
         return EpisodeSummary(
             episode.episode_id,
             episode.episode_return,
@@ -830,7 +911,133 @@ def _raise_reward(where: str, pending: float, reward: float) -> None:
     )
 
 
-def _merge_info(agent: AgentTrajectory, info: dict[str, Any] | None) -> None:
-    """Add an agent's info to the step it is about to close (later keys win)."""
-    if info:
-        agent.pending_info = info if agent.pending_info is None else {**agent.pending_info, **info}
+def _check_agent_usable(
+    episode: Episode, found: tuple[AgentColumns, int], agent_id: str, policy_id: str, call: str
+) -> None:
+    columns, row = found
+    if columns.done[row]:
+        raise EpisodeError(
+            f"{call} for episode '{episode.episode_id}': agent '{agent_id}' (policy "
+            f"'{columns.policy_id}') is done (marked in multiagent_done_dict) and cannot act, "
+            "be rewarded or end again; use a new agent id for a new agent"
+        )
+    if columns.policy_id != policy_id:
+        raise EpisodeError(
+            f"{call} for episode '{episode.episode_id}': agent '{agent_id}' acts for policy "
+            f"'{columns.policy_id}' in this episode, not '{policy_id}'; an agent keeps its "
+            "policy for the whole episode"
+        )
+
+
+def _check_agent_reward(
+    episode: Episode,
+    found: tuple[AgentColumns, int] | None,
+    agent_id: str,
+    policy_id: str,
+    reward: float,
+    call: str,
+) -> None:
+    where = f"{call} for episode '{episode.episode_id}'"
+    if found is None or not found[0].steps[found[1]]:
+        raise EpisodeError(
+            f"{where}: a reward for agent '{agent_id}' (policy '{policy_id}'), which has not "
+            "acted in this episode; a reward belongs to the agent's previous action, so log "
+            "it after the agent's first get_action/log_action"
+        )
+    pending = float(found[0].pending[found[1]])
+    if not -MAX_ABS_REWARD <= pending + reward <= MAX_ABS_REWARD:
+        _raise_reward(f"{where}, agent '{agent_id}'", pending, reward)
+
+
+# -- the vectorised checks: True when some agent may be refused (then checked one by one) -----
+
+
+def _find_rows(
+    state: EpisodeAgents | None, agent_ids: list[str], groups: list[tuple[str, np.ndarray]]
+) -> tuple[list[tuple[AgentColumns, np.ndarray]], bool]:
+    """Each group's columns and the rows of its agents (-1: not in the episode yet).
+
+    Also whether an agent is in the columns of another policy than its group's. A group whose
+    policy has no columns yet gets a placeholder (every row -1).
+    """
+    parts: list[tuple[AgentColumns, np.ndarray]] = []
+    mismatch = False
+    where = {} if state is None else state.where
+    for policy_id, idx in groups:
+        columns = None if state is None else state.columns.get(policy_id)
+        rows = np.full(len(idx), -1, np.int64)
+        for j, i in enumerate(idx.tolist()):
+            found = where.get(agent_ids[i])
+            if found is not None:
+                if found[0] is columns:
+                    rows[j] = found[1]
+                else:
+                    mismatch = True
+        parts.append((columns or _NO_COLUMNS, rows))
+    return parts, mismatch
+
+
+_NO_COLUMNS = AgentColumns("", 1)
+"""Stands in for the columns of a policy that has no agents in the episode yet (never written)."""
+
+
+def _tick_refused(
+    parts: list[tuple[AgentColumns, np.ndarray]],
+    groups: list[tuple[str, np.ndarray]],
+    rewards: np.ndarray | None,
+) -> bool:
+    for (columns, rows), (_, idx) in zip(parts, groups, strict=True):
+        known = rows >= 0
+        every = bool(known.all())
+        old = rows if every else rows[known]
+        if old.size and columns.done[old].any():
+            return True
+        if rewards is None:
+            continue
+        own = rewards if len(groups) == 1 else rewards[idx]
+        given = own != 0
+        if not given.any():
+            continue
+        if not every and (given & ~known).any():
+            return True
+        if not every:
+            own, given = own[known], given[known]
+        if (columns.steps[old][given] == 0).any():
+            return True
+        if not (np.abs(columns.pending[old] + own) <= MAX_ABS_REWARD).all():  # NaN too
+            return True
+    return False
+
+
+def _locate(state: EpisodeAgents | None, agent_ids: list[str]) -> Located:
+    if state is None or not agent_ids:
+        return Located([], list(range(len(agent_ids))))
+    return state.locate(agent_ids)
+
+
+def _rewards_refused(located: Located, rewards: np.ndarray) -> bool:
+    if located.unknown and rewards[located.unknown].any():
+        return True
+    for columns, rows, positions in located.parts:
+        if columns.done[rows].any():
+            return True
+        own = rewards[positions]
+        given = own != 0
+        if given.any():
+            if (columns.steps[rows][given] == 0).any():
+                return True
+            if not (np.abs(columns.pending[rows] + own) <= MAX_ABS_REWARD).all():
+                return True
+    return False
+
+
+def _done_refused(state: EpisodeAgents | None, done: dict[str, bool]) -> bool:
+    if not done:
+        return False
+    if state is None:
+        return True
+    return any(agent_id not in state or state.is_done(agent_id) for agent_id in done)
+
+
+def _done_named(located: Located) -> bool:
+    return any(columns.done[rows].any() for columns, rows, _ in located.parts)

@@ -56,6 +56,9 @@ class PolicyTable:
         self.mapping = PolicyMapping.from_wire(welcome.get("mapping"), self.policies)
         self.multi_agent = bool(welcome.get("multi_agent", False))
         self.explicit = dict(policy_ids or {})
+        # The policies of the last agent-id list seen (a simulator sends the same list tick
+        # after tick): the list, each agent's policy, and the one policy they share (or None).
+        self._recent: tuple[list[str], list[PolicySpaces], PolicySpaces | None] | None = None
         for agent_id, pid in self.explicit.items():
             if pid not in self.policies:
                 raise EpisodeError(
@@ -81,17 +84,34 @@ class PolicyTable:
         chosen = [self.explicit.get(a) for a in agent_ids]
         return chosen if any(c is not None for c in chosen) else None
 
-    def observations(self, agent_ids: list[str], values: Mapping[str, Any], check: bool) -> Any:
+    def policies_of(self, agent_ids: list[str]) -> tuple[list[PolicySpaces], PolicySpaces | None]:
+        """Each agent's policy, and the policy they all share (None when they do not).
+
+        Raises:
+            SpaceError: No mapping rule matches an agent.
+        """
+        recent = self._recent
+        if recent is not None and recent[0] == agent_ids:
+            return recent[1], recent[2]
+        policies = [self.policy_of(a) for a in agent_ids]
+        first = policies[0] if policies else None
+        shared = first if all(p is first for p in policies) else None
+        self._recent = (list(agent_ids), policies, shared)
+        return policies, shared
+
+    def observations(self, agent_ids: list[str], rows: list[Any], check: bool) -> Any:
         """Check each agent's observation; one stacked array when all share one Box policy.
+
+        Args:
+            agent_ids: The agents.
+            rows: Their observations, in the same order.
+            check: Check them against the spaces (else only stack them).
 
         Raises:
             SpaceError: An observation does not fit its agent's policy (naming both).
         """
-        policies = [self.policy_of(a) for a in agent_ids]
-        first = policies[0]
-        shared = all(p is first for p in policies)
-        if shared and isinstance(first.observation_space, spaces.Box):
-            rows = [values[a] for a in agent_ids]
+        policies, first = self.policies_of(agent_ids)
+        if first is not None and isinstance(first.observation_space, spaces.Box):
             try:
                 stacked = np.asarray(rows, dtype=first.observation_space.dtype)
             except (TypeError, ValueError):
@@ -101,17 +121,18 @@ class PolicyTable:
                     try:
                         check_batch(first.observation_space, stacked, len(rows), "observations")
                     except SpaceError:
-                        self._name_bad(agent_ids, values, policies)
+                        self._name_bad(agent_ids, rows, policies)
                         raise
                 return stacked
         if check:
-            self._name_bad(agent_ids, values, policies)
-        return [plain_value(values[a]) for a in agent_ids]
+            self._name_bad(agent_ids, rows, policies)
+        return [plain_value(value) for value in rows]
 
     def actions(self, agent_ids: list[str], wire: Any) -> dict[str, Any]:
         """The reply's actions as a dict keyed by agent id, in each policy's action form."""
         if isinstance(wire, np.ndarray):
-            policy = self.policy_of(agent_ids[0])
+            _, shared = self.policies_of(agent_ids)
+            policy = shared or self.policy_of(agent_ids[0])
             if policy.discrete:
                 return dict(zip(agent_ids, wire.tolist(), strict=True))
             return dict(zip(agent_ids, wire, strict=True))
@@ -133,11 +154,11 @@ class PolicyTable:
         return out
 
     def _name_bad(
-        self, agent_ids: list[str], values: Mapping[str, Any], policies: list[PolicySpaces]
+        self, agent_ids: list[str], rows: list[Any], policies: list[PolicySpaces]
     ) -> None:
-        for agent_id, policy in zip(agent_ids, policies, strict=True):
+        for agent_id, value, policy in zip(agent_ids, rows, policies, strict=True):
             where = f"observation of agent '{agent_id}' (policy '{policy.policy_id}')"
-            check_value(policy.observation_space, values[agent_id], where)
+            check_value(policy.observation_space, value, where)
 
 
 def plain_value(value: Any) -> Any:

@@ -344,32 +344,34 @@ class LocalInference:
                 f"get_action for episode '{episode_id}': the observation dict names no agent"
             )
         grouping = self._grouper.group(agent_ids, self.table_of_policies.explicit_ids(agent_ids))
-        blocks, rows = self._grouper.observations(
-            grouping, agent_ids, [observation[a] for a in agent_ids], "observations"
+        blocks = self._grouper.blocks(
+            grouping, agent_ids, list(observation.values()), "observations"
         )
-        self.table.check_observe_agents(episode, agent_ids, grouping.policy_ids, None, "get_action")
-        agents = self.table.observe_agents(
-            episode, agent_ids, grouping.policy_ids, rows, None, None
+        tick = self.table.observe_agents(
+            episode, agent_ids, grouping.policy_ids, grouping.groups, blocks, None, None
         )
+        single = len(blocks) == 1
         out: dict[str, Any] = {}
         try:
-            for (policy_id, idx), block in zip(grouping.groups, blocks, strict=True):
+            for g, ((policy_id, idx), block) in enumerate(
+                zip(grouping.groups, blocks, strict=True)
+            ):
                 policy = self._policies[policy_id]
                 computed = policy.compute_actions(block)
                 space = self.table_of_policies.policies[policy_id].action_space
-                discrete = isinstance(space, spaces.Discrete)
                 sent = policy.to_env_actions(computed.actions)
-                positions = idx.tolist()
-                group = agents if len(blocks) == 1 else [agents[i] for i in positions]
-                trained = computed.actions.tolist() if discrete else list(computed.actions)
                 self.table.act_agents(
-                    episode, group, trained, computed.logp.tolist(), True, policy.version
+                    episode, tick, g, computed.actions, computed.logp, True, policy.version
                 )
-                if discrete:
-                    out.update(zip([agent_ids[i] for i in positions], sent.tolist(), strict=True))
+                ids = agent_ids if single else [agent_ids[i] for i in idx.tolist()]
+                if isinstance(space, spaces.Discrete):
+                    values = sent.tolist()
                 else:
                     values = actions_to_space(space, sent)
-                    out.update(zip([agent_ids[i] for i in positions], values, strict=True))
+                if single:
+                    out = dict(zip(ids, values, strict=True))
+                else:
+                    out.update(zip(ids, values, strict=True))
         finally:
             self.table.finish_tick(episode)
         return out
@@ -379,24 +381,30 @@ class LocalInference:
         episode = self.table.get(episode_id)
         agent_ids = [str(a) for a in observation]
         grouping = self._grouper.group(agent_ids, self.table_of_policies.explicit_ids(agent_ids))
-        _, rows = self._grouper.observations(
+        blocks = self._grouper.blocks(
             grouping, agent_ids, [observation[a] for a in agent_ids], "observations"
         )
         taken = self._grouper.actions(
             grouping, agent_ids, [action[a] for a in agent_ids], "log_action 'actions'"
         )
-        self.table.check_observe_agents(episode, agent_ids, grouping.policy_ids, None, "log_action")
-        agents = self.table.observe_agents(
-            episode, agent_ids, grouping.policy_ids, rows, None, None
+        tick = self.table.observe_agents(
+            episode,
+            agent_ids,
+            grouping.policy_ids,
+            grouping.groups,
+            blocks,
+            None,
+            None,
+            "log_action",
         )
-        nan = [float("nan")] * len(agent_ids)
-        for policy_id, idx in grouping.groups:
+        for g, (policy_id, idx) in enumerate(grouping.groups):
             positions = idx.tolist()
             self.table.act_agents(
                 episode,
-                [agents[i] for i in positions],
-                [taken[i] for i in positions],
-                nan,
+                tick,
+                g,
+                np.asarray([taken[i] for i in positions]),
+                np.full(len(positions), np.nan, np.float32),
                 False,
                 self._policies[policy_id].version,
             )
@@ -412,11 +420,16 @@ class LocalInference:
         """Add each agent's reward; finish the done agents; ``__all__`` ends the episode."""
         episode = self.table.get(episode_id)
         all_done = done.pop(ALL_AGENTS, None)
-        agent_ids = sorted(set(rewards) | set(infos))
+        agent_ids = list(rewards)
+        values = np.fromiter(rewards.values(), np.float64, len(agent_ids))
+        if infos:
+            extra = [a for a in infos if a not in rewards]
+            agent_ids += extra
+            values = np.concatenate([values, np.zeros(len(extra))])
         self.table.log_returns_agents(
             episode,
             agent_ids,
-            [rewards.get(a, 0.0) for a in agent_ids],
+            values,
             [infos.get(a) for a in agent_ids] if infos else None,
             done,
         )
@@ -430,12 +443,12 @@ class LocalInference:
         if self.table.ended(episode_id):
             return  # '__all__' ended it already (RLlib's clients call end_episode after it)
         episode = self.table.get(episode_id)
-        known = episode.agents or {}
-        agent_ids = [str(a) for a in observation if not (a in known and known[a].done)]
+        known = episode.agents
+        agent_ids = [str(a) for a in observation if known is None or not known.is_done(str(a))]
         rows: list[Any] = []
         if agent_ids:
             explicit: list[str | None] = [
-                known[a].policy_id if a in known else None for a in agent_ids
+                None if known is None else known.policy_of(a) for a in agent_ids
             ]
             grouping = self._grouper.group(agent_ids, explicit)
             _, rows = self._grouper.observations(

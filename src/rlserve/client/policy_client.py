@@ -722,7 +722,7 @@ class PolicyClient:
 
     def _check_agents_usable(self, episode_id: str, agent_ids: Any, call: str) -> None:
         done = self._agents_done.get(episode_id)
-        if done:
+        if done and not done.isdisjoint(agent_ids):
             for agent_id in agent_ids:
                 if agent_id in done:
                     policy = self.policies.policy_of(agent_id).policy_id
@@ -736,8 +736,12 @@ class PolicyClient:
         """Attach the rewards and infos logged for these agents since their previous action."""
         rewards = self._agent_rewards.get(episode_id)
         if rewards:
-            listed = [rewards.get(a, 0.0) for a in agent_ids]
-            if any(listed):
+            # One typed array on the wire: the server checks it with a few numpy operations.
+            if _same_keys(rewards, agent_ids):
+                listed = np.fromiter(rewards.values(), np.float64, len(agent_ids))
+            else:
+                listed = np.array([rewards.get(a, 0.0) for a in agent_ids], dtype=np.float64)
+            if listed.any():
                 message["rewards"] = listed
         infos = self._agent_infos.get(episode_id)
         if infos and any(a in infos for a in agent_ids):
@@ -749,12 +753,26 @@ class PolicyClient:
     def _agents_delivered(self, episode_id: str, agent_ids: list[str], seq: int) -> None:
         rewards = self._agent_rewards.get(episode_id)
         infos = self._agent_infos.get(episode_id)
-        for agent_id in agent_ids:
-            if rewards:
-                rewards.pop(agent_id, None)
-            if infos:
-                infos.pop(agent_id, None)
-        self._agents_acted.setdefault(episode_id, set()).update(agent_ids)
+        if rewards or infos:
+            delivered: set[str] | None = None
+            for pending in (rewards, infos):
+                if not pending:
+                    continue
+                if _same_keys(pending, agent_ids):
+                    pending.clear()
+                    continue
+                if delivered is None:
+                    delivered = set(agent_ids)
+                if pending.keys() <= delivered:
+                    pending.clear()  # the common case: every agent logged for has acted now
+                else:
+                    for agent_id in agent_ids:
+                        pending.pop(agent_id, None)
+        acted = self._agents_acted.get(episode_id)
+        if acted is None:
+            self._agents_acted[episode_id] = set(agent_ids)
+        elif len(acted) < len(agent_ids) or not acted.issuperset(agent_ids):
+            acted.update(agent_ids)
         self._seq[episode_id] = seq
 
     def _get_agent_actions(self, episode_id: str, observation: Mapping[str, Any]) -> dict[str, Any]:
@@ -775,7 +793,7 @@ class PolicyClient:
     ) -> tuple[list[str], dict[str, Any]]:
         """Send one multi-agent ``get_action`` or ``log_action``; return its agents and reply."""
         self._check_not_lost([episode_id])
-        agent_ids = [str(a) for a in observation]
+        agent_ids = _agent_keys(observation)
         if not agent_ids:
             raise SpaceError(
                 f"{call} for episode '{episode_id}': the observation dict names no agent; "
@@ -788,7 +806,7 @@ class PolicyClient:
             "episode_id": episode_id,
             "agent_ids": agent_ids,
             "observations": self.policies.observations(
-                agent_ids, observation, self.check_observations
+                agent_ids, list(observation.values()), self.check_observations
             ),
             "seq": seq,
         }
@@ -816,7 +834,10 @@ class PolicyClient:
         acted = self._agents_acted.get(episode_id, set())
         self._check_agents_usable(episode_id, [*rewards, *infos, *done], "log_returns")
         pending = self._agent_rewards.setdefault(episode_id, {})
-        for agent_id, value in rewards.items():
+        # The common case, one reward dict per tick for agents that acted: nothing to refuse
+        # (each value was checked) and nothing pending to add to.
+        fresh = not pending and (episode_id not in self._open or acted.issuperset(rewards))
+        for agent_id, value in () if fresh else rewards.items():
             if value and agent_id not in acted and episode_id in self._open:
                 policy = self.policies.policy_of(agent_id).policy_id
                 raise EpisodeError(
@@ -838,9 +859,14 @@ class PolicyClient:
                     f"log_returns for episode '{episode_id}' marks agent '{agent_id}' done, but "
                     "it has not acted in this episode; mark only agents that acted"
                 )
-        for agent_id, value in rewards.items():
-            if value:
-                pending[agent_id] = pending.get(agent_id, 0.0) + value
+        if fresh:
+            # Kept whole (zeros too: every agent in it has acted), so that the next get_action
+            # with the same agents sends the values as they are.
+            self._agent_rewards[episode_id] = rewards
+        else:
+            for agent_id, value in rewards.items():
+                if value:
+                    pending[agent_id] = pending.get(agent_id, 0.0) + value
         if infos:
             kept = self._agent_infos.setdefault(episode_id, {})
             for agent_id, info in infos.items():
@@ -857,7 +883,7 @@ class PolicyClient:
         """Send every pending reward and info of the episode, and the done marks, now."""
         pending = self._agent_rewards.get(episode_id, {})
         infos = self._agent_infos.get(episode_id, {})
-        agent_ids = sorted(set(pending) | set(infos))
+        agent_ids = sorted({a for a, v in pending.items() if v} | set(infos))
         if not agent_ids and not done:
             return
         seq = self._next_seq(episode_id)
@@ -894,7 +920,9 @@ class PolicyClient:
         pending = self._agent_rewards.get(episode_id, {})
         infos = self._agent_infos.get(episode_id, {})
         named = set(agent_ids)
-        if any(a not in named for a in (*pending, *infos)):
+        if any(v and a not in named for a, v in pending.items()) or any(
+            a not in named for a in infos
+        ):
             # Rewards of agents without a final observation go first, on their own.
             self._flush_agent_returns(episode_id, {})
         message: dict[str, Any] = {
@@ -906,7 +934,7 @@ class PolicyClient:
         }
         if agent_ids:
             message["observations"] = self.policies.observations(
-                agent_ids, {a: observation[a] for a in agent_ids}, self.check_observations
+                agent_ids, [observation[a] for a in agent_ids], self.check_observations
             )
             self._agent_extras(episode_id, agent_ids, message)
         self._send_nowait(message)
@@ -997,6 +1025,25 @@ def _reward_number(reward: Any, where: str) -> float:
     return value
 
 
+_STR_ONLY = {str}
+_PLAIN_FLOATS = {float}
+_NUMBER_TYPES = {float, int, np.float64, np.float32, np.int64, np.int32}
+"""Reward types checked together (bool is not among them: it is not a reward)."""
+
+
+def _same_keys(values: dict[str, Any], agent_ids: list[str]) -> bool:
+    """Whether a dict is keyed by exactly these agents, in this order (checked in C)."""
+    return len(values) == len(agent_ids) and list(values) == agent_ids
+
+
+def _agent_keys(values: Mapping[Any, Any]) -> list[str]:
+    """The keys of a dict keyed by agent id, as strings."""
+    keys = list(values)
+    if set(map(type, keys)) <= _STR_ONLY:
+        return keys
+    return [str(a) for a in keys]
+
+
 def _agent_rewards(episode_id: str, reward: Any) -> dict[str, float]:
     """A multi-agent reward dict with each value checked."""
     if not isinstance(reward, Mapping):
@@ -1004,6 +1051,17 @@ def _agent_rewards(episode_id: str, reward: Any) -> dict[str, float]:
             f"log_returns for episode '{episode_id}': a multi-agent episode takes a dict of "
             f"rewards keyed by agent id, got {type(reward).__name__}"
         )
+    kinds = set(map(type, reward.values()))
+    if kinds <= _NUMBER_TYPES and set(map(type, reward)) <= _STR_ONLY:
+        # Numbers keyed by strings (the common case): checked together.
+        try:
+            values = np.fromiter(reward.values(), np.float64, len(reward))
+        except OverflowError:
+            values = np.array([np.inf])  # an int too large for a float: reported below
+        if (np.abs(values) <= MAX_ABS_REWARD).all():  # False for NaN and infinities
+            if kinds <= _PLAIN_FLOATS:
+                return dict(reward)
+            return dict(zip(reward, values.tolist(), strict=True))
     return {
         str(agent_id): _reward_number(
             value, f"log_returns for episode '{episode_id}', agent '{agent_id}'"

@@ -22,10 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from rlserve.errors import DecodeError, LimitExceededError
 from rlserve.protocol.info import check_info_size
 from rlserve.protocol.limits import DEFAULT_LIMITS, Limits
-from rlserve.values import check_reward
+from rlserve.values import MAX_ABS_REWARD, check_reward
 
 DEFAULT_POLICY_ID = "default"
 """The policy an episode uses unless it names another."""
@@ -87,7 +89,8 @@ class GetAction:
         id: Request id.
         episode_ids: The episodes, in order.
         observations: One observation per episode (stacked array, list, or list of maps).
-        rewards: Reward per episode for its previous action, or None.
+        rewards: Reward per episode for its previous action, or None (multi-agent form: one
+            float64 array of each agent's reward).
         batched: Whether the request used the plural form (the reply mirrors it).
         seqs: Each episode's call sequence number (``seq`` / ``seqs``), or None.
         infos: Each episode's ``info`` map for its previous action (``info`` / ``infos``,
@@ -97,7 +100,7 @@ class GetAction:
     id: int
     episode_ids: list[str]
     observations: Any
-    rewards: list[float] | None = None
+    rewards: list[float] | np.ndarray | None = None
     batched: bool = False
     seqs: list[int] | None = None
     infos: list[dict[str, Any] | None] | None = None
@@ -123,7 +126,7 @@ class LogAction:
         agent_ids: Multi-agent form: the agents; ``observation`` and ``action`` then hold one
             entry per agent (``observations`` / ``actions`` on the wire), ``rewards`` and
             ``infos`` too.
-        rewards: Multi-agent form: each agent's reward for its previous action.
+        rewards: Multi-agent form: each agent's reward for its previous action (float64).
         infos: Multi-agent form: each agent's info for its previous action.
         policy_ids: Multi-agent form: each agent's policy named explicitly (None: mapping).
     """
@@ -136,7 +139,7 @@ class LogAction:
     seq: int | None = None
     info: dict[str, Any] | None = None
     agent_ids: list[str] | None = None
-    rewards: list[float] | None = None
+    rewards: np.ndarray | None = None
     infos: list[dict[str, Any] | None] | None = None
     policy_ids: list[str | None] | None = None
 
@@ -152,7 +155,7 @@ class LogReturns:
         info: Optional map of extra information, kept with the previous action's step.
         seq: The episode's call sequence number, or None.
         agent_ids: Multi-agent form: the agents rewarded (``rewards``, ``infos`` per agent).
-        rewards: Multi-agent form: each agent's reward.
+        rewards: Multi-agent form: each agent's reward (float64).
         infos: Multi-agent form: each agent's info, or None.
         done: Multi-agent form: agents finished now, ``True`` when terminated and ``False``
             when truncated (``terminated_agents`` / ``truncated_agents`` on the wire).
@@ -164,7 +167,7 @@ class LogReturns:
     info: dict[str, Any] | None = None
     seq: int | None = None
     agent_ids: list[str] | None = None
-    rewards: list[float] | None = None
+    rewards: np.ndarray | None = None
     infos: list[dict[str, Any] | None] | None = None
     done: dict[str, bool] | None = None
 
@@ -184,7 +187,7 @@ class EndEpisode:
         info: Info map for the last action, as in ``GetAction``, or None.
         agent_ids: Multi-agent form: agents with a final observation (``observation`` then
             holds one per agent); every other agent still in the episode ends without one.
-        rewards: Multi-agent form: each named agent's reward for its last action.
+        rewards: Multi-agent form: each named agent's reward for its last action (float64).
         infos: Multi-agent form: each named agent's info for its last action.
     """
 
@@ -196,7 +199,7 @@ class EndEpisode:
     seq: int | None = None
     info: dict[str, Any] | None = None
     agent_ids: list[str] | None = None
-    rewards: list[float] | None = None
+    rewards: np.ndarray | None = None
     infos: list[dict[str, Any] | None] | None = None
 
 
@@ -554,15 +557,28 @@ def _agent_ids(f: _Fields, name: str = "agent_ids", allow_empty: bool = False) -
             f"'{f.kind}' names {len(ids)} agents in '{name}'; the limit is "
             f"{f.limits.max_agents_per_call} (max_agents_per_call)"
         )
-    agent_ids = [f.check_id(name, agent_id) for agent_id in ids]
+    if (
+        ids
+        and set(map(type, ids)) == _STR_ONLY
+        and min(map(len, ids)) >= 1
+        and max(map(len, ids)) <= f.limits.max_id_length
+    ):
+        agent_ids: list[str] = ids  # every id is a string of an allowed length
+    else:
+        agent_ids = [f.check_id(name, agent_id) for agent_id in ids]
     if len(set(agent_ids)) != len(agent_ids):
         raise DecodeError(f"'{f.kind}' '{name}' names an agent more than once")
     return agent_ids
 
 
-def _per_agent_rewards(f: _Fields, count: int) -> list[float] | None:
+def _per_agent_rewards(f: _Fields, count: int) -> np.ndarray | None:
     rewards = f.raw.get("rewards")
-    return None if rewards is None else _float_list(f, "rewards", rewards, count)
+    if rewards is None:
+        return None
+    numbers = _checked_numbers(rewards, count)
+    if numbers is None:
+        numbers = np.asarray(_float_list(f, "rewards", rewards, count), dtype=np.float64)
+    return numbers
 
 
 def _per_agent_infos(f: _Fields, count: int) -> list[dict[str, Any] | None] | None:
@@ -626,7 +642,7 @@ def _parse_multi_log_returns(f: _Fields, request_id: int) -> LogReturns:
     if rewards is None:
         if agent_ids:
             raise f._missing("rewards")
-        rewards = []
+        rewards = np.zeros(0)
     done: dict[str, bool] = {}
     for name, terminated in (("terminated_agents", True), ("truncated_agents", False)):
         for agent_id in _agent_ids(f, name, allow_empty=True):
@@ -690,7 +706,38 @@ def _map_list(f: _Fields, name: str, value: Any, required: bool) -> list[dict[st
     return value
 
 
+_STR_ONLY = {str}
+_PLAIN_NUMBERS = frozenset({float, int})
+
+
+def _checked_numbers(value: Any, count: int) -> np.ndarray | None:
+    """``value`` as ``[count]`` float64 when it is all finite numbers within the reward bound.
+
+    The common case, checked with a few vectorised operations; None otherwise, and
+    :func:`_float_list` then reports what is wrong.
+    """
+    if isinstance(value, np.ndarray):
+        if value.shape != (count,) or value.dtype.kind not in "fiu":
+            return None
+        numbers = value.astype(np.float64)
+    elif isinstance(value, list) and len(value) == count:
+        if not set(map(type, value)) <= _PLAIN_NUMBERS:  # bools and numpy scalars excepted
+            return None
+        try:
+            numbers = np.array(value, dtype=np.float64)
+        except OverflowError:
+            return None
+    else:
+        return None
+    if not (np.abs(numbers) <= MAX_ABS_REWARD).all():  # False for NaN and infinities
+        return None
+    return numbers
+
+
 def _float_list(f: _Fields, name: str, value: Any, count: int) -> list[float]:
+    numbers = _checked_numbers(value, count)
+    if numbers is not None:
+        return list(numbers.tolist())
     if hasattr(value, "tolist"):
         value = value.tolist()
     if not isinstance(value, list) or len(value) != count:

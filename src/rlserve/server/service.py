@@ -24,9 +24,10 @@ import gymnasium as gym
 import numpy as np
 
 from rlserve import __version__
+from rlserve.agent_columns import AgentTick
 from rlserve.agent_groups import AgentGrouper
 from rlserve.algorithms.base import WeightsPackage
-from rlserve.episodes import AgentTrajectory, Episode, EpisodeStatus, EpisodeSummary, EpisodeTable
+from rlserve.episodes import Episode, EpisodeStatus, EpisodeSummary, EpisodeTable
 from rlserve.errors import (
     AuthenticationError,
     CapacityError,
@@ -122,6 +123,8 @@ class _AgentPart:
 
     owner: _AgentsPending
     slot: PolicySlot
+    group: int
+    """The group's index in the call's grouping."""
     idx: np.ndarray
     """Positions of this policy's agents in the call."""
     obs: np.ndarray
@@ -134,7 +137,7 @@ class _AgentsPending:
 
     request: GetAction
     episode: Episode
-    agents: list[AgentTrajectory]
+    tick: AgentTick
     respond: Respond
     remaining: int
     results: list[tuple[_AgentPart, Any, np.ndarray, Any, int]] = field(default_factory=list)
@@ -473,35 +476,40 @@ class Service:
         agent_ids = request.agent_ids
         self._check_agent_count(episode, agent_ids)
         grouping = self.grouper.group(agent_ids, request.policy_ids)
-        blocks, rows = self.grouper.observations(
+        blocks = self.grouper.blocks(
             grouping, agent_ids, request.observations, "get_action 'observations'"
         )
-        self.episodes.check_observe_agents(
-            episode, agent_ids, grouping.policy_ids, request.rewards, "get_action"
-        )
-        agents = self.episodes.observe_agents(
-            episode, agent_ids, grouping.policy_ids, rows, request.rewards, request.infos
+        tick = self.episodes.observe_agents(
+            episode,
+            agent_ids,
+            grouping.policy_ids,
+            grouping.groups,
+            blocks,
+            request.rewards,
+            request.infos,
+            "get_action",
         )
         self.episodes.record_seq(episode, seq, "get_action")
-        pending = _AgentsPending(request, episode, agents, respond, len(grouping.groups))
+        pending = _AgentsPending(request, episode, tick, respond, len(grouping.groups))
         episode.answer = pending  # a retry while it is pending joins it
         ready = False
-        for (policy_id, idx), block in zip(grouping.groups, blocks, strict=True):
+        for g, ((policy_id, idx), block) in enumerate(zip(grouping.groups, blocks, strict=True)):
             slot = self.slots[policy_id]
-            slot.parts.append(_AgentPart(pending, slot, idx, block))
+            slot.parts.append(_AgentPart(pending, slot, g, idx, block))
             ready = ready or slot.policy is not None
         if ready:
             self._schedule_flush()
         return True
 
     def _check_agent_count(self, episode: Episode, agent_ids: list[str]) -> None:
-        known = episode.agents or {}
+        known = episode.agents
+        held = 0 if known is None else len(known)
         limit = self.limits.max_agents_per_episode
-        if len(known) + len(agent_ids) > limit:
-            new = sum(1 for a in agent_ids if a not in known)
-            if len(known) + new > limit:
+        if held + len(agent_ids) > limit:
+            new = sum(1 for a in agent_ids if known is None or a not in known)
+            if held + new > limit:
                 raise CapacityError(
-                    f"episode '{episode.episode_id}' would hold {len(known) + new} agents; the "
+                    f"episode '{episode.episode_id}' would hold {held + new} agents; the "
                     f"limit is {limit} (max_agents_per_episode): end the episode and start a new "
                     "one, or reuse agent ids"
                 )
@@ -528,20 +536,17 @@ class Service:
         owner.remaining -= 1
         if owner.remaining:
             return
-        episode, agents = owner.episode, owner.agents
-        count = len(agents)
+        episode = owner.episode
         single = len(owner.results) == 1
-        reply_actions: Any = None if single else [None] * count
+        reply_actions: Any = None if single else [None] * len(owner.request.agent_ids or ())
         for part_, trained, logps, env_actions, ver in owner.results:
-            discrete = isinstance(part_.slot.action_space, gym.spaces.Discrete)
-            idx = part_.idx.tolist()
-            group = agents if single else [agents[i] for i in idx]
-            stored = trained.tolist() if discrete else list(trained)
-            self.episodes.act_agents(episode, group, stored, logps.tolist(), True, ver)
+            self.episodes.act_agents(episode, owner.tick, part_.group, trained, logps, True, ver)
             if single:
+                # One policy: its actions in the call's order, one typed array when they are.
                 reply_actions = env_actions
             else:
-                for j, i in enumerate(idx):
+                discrete = isinstance(part_.slot.action_space, gym.spaces.Discrete)
+                for j, i in enumerate(part_.idx.tolist()):
                     reply_actions[i] = int(env_actions[j]) if discrete else env_actions[j]
         self.episodes.finish_tick(episode)
         # Kept for a retry of this call; a copy, so the batch's arrays are not kept.
@@ -559,26 +564,30 @@ class Service:
         agent_ids = request.agent_ids
         self._check_agent_count(episode, agent_ids)
         grouping = self.grouper.group(agent_ids, request.policy_ids)
-        _, rows = self.grouper.observations(
+        blocks = self.grouper.blocks(
             grouping, agent_ids, request.observation, "log_action 'observations'"
         )
         actions = self.grouper.actions(grouping, agent_ids, request.action, "log_action 'actions'")
-        self.episodes.check_observe_agents(
-            episode, agent_ids, grouping.policy_ids, request.rewards, "log_action"
+        tick = self.episodes.observe_agents(
+            episode,
+            agent_ids,
+            grouping.policy_ids,
+            grouping.groups,
+            blocks,
+            request.rewards,
+            request.infos,
+            "log_action",
         )
-        agents = self.episodes.observe_agents(
-            episode, agent_ids, grouping.policy_ids, rows, request.rewards, request.infos
-        )
-        nan = [float("nan")] * len(agent_ids)
-        for policy_id, idx in grouping.groups:
+        for g, (policy_id, idx) in enumerate(grouping.groups):
             slot = self.slots[policy_id]
             version = slot.policy.version if slot.policy is not None else 0
             positions = idx.tolist()
             self.episodes.act_agents(
                 episode,
-                [agents[i] for i in positions],
-                [actions[i] for i in positions],
-                nan,
+                tick,
+                g,
+                np.asarray([actions[i] for i in positions]),
+                np.full(len(positions), np.nan, np.float32),
                 False,
                 version,
             )
@@ -605,9 +614,9 @@ class Service:
         self.episodes.check_seq(episode, request.seq, "end_episode")
         rows: list[Any] = []
         if request.agent_ids:
-            known = episode.agents or {}
+            known = episode.agents
             explicit: list[str | None] = [
-                known[a].policy_id if a in known else None for a in request.agent_ids
+                None if known is None else known.policy_of(a) for a in request.agent_ids
             ]
             grouping = self.grouper.group(request.agent_ids, explicit)
             _, rows = self.grouper.observations(
