@@ -143,8 +143,6 @@ class LocalInference:
         self.update_interval = update_interval
         self.config = config
         self._timeouts = timeouts
-        self._discrete = isinstance(action_space, spaces.Discrete)
-        self._box_obs = isinstance(observation_space, spaces.Box)
         self._lock = threading.Condition()
         self._outbox: deque[Fragment] = deque()
         self._summaries: list[EpisodeSummary] = []

@@ -374,12 +374,10 @@ class Service:
         if request.agent_ids is not None:
             return self._get_agent_actions(request, session, respond)
         episodes = [self._episode(eid, session) for eid in request.episode_ids]
-        for episode in episodes:
-            self._single_slot(episode, "get_action")
-        policy_id = episodes[0].policy_id
-        if any(e.policy_id != policy_id for e in episodes):
+        # The others are checked against it; check_observe refuses a multi-agent one.
+        slot = self._single_slot(episodes[0], "get_action")
+        if any(e.policy_id != slot.policy_id for e in episodes):
             raise EpisodeError("one get_action may only name episodes of the same policy")
-        slot = self.slots[policy_id]
         if request.seqs is not None:
             retried = [
                 self.episodes.check_seq(e, seq, "get_action")
