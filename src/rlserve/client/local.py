@@ -39,32 +39,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from gymnasium import spaces
 
-from rlserve.agent_groups import AgentGrouper
-from rlserve.client.agent_values import PolicySpaces, PolicyTable
+from rlserve.client.agent_values import PolicyTable
 from rlserve.client.connection import Connection, Timeouts
+from rlserve.collector import Collector
 from rlserve.config import option
-from rlserve.episodes import Episode, EpisodeSummary, EpisodeTable
+from rlserve.episodes import EpisodeSummary
 from rlserve.errors import (
     ConfigError,
     ConnectionLostError,
-    EpisodeError,
     FrameTooLargeError,
     ServerError,
     SpaceError,
 )
-from rlserve.multiagent import ALL_AGENTS
 from rlserve.policy import ModelSpec, NumpyPolicy
-from rlserve.policy.distributions import actions_to_space, encode_action
-from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.samples import Fragment
-from rlserve.spaces import check_batch, check_value
-from rlserve.values import check_float32
 
 logger = logging.getLogger("rlserve.client")
-
-OWNER = "local"
 
 MESSAGE_OVERHEAD = 1024
 """Bytes reserved per report for its fixed fields (type, ids, map keys)."""
@@ -103,8 +94,12 @@ class LocalConfig:
             )
 
 
-class LocalInference:
-    """The local-mode engine behind :class:`~rlserve.PolicyClient`.
+class LocalInference(Collector):
+    """The local-mode engine behind :class:`~rlserve.PolicyClient`: a collector plus transport.
+
+    The episode calls and the acting are :class:`~rlserve.collector.Collector`'s; this class adds
+    the network: a refresher thread that swaps in newer weights and a shipper thread that sends
+    the collector's fragments and episode summaries in ``report_samples`` batches.
 
     Args:
         weights_conn: An open connection for fetching weights.
@@ -127,19 +122,6 @@ class LocalInference:
         timeouts: Timeouts,
         seed: int | None = None,
     ):
-        self.table_of_policies = table
-        served = table.policies
-        self.default_policy_id = (
-            DEFAULT_POLICY_ID if DEFAULT_POLICY_ID in served else next(iter(served))
-        )
-        observation_space = served[self.default_policy_id].observation_space
-        action_space = served[self.default_policy_id].action_space
-        self.observation_space = observation_space
-        self.action_space = action_space
-        self._grouper = AgentGrouper(
-            table.mapping,
-            {pid: (p.observation_space, p.action_space) for pid, p in served.items()},
-        )
         self.update_interval = update_interval
         self.config = config
         self._timeouts = timeouts
@@ -158,15 +140,19 @@ class LocalInference:
         self.server_dropped_steps = 0
         """Accepted steps the server's learner dropped unread (it fell behind)."""
         self._warned_at: dict[str, float] = {}
-        self.table = EpisodeTable(
-            config.fragment_length, config.max_episodes, config.max_episodes, self._enqueue
-        )
         self._weights_conn = weights_conn
         self._weights_lock = threading.Lock()
         self._seeds = np.random.SeedSequence(seed)
-        self._policies: dict[str, NumpyPolicy] = {}
-        for policy_id in served:
-            self._policies[policy_id] = self._fetch_retrying(policy_id, None)
+        self._policies = {}
+        first = {pid: self._fetch_retrying(pid, None) for pid in table.policies}
+        super().__init__(
+            table,
+            first,
+            config.fragment_length,
+            config.max_episodes,
+            self._enqueue,
+            self._add_summary,
+        )
         self._ship_conn: Connection = make_connection()
         self._shipper = threading.Thread(
             target=self._ship_loop, name="rlserve-shipper", daemon=True
@@ -178,19 +164,6 @@ class LocalInference:
         self._refresher.start()
 
     # -- weights -----------------------------------------------------------------------------
-
-    @property
-    def policy(self) -> NumpyPolicy:
-        """The policy acting now in single-agent episodes."""
-        return self._policies[self.default_policy_id]
-
-    @property
-    def _policy(self) -> NumpyPolicy:
-        return self._policies[self.default_policy_id]
-
-    def policy_of(self, policy_id: str) -> NumpyPolicy:
-        """The weights acting now for ``policy_id``."""
-        return self._policies[policy_id]
 
     def _fetch(self, policy_id: str, have: int | None) -> NumpyPolicy:
         with self._weights_lock:
@@ -248,215 +221,11 @@ class LocalInference:
             except ServerError as exc:
                 logger.warning("rlserve: fetching weights failed: %s", exc)
 
-    # -- episode calls -----------------------------------------------------------------------
-
-    def start_episode(
-        self, episode_id: str | None, training_enabled: bool, policy_id: str | None = None
-    ) -> str:
-        """Open an episode on this client (single-agent calls act with ``policy_id``)."""
-        return self.table.start(
-            episode_id, training_enabled, policy_id or self.default_policy_id, OWNER
-        )
-
-    def _single(self, episode: Episode) -> tuple[NumpyPolicy, PolicySpaces]:
-        """The weights and spaces of a single-agent episode's policy."""
-        return self._policies[episode.policy_id], self.table_of_policies.policies[episode.policy_id]
-
-    def get_one_action(self, episode_id: str, observation: Any) -> Any:
-        """Record one observation and compute its action (the per-step fast path)."""
-        episode = self.table.get(episode_id)
-        policy, spaces_ = self._single(episode)
-        space = spaces_.observation_space
-        batch = np.asarray(observation)[None] if isinstance(space, spaces.Box) else [observation]
-        obs = check_batch(space, batch, 1, "observation")
-        out = policy.compute_actions(obs)
-        self.table.observe(episode, obs[0], None)
-        action = out.actions[0]
-        discrete = spaces_.discrete
-        self.table.act(
-            episode,
-            int(action) if discrete else action,
-            float(out.logp[0]),
-            True,
-            policy.version,
-        )
-        sent = policy.to_env_actions(out.actions)
-        if discrete:
-            return int(sent[0])
-        return actions_to_space(spaces_.action_space, sent)[0]
-
-    def get_action(self, episode_ids: list[str], observations: Any) -> np.ndarray:
-        """Record observations and compute actions for several episodes at once."""
-        episodes = [self.table.get(eid) for eid in episode_ids]
-        for episode in episodes:
-            self.table.check_observe(episode, None)
-        if any(e.policy_id != episodes[0].policy_id for e in episodes):
-            raise EpisodeError("one get_action may only name episodes of the same policy")
-        policy, spaces_ = self._single(episodes[0])
-        obs = check_batch(spaces_.observation_space, observations, len(episodes), "observation")
-        out = policy.compute_actions(obs)
-        discrete = spaces_.discrete
-        for i, episode in enumerate(episodes):
-            self.table.observe(episode, obs[i], None)
-            action = int(out.actions[i]) if discrete else out.actions[i]
-            self.table.act(episode, action, float(out.logp[i]), True, policy.version)
-        sent = policy.to_env_actions(out.actions)
-        return sent if discrete else actions_to_space(spaces_.action_space, sent)
-
-    def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
-        """Record an action someone else took."""
-        episode = self.table.get(episode_id)
-        self.table.check_observe(episode, None)
-        policy, spaces_ = self._single(episode)
-        obs = check_batch(spaces_.observation_space, [observation], 1, "observation")
-        value = check_value(spaces_.action_space, action, "action")
-        value = encode_action(spaces_.action_space, value)
-        if not spaces_.discrete:
-            value = check_float32(value, "log_action 'action'")
-        self.table.observe(episode, obs[0], None)
-        self.table.act(episode, value, float("nan"), False, policy.version)
-
-    def log_returns(
-        self, episode_id: str, reward: float, info: dict[str, Any] | None = None
-    ) -> None:
-        """Add reward (and a checked ``info`` map) to the previous action."""
-        self.table.log_returns(self.table.get(episode_id), reward, info)
-
-    def end_episode(self, episode_id: str, observation: Any, truncated: bool) -> None:
-        """Finish an episode; its steps and summary go out with the next batch."""
-        episode = self.table.get(episode_id)
-        _, spaces_ = self._single(episode)
-        obs = check_batch(spaces_.observation_space, [observation], 1, "observation")
-        summary = self.table.end(episode, obs[0], truncated, None)
-        with self._lock:
-            self._summaries.append(summary)
-
-    # -- multi-agent episodes ----------------------------------------------------------------
-
-    def get_agent_actions(self, episode_id: str, observation: Any) -> dict[str, Any]:
-        """Record each agent's observation and compute its action, one pass per policy."""
-        episode = self.table.get(episode_id)
-        agent_ids = [str(a) for a in observation]
-        if not agent_ids:
-            raise SpaceError(
-                f"get_action for episode '{episode_id}': the observation dict names no agent"
-            )
-        grouping = self._grouper.group(agent_ids, self.table_of_policies.explicit_ids(agent_ids))
-        blocks = self._grouper.blocks(
-            grouping, agent_ids, list(observation.values()), "observations"
-        )
-        tick = self.table.observe_agents(
-            episode, agent_ids, grouping.policy_ids, grouping.groups, blocks, None, None
-        )
-        single = len(blocks) == 1
-        out: dict[str, Any] = {}
-        try:
-            for g, ((policy_id, idx), block) in enumerate(
-                zip(grouping.groups, blocks, strict=True)
-            ):
-                policy = self._policies[policy_id]
-                computed = policy.compute_actions(block)
-                space = self.table_of_policies.policies[policy_id].action_space
-                sent = policy.to_env_actions(computed.actions)
-                self.table.act_agents(
-                    episode, tick, g, computed.actions, computed.logp, True, policy.version
-                )
-                ids = agent_ids if single else [agent_ids[i] for i in idx.tolist()]
-                if isinstance(space, spaces.Discrete):
-                    values = sent.tolist()
-                else:
-                    values = actions_to_space(space, sent)
-                if single:
-                    out = dict(zip(ids, values, strict=True))
-                else:
-                    out.update(zip(ids, values, strict=True))
-        finally:
-            self.table.finish_tick(episode)
-        return out
-
-    def log_agent_actions(self, episode_id: str, observation: Any, action: Any) -> None:
-        """Record actions someone else took for several agents."""
-        episode = self.table.get(episode_id)
-        agent_ids = [str(a) for a in observation]
-        grouping = self._grouper.group(agent_ids, self.table_of_policies.explicit_ids(agent_ids))
-        blocks = self._grouper.blocks(
-            grouping, agent_ids, [observation[a] for a in agent_ids], "observations"
-        )
-        taken = self._grouper.actions(
-            grouping, agent_ids, [action[a] for a in agent_ids], "log_action 'actions'"
-        )
-        tick = self.table.observe_agents(
-            episode,
-            agent_ids,
-            grouping.policy_ids,
-            grouping.groups,
-            blocks,
-            None,
-            None,
-            "log_action",
-        )
-        for g, (policy_id, idx) in enumerate(grouping.groups):
-            positions = idx.tolist()
-            self.table.act_agents(
-                episode,
-                tick,
-                g,
-                np.asarray([taken[i] for i in positions]),
-                np.full(len(positions), np.nan, np.float32),
-                False,
-                self._policies[policy_id].version,
-            )
-        self.table.finish_tick(episode)
-
-    def log_agent_returns(
-        self,
-        episode_id: str,
-        rewards: dict[str, float],
-        infos: dict[str, dict[str, Any]],
-        done: dict[str, bool],
-    ) -> None:
-        """Add each agent's reward; finish the done agents; ``__all__`` ends the episode."""
-        episode = self.table.get(episode_id)
-        all_done = done.pop(ALL_AGENTS, None)
-        agent_ids = list(rewards)
-        values = np.fromiter(rewards.values(), np.float64, len(agent_ids))
-        if infos:
-            extra = [a for a in infos if a not in rewards]
-            agent_ids += extra
-            values = np.concatenate([values, np.zeros(len(extra))])
-        self.table.log_returns_agents(
-            episode,
-            agent_ids,
-            values,
-            [infos.get(a) for a in agent_ids] if infos else None,
-            done,
-        )
-        if all_done is not None:
-            summary = self.table.end_agents(episode, [], [], None, None, not all_done)
-            with self._lock:
-                self._summaries.append(summary)
-
-    def end_agent_episode(self, episode_id: str, observation: Any, truncated: bool) -> None:
-        """End a multi-agent episode with final observations of any of its agents."""
-        if self.table.ended(episode_id):
-            return  # '__all__' ended it already (RLlib's clients call end_episode after it)
-        episode = self.table.get(episode_id)
-        known = episode.agents
-        agent_ids = [str(a) for a in observation if known is None or not known.is_done(str(a))]
-        rows: list[Any] = []
-        if agent_ids:
-            explicit: list[str | None] = [
-                None if known is None else known.policy_of(a) for a in agent_ids
-            ]
-            grouping = self._grouper.group(agent_ids, explicit)
-            _, rows = self._grouper.observations(
-                grouping, agent_ids, [observation[a] for a in agent_ids], "observations"
-            )
-        summary = self.table.end_agents(episode, agent_ids, rows, None, None, truncated)
-        with self._lock:
-            self._summaries.append(summary)
-
     # -- shipping ----------------------------------------------------------------------------
+
+    def _add_summary(self, summary: EpisodeSummary) -> None:
+        with self._lock:
+            self._summaries.append(summary)
 
     def _enqueue(self, fragment: Fragment) -> None:
         with self._lock:
