@@ -12,7 +12,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from rlserve.algorithms.ppo import PPOConfig, PPOLearner
+from rlserve.algorithms.ppo import PPOLearner, PPOSettings
 from rlserve.config import build, to_table
 from rlserve.errors import ConfigError
 from rlserve.export import export_onnx
@@ -26,7 +26,7 @@ DISCRETE_2 = gym.spaces.Discrete(2)
 
 
 def make_run(tmp_path: Path, obs: gym.Space[Any], act: gym.Space[Any]) -> tuple[Path, NumpyPolicy]:
-    config = PPOConfig(hidden=(16, 16), device="cpu", seed=3)
+    config = PPOSettings(hidden=(16, 16), device="cpu", seed=3)
     run = RunFolder.create(str(tmp_path), "run")
     run.save(
         {"server": {}, "ppo": to_table(config)},
@@ -135,13 +135,13 @@ def test_export_picks_one_policy_of_a_run_with_several(tmp_path: Path) -> None:
         "wide", gym.spaces.Box(-1.0, 1.0, (3,), np.float32), DISCRETE_2, ppo={"hidden": [32]}
     )
     narrow = PolicySpec("narrow", gym.spaces.Box(-1.0, 1.0, (5,), np.float32), DISCRETE_2)
-    top = to_table(PPOConfig(hidden=(16, 16), device="cpu"))
+    top = to_table(PPOSettings(hidden=(16, 16), device="cpu"))
     run = RunFolder.create(str(tmp_path), "two")
     extra, spaces = run_folder_form({"wide": wide, "narrow": narrow}, None)
     run.save({"server": {}, "ppo": top, **extra}, spaces)
     learners = {}
     for spec in (wide, narrow):
-        config = build(PPOConfig, spec.ppo_table(top), None)
+        config = build(PPOSettings, spec.ppo_table(top), None)
         learner = PPOLearner(spec.observation_space, spec.action_space, config)
         folder = policy_paths(run.path, spec.policy_id, flat=False).checkpoints
         folder.mkdir(parents=True)

@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlserve.algorithms.ppo_config import PPOConfig
+from rlserve.algorithms.ppo_config import PPOSettings
 from rlserve.config import load_config_file
 from rlserve.errors import ConfigError
 from rlserve.policies_config import check_policies, read_mapping, read_policies
@@ -50,7 +50,7 @@ frozen = true
 def load(tmp_path: Path, text: str) -> tuple[dict[str, Any], Any, str]:
     path = tmp_path / "run.toml"
     path.write_text(text)
-    tables = load_config_file(str(path), {"ppo": PPOConfig}, free_tables=("policies", "mapping"))
+    tables = load_config_file(str(path), {"ppo": PPOSettings}, free_tables=("policies", "mapping"))
     return tables, read_policies(str(path), tables["policies"]), str(path)
 
 
@@ -218,7 +218,7 @@ def test_the_shipped_example_declares_two_policies(monkeypatch: pytest.MonkeyPat
     root = Path(__file__).parents[1]
     monkeypatch.chdir(root)  # its paths are relative to the working folder, as documented
     example = root / "examples" / "policies.toml"
-    classes = {"server": ServerConfig, "ppo": PPOConfig}
+    classes = {"server": ServerConfig, "ppo": PPOSettings}
     tables = load_config_file(str(example), classes, ("policies", "mapping"))
     policies = read_policies(str(example), tables["policies"])
     assert list(policies) == ["red", "blue"]

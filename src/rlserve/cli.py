@@ -61,7 +61,7 @@ def _declared_policies(args: argparse.Namespace, tables: dict[str, Any], server:
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from rlserve.algorithms.ppo_config import PPOConfig
+    from rlserve.algorithms.ppo_config import PPOSettings
     from rlserve.policies_config import check_policies
     from rlserve.server.app import PolicyServer, install_uvloop, serve_forever
     from rlserve.server.config import ServerConfig, with_token_from_env
@@ -77,18 +77,18 @@ def _serve(args: argparse.Namespace) -> int:
                 f"the run in {run.path} was started with a token, which is not saved in the run "
                 "folder: pass it again with RLSERVE_TOKEN=... or --token"
             )
-        ppo_config = build(PPOConfig, tables.get("ppo"), args, prefix="ppo_")
+        ppo_config = build(PPOSettings, tables.get("ppo"), args, prefix="ppo_")
         policies, mapping = policies_from_run(tables, spaces)
     else:
         tables = {}
         if args.config:
             tables = load_config_file(
                 args.config,
-                {"server": ServerConfig, "ppo": PPOConfig},
+                {"server": ServerConfig, "ppo": PPOSettings},
                 free_tables=("policies", "mapping"),
             )
         server_config = build(ServerConfig, with_token_from_env(tables.get("server")), args)
-        ppo_config = build(PPOConfig, tables.get("ppo"), args, prefix="ppo_")
+        ppo_config = build(PPOSettings, tables.get("ppo"), args, prefix="ppo_")
         policies, mapping = _declared_policies(args, tables, server_config)
     # Loaded now, so a bad certificate or key stops the command before anything is created.
     server_config.ssl_context()
@@ -196,7 +196,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``rlserve`` command."""
-    from rlserve.algorithms.ppo_config import PPOConfig
+    from rlserve.algorithms.ppo_config import PPOSettings
     from rlserve.demo import DemoConfig
     from rlserve.server.config import ServerConfig
 
@@ -222,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--resume", metavar="RUN_DIR", help="continue the run in this folder")
     add_arguments(serve, ServerConfig)
     ppo = serve.add_argument_group("PPO (also the [ppo] table of --config)")
-    add_arguments(ppo, PPOConfig, prefix="ppo_")  # type: ignore[arg-type]
+    add_arguments(ppo, PPOSettings, prefix="ppo_")  # type: ignore[arg-type]
     status = commands.add_parser(
         "status",
         help="show a running server's progress, clients, episodes and learner",

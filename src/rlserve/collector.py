@@ -78,6 +78,8 @@ class Collector:
         self._policies = dict(policies)
         self._on_summary = on_summary
         self.table = EpisodeTable(fragment_length, max_episodes, max_episodes, sink)
+        self.explore = True
+        """Sample actions (True) or take each policy's most likely action (evaluation)."""
 
     # -- weights -----------------------------------------------------------------------------
 
@@ -117,7 +119,7 @@ class Collector:
         space = spaces_.observation_space
         batch = np.asarray(observation)[None] if isinstance(space, spaces.Box) else [observation]
         obs = check_batch(space, batch, 1, "observation")
-        out = policy.compute_actions(obs)
+        out = policy.compute_actions(obs, self.explore)
         self.table.observe(episode, obs[0], None)
         action = out.actions[0]
         discrete = spaces_.discrete
@@ -142,7 +144,7 @@ class Collector:
             raise EpisodeError("one get_action may only name episodes of the same policy")
         policy, spaces_ = self._single(episodes[0])
         obs = check_batch(spaces_.observation_space, observations, len(episodes), "observation")
-        out = policy.compute_actions(obs)
+        out = policy.compute_actions(obs, self.explore)
         discrete = spaces_.discrete
         for i, episode in enumerate(episodes):
             self.table.observe(episode, obs[i], None)
@@ -178,6 +180,14 @@ class Collector:
         summary = self.table.end(episode, obs[0], truncated, None)
         self._on_summary(summary)
 
+    def cut(self, episode_id: str, observation: np.ndarray) -> None:
+        """Hand on a single-agent episode's steps so far; ``observation`` is its next one."""
+        self.table.cut(self.table.get(episode_id), observation)
+
+    def abandon(self, episode_id: str, reason: str) -> None:
+        """Close an episode whose environment failed; its steps so far are handed on."""
+        self._on_summary(self.table.abandon(self.table.get(episode_id), reason))
+
     # -- multi-agent episodes ----------------------------------------------------------------
 
     def get_agent_actions(self, episode_id: str, observation: Any) -> dict[str, Any]:
@@ -202,7 +212,7 @@ class Collector:
                 zip(grouping.groups, blocks, strict=True)
             ):
                 policy = self._policies[policy_id]
-                computed = policy.compute_actions(block)
+                computed = policy.compute_actions(block, self.explore)
                 space = self.table_of_policies.policies[policy_id].action_space
                 sent = policy.to_env_actions(computed.actions)
                 self.table.act_agents(

@@ -105,7 +105,7 @@ def run_demo(config: DemoConfig) -> int:
 async def _run(config: DemoConfig) -> int:
     import gymnasium as gym
 
-    from rlserve.algorithms.ppo_config import PPOConfig
+    from rlserve.algorithms.ppo_config import PPOSettings
     from rlserve.config import to_table
     from rlserve.server.app import PolicyServer
     from rlserve.server.config import ServerConfig
@@ -124,7 +124,7 @@ async def _run(config: DemoConfig) -> int:
         metrics_interval=1.0,
         progress=config.progress,
     )
-    ppo = to_table(PPOConfig(device=config.device, seed=config.seed))
+    ppo = to_table(PPOSettings(device=config.device, seed=config.seed))
     run = RunFolder.create(server_config.run_dir, name)
     run.save(
         {"server": to_table(server_config), "ppo": ppo},

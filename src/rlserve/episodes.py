@@ -411,6 +411,32 @@ class EpisodeTable:
             summaries.append(self._close(episode, "idle_timeout"))
         return summaries
 
+    def cut(self, episode: Episode, next_obs: np.ndarray) -> None:
+        """Hand on a single-agent episode's steps so far as a fragment ending in ``next_obs``.
+
+        The episode goes on; ``next_obs`` is the observation its next ``observe`` will record.
+        A synchronous trainer cuts every episode at the end of a sampling round, so each round's
+        batch holds only steps of the weights it was sampled with.
+        """
+        agent = episode.agent
+        if agent.actions:
+            self._close_step(agent)
+            self._emit(episode, next_obs, terminated=False, truncated=False)
+
+    def abandon(self, episode: Episode, reason: str) -> EpisodeSummary:
+        """Close an episode that cannot go on (its environment crashed or hung).
+
+        No final observation exists: the steps collected so far are handed on as at idle
+        expiry (the last one dropped, the rest bootstrapping from its observation).
+        """
+        if episode.agents is None:
+            self._emit_unfinished(episode)
+        else:
+            for columns in episode.agents.columns.values():
+                left = np.flatnonzero(~columns.done[: columns.size])
+                self._hand_on_unfinished(episode, columns, left)
+        return self._close(episode, reason)
+
     def _emit_unfinished(self, episode: Episode) -> None:
         """Hand on the steps of a single-agent episode that stopped without a next observation.
 

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from rlserve.algorithms.models import ActorCritic
-from rlserve.algorithms.ppo_config import PPOConfig
+from rlserve.algorithms.ppo_config import PPOSettings
 from rlserve.config import build
 from rlserve.errors import ConfigError
 from rlserve.policy.distributions import ActionDistribution
@@ -115,7 +115,7 @@ def load_model(
             f"{run.path} has no policy '{policy_id}'; pass --policy with one of "
             f"{', '.join(policies)}"
         )
-    ppo = build(PPOConfig, spec.ppo_table(tables.get("ppo") or {}), None)
+    ppo = build(PPOSettings, spec.ppo_table(tables.get("ppo") or {}), None)
     model = ActorCritic(spec.observation_space, spec.action_space, ppo.hidden, ppo.activation)
     if checkpoint is None:
         folder = policy_paths(run.path, policy_id, is_flat(policies)).checkpoints

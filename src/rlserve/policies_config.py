@@ -29,7 +29,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rlserve.algorithms.ppo_config import PPOConfig
+from rlserve.algorithms.ppo_config import PPOSettings
 from rlserve.config import build, check_table, line_of_key
 from rlserve.errors import ConfigError, RLServeError
 from rlserve.multiagent import PolicyMapping
@@ -113,7 +113,7 @@ def _read_policy(where: _Where, name: str, policy_id: str, entry: dict[str, Any]
     observation_space, action_space = _spaces(where, name, entry)
     ppo = dict(entry.get("ppo", {}))
     try:
-        check_table(PPOConfig, ppo)
+        check_table(PPOSettings, ppo)
     except ConfigError as exc:
         raise where.error(f"{name}.ppo", exc.key or "", str(exc)) from None
     init = entry.get("init_checkpoint")
@@ -213,7 +213,7 @@ def check_policies(policies: dict[str, PolicySpec], ppo: dict[str, Any]) -> None
     for spec in policies.values():
         label = "" if spec.plain else f"policy '{spec.policy_id}': "
         try:
-            build(PPOConfig, spec.ppo_table(ppo), None)
+            build(PPOSettings, spec.ppo_table(ppo), None)
             check_learnable(spec.observation_space, spec.action_space)
         except RLServeError as exc:
             if not label:

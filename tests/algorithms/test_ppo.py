@@ -15,8 +15,8 @@ from gymnasium import spaces
 
 from rlserve.algorithms.ppo import (
     WARN_INTERVAL_S,
-    PPOConfig,
     PPOLearner,
+    PPOSettings,
     clipped_policy_loss,
     normalise_advantages,
     value_loss,
@@ -115,13 +115,13 @@ def test_value_loss_by_hand() -> None:
 )
 def test_config_rejects_bad_values(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
-        PPOConfig(**kwargs)
+        PPOSettings(**kwargs)
 
 
 # -- learner on a tiny environment -----------------------------------------------------------
 
 
-def _config(**overrides: Any) -> PPOConfig:
+def _config(**overrides: Any) -> PPOSettings:
     values: dict[str, Any] = {
         "train_batch_size": 64,
         "minibatch_size": 16,
@@ -132,7 +132,7 @@ def _config(**overrides: Any) -> PPOConfig:
         "lr": 3e-3,
     }
     values.update(overrides)
-    return PPOConfig(**values)
+    return PPOSettings(**values)
 
 
 class ChainEnv:

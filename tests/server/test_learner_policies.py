@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from rlserve.algorithms.ppo import PPOConfig, PPOLearner
+from rlserve.algorithms.ppo import PPOLearner, PPOSettings
 from rlserve.config import to_table
 from rlserve.protocol.codec import decode, encode
 from rlserve.protocol.framing import FrameDecoder, frame
@@ -36,7 +36,7 @@ OBS = spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT = spaces.Discrete(2)
 STEPS = 16
 """Steps per fragment; two fragments make one batch."""
-PPO = PPOConfig(
+PPO = PPOSettings(
     train_batch_size=2 * STEPS,
     minibatch_size=STEPS,
     num_epochs=1,
@@ -166,7 +166,7 @@ def test_policies_train_apart_a_frozen_one_never_and_init_checkpoint_loads(
 ) -> None:
     init_path = tmp_path / "other-run" / "ckpt_0000009.pt"
     init_path.parent.mkdir()
-    donor = PPOLearner(OBS, ACT, PPOConfig(**{**PPO.__dict__, "seed": 99}))
+    donor = PPOLearner(OBS, ACT, PPOSettings(**{**PPO.__dict__, "seed": 99}))
     donor.save(init_path, {"trained_through": 12345})
     log = ExperienceLog(tmp_path / "experience")
     log.open()

@@ -36,7 +36,7 @@ from torch import nn
 from rlserve.algorithms.advantages import gae
 from rlserve.algorithms.base import Learner, WeightsPackage
 from rlserve.algorithms.models import ActorCritic
-from rlserve.algorithms.ppo_config import PPOConfig
+from rlserve.algorithms.ppo_config import PPOSettings
 from rlserve.durable import atomic_write_bytes
 from rlserve.samples import Fragment
 from rlserve.values import indices_within, within
@@ -158,7 +158,7 @@ class PPOLearner(Learner):
     """
 
     def __init__(
-        self, observation_space: gym.Space[Any], action_space: gym.Space[Any], config: PPOConfig
+        self, observation_space: gym.Space[Any], action_space: gym.Space[Any], config: PPOSettings
     ):
         self.config = config
         torch.set_num_threads(config.torch_threads)

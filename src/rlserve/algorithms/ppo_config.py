@@ -9,7 +9,7 @@ from rlserve.errors import ConfigError
 
 
 @dataclass
-class PPOConfig:
+class PPOSettings:
     """PPO hyper-parameters; the defaults solve CartPole-v1 from 4 external clients quickly."""
 
     train_batch_size: int = option(1024, "Env steps collected per update.")

@@ -61,7 +61,7 @@ class PolicyLearner:
     """One policy's learner, its log position and its checkpoints.
 
     Args:
-        setup: The policy's plain-value set-up: ``policy_id``, ``ppo`` (its whole PPOConfig
+        setup: The policy's plain-value set-up: ``policy_id``, ``ppo`` (its whole PPOSettings
             table), ``observation_space``, ``action_space`` (descriptions), ``frozen``,
             ``init_checkpoint`` (a path or None), ``checkpoint_dir``.
         learner: Its learner, restored or fresh.
@@ -103,11 +103,11 @@ class PolicyLearner:
             ValueError: The ``init_checkpoint`` cannot be loaded into this policy's model.
         """
         # Imported here: the serving process, which only spawns the learner, never imports torch.
-        from rlserve.algorithms.ppo import PPOConfig, PPOLearner
+        from rlserve.algorithms.ppo import PPOLearner, PPOSettings
         from rlserve.config import build
         from rlserve.spaces import from_description
 
-        config = build(PPOConfig, setup["ppo"], None)
+        config = build(PPOSettings, setup["ppo"], None)
         obs_space = from_description(setup["observation_space"])
         act_space = from_description(setup["action_space"])
         folder = Path(setup["checkpoint_dir"])

@@ -1,0 +1,271 @@
+"""An env runner: drives one :class:`~rlserve.env.EnvSource` with a collector.
+
+Each round it polls the source, hands rewards, ends and logged actions to the collector, asks
+the collector for the actions of every agent that wants one (one forward pass per policy for a
+single-agent source; one per episode and policy for a multi-agent one) and sends them back. The
+collector turns the steps into fragments for its sink; the runner keeps no experience itself.
+
+A :class:`~rlserve.env.VectorEnvSource` of single-agent copies takes a fast path on stacked
+arrays (no per-step dicts). Everything else goes through the generic ``poll``/``send_actions``
+rules of :mod:`rlserve.env.base`.
+
+Rewards a multi-agent env gives an agent before that agent's first action in an episode belong
+to no action: they are left out (and counted in :attr:`EnvRunner.rewards_before_acting`), as the
+network server refuses them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from rlserve.collector import Collector
+from rlserve.env.base import ALL_AGENTS, SINGLE_AGENT, EnvId, EnvSource, Poll, VectorEnvSource
+
+
+class EnvRunner:
+    """Steps a source's sub-environments with the collector's policies.
+
+    Args:
+        source: The environments.
+        collector: Acts and records; its sink receives the fragments.
+        training_enabled: Whether the episodes are trained on (False for evaluation).
+        seed: Seed of the first reset of a vector source (copy ``i`` gets ``seed + i``).
+    """
+
+    def __init__(
+        self,
+        source: EnvSource,
+        collector: Collector,
+        training_enabled: bool = True,
+        seed: int | None = None,
+    ):
+        self.source = source
+        self.collector = collector
+        self.training_enabled = training_enabled
+        self.seed = seed
+        self.env_steps = 0
+        """Agent steps acted on (every agent that got an action counts one)."""
+        self.episodes_failed = 0
+        """Episodes abandoned because their environment failed."""
+        self.rewards_before_acting = 0
+        """Rewards left out because their agent had not acted yet in the episode."""
+        self._vector = isinstance(source, VectorEnvSource) and not source.multi_agent
+        self._episodes: dict[EnvId, str] = {}
+        self._acted: dict[EnvId, set[str]] = {}
+        self._obs: np.ndarray | None = None
+        self._episode_ids: list[str] = []
+        self._pending_obs: dict[EnvId, Any] = {}
+
+    def sample(self, min_steps: int) -> int:
+        """Step until at least ``min_steps`` more agent steps were acted on; return how many."""
+        if self._vector:
+            return self._sample_vector(min_steps)
+        before = self.env_steps
+        while self.env_steps - before < min_steps:
+            self._round()
+        return self.env_steps - before
+
+    def cut(self) -> None:
+        """Hand on every open episode's steps so far (they go on afterwards).
+
+        Only a vector source knows the observation after the last action without stepping on;
+        other sources' episodes keep their steps until a fragment fills or the episode ends.
+        """
+        if self._vector and self._obs is not None:
+            for i, episode_id in enumerate(self._episode_ids):
+                self.collector.cut(episode_id, self._obs[i])
+
+    # -- the vector fast path ----------------------------------------------------------------
+
+    def _sample_vector(self, min_steps: int) -> int:
+        source = self.source
+        assert isinstance(source, VectorEnvSource)
+        collector = self.collector
+        if self._obs is None:
+            self._obs, first_infos = source.reset_all(self.seed)
+            self._episode_ids = [self._start() for _ in range(source.num_envs)]
+            for i, info in enumerate(first_infos):
+                if info:
+                    collector.log_returns(self._episode_ids[i], 0.0, info)
+        ids = self._episode_ids
+        done_steps = 0
+        while done_steps < min_steps:
+            actions = collector.get_action(ids, self._obs)
+            batch = source.step_all(actions)
+            done_steps += len(ids)
+            rewards = batch.rewards.tolist()
+            infos = batch.infos
+            for i, episode_id in enumerate(ids):
+                collector.log_returns(episode_id, rewards[i], infos.get(i))
+            over = np.flatnonzero(batch.terminated | batch.truncated).tolist()
+            for i in over:
+                if i in batch.failed:
+                    continue
+                terminated = bool(batch.terminated[i])
+                collector.end_episode(ids[i], batch.final_obs[i], not terminated)
+                ids[i] = self._start()
+                if i in batch.reset_infos:
+                    collector.log_returns(ids[i], 0.0, batch.reset_infos[i])
+            for i in batch.failed:
+                collector.abandon(ids[i], "failed")
+                self.episodes_failed += 1
+                ids[i] = self._start()
+            self._obs = batch.obs
+        self.env_steps += done_steps
+        return done_steps
+
+    def _start(self) -> str:
+        return self.collector.start_episode(None, self.training_enabled)
+
+    # -- the generic path --------------------------------------------------------------------
+
+    def _round(self) -> None:
+        poll = self.source.poll()
+        self._finish(poll)
+        wanted = self._wanted(poll)
+        actions = self._act(wanted, poll)
+        self.source.send_actions(actions)
+
+    def _finish(self, poll: Poll) -> None:
+        """Failures, rewards, infos and episode ends of the open episodes."""
+        collector = self.collector
+        multi = self.source.multi_agent
+        for env_id in poll.failed:
+            episode_id = self._episodes.pop(env_id, None)
+            self._acted.pop(env_id, None)
+            if episode_id is not None:
+                collector.abandon(episode_id, "failed")
+                self.episodes_failed += 1
+        for env_id in set(poll.rewards) | set(poll.infos) | set(poll.terminated):
+            episode_id = self._episodes.get(env_id)
+            if episode_id is None or env_id in poll.failed:
+                continue
+            rewards = poll.rewards.get(env_id, {})
+            infos = poll.infos.get(env_id, {})
+            if not multi:
+                collector.log_returns(
+                    episode_id, float(rewards.get(SINGLE_AGENT, 0.0)), infos.get(SINGLE_AGENT)
+                )
+                if poll.episode_over(env_id):
+                    terminated = poll.terminated.get(env_id, {}).get(ALL_AGENTS, False)
+                    final = poll.obs.get(env_id, {}).get(SINGLE_AGENT)
+                    if final is None:
+                        collector.abandon(episode_id, "truncated")
+                    else:
+                        obs = _as_obs(final, self.collector.observation_space)
+                        collector.end_episode(episode_id, obs, not terminated)
+                    del self._episodes[env_id]
+                continue
+            self._finish_agents(env_id, episode_id, poll, rewards, infos)
+
+    def _finish_agents(
+        self,
+        env_id: EnvId,
+        episode_id: str,
+        poll: Poll,
+        rewards: dict[str, float],
+        infos: dict[str, dict[str, Any]],
+    ) -> None:
+        acted = self._acted.setdefault(env_id, set())
+        own_rewards = {}
+        for agent_id, reward in rewards.items():
+            if agent_id in acted:
+                own_rewards[agent_id] = float(reward)
+            elif reward:
+                self.rewards_before_acting += 1
+        terminated = poll.terminated.get(env_id, {})
+        truncated = poll.truncated.get(env_id, {})
+        marks: dict[str, bool] = {}
+        for agent_id in acted:
+            if truncated.get(agent_id):
+                marks[agent_id] = False
+            elif terminated.get(agent_id):
+                marks[agent_id] = True
+        over = poll.episode_over(env_id)
+        own_infos = {a: i for a, i in infos.items() if a in acted and i}
+        if own_rewards or own_infos or marks:
+            self.collector.log_agent_returns(episode_id, own_rewards, own_infos, marks)
+        acted.difference_update(marks)
+        if over:
+            finals = {a: obs for a, obs in poll.obs.get(env_id, {}).items() if a in acted}
+            all_terminated = terminated.get(ALL_AGENTS, False)
+            self.collector.end_agent_episode(episode_id, finals, not all_terminated)
+            del self._episodes[env_id]
+            del self._acted[env_id]
+
+    def _wanted(self, poll: Poll) -> dict[EnvId, dict[str, Any]]:
+        """The observations that want an action, by env id; new episodes are opened here."""
+        wanted: dict[EnvId, dict[str, Any]] = {}
+        for env_id, agents in poll.obs.items():
+            if poll.episode_over(env_id):
+                continue
+            terminated = poll.terminated.get(env_id, {})
+            truncated = poll.truncated.get(env_id, {})
+            live = {a: o for a, o in agents.items() if not (terminated.get(a) or truncated.get(a))}
+            if live:
+                wanted[env_id] = live
+        for env_id, agents in poll.reset_obs.items():
+            wanted[env_id] = agents
+        for env_id in wanted:
+            if env_id not in self._episodes:
+                self._episodes[env_id] = self._start()
+                self._acted[env_id] = set()
+        return wanted
+
+    def _act(self, wanted: dict[EnvId, dict[str, Any]], poll: Poll) -> dict[EnvId, dict[str, Any]]:
+        collector = self.collector
+        actions: dict[EnvId, dict[str, Any]] = {}
+        if not self.source.multi_agent:
+            self._pending_obs = {}
+            asking: list[EnvId] = []
+            for env_id, agents in wanted.items():
+                obs = _as_obs(agents[SINGLE_AGENT], collector.observation_space)
+                self._pending_obs[env_id] = obs
+                taken = poll.off_policy_actions.get(env_id, {})
+                if SINGLE_AGENT in taken and env_id not in poll.reset_obs:
+                    collector.log_action(self._episodes[env_id], obs, taken[SINGLE_AGENT])
+                    self.env_steps += 1
+                else:
+                    asking.append(env_id)
+            if asking:
+                ids = [self._episodes[e] for e in asking]
+                rows = [self._pending_obs[e] for e in asking]
+                box = isinstance(collector.observation_space, spaces.Box)
+                obs_batch = np.stack(rows) if box else rows
+                computed = collector.get_action(ids, obs_batch)
+                for env_id, action in zip(asking, computed, strict=True):
+                    actions[env_id] = {SINGLE_AGENT: _plain(action)}
+                self.env_steps += len(asking)
+            return actions
+        for env_id, agents in wanted.items():
+            episode_id = self._episodes[env_id]
+            taken = poll.off_policy_actions.get(env_id, {})
+            if env_id in poll.reset_obs:
+                taken = {}
+            logged = {a: o for a, o in agents.items() if a in taken}
+            if logged:
+                collector.log_agent_actions(episode_id, logged, {a: taken[a] for a in logged})
+            asking_agents = {a: o for a, o in agents.items() if a not in taken}
+            if asking_agents:
+                actions[env_id] = collector.get_agent_actions(episode_id, asking_agents)
+            self._acted[env_id].update(agents)
+            self.env_steps += len(agents)
+        return actions
+
+
+def _as_obs(value: Any, space: Any) -> Any:
+    """A Box observation in the Box's float dtype (envs often return float64); others as given."""
+    if not isinstance(space, spaces.Box):
+        return value
+    array = np.asarray(value)
+    if array.dtype != space.dtype and array.dtype.kind == "f":
+        return array.astype(space.dtype)
+    return array
+
+
+def _plain(action: Any) -> Any:
+    """A numpy scalar as a Python one (what envs expect from a Discrete space)."""
+    return action.item() if isinstance(action, np.generic) else action
