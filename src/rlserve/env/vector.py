@@ -22,7 +22,58 @@ from rlserve.env.make import EnvContext, EnvSpec, env_creator
 from rlserve.env.stacking import ObsStacker
 from rlserve.errors import ConfigError
 
-__all__ = ["InProcessVectorSource"]
+__all__ = ["InProcessVectorSource", "step_copies"]
+
+CopiesStep = tuple[
+    list[Any],
+    list[SupportsFloat],
+    list[bool],
+    list[bool],
+    dict[int, Any],
+    dict[int, dict[str, Any]],
+    dict[int, dict[str, Any]],
+]
+"""What :func:`step_copies` returns (the columns of a :class:`StepBatch`, obs not stacked)."""
+
+
+def step_copies(envs: list[gym.Env[Any, Any]], actions: Any, stacker: ObsStacker) -> CopiesStep:
+    """Step ``envs[i]`` with ``actions[i]``, resetting each copy whose episode ends.
+
+    Shared by the in-process source and the sub-process workers, so both give the same results.
+
+    Args:
+        envs: The copies.
+        actions: One action per copy.
+        stacker: Casts final observations to the observation space's dtype.
+
+    Returns:
+        The next observations (not stacked), rewards, terminated and truncated flags (an episode
+        both terminated and truncated counts as terminated), then the final observations, the
+        non-empty step infos and the non-empty reset infos, each keyed by copy index.
+    """
+    # The hot path: plain lists, converted to arrays once per column by the caller.
+    n = len(envs)
+    obs_list: list[Any] = [None] * n
+    rewards: list[SupportsFloat] = [0.0] * n
+    terminated = [False] * n
+    truncated = [False] * n
+    final_obs: dict[int, Any] = {}
+    infos: dict[int, dict[str, Any]] = {}
+    reset_infos: dict[int, dict[str, Any]] = {}
+    for i, env in enumerate(envs):
+        obs, reward, term, trunc, info = env.step(actions[i])
+        if info:
+            infos[i] = info
+        if term or trunc:
+            final_obs[i] = stacker.cast(obs)
+            obs, reset_info = env.reset()
+            if reset_info:
+                reset_infos[i] = reset_info
+            terminated[i] = bool(term)
+            truncated[i] = bool(trunc) and not term
+        obs_list[i] = obs
+        rewards[i] = reward
+    return obs_list, rewards, terminated, truncated, final_obs, infos, reset_infos
 
 
 class InProcessVectorSource(VectorEnvSource):
@@ -136,30 +187,11 @@ class InProcessVectorSource(VectorEnvSource):
         Returns:
             The stacked results (see :class:`StepBatch`).
         """
-        # The hot path: plain lists, one numpy conversion per column at the end.
-        n = self.num_envs
-        obs_list: list[Any] = [None] * n
-        rewards: list[SupportsFloat] = [0.0] * n
-        terminated: list[bool] = [False] * n
-        truncated: list[bool] = [False] * n
-        final_obs: dict[int, Any] = {}
-        infos: dict[int, dict[str, Any]] = {}
-        reset_infos: dict[int, dict[str, Any]] = {}
-        for i, env in enumerate(self.envs):
-            obs, reward, term, trunc, info = env.step(actions[i])
-            if info:
-                infos[i] = info
-            if term or trunc:
-                final_obs[i] = self._stacker.cast(obs)
-                obs, reset_info = env.reset()
-                if reset_info:
-                    reset_infos[i] = reset_info
-                terminated[i] = bool(term)
-                truncated[i] = bool(trunc) and not term
-            obs_list[i] = obs
-            rewards[i] = reward
+        obs, rewards, terminated, truncated, final_obs, infos, reset_infos = step_copies(
+            self.envs, actions, self._stacker
+        )
         return StepBatch(
-            obs=self._stacker.stack(obs_list),
+            obs=self._stacker.stack(obs),
             rewards=np.array(rewards, dtype=np.float64),
             terminated=np.array(terminated, dtype=np.bool_),
             truncated=np.array(truncated, dtype=np.bool_),
