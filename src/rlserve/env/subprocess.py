@@ -35,7 +35,6 @@ from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
 from rlserve.env.base import StepBatch, VectorEnvSource
@@ -83,11 +82,11 @@ def _worker(
     _watch_parent()
     envs: list[Any] = []
     try:
-        envs = [create() for create in creators]
-        for made in envs:
-            if not isinstance(made, gym.Env):
-                conn.send(("bad_env", type(made).__name__))
-                return
+        try:
+            envs = [create() for create in creators]
+        except ConfigError as e:  # not a gymnasium.Env, bad env_config: no point restarting
+            conn.send(("config_error", str(e)))
+            return
         conn.send(("ok", (envs[0].observation_space, envs[0].action_space)))
         stacker = ObsStacker(envs[0].observation_space)
         while True:
@@ -307,11 +306,9 @@ class ProcessVectorSource(VectorEnvSource):
                     continue
                 if message[0] == "ok":
                     answers[worker.index] = message[1]
-                elif message[0] == "bad_env":
-                    raise ConfigError(
-                        f"env {self._env_name} made a {message[1]}, not a gymnasium.Env: "
-                        "sub-processes host single-agent gymnasium envs only"
-                    )
+                elif message[0] == "config_error":
+                    # Multi-agent envs in sub-processes (not wired yet) end here too.
+                    raise ConfigError(f"in its sub-process: {message[1]}")
                 else:
                     answers[worker.index] = _Failure(f"env raised {message[1]}", message[2])
         for worker in pending.values():
