@@ -5,6 +5,7 @@ The public surface is re-exported here; ``import rlserve`` never imports torch.
 
 __version__ = "0.1.0"
 
+from rlserve.algorithm.config import AlgorithmConfig, PPOConfig
 from rlserve.client.policy_client import PolicyClient
 from rlserve.errors import (
     AuthenticationError,
@@ -23,12 +24,14 @@ from rlserve.errors import (
 )
 
 __all__ = [
+    "AlgorithmConfig",
     "AuthenticationError",
     "CapacityError",
     "ConfigError",
     "ConnectionLostError",
     "EpisodeError",
     "EpisodeLostError",
+    "PPOConfig",
     "PolicyClient",
     "ProtocolError",
     "RLServeError",

@@ -1,0 +1,101 @@
+"""An AlgorithmConfig as plain JSON in a checkpoint folder, and back.
+
+Nothing is pickled: a checkpoint may travel, and loading one must not run code it carries. The
+environment is saved as what can name it again: a registered id, or ``module:qualname`` of an
+importable class or function (imported again on load, like any code the user installs). An
+environment that has neither (an instance, a lambda) is saved as ``null``, and
+:meth:`Algorithm.from_checkpoint` then asks for the config.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rlserve.algorithm.config import AlgorithmConfig, PPOConfig
+from rlserve.errors import ConfigError
+
+CONFIG_FILE = "algorithm_config.json"
+
+_PLAIN = (
+    "env_config",
+    "num_env_runners",
+    "num_envs_per_env_runner",
+    "remote_worker_envs",
+    "envs_per_process",
+    "step_timeout_s",
+    "rollout_fragment_length",
+    "min_env_steps_per_iteration",
+    "training_settings",
+    "seed",
+    "evaluation_duration",
+    "policies",
+    "policy_mapping",
+)
+
+
+def env_reference(env: Any) -> str | None:
+    """A string that names ``env`` again after a restart, or None."""
+    if isinstance(env, str):
+        return env
+    module = getattr(env, "__module__", None)
+    name = getattr(env, "__qualname__", None)
+    if not module or not name or "<" in name:
+        return None
+    return f"{module}:{name}"
+
+
+def resolve_env(reference: str) -> Any:
+    """The env a reference of :func:`env_reference` names."""
+    if ":" not in reference:
+        return reference
+    module_name, _, name = reference.partition(":")
+    module = sys.modules.get(module_name) or importlib.import_module(module_name)
+    target: Any = module
+    for part in name.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def save_config(config: AlgorithmConfig, folder: Path) -> None:
+    """Write ``config`` as JSON into ``folder``."""
+    plain: dict[str, Any] = {name: getattr(config, name) for name in _PLAIN}
+    plain["training_settings"] = {
+        k: list(v) if isinstance(v, tuple) else v for k, v in config.training_settings.items()
+    }
+    plain["algo"] = config.algo_name
+    plain["env"] = env_reference(config.env)
+    try:
+        text = json.dumps(plain, indent=2)
+    except TypeError as exc:
+        raise ConfigError(f"env_config must hold plain JSON values to be saved: {exc}") from exc
+    (folder / CONFIG_FILE).write_text(text)
+
+
+def load_config(folder: Path) -> AlgorithmConfig:
+    """The config :func:`save_config` wrote into ``folder``."""
+    try:
+        plain = json.loads((folder / CONFIG_FILE).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{folder} has no readable {CONFIG_FILE}: {exc}") from exc
+    if plain.get("env") is None:
+        raise ConfigError(
+            f"the environment of {folder} cannot be found again (it was an instance or a "
+            "lambda); pass config=... to Algorithm.from_checkpoint"
+        )
+    config = PPOConfig()
+    try:
+        config.env = resolve_env(plain["env"])
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(
+            f"the environment {plain['env']} of {folder} cannot be imported ({exc}); pass "
+            "config=... to Algorithm.from_checkpoint"
+        ) from exc
+    for name in _PLAIN:
+        if name in plain:
+            setattr(config, name, plain[name])
+    config.policy_mapping = [tuple(rule) for rule in config.policy_mapping]  # type: ignore[misc]
+    return config

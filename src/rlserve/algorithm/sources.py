@@ -1,0 +1,88 @@
+"""From an :class:`~rlserve.algorithm.AlgorithmConfig` to the source it samples and its policies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlserve.algorithm.config import AlgorithmConfig
+from rlserve.env.base import SINGLE_AGENT, EnvSource
+from rlserve.env.convert import to_source
+from rlserve.errors import ConfigError
+from rlserve.multiagent import PolicyMapping
+from rlserve.policy.distributions import check_learnable
+from rlserve.protocol.messages import DEFAULT_POLICY_ID
+from rlserve.server.policies import PolicySpec
+
+
+def make_source(config: AlgorithmConfig, seed: int, evaluation: bool = False) -> EnvSource:
+    """The environments of one runner (one copy in process for evaluation)."""
+    options: dict[str, Any] = {}
+    remote = config.remote_worker_envs and not evaluation
+    if remote:
+        options["step_timeout"] = config.step_timeout_s
+        options["envs_per_process"] = config.envs_per_process
+    return to_source(
+        config.env,
+        config.env_config,
+        num_envs=1 if evaluation else config.num_envs_per_env_runner,
+        remote=remote,
+        seed=seed,
+        **options,
+    )
+
+
+def source_policies(
+    config: AlgorithmConfig, source: EnvSource
+) -> tuple[dict[str, PolicySpec], PolicyMapping | None]:
+    """The policies to train (with the spaces of the agents they act for) and the mapping.
+
+    A single-agent source has the one policy ``default``. A multi-agent source without
+    ``multi_agent(policies=...)`` shares ``default`` among all its agents; with it, each
+    agent's policy comes from ``policy_mapping`` rules or ``policy_mapping_fn`` (asked once per
+    agent id the source declares).
+    """
+    agents = list(source.observation_spaces)
+    declared = config.policies or {DEFAULT_POLICY_ID: {}}
+    if not source.multi_agent:
+        if len(declared) != 1:
+            raise ConfigError(
+                "a single-agent environment trains one policy; drop multi_agent(policies=...)"
+            )
+        pid = next(iter(declared))
+        agent_of = {SINGLE_AGENT: pid}
+        rules: list[tuple[str, str]] = []
+    else:
+        rules = list(config.policy_mapping)
+        if config.policy_mapping_fn is not None:
+            for agent_id in agents:
+                policy_id = config.policy_mapping_fn(agent_id, None)
+                if policy_id not in declared:
+                    raise ConfigError(
+                        f"policy_mapping_fn maps the agent '{agent_id}' to '{policy_id}', which "
+                        f"multi_agent(policies=...) does not declare ({sorted(declared)})"
+                    )
+                rules.append((agent_id, str(policy_id)))
+        mapping = PolicyMapping(rules, declared)
+        agent_of = {agent_id: mapping.resolve(agent_id) for agent_id in agents}
+    specs: dict[str, PolicySpec] = {}
+    for pid, overrides in declared.items():
+        users = [a for a, p in agent_of.items() if p == pid]
+        if not users:
+            raise ConfigError(
+                f"no agent of the environment maps to the policy '{pid}' (agents: {agents})"
+            )
+        obs_space = source.observation_spaces[users[0]]
+        act_space = source.action_spaces[users[0]]
+        for other in users[1:]:
+            if (
+                source.observation_spaces[other] != obs_space
+                or source.action_spaces[other] != act_space
+            ):
+                raise ConfigError(
+                    f"the agents '{users[0]}' and '{other}' both map to the policy '{pid}' but "
+                    "have different spaces; give them separate policies"
+                )
+        check_learnable(obs_space, act_space)
+        specs[pid] = PolicySpec(pid, obs_space, act_space, ppo=dict(overrides))
+    mapping_out = PolicyMapping(rules, declared) if source.multi_agent else None
+    return specs, mapping_out
