@@ -1,4 +1,4 @@
-"""The rlserve command: serve, status, demo, export."""
+"""The rlserve command: serve, train, status, demo, export."""
 
 from __future__ import annotations
 
@@ -244,6 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--timeout", type=float, default=5.0, help="seconds to wait for the server (default: 5)"
     )
+    from rlserve.train import add_train_parser
+
+    add_train_parser(commands)
     demo = commands.add_parser(
         "demo", help="train CartPole from 4 external client processes and stop when solved"
     )
@@ -273,6 +276,10 @@ def main(argv: list[str] | None = None) -> int:
             return _serve(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "train":
+            from rlserve.train import train_command
+
+            return train_command(args)
         if args.command == "status":
             from rlserve.status import run_status
 

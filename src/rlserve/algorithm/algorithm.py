@@ -429,6 +429,15 @@ class Algorithm:
         run.save(tables, spaces)
         save_config(self.config, folder)
 
+    def use_run_folder(self, folder: str | Path, progress: bool | None = None) -> None:
+        """Write metrics and checkpoints into ``folder`` (an existing run, e.g. on resume)."""
+        self.run = RunFolder(Path(folder))
+        if self._metrics is not None:
+            self._metrics.close()
+        self._metrics = MetricsWriter(self.run.path)
+        if progress is not None:
+            self._progress = ProgressLine(progress)
+
     # -- serving -----------------------------------------------------------------------------
 
     def _attach_server(self) -> None:

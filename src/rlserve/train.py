@@ -1,0 +1,181 @@
+"""``rlserve train``: train on a hosted environment with the Algorithm API.
+
+The same run folder as ``rlserve serve`` (``config.toml``, ``spaces.json``, checkpoints,
+TensorBoard events), the same progress line, ``--resume`` and ``rlserve export``. It stops when
+the mean return of the last 100 episodes reaches ``--stop-return`` (exit 0), or at the step or
+time budget (exit 1 when a target return was set and not reached, else 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from rlserve.config import option
+from rlserve.errors import ConfigError
+
+
+@dataclass
+class TrainConfig:
+    """Options of ``rlserve train``."""
+
+    env: str = option("", "A registered env id (CartPole-v1) or module:Name of a class/creator.")
+    env_config: str = option("{}", "JSON object handed to the env's creator.")
+    num_envs: int = option(8, "Copies of the environment, acted on in one forward pass.")
+    remote_envs: bool = option(False, "Step the copies in sub-processes, in parallel.")
+    envs_per_process: int = option(1, "Copies per sub-process with --remote-envs.")
+    seed: int = option(0, "Seed of the environments, the sampling and the learner.")
+    stop_return: float | None = option(
+        None, "Stop once the mean return of the last 100 episodes reaches this."
+    )
+    stop_steps: int = option(1_000_000, "Stop after this many env steps.")
+    time_limit: float | None = option(None, "Stop after this many seconds.")
+    run_dir: str = option("runs", "Folder of run folders.")
+    name: str | None = option(None, "Name of the run folder (default: a timestamp).")
+    resume: str | None = option(None, "Continue the run in this folder.")
+    checkpoint_every: int = option(10, "Iterations between checkpoints.")
+    iteration_steps: int = option(2048, "Env steps per training iteration (per progress line).")
+    progress: bool = option(True, "Show the progress line.")
+
+    def __post_init__(self) -> None:
+        if not self.env and not self.resume:
+            raise ConfigError("rlserve train needs --env ENV (e.g. CartPole-v1) or --resume RUN")
+
+
+def resolve_env_argument(text: str) -> Any:
+    """A registered id as it is; ``module:Name`` or ``path/file.py:Name`` imported."""
+    if ":" not in text or (text.startswith(("ALE/",)) and text.count(":") == 0):
+        return text
+    import importlib
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    module_name, _, name = text.rpartition(":")
+    if module_name.endswith(".py"):
+        path = Path(module_name)
+        if not path.exists():
+            raise ConfigError(f"--env {text}: no file {path}")
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        if spec is None or spec.loader is None:
+            raise ConfigError(f"--env {text}: cannot load {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module
+        spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            if "/" not in text and "." not in module_name:
+                return text  # e.g. a namespaced id such as "ns:Env-v0"
+            raise ConfigError(f"--env {text}: cannot import {module_name} ({exc})") from exc
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        raise ConfigError(f"--env {text}: {module_name} has no '{name}'") from None
+
+
+def run_training(config: TrainConfig, ppo_overrides: dict[str, Any]) -> int:
+    """Train until a stop condition; return the exit code."""
+    from rlserve.algorithm import PPOConfig
+    from rlserve.algorithm.algorithm import Algorithm
+
+    if config.resume:
+        algo = Algorithm.from_checkpoint(config.resume)
+        algo.use_run_folder(config.resume, progress=config.progress)
+        print(
+            f"rlserve: resuming {config.resume}: {algo.env_steps_sampled:,} env steps, "
+            f"iteration {algo.iteration}",
+            flush=True,
+        )
+    else:
+        try:
+            env_config = json.loads(config.env_config)
+        except ValueError as exc:
+            raise ConfigError(f"--env-config is not JSON: {exc}") from exc
+        if not isinstance(env_config, dict):
+            raise ConfigError("--env-config must be a JSON object, e.g. '{\"size\": 5}'")
+        algo_config = (
+            PPOConfig()
+            .environment(resolve_env_argument(config.env), env_config=env_config)
+            .env_runners(
+                num_envs_per_env_runner=config.num_envs,
+                remote_worker_envs=config.remote_envs,
+                envs_per_process=config.envs_per_process,
+            )
+            .training(min_env_steps_per_iteration=config.iteration_steps, **ppo_overrides)
+            .debugging(seed=config.seed)
+            .reporting(
+                run_dir=config.run_dir,
+                name=config.name,
+                progress=config.progress,
+                checkpoint_every=config.checkpoint_every,
+            )
+        )
+        algo = algo_config.build()
+    started = time.monotonic()
+    reached = False
+    try:
+        assert algo.run is not None
+        print(f"rlserve: training in {algo.run.path}", flush=True)
+        while True:
+            result = algo.train()
+            mean = result["env_runners"]["episode_return_mean"]
+            if config.stop_return is not None and mean >= config.stop_return:
+                reached = True
+                break
+            if algo.env_steps_sampled >= config.stop_steps:
+                break
+            if config.time_limit is not None and time.monotonic() - started >= config.time_limit:
+                break
+    finally:
+        folder = algo.save()
+        algo.stop()
+    elapsed = time.monotonic() - started
+    shown = "n/a" if mean != mean else f"{mean:.1f}"
+    if reached:
+        print(
+            f"solved: mean return {shown} over the last 100 episodes after "
+            f"{algo.env_steps_sampled:,} env steps in {elapsed:.1f} s; checkpoint in {folder}"
+        )
+        return 0
+    print(
+        f"stopped after {algo.env_steps_sampled:,} env steps in {elapsed:.1f} s: mean return "
+        f"{shown}; checkpoint in {folder}"
+    )
+    return 1 if config.stop_return is not None else 0
+
+
+def add_train_parser(commands: Any) -> None:
+    """Add ``rlserve train`` to the command's sub-parsers."""
+    from rlserve.algorithms.ppo_config import PPOSettings
+    from rlserve.config import add_arguments
+
+    train = commands.add_parser(
+        "train",
+        help="train PPO on a hosted environment (vectorised, optionally in sub-processes)",
+        description="Train on a hosted environment; same run folder, metrics, checkpoints, "
+        "--resume and export as 'rlserve serve'.",
+    )
+    add_arguments(train, TrainConfig)
+    ppo = train.add_argument_group("PPO")
+    add_arguments(ppo, PPOSettings, prefix="ppo_")
+
+
+def train_command(args: argparse.Namespace) -> int:
+    """Run ``rlserve train`` from parsed arguments."""
+    import dataclasses
+
+    from rlserve.algorithms.ppo_config import PPOSettings
+    from rlserve.config import build
+
+    config = build(TrainConfig, None, args)
+    overrides = {
+        f.name: getattr(args, f"ppo_{f.name}")
+        for f in dataclasses.fields(PPOSettings)
+        if getattr(args, f"ppo_{f.name}", None) is not None
+    }
+    return run_training(config, overrides)
