@@ -141,7 +141,7 @@ def test_agents_join_and_leave_and_the_old_dict_space_api_works() -> None:
     assert poll.terminated[0]["b"] is True and not poll.episode_over(0)
     assert poll.rewards[0] == {"a": 0.5, "b": 2.0}
     # b is done: only a acts; an action for b is refused.
-    with pytest.raises(EnvError, match="agent 'b'.*not asked to act"):
+    with pytest.raises(EnvError, match=r"agent 'b'.*not asked to act"):
         source.send_actions({0: {"a": 0, "b": 0}})
     source.send_actions({0: {"a": 0}})
     poll = source.poll()

@@ -224,7 +224,7 @@ class MultiAgentSource(EnvSource):
         self.observation_spaces = {}
         self.action_spaces = {}
         for agent_id in _known_agents(envs[0]):
-            self._add_agent(agent_id)
+            self._add_agent(agent_id, envs[0])
         self._pending: Poll | None = None
         self._started = False
 
@@ -290,8 +290,7 @@ class MultiAgentSource(EnvSource):
 
     # -- checks and bookkeeping --------------------------------------------------------------
 
-    def _add_agent(self, agent_id: Any) -> None:
-        env = self._copies[0].env
+    def _add_agent(self, agent_id: Any, env: Any) -> None:
         self.observation_spaces[agent_id] = agent_space(env, agent_id, "observation")
         self.action_spaces[agent_id] = agent_space(env, agent_id, "action")
 
@@ -316,13 +315,14 @@ class MultiAgentSource(EnvSource):
                 "the first observation of at least one agent"
             )
         copy.waiting, copy.seen, copy.done = set(obs), set(obs), set()
-        self._learn_agents(obs)
+        self._learn_agents(obs, copy.env)
         return dict(obs), dict(infos)
 
-    def _learn_agents(self, agent_ids: Any) -> None:
+    def _learn_agents(self, agent_ids: Any, env: Any) -> None:
+        # Asks the copy that showed the agent: a new agent may exist in that copy only.
         for agent_id in agent_ids:
             if agent_id not in self.observation_spaces:
-                self._add_agent(agent_id)
+                self._add_agent(agent_id, env)
 
     def _check_actions(self, i: int, copy: _Copy, given: Mapping[Any, Any]) -> None:
         extra = [a for a in given if a not in copy.waiting]
@@ -369,7 +369,7 @@ class MultiAgentSource(EnvSource):
                     "agent id)"
                 )
         copy.seen.update(obs)
-        self._learn_agents(obs)
+        self._learn_agents(obs, copy.env)
         known = copy.seen | set(_known_agents(copy.env))
         for name, mapping in (
             ("rewards", rewards),
