@@ -148,7 +148,7 @@ class Crashing(ExternalEnv):
 @pytest.mark.timeout(15)
 def test_an_exception_in_run_surfaces_from_poll() -> None:
     source = ExternalEnvSource(Crashing())
-    with pytest.raises(EnvError, match="Crashing.run\\(\\) raised RuntimeError: simulator") as info:
+    with pytest.raises(EnvError, match=r"Crashing.run\(\) raised RuntimeError: simulator") as info:
         _drive(source)
     assert isinstance(info.value.__cause__, RuntimeError)
 
