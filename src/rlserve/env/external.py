@@ -309,6 +309,7 @@ class _ExternalBase:
     def _note_agents(
         self, episode_id: str, episode: _Episode, obs: Mapping[Any, Any], call: str
     ) -> None:
+        """Refuse agents that are done; remember the others as the episode's (lock held)."""
         for agent_id in obs:
             if agent_id in episode.done_agents:
                 raise EpisodeError(
