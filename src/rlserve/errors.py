@@ -18,7 +18,8 @@ The hierarchy::
     ├── ConnectionLostError      the server cannot be reached or went away
     │   ├── RequestTimeoutError  no reply within the configured timeout
     │   └── TLSError             the TLS handshake failed (certificate, or no TLS on one side)
-    └── ConfigError              an invalid configuration value
+    ├── ConfigError              an invalid configuration value
+    └── EnvError                 a hosted environment returned something unusable, or failed
 
 Every error says what was wrong and how to fix it. ``ServerError`` carries the wire ``code`` and
 the request id; the client maps codes back to the subclasses above with :func:`error_for_code`.
@@ -148,6 +149,13 @@ class ConfigError(RLServeError, ValueError):
 
     key: str | None = None
     """The option (TOML key) at fault, when there is one."""
+
+
+class EnvError(RLServeError, RuntimeError):
+    """A hosted environment broke its API (a malformed step result) or raised while running.
+
+    The message names the environment, the agent (when one is at fault) and how to fix it.
+    """
 
 
 _BY_CODE: dict[str, type[ServerError]] = {

@@ -10,7 +10,15 @@ from rlserve.env.base import (
     VectorEnvSource,
 )
 from rlserve.env.convert import to_source
+from rlserve.env.external import (
+    ExternalEnv,
+    ExternalEnvSource,
+    ExternalMultiAgentEnv,
+    ExternalPoll,
+)
 from rlserve.env.make import EnvContext, EnvSpec, env_creator, make_env
+from rlserve.env.multi_agent import MultiAgentEnv, MultiAgentSource
+from rlserve.env.pettingzoo import ParallelPettingZooEnv, PettingZooEnv, from_pettingzoo
 from rlserve.env.subprocess import ProcessVectorSource
 from rlserve.env.vector import InProcessVectorSource
 
@@ -21,12 +29,21 @@ __all__ = [
     "EnvId",
     "EnvSource",
     "EnvSpec",
+    "ExternalEnv",
+    "ExternalEnvSource",
+    "ExternalMultiAgentEnv",
+    "ExternalPoll",
     "InProcessVectorSource",
+    "MultiAgentEnv",
+    "MultiAgentSource",
+    "ParallelPettingZooEnv",
+    "PettingZooEnv",
     "Poll",
     "ProcessVectorSource",
     "StepBatch",
     "VectorEnvSource",
     "env_creator",
+    "from_pettingzoo",
     "make_env",
     "to_source",
 ]

@@ -8,12 +8,33 @@ from typing import Any
 import gymnasium as gym
 
 from rlserve.env.base import EnvSource
+from rlserve.env.external import ExternalEnvSource, _ExternalBase
 from rlserve.env.make import EnvContext, EnvSpec, make_any
+from rlserve.env.multi_agent import MultiAgentEnv, MultiAgentSource
+from rlserve.env.pettingzoo import from_pettingzoo
 from rlserve.env.subprocess import ProcessVectorSource
 from rlserve.env.vector import InProcessVectorSource
 from rlserve.errors import ConfigError
 
 __all__ = ["to_source"]
+
+
+def _as_multi_agent(made: Any) -> MultiAgentEnv | None:
+    """``made`` as a MultiAgentEnv (PettingZoo envs adapted), or None when it is neither."""
+    if isinstance(made, MultiAgentEnv):
+        return made
+    module = type(made).__module__ or ""
+    if (
+        module.startswith("pettingzoo")
+        or hasattr(made, "agent_iter")
+        or (
+            hasattr(made, "possible_agents")
+            and hasattr(made, "observation_space")
+            and callable(made.observation_space)
+        )
+    ):
+        return from_pettingzoo(made)
+    return None
 
 
 def to_source(
@@ -49,6 +70,13 @@ def to_source(
     """
     if isinstance(env, EnvSource):
         return env
+    if isinstance(env, _ExternalBase):
+        return ExternalEnvSource(env)
+    if isinstance(env, type) and issubclass(env, _ExternalBase):
+        raise ConfigError(
+            f"{env.__name__} is an ExternalEnv class: pass an instance (it is constructed with "
+            "its spaces, and its run() loop is yours)"
+        )
     if remote:
         if isinstance(env, gym.Env):
             raise ConfigError(
@@ -67,16 +95,28 @@ def to_source(
             "remote=True, or drop them"
         )
     made = make_any(env, EnvContext(env_config), render_mode=render_mode)
-    if not isinstance(made, gym.Env):
-        # HOOK (multi-agent): convert rlserve.env.multi_agent.MultiAgentEnv, PettingZoo envs
-        # and ExternalEnv here, with the code of rlserve/env/multi_agent.py, pettingzoo.py and
-        # external.py. Until then they are refused.
-        if hasattr(made, "close"):
-            made.close()
-        raise ConfigError(
-            f"to_source cannot host a {type(made).__name__} yet: pass a gymnasium.Env, its "
-            "registered id, its class or a function that makes it"
-        )
+    if isinstance(made, _ExternalBase):
+        return ExternalEnvSource(made)
+    if not isinstance(made, gym.Env) or isinstance(made, MultiAgentEnv):
+        first = _as_multi_agent(made)
+        if first is None:
+            if hasattr(made, "close"):
+                made.close()
+            raise ConfigError(
+                f"cannot host a {type(made).__name__}: pass a gymnasium.Env, a MultiAgentEnv, "
+                "a PettingZoo env, an ExternalEnv, an EnvSource, or a registered id, class or "
+                "function that makes one"
+            )
+        copies = [first]
+        if num_envs > 1 and not (isinstance(env, str) or callable(env)):
+            raise ConfigError(
+                "one env instance cannot be copied: pass its class or a function that makes "
+                "it for num_envs > 1"
+            )
+        for index in range(1, num_envs):
+            again = make_any(env, EnvContext(env_config, vector_index=index))
+            copies.append(_as_multi_agent(again))
+        return MultiAgentSource(copies, seed=seed)
     return InProcessVectorSource(
         env, env_config, num_envs=num_envs, seed=seed, render_mode=render_mode, first_env=made
     )

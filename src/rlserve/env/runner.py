@@ -117,8 +117,8 @@ class EnvRunner:
         self.env_steps += done_steps
         return done_steps
 
-    def _start(self) -> str:
-        return self.collector.start_episode(None, self.training_enabled)
+    def _start(self, training: bool = True) -> str:
+        return self.collector.start_episode(None, self.training_enabled and training)
 
     # -- the generic path --------------------------------------------------------------------
 
@@ -209,9 +209,11 @@ class EnvRunner:
                 wanted[env_id] = live
         for env_id, agents in poll.reset_obs.items():
             wanted[env_id] = agents
+        # External envs name the episodes their simulator started without training.
+        untrained = getattr(poll, "training_disabled", ())
         for env_id in wanted:
             if env_id not in self._episodes:
-                self._episodes[env_id] = self._start()
+                self._episodes[env_id] = self._start(env_id not in untrained)
                 self._acted[env_id] = set()
         return wanted
 
