@@ -115,7 +115,10 @@ def to_source(
             )
         for index in range(1, num_envs):
             again = make_any(env, EnvContext(env_config, vector_index=index))
-            copies.append(_as_multi_agent(again))
+            adapted = _as_multi_agent(again)
+            if adapted is None:
+                raise ConfigError(f"copy {index} of the env is not a multi-agent env")
+            copies.append(adapted)
         return MultiAgentSource(copies, seed=seed)
     return InProcessVectorSource(
         env, env_config, num_envs=num_envs, seed=seed, render_mode=render_mode, first_env=made
