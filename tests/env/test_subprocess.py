@@ -78,7 +78,7 @@ def test_float64_env_and_infos_in_sub_processes() -> None:
 def test_failed_sub_process_is_restarted(mode: str, caplog: pytest.LogCaptureFixture) -> None:
     at, bad, num = 3, 1, 3
     config = {"mode": mode, "at": at, "copy": bad}
-    source = ProcessVectorSource(FaultyEnv, config, num_envs=num, seed=5, step_timeout=0.5)
+    source = ProcessVectorSource(FaultyEnv, config, num_envs=num, seed=5, step_timeout=1.0)
     reference = InProcessVectorSource("CartPole-v1", num_envs=num, seed=5)
     try:
         source.reset_all()
@@ -102,7 +102,7 @@ def test_failed_sub_process_is_restarted(mode: str, caplog: pytest.LogCaptureFix
             "raise": "ValueError: boom at step",
             "exit": "exited with code 3",
             "kill": "SIGKILL",
-            "hang": "did not answer within 0.5 s",
+            "hang": "did not answer within 1 s",
         }[mode]
         assert source.restarts == 1 and source.episodes_failed == 1
         assert any(reason in r.getMessage() for r in caplog.records)
@@ -172,3 +172,18 @@ def test_children_exit_when_the_parent_dies(tmp_path: Path) -> None:
         parent.kill()
         parent.wait()
     assert _wait_gone(pids) == []
+
+
+@pytest.mark.timeout(30)
+def test_every_copy_of_a_failed_process_is_reported() -> None:
+    config = {"mode": "exit", "at": 2, "copy": 1}  # worker_index 2: the second process
+    source = ProcessVectorSource(FaultyEnv, config, num_envs=5, envs_per_process=2, seed=0)
+    try:
+        source.reset_all()
+        assert not source.step_all([0] * 5).failed
+        batch = source.step_all([0] * 5)
+        assert sorted(batch.failed) == [2, 3]
+        assert source.episodes_failed == 2 and source.restarts == 1
+        assert not source.step_all([1] * 5).failed
+    finally:
+        source.close()

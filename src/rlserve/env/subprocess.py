@@ -318,7 +318,8 @@ class ProcessVectorSource(VectorEnvSource):
         return answers
 
     def _send(self, worker: _Worker, command: str, data: Any) -> _Failure | None:
-        assert worker.conn is not None
+        if worker.conn is None:  # given up on after a RuntimeError
+            return _Failure("sub-process is not running")
         try:
             worker.conn.send((command, data))
         except (OSError, ValueError):
