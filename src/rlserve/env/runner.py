@@ -141,7 +141,13 @@ class EnvRunner:
                 self.episodes_failed += 1
         for env_id in set(poll.rewards) | set(poll.infos) | set(poll.terminated):
             episode_id = self._episodes.get(env_id)
-            if episode_id is None or env_id in poll.failed:
+            if env_id in poll.failed:
+                continue
+            if episode_id is None:
+                # No episode open yet (this poll starts it): no agent has acted in it.
+                self.rewards_before_acting += sum(
+                    1 for r in poll.rewards.get(env_id, {}).values() if r
+                )
                 continue
             rewards = poll.rewards.get(env_id, {})
             infos = poll.infos.get(env_id, {})
