@@ -267,3 +267,26 @@ def test_cut_hands_on_partial_episodes_that_bootstrap() -> None:
         np.testing.assert_array_equal(fragment.obs[0], current[i])
         assert len(fragment) == 1
     source.close()
+
+
+@pytest.mark.timeout(30)
+def test_agents_flagged_at_the_episode_end_keep_their_final_observation() -> None:
+    """Per-agent flags plus ``__all__`` (what MultiAgentSource reports): each agent's fragment
+    ends in its final observation, so a truncated agent bootstraps from the right state."""
+    polls = [
+        Poll(obs={"m": {"x": _o(0), "y": _o(50)}}),
+        Poll(
+            obs={"m": {"x": _o(1), "y": _o(51)}},
+            rewards={"m": {"x": 1.0, "y": 2.0}},
+            terminated={"m": {"x": False, "y": False, ALL_AGENTS: False}},
+            truncated={"m": {"x": True, "y": True, ALL_AGENTS: True}},
+            reset_obs={"m": {"x": _o(10), "y": _o(60)}},
+        ),
+    ]
+    source = ScriptedSource(["x", "y"], polls)
+    collector, fragments, _ = make_collector(OBS, ACT, multi_agent=True)
+    EnvRunner(source, collector).sample(4)
+    for agent, start in (("x", 0.0), ("y", 50.0)):
+        fragment = _frag(fragments, start, agent)
+        np.testing.assert_array_equal(fragment.obs[:, 0], [start, start + 1])
+        assert fragment.truncated and not fragment.terminated and len(fragment) == 1
