@@ -345,7 +345,7 @@ def test_external_env_learns_a_trivial_task() -> None:
     env = GuessSign()
     config = _config(env, num_envs=1).training(lr=3e-3)
     with config.build() as algo:
-        results = [algo.train() for _ in range(8)]
+        results = [algo.train() for _ in range(10)]
     assert env.stopped.wait(5)
     assert results[-1]["env_runners"]["episode_len_mean"] == 1
     assert results[-1]["env_runners"]["episode_return_mean"] >= 0.9
