@@ -91,8 +91,8 @@ def check_env(
         except Exception as exc:
             report.add_problem(
                 "create",
-                f"creating the env raised {_exception(exc)}: fix the constructor (with the "
-                f"env_config {env_config or {}})",
+                f"creating the env raised {_exception(exc)}: fix the constructor, or the "
+                f"env_config {env_config or {}}",
             )
             return report
         _run_checks(report, instance, episodes, max_steps, seed)
