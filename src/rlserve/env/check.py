@@ -33,6 +33,7 @@ import warnings
 from typing import Any, Protocol
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.utils.passive_env_checker import env_render_passive_checker
 
 from rlserve.env.check_multi import MultiAgentChecks, is_multi_agent
@@ -268,11 +269,15 @@ def _run_episode(
         obs, over = step.obs, step.over
     else:
         if not over:
+            cut = (
+                "truncateds['__all__'] = True"
+                if report.multi_agent
+                else "truncated=True (e.g. gymnasium.wrappers.TimeLimit)"
+            )
             report.add_warning(
                 "episode_not_ending",
                 f"episode {episode} did not end within {max_steps} steps: end episodes with "
-                "truncated=True after a time limit (e.g. gymnasium.wrappers.TimeLimit), or "
-                "check with more --max-steps",
+                f"{cut} after a time limit, or check with more --max-steps",
             )
     report.episode_returns.append(total)
     report.episode_lengths.append(length)
@@ -309,5 +314,7 @@ def _exception(exc: BaseException) -> str:
 
 
 def _short(value: Any, limit: int = 60) -> str:
+    if isinstance(value, np.ndarray | np.generic):
+        value = value.tolist()
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

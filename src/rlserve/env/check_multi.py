@@ -238,7 +238,7 @@ class MultiAgentChecks:
             self.report.add_problem(
                 "all_missing",
                 f"step() returned {name}s without the '__all__' key: set {name}s['__all__'] "
-                f"(True when the whole episode is {name}, else False) on every step",
+                "(True when the whole episode is over, else False) on every step",
             )
         over = False
         for agent, flag in flags.items():

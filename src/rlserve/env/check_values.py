@@ -135,7 +135,8 @@ def _check_box(report: EnvReport, obs: Any, space: spaces.Box, where: str, noun:
             report.add_problem(
                 "obs_outside_space",
                 f"{where} returned {noun} outside the Box's bounds: element {index} is "
-                f"{values[index]!r}, {word} {bound[index]!r}; clip it or widen the Box",
+                f"{values[index].item()!r}, {word} {bound[index].item()!r}; clip it or widen "
+                "the Box",
             )
             return
 
@@ -307,10 +308,14 @@ def check_space(report: EnvReport, space: Any, role: str, owner: str) -> bool:
             ``"observation_spaces['red']"``.
     """
     if space is None:
+        fix = (
+            f"give the env {role}_spaces, a dict of a gymnasium space per agent id"
+            if "[" in owner
+            else f"set self.{role}_space to a gymnasium space in __init__"
+        )
         report.add_problem(
             "space_missing",
-            f"the env has no {owner}: set self.{role}_space to a gymnasium space in __init__ "
-            "(e.g. gymnasium.spaces.Box(-1, 1, (4,), np.float32))",
+            f"the env has no {owner}: {fix} (e.g. gymnasium.spaces.Box(-1, 1, (4,), np.float32))",
         )
         return False
     if not isinstance(space, spaces.Space):

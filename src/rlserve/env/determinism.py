@@ -76,8 +76,8 @@ def check_determinism(
             told = f"reset(seed={seed}) twice gave different observations ({found})"
         else:
             told = (
-                f"with reset(seed={seed}) and the same actions, the {what} differ at step "
-                f"{step} ({found})"
+                f"with reset(seed={seed}) and the same actions, the {what} of step {step - 1} "
+                f"differ ({found})"
             )
         report.add_problem("nondeterministic", f"{told}: {FIX}{_np_random_hint(env)}")
         return
