@@ -231,6 +231,7 @@ def test_an_exception_while_creating_is_a_problem_and_an_unknown_id_a_usage_erro
         check_env(Good(), {"x": 1})
 
 
+@FAST
 def test_difference_names_the_first_element_that_differs() -> None:
     assert difference(np.zeros(3), np.zeros(3) + 1e-7) is None
     assert difference({"a": np.array([0.0, np.nan])}, {"a": np.array([0.0, np.nan])}) is None
@@ -309,3 +310,47 @@ def test_multi_agent_mistakes_are_named_per_agent() -> None:
     assert "'green'" in messages["unknown_agent"]
     assert "terminateds without the '__all__' key" in messages["all_missing"]
     assert "episode_not_ending" in report.warning_kinds()
+
+
+class RandomReward(Good):
+    def step(self, action: int) -> Any:
+        obs, _, *rest = super().step(action)
+        return (obs, float(np.random.default_rng().integers(1000)), *rest)
+
+
+class DictObs(Good):
+    def __init__(self, config: Any = None):
+        super().__init__(config)
+        box = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.observation_space = gym.spaces.Dict({"pos": box, "vel": box})
+
+    def obs(self) -> Any:
+        return {"pos": self.np_random.uniform(-1, 1, 2).astype(np.float32)}
+
+
+class AgentWithoutSpace(TwoAgents):
+    def __init__(self, config: dict[str, Any] | None = None):
+        super().__init__(config)
+        del self.observation_spaces["blue"]
+
+
+@FAST
+def test_a_reward_that_differs_under_the_same_seed_is_nondeterministic() -> None:
+    report = check_env(RandomReward)
+    [problem] = report.problems
+    assert problem.kind == "nondeterministic"
+    assert "the rewards of step 0 differ" in problem.message
+
+
+@FAST
+def test_a_dict_observation_missing_a_key_names_it() -> None:
+    report = check_env(DictObs)
+    assert report.kinds() == {"obs_keys"}, report.summary()
+    assert "missing: ['vel']" in report.problems[0].message
+
+
+@FAST
+def test_an_agent_without_an_observation_space_is_named() -> None:
+    report = check_env(AgentWithoutSpace)
+    assert "space_missing" in report.kinds(), report.summary()
+    assert "observation_spaces['blue']" in report.problems[0].message
