@@ -74,6 +74,8 @@ def check_env(
         max_steps: The most steps of an episode; an episode still going then is a warning.
         seed: Seeds the resets and the action space the actions are sampled from.
 
+    The env is closed at the end, an instance passed in as well.
+
     Returns:
         The report: every problem and warning found, and the episodes' statistics.
 
