@@ -1,0 +1,1 @@
+"""The in-process Algorithm: a learner with hosted env runners and network clients as sources."""
