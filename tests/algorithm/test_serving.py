@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import gymnasium as gym
+import httpx
 import numpy as np
 import pytest
 
@@ -310,3 +311,45 @@ def test_split_fragment_keeps_the_steps_and_the_flags_at_the_end() -> None:
     assert head.infos == [None, {"k": 1}] and tail.infos == [None, None, None]
     with pytest.raises(ValueError):
         split_fragment(fragment, 5)
+
+
+@pytest.mark.timeout(120)
+def test_a_server_that_cannot_listen_raises_from_start(
+    server: AttachedServer, tmp_path: Path
+) -> None:
+    port = int(server.address.rsplit(":", 1)[1])
+    other = AttachedServer(
+        ServingSettings(port=port),
+        single_policy(OBS_SPACE, ACT_SPACE),
+        RunFolder.create(str(tmp_path), "other"),
+    )
+    with pytest.raises(OSError):
+        other.start()
+    other.stop()  # nothing left running; harmless
+
+
+@pytest.mark.timeout(120)
+def test_health_and_log_release(run: RunFolder, initial: WeightsPackage) -> None:
+    server = AttachedServer(
+        ServingSettings(), single_policy(OBS_SPACE, ACT_SPACE), run, fragment_length=8
+    )
+    server.server.log.segment_bytes = 2048  # a few records per segment
+    server.start()
+    try:
+        server.publish("default", versioned(initial, 1))
+        health = httpx.get(f"http://{server.address}/v1/health", timeout=30).json()
+        assert health["status"] == "ok"
+        client = PolicyClient(server.address, "remote")
+        play(client, 5, seed=0)
+        client.close()
+        segments = lambda: sorted((run.path / "experience").iterdir())  # noqa: E731
+        before = len(segments())
+        assert before > 2
+        assert server.taken_through == 0  # nothing taken yet: nothing may be released
+        server.release_log(server.server.log.last_seq)
+        assert len(segments()) == before
+        server.take()
+        server.release_log(server.taken_through)
+        assert len(segments()) == 1  # only the newest (open) segment is left
+    finally:
+        server.stop()
