@@ -353,3 +353,21 @@ def test_health_and_log_release(run: RunFolder, initial: WeightsPackage) -> None
         assert len(segments()) == 1  # only the newest (open) segment is left
     finally:
         server.stop()
+
+
+@pytest.mark.timeout(120)
+def test_with_sync_reports_a_report_is_answered_once_fsynced(
+    run: RunFolder, initial: WeightsPackage
+) -> None:
+    server = attached(run, sync_reports=True)
+    try:
+        server.publish("default", versioned(initial, 1))
+        client = PolicyClient(server.address, "local", seed=9)
+        steps, ids = play(client, 2, seed=0)
+        client.close()  # returns once every batch was answered
+        assert server.server.log.synced_seq == server.server.log.last_seq
+        fragments, summaries = server.take()
+        assert steps_of(fragments, ids) == steps
+        assert len(summaries) == 2
+    finally:
+        server.stop()
