@@ -17,6 +17,7 @@ from rlserve import PolicyClient
 from rlserve.algorithm.serving import (
     AttachedServer,
     ServingSettings,
+    client_source,
     fair_shares,
     split_fragment,
 )
@@ -113,10 +114,11 @@ def test_remote_and_local_clients_feed_take_and_every_step_is_in_the_log(
     assert steps_of(fragments) == remote_steps + local_steps
     assert sorted(s.episode_id for s in summaries) == sorted(remote_ids + local_ids)
     assert server.steps_by_source == {
-        f"client:{remote.client_id}": remote_steps,
-        f"client:{local.client_id}": local_steps,
+        client_source(remote.client_id): remote_steps,
+        client_source(local.client_id): local_steps,
     }
     assert server.dropped_steps_by_source == {}
+    assert not any(c.client_id in name for c in (remote, local) for name in server.steps_by_source)
     assert all((f.weights_version == 1).all() for f in fragments)
     assert server.take() == ([], [])
     assert server.taken_through == server.server.log.last_seq
@@ -206,8 +208,8 @@ def test_a_fast_client_cannot_crowd_a_slow_one_out_of_a_take(server: AttachedSer
     assert steps_of(fragments, fast_ids) == 8
     assert steps_of(fragments, slow_ids) == 8
     assert server.queued_steps_by_source == {
-        f"client:{fast.client_id}": fast_steps - 8,
-        f"client:{slow.client_id}": 2,
+        client_source(fast.client_id): fast_steps - 8,
+        client_source(slow.client_id): 2,
     }
 
     fragments2, _ = server.take(max_steps=30)
@@ -241,7 +243,7 @@ def test_a_full_source_drops_only_its_own_oldest_steps(
         fast.close()
         slow.close()
         assert fast_steps > 50
-        fast_key, slow_key = f"client:{fast.client_id}", f"client:{slow.client_id}"
+        fast_key, slow_key = client_source(fast.client_id), client_source(slow.client_id)
         assert server.dropped_steps_by_source == {fast_key: fast_steps - 50}
         assert server.steps_by_source == {fast_key: fast_steps, slow_key: slow_steps}
 

@@ -8,9 +8,10 @@ replaced by :class:`AttachedLearner`, an in-process hand-off:
 * every fragment cut from a remote-inference episode, and every accepted ``report_samples``
   batch, is appended to the run's experience log before it is acknowledged (as with ``rlserve
   serve``), then queued for the Algorithm under its *source*: the client identity that owns the
-  episode or sent the report (``client:<client_id>`` for a :class:`~rlserve.PolicyClient`, whose
-  ``hello`` carries a random ``client_id``; a per-connection ``session-<n>`` for a client that
-  sends none);
+  episode or sent the report. A :class:`~rlserve.PolicyClient` sends a random, secret
+  ``client_id`` in every ``hello`` (the same on every reconnection); its source is named
+  ``client-<hash>`` (:func:`client_source`: a one-way hash, so the secret never reaches logs or
+  metrics). A client that sends no id is one source per connection (``session-<n>``);
 * each source has its own bounded queue (``max_queued_steps_per_source``): when it is full, that
   source's oldest steps are dropped (``dropped_steps_by_source``), never another's;
 * :meth:`AttachedServer.take` hands the Algorithm's thread what was queued, at most ``max_steps``
@@ -31,6 +32,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import os
 import threading
@@ -51,6 +53,7 @@ from rlserve.server.config import ServerConfig
 from rlserve.server.experience_log import encode_payload
 from rlserve.server.policies import PolicySpec
 from rlserve.server.run_folder import RunFolder
+from rlserve.server.service import identity_key
 from rlserve.server.stats import ServerStats
 from rlserve.server.throttled_log import SERVER_LOG
 
@@ -70,6 +73,18 @@ START_TIMEOUT = 60.0
 
 PUBLISH_TIMEOUT = 60.0
 """Seconds :meth:`AttachedServer.publish` waits for the weights to be stored and swapped in."""
+
+
+def source_name(owner: str) -> str:
+    """The source name of an episode owner / session key (a client's secret id hashed)."""
+    if owner.startswith("client:"):
+        return "client-" + hashlib.blake2b(owner.encode(), digest_size=8).hexdigest()
+    return owner
+
+
+def client_source(client_id: str) -> str:
+    """The source name of the client with this ``client_id`` (``PolicyClient.client_id``)."""
+    return source_name(identity_key(client_id))
 
 
 @dataclass
@@ -334,6 +349,11 @@ class SourceQueues:
         self._stats.steps_sent_to_learner += got
         return taken
 
+    def counter(self, name: str) -> dict[str, int]:
+        """A copy of one per-source counter (e.g. ``steps_by_source``), taken under the lock."""
+        with self._lock:
+            return dict(getattr(self, name))
+
     @property
     def queued_steps_by_source(self) -> dict[str, int]:
         """Steps each source has queued now."""
@@ -389,9 +409,10 @@ class AttachedLearner:
     def _source_of(self, fragment: Fragment) -> str:
         # Fragments are handed on before their episode is closed: it is still in the table.
         try:
-            return self._server.service.episodes.get(fragment.episode_id).owner
+            owner = self._server.service.episodes.get(fragment.episode_id).owner
         except EpisodeError:
             return UNKNOWN_SOURCE
+        return source_name(owner)
 
     def add(self, fragment: Fragment) -> None:
         """Log a fragment cut from a remote episode, then queue it under its episode's owner.
@@ -422,7 +443,7 @@ class AttachedLearner:
             OSError: The log could not be written; nothing of the batch was kept.
         """
         seq = self._append("report", fragments, batch_id)
-        self._queues.put(source or UNKNOWN_SOURCE, fragments, seq)
+        self._queues.put(source_name(source) if source else UNKNOWN_SOURCE, fragments, seq)
         if self._sync_reports:
             self._tickets[seq] = on_done
         elif self._loop is not None:
@@ -623,20 +644,17 @@ class AttachedServer:
     @property
     def steps_by_source(self) -> dict[str, int]:
         """Steps each source (client identity) delivered since start, logged and queued."""
-        with self._queues._lock:
-            return dict(self._queues.steps_by_source)
+        return self._queues.counter("steps_by_source")
 
     @property
     def dropped_steps_by_source(self) -> dict[str, int]:
         """Steps each source lost from its own full queue before they were taken."""
-        with self._queues._lock:
-            return dict(self._queues.dropped_steps_by_source)
+        return self._queues.counter("dropped_steps_by_source")
 
     @property
     def taken_steps_by_source(self) -> dict[str, int]:
         """Steps of each source handed on by :meth:`take`."""
-        with self._queues._lock:
-            return dict(self._queues.taken_steps_by_source)
+        return self._queues.counter("taken_steps_by_source")
 
     @property
     def queued_steps_by_source(self) -> dict[str, int]:
