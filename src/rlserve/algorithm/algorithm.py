@@ -248,7 +248,10 @@ class Algorithm:
         self, observation: Any, *, explore: bool = False, policy_id: str | None = None
     ) -> Any:
         """The action of one observation (greedy unless ``explore``), as the env takes it."""
-        space = self.specs[policy_id or self._default_policy].observation_space
+        spec = self.specs.get(policy_id or self._default_policy)
+        if spec is None:
+            raise ConfigError(f"no policy '{policy_id}'; the policies are {sorted(self.specs)}")
+        space = spec.observation_space
         batch = (
             np.asarray(observation)[None] if isinstance(space, gym.spaces.Box) else [observation]
         )

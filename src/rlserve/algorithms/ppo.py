@@ -162,7 +162,12 @@ class PPOLearner(Learner):
     ):
         self.config = config
         torch.set_num_threads(config.torch_threads)
-        torch.manual_seed(config.seed)
+        torch.manual_seed(config.seed)  # the model's initial weights
+        # The minibatch order comes from the learner's own generator, not torch's global one:
+        # learners of several policies (or Algorithms) in one process then neither share nor
+        # disturb one stream, and a checkpoint restores exactly this learner's.
+        self._generator = torch.Generator()
+        self._generator.manual_seed(config.seed)
         self.device = resolve_device(config.device)
         self.model = ActorCritic(observation_space, action_space, config.hidden, config.activation)
         self.model.to(self.device)
@@ -390,7 +395,7 @@ class PPOLearner(Learner):
         skipped = 0
         for _ in range(cfg.num_epochs if batch is not None else 0):
             assert batch is not None
-            order = torch.randperm(size, device=self.device)
+            order = torch.randperm(size, generator=self._generator).to(self.device)
             for lo in range(0, size, cfg.minibatch_size):
                 if not self._minibatch(batch, order[lo : lo + cfg.minibatch_size], stats):
                     skipped += 1
@@ -479,7 +484,7 @@ class PPOLearner(Learner):
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "counters": self.counters(),
-            "torch_rng": torch.get_rng_state(),
+            "torch_rng": self._generator.get_state(),
             "extra": extra,
         }
         buffer = io.BytesIO()
@@ -494,7 +499,7 @@ class PPOLearner(Learner):
         counters = dict(state["counters"])
         self._version = int(counters.pop("version"))
         self._counters.update({k: int(v) for k, v in counters.items()})
-        torch.set_rng_state(state["torch_rng"])
+        self._generator.set_state(state["torch_rng"])
         return dict(state["extra"])
 
     def initialise_from(self, path: Path) -> None:

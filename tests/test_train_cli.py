@@ -1,0 +1,127 @@
+"""``rlserve train``: run folder, export, resume, stop conditions, env errors, file:Class envs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+
+SMALL = ["--num-envs", "4", "--iteration-steps", "2048", "--no-progress", "--seed", "0"]
+
+
+def _rlserve(*args: str, timeout: float = 200) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run(
+        [sys.executable, "-m", "rlserve.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
+
+
+def _state(run: Path) -> dict[str, object]:
+    return json.loads((run / "algorithm.json").read_text())
+
+
+@pytest.mark.timeout(300)
+def test_train_export_and_resume(tmp_path: Path) -> None:
+    proc = _rlserve(
+        "train", "--env", "CartPole-v1", "--stop-steps", "4096", "--run-dir", str(tmp_path),
+        "--name", "t", *SMALL,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "t"
+    assert (run / "config.toml").is_file()
+    assert (run / "spaces.json").is_file()
+    assert list((run / "checkpoints").glob("ckpt_*.pt"))
+    assert _state(run)["env_steps_sampled"] == 4096
+    assert "stopped after 4,096 env steps" in proc.stdout
+
+    exported = _rlserve("export", str(run))
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert (run / "policy.onnx").stat().st_size > 0
+
+    resumed = _rlserve("train", "--resume", str(run), "--stop-steps", "8192", "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming" in resumed.stdout and "4,096 env steps" in resumed.stdout
+    state = _state(run)
+    assert state["env_steps_sampled"] == 8192  # went on from 4096, not from 0
+    assert state["iteration"] == 4
+
+
+@pytest.mark.timeout(200)
+def test_unreached_stop_return_exits_1(tmp_path: Path) -> None:
+    proc = _rlserve(
+        "train", "--env", "CartPole-v1", "--stop-return", "1e9", "--stop-steps", "2048",
+        "--run-dir", str(tmp_path), "--name", "r", *SMALL,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "stopped after 2,048 env steps" in proc.stdout
+
+
+@pytest.mark.timeout(120)
+def test_unknown_env_exits_2_naming_close_matches(tmp_path: Path) -> None:
+    proc = _rlserve(
+        "train", "--env", "CartPol-v1", "--run-dir", str(tmp_path), "--name", "x", *SMALL
+    )
+    assert proc.returncode == 2
+    assert "CartPole-v1" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _rlserve(
+        "train", "--env", "NoSuchEnv-v0", "--run-dir", str(tmp_path), "--name", "y", *SMALL
+    )
+    assert proc.returncode == 2
+    assert "NoSuchEnv-v0" in proc.stderr and "Traceback" not in proc.stderr
+
+
+CORRIDOR = textwrap.dedent(
+    """
+    import gymnasium as gym
+    import numpy as np
+
+
+    class SimpleCorridor(gym.Env):
+        def __init__(self, config):
+            self.end_pos = config["corridor_length"]
+            self.cur_pos = 0.0
+            self.action_space = gym.spaces.Discrete(2)
+            self.observation_space = gym.spaces.Box(0.0, self.end_pos, shape=(1,))
+
+        def reset(self, *, seed=None, options=None):
+            self.cur_pos = 0.0
+            return np.array([self.cur_pos]), {}
+
+        def step(self, action):
+            if action == 0 and self.cur_pos > 0.0:
+                self.cur_pos -= 1.0
+            elif action == 1:
+                self.cur_pos += 1.0
+            if self.cur_pos >= self.end_pos:
+                return np.array([0.0]), 1.0, True, True, {}
+            return np.array([self.cur_pos]), -0.1, False, False, {}
+    """
+)
+
+
+@pytest.mark.timeout(200)
+def test_env_from_a_file_with_env_config(tmp_path: Path) -> None:
+    module = tmp_path / "corridor_env.py"
+    module.write_text(CORRIDOR)
+    proc = _rlserve(
+        "train", "--env", f"{module}:SimpleCorridor", "--env-config", '{"corridor_length": 3}',
+        "--stop-return", "0.75", "--stop-steps", "20000", "--run-dir", str(tmp_path),
+        "--name", "c", *SMALL,
+    )  # fmt: skip
+    # Optimum for length 3: 2 * -0.1 + 1 = 0.8.
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "solved" in proc.stdout
+    assert list((tmp_path / "c" / "checkpoints").glob("ckpt_*.pt"))
