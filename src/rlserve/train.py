@@ -37,7 +37,7 @@ class TrainConfig:
     name: str | None = option(None, "Name of the run folder (default: a timestamp).")
     resume: str | None = option(None, "Continue the run in this folder.")
     checkpoint_every: int = option(10, "Iterations between checkpoints.")
-    iteration_steps: int = option(2048, "Env steps per training iteration (per progress line).")
+    iteration_steps: int = option(512, "Env steps per training iteration (per progress line).")
     progress: bool = option(True, "Show the progress line.")
 
     def __post_init__(self) -> None:
