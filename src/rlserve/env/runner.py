@@ -138,7 +138,13 @@ class EnvRunner:
                 self.episodes_failed += 1
         for env_id in set(poll.rewards) | set(poll.infos) | set(poll.terminated):
             episode_id = self._episodes.get(env_id)
-            if episode_id is None or env_id in poll.failed:
+            if env_id in poll.failed:
+                continue
+            if episode_id is None:
+                # No episode open yet (this poll starts it): no agent has acted in it.
+                self.rewards_before_acting += sum(
+                    1 for r in poll.rewards.get(env_id, {}).values() if r
+                )
                 continue
             rewards = poll.rewards.get(env_id, {})
             infos = poll.infos.get(env_id, {})
@@ -175,20 +181,29 @@ class EnvRunner:
                 self.rewards_before_acting += 1
         terminated = poll.terminated.get(env_id, {})
         truncated = poll.truncated.get(env_id, {})
+        over = poll.episode_over(env_id)
+        all_terminated = terminated.get(ALL_AGENTS, False)
+        final_obs = poll.obs.get(env_id, {}) if over else {}
         marks: dict[str, bool] = {}
         for agent_id in acted:
             if truncated.get(agent_id):
-                marks[agent_id] = False
+                mark = False
             elif terminated.get(agent_id):
-                marks[agent_id] = True
-        over = poll.episode_over(env_id)
+                mark = True
+            else:
+                continue
+            # At the episode's end an agent with a final observation finishes with it (its
+            # fragment's obs[T], what a truncated agent bootstraps from), unless its own flag
+            # differs from the episode's; marked done here it would end without one.
+            if agent_id in final_obs and mark == all_terminated:
+                continue
+            marks[agent_id] = mark
         own_infos = {a: i for a, i in infos.items() if a in acted and i}
         if own_rewards or own_infos or marks:
             self.collector.log_agent_returns(episode_id, own_rewards, own_infos, marks)
         acted.difference_update(marks)
         if over:
-            finals = {a: obs for a, obs in poll.obs.get(env_id, {}).items() if a in acted}
-            all_terminated = terminated.get(ALL_AGENTS, False)
+            finals = {a: obs for a, obs in final_obs.items() if a in acted}
             self.collector.end_agent_episode(episode_id, finals, not all_terminated)
             del self._episodes[env_id]
             del self._acted[env_id]
