@@ -130,8 +130,9 @@ def test_version_and_help(run_rlserve: Any) -> None:
     assert done.returncode == 0 and done.stdout.strip() == f"rlserve {__version__}"
     shown = run_rlserve("--help")
     assert shown.returncode == 0
-    for command in ("serve", "status", "demo", "export"):
-        assert f"\n    {command} " in shown.stdout, shown.stdout
+    for command in ("serve", "status", "demo", "export", "check-env"):
+        # argparse puts the help of a name longer than 8 characters on the next line
+        assert re.search(rf"\n    {command}(\n| )", shown.stdout), shown.stdout
     assert "``" not in shown.stdout and "{serve" not in shown.stdout
 
 
@@ -158,3 +159,65 @@ def test_the_readme_shows_the_shipped_spaces_example() -> None:
     shipped = json.loads((EXAMPLES / "spaces.json").read_text())
     assert shipped in blocks
     assert "examples/spaces.json" in readme
+
+
+BROKEN_ENV = """
+import gymnasium as gym
+import numpy as np
+
+
+class WrongShape(gym.Env):
+    def __init__(self, config=None):
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(3, np.float32), 0.0, True, False, {}
+"""
+
+
+@pytest.mark.timeout(60)
+def test_check_env_exit_codes(run_rlserve: Any, tmp_path: Path) -> None:
+    corridor = str(EXAMPLES / "corridor.py")
+    done = run_rlserve(
+        "check-env", f"{corridor}:SimpleCorridor", "--env-config", '{"corridor_length": 3}'
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("env SimpleCorridor: 3 episodes")
+    assert done.stdout.strip().endswith("OK: 0 problems, 0 warnings")
+    done = run_rlserve("check-env", "CartPole-v1", "--episodes", "1", "--seed", "7")
+    assert done.returncode == 0 and "env CartPole-v1: 1 episode," in done.stdout
+
+    (tmp_path / "broken.py").write_text(BROKEN_ENV)
+    done = run_rlserve("check-env", "broken.py:WrongShape", "--max-steps", "5")
+    assert done.returncode == 1, done.stdout + done.stderr
+    problems = [line for line in done.stdout.splitlines() if line.startswith("problem ")]
+    assert problems == [
+        "problem [obs_shape] step() returned an observation of shape (3,) for a Box of shape "
+        "(4,): return arrays of the declared shape, or fix observation_space (seen 3 times)"
+    ]
+    assert run_rlserve("check-env", "broken:WrongShape").returncode == 1  # a module name
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["NoSuchEnv-v0"], ["'NoSuchEnv-v0' is not a registered gymnasium id", "CartPole-v1"]),
+        (["missing.py:Env"], ["missing.py: no such file", "examples/corridor.py:SimpleCorridor"]),
+        (["nosuchmodule:Env"], ["no module named 'nosuchmodule'", "PYTHONPATH"]),
+        (["CartPole-v1", "--env-config", "[1]"], ["--env-config must be a JSON object"]),
+        (["CartPole-v1", "--env-config", "{x"], ["--env-config is not valid JSON"]),
+        (["CartPole-v1", "--episodes", "0"], ["--episodes must be at least 1"]),
+    ],
+)
+def test_check_env_usage_errors_are_one_line(
+    args: list[str], fragments: list[str], run_rlserve: Any
+) -> None:
+    done = run_rlserve("check-env", *args)
+    assert done.returncode == 2
+    assert_one_line_error(done, *fragments)

@@ -1,4 +1,4 @@
-"""The rlserve command: serve, train, status, demo, export."""
+"""The rlserve command: serve, train, check-env, status, demo, export."""
 
 from __future__ import annotations
 
@@ -194,6 +194,40 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_env(args: argparse.Namespace) -> int:
+    import json
+
+    from rlserve.env.check import check_env
+    from rlserve.env.locate import locate_env
+
+    env_config = None
+    if args.env_config is not None:
+        try:
+            env_config = json.loads(args.env_config)
+        except ValueError as exc:
+            raise ConfigError(
+                f"--env-config is not valid JSON ({exc}): pass an object, e.g. "
+                """'{"corridor_length": 5}'"""
+            ) from None
+        if not isinstance(env_config, dict):
+            raise ConfigError(
+                f"--env-config must be a JSON object, got {type(env_config).__name__}: pass e.g. "
+                """'{"corridor_length": 5}'"""
+            )
+    for flag, value in (("--episodes", args.episodes), ("--max-steps", args.max_steps)):
+        if value < 1:
+            raise ConfigError(f"{flag} must be at least 1, got {value}")
+    report = check_env(
+        locate_env(args.env),
+        env_config,
+        episodes=args.episodes,
+        max_steps=args.max_steps,
+        seed=args.seed,
+    )
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``rlserve`` command."""
     from rlserve.algorithms.ppo_config import PPOSettings
@@ -265,6 +299,38 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ID",
         help="the policy to export, in a run with several (default: default)",
     )
+    check = commands.add_parser(
+        "check-env",
+        help="run a few episodes of an environment and report every departure from the contract",
+        description="Run a few episodes of an environment and report every departure from the "
+        "gymnasium contract (RLlib's conventions for multi-agent envs): one line per problem "
+        "or warning. Exit status: 0 without problems, 1 with problems, 2 on a usage error.",
+    )
+    check.add_argument(
+        "env",
+        metavar="ENV",
+        help="a registered gymnasium id (e.g. CartPole-v1), or module:Name where module is a "
+        "module name or a .py file and Name a class or creator taking an env_config dict "
+        "(e.g. examples/corridor.py:SimpleCorridor)",
+    )
+    check.add_argument(
+        "--env-config",
+        metavar="JSON",
+        help="a JSON object given to the class or creator (gym.make's keyword arguments for an id)",
+    )
+    check.add_argument("--episodes", type=int, default=3, help="episodes to run (default: 3)")
+    check.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the first reset and of the sampled actions (default: 0)",
+    )
+    check.add_argument(
+        "--max-steps",
+        type=int,
+        default=1000,
+        help="steps after which an episode is cut off with a warning (default: 1000)",
+    )
     return parser
 
 
@@ -280,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
             from rlserve.train import train_command
 
             return train_command(args)
+        if args.command == "check-env":
+            return _check_env(args)
         if args.command == "status":
             from rlserve.status import run_status
 

@@ -146,10 +146,8 @@ class Collector:
         obs = check_batch(spaces_.observation_space, observations, len(episodes), "observation")
         out = policy.compute_actions(obs, self.explore)
         discrete = spaces_.discrete
-        for i, episode in enumerate(episodes):
-            self.table.observe(episode, obs[i], None)
-            action = int(out.actions[i]) if discrete else out.actions[i]
-            self.table.act(episode, action, float(out.logp[i]), True, policy.version)
+        actions = out.actions.tolist() if discrete else list(out.actions)
+        self.table.observe_act_many(episodes, obs, actions, out.logp.tolist(), policy.version)
         sent = policy.to_env_actions(out.actions)
         return sent if discrete else actions_to_space(spaces_.action_space, sent)
 
@@ -171,6 +169,21 @@ class Collector:
     ) -> None:
         """Add reward (and a checked ``info`` map) to the previous action."""
         self.table.log_returns(self.table.get(episode_id), reward, info)
+
+    def log_returns_many(
+        self,
+        episode_ids: list[str],
+        rewards: list[float],
+        infos: dict[int, dict[str, Any]] | None = None,
+    ) -> None:
+        """:meth:`log_returns` for several episodes; ``infos`` by position in ``episode_ids``."""
+        table = self.table
+        episodes = [table.get(eid) for eid in episode_ids]
+        if not infos:
+            table.log_returns_many(episodes, rewards)
+            return
+        for i, episode in enumerate(episodes):
+            table.log_returns(episode, rewards[i], infos.get(i))
 
     def end_episode(self, episode_id: str, observation: Any, truncated: bool) -> None:
         """Finish an episode; its steps and summary go out with the next batch."""

@@ -346,6 +346,58 @@ class EpisodeTable:
         # Idle time counts from the answer: a client cannot act before it has its action.
         episode.last_seen = self._clock()
 
+    def observe_act_many(
+        self,
+        episodes: list[Episode],
+        obs: np.ndarray,
+        actions: list[Any],
+        logp: list[float],
+        version: int,
+    ) -> None:
+        """:meth:`observe` (no reward, no info) then :meth:`act` (chosen) for each episode.
+
+        The batched hot path of a vector of single-agent episodes; the caller has run
+        :meth:`check_observe` on every episode first, so nothing here can raise.
+        """
+        fragment_length = self.fragment_length
+        now = self._clock()
+        active = EpisodeStatus.ACTIVE
+        for episode, row, action, lp in zip(episodes, obs, actions, logp, strict=True):
+            agent = episode.agent
+            if agent.actions:
+                agent.rewards.append(agent.pending_reward)
+                agent.pending_reward = 0.0
+                if agent.pending_info is not None:
+                    agent.infos[len(agent.rewards) - 1] = agent.pending_info
+                    agent.pending_info = None
+                if len(agent.actions) >= fragment_length:
+                    self._emit(episode, row, terminated=False, truncated=False)
+            agent.obs.append(row)
+            agent.actions.append(action)
+            agent.logp.append(lp)
+            agent.chosen.append(True)
+            agent.versions.append(version)
+            episode.length += 1
+            episode.status = active
+            episode.last_seen = now
+
+    def log_returns_many(self, episodes: list[Episode], rewards: list[float]) -> None:
+        """:meth:`log_returns` without info for each episode (the same checks and errors)."""
+        now = self._clock()
+        for episode, reward in zip(episodes, rewards, strict=True):
+            agent = episode.agent
+            if (
+                episode.agents is not None
+                or episode.status is EpisodeStatus.AWAITING_ACTION
+                or not -MAX_ABS_REWARD <= agent.pending_reward + reward <= MAX_ABS_REWARD
+            ):
+                self.log_returns(episode, reward)  # raises, naming the problem
+                continue
+            episode.episode_return += reward
+            if episode.length:
+                agent.pending_reward += reward
+            episode.last_seen = now
+
     def log_returns(
         self, episode: Episode, reward: float, info: dict[str, Any] | None = None
     ) -> None:

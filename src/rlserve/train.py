@@ -37,7 +37,7 @@ class TrainConfig:
     name: str | None = option(None, "Name of the run folder (default: a timestamp).")
     resume: str | None = option(None, "Continue the run in this folder.")
     checkpoint_every: int = option(10, "Iterations between checkpoints.")
-    iteration_steps: int = option(2048, "Env steps per training iteration (per progress line).")
+    iteration_steps: int = option(512, "Env steps per training iteration (per progress line).")
     progress: bool = option(True, "Show the progress line.")
 
     def __post_init__(self) -> None:
@@ -45,43 +45,11 @@ class TrainConfig:
             raise ConfigError("rlserve train needs --env ENV (e.g. CartPole-v1) or --resume RUN")
 
 
-def resolve_env_argument(text: str) -> Any:
-    """A registered id as it is; ``module:Name`` or ``path/file.py:Name`` imported."""
-    if ":" not in text or (text.startswith(("ALE/",)) and text.count(":") == 0):
-        return text
-    import importlib
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    module_name, _, name = text.rpartition(":")
-    if module_name.endswith(".py"):
-        path = Path(module_name)
-        if not path.exists():
-            raise ConfigError(f"--env {text}: no file {path}")
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        if spec is None or spec.loader is None:
-            raise ConfigError(f"--env {text}: cannot load {path}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[path.stem] = module
-        spec.loader.exec_module(module)
-    else:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            if "/" not in text and "." not in module_name:
-                return text  # e.g. a namespaced id such as "ns:Env-v0"
-            raise ConfigError(f"--env {text}: cannot import {module_name} ({exc})") from exc
-    try:
-        return getattr(module, name)
-    except AttributeError:
-        raise ConfigError(f"--env {text}: {module_name} has no '{name}'") from None
-
-
 def run_training(config: TrainConfig, ppo_overrides: dict[str, Any]) -> int:
     """Train until a stop condition; return the exit code."""
     from rlserve.algorithm import PPOConfig
     from rlserve.algorithm.algorithm import Algorithm
+    from rlserve.env.locate import locate_env
 
     if config.resume:
         algo = Algorithm.from_checkpoint(config.resume)
@@ -100,7 +68,7 @@ def run_training(config: TrainConfig, ppo_overrides: dict[str, Any]) -> int:
             raise ConfigError("--env-config must be a JSON object, e.g. '{\"size\": 5}'")
         algo_config = (
             PPOConfig()
-            .environment(resolve_env_argument(config.env), env_config=env_config)
+            .environment(locate_env(config.env), env_config=env_config)
             .env_runners(
                 num_envs_per_env_runner=config.num_envs,
                 remote_worker_envs=config.remote_envs,

@@ -31,7 +31,9 @@ class _Sink:
     def add(self, fragment: Fragment) -> None:
         self.fragments.append(fragment)
 
-    def add_batch(self, fragments: list[Fragment], batch_id: str, on_done: Any) -> None:
+    def add_batch(
+        self, fragments: list[Fragment], batch_id: str, on_done: Any, source: str = ""
+    ) -> None:
         self.fragments.extend(fragments)
         on_done(0)
 

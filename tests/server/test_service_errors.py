@@ -21,7 +21,7 @@ class _Sink:
     def add(self, fragment: Any) -> None:
         pass
 
-    def add_batch(self, fragments: Any, batch_id: str, on_done: Any) -> None:
+    def add_batch(self, fragments: Any, batch_id: str, on_done: Any, source: str = "") -> None:
         on_done(0)
 
 

@@ -32,9 +32,9 @@ RLLIB_TRAINING_NAMES = {
 """RLlib's names for PPO settings -> rlserve's :class:`PPOSettings` fields."""
 
 HOSTED_PPO_DEFAULTS: dict[str, Any] = {
-    "train_batch_size": 512,
+    "train_batch_size": 256,
     "minibatch_size": 128,
-    "num_epochs": 10,
+    "num_epochs": 20,
     "lr": 1e-3,
     "gamma": 0.98,
     "gae_lambda": 0.8,
@@ -104,8 +104,8 @@ class AlgorithmConfig:
         """How experience is sampled.
 
         Args:
-            num_env_runners: Env runners besides the one in this process (0: sample here).
-                Each runner steps its own ``num_envs_per_env_runner`` copies.
+            num_env_runners: Env runners besides the one in this process. Only 0 (sample
+                here) is built so far: for parallel stepping use ``remote_worker_envs``.
             num_envs_per_env_runner: Copies of the environment per runner, acted on in one
                 forward pass.
             remote_worker_envs: Step the copies in sub-processes, in parallel (for slow
@@ -126,6 +126,13 @@ class AlgorithmConfig:
                 if not isinstance(value, int) or value < minimum:
                     raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
                 setattr(self, name, value)
+        if self.num_env_runners:
+            requested, self.num_env_runners = self.num_env_runners, 0
+            raise ConfigError(
+                f"num_env_runners={requested}: separate env-runner processes are not built yet; "
+                "sample in this process (num_env_runners=0) with num_envs_per_env_runner copies, "
+                "and remote_worker_envs=True to step them in parallel sub-processes"
+            )
         if remote_worker_envs is not None:
             self.remote_worker_envs = bool(remote_worker_envs)
         if sample_timeout_s is not None:

@@ -96,10 +96,7 @@ class EnvRunner:
             actions = collector.get_action(ids, self._obs)
             batch = source.step_all(actions)
             done_steps += len(ids)
-            rewards = batch.rewards.tolist()
-            infos = batch.infos
-            for i, episode_id in enumerate(ids):
-                collector.log_returns(episode_id, rewards[i], infos.get(i))
+            collector.log_returns_many(ids, batch.rewards.tolist(), batch.infos)
             over = np.flatnonzero(batch.terminated | batch.truncated).tolist()
             for i in over:
                 if i in batch.failed:

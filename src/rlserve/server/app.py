@@ -15,10 +15,10 @@ import contextlib
 import logging
 import signal
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import uvicorn
@@ -27,6 +27,7 @@ from rlserve.algorithms.base import WeightsPackage
 from rlserve.multiagent import PolicyMapping
 from rlserve.policy.distributions import check_learnable
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
+from rlserve.samples import Fragment
 from rlserve.server import json_body
 from rlserve.server.config import ServerConfig
 from rlserve.server.experience_log import ExperienceLog
@@ -42,6 +43,46 @@ from rlserve.server.stats import ServerStats
 from rlserve.server.tcp import BinaryServer, ConnectionPolicy, start_binary_server
 
 logger = logging.getLogger("rlserve.server")
+
+
+class LearnerSide(Protocol):
+    """What the server needs of its learner side.
+
+    :class:`LearnerLink` (a supervised learner process), or an in-process hand-off such as
+    :class:`rlserve.algorithm.serving.AttachedLearner`.
+
+    It logs each fragment (:meth:`add`) and reported batch (:meth:`add_batch`) to the
+    experience log before the server acknowledges it.
+    """
+
+    failure: str | None
+    """The learner side's last failure, for ``/v1/health``; None while healthy."""
+    device: str
+
+    @property
+    def pid(self) -> int | None:
+        """The learner process id (None: none, or in this process)."""
+
+    def add(self, fragment: Fragment) -> None:
+        """Log a fragment cut from a remote episode."""
+
+    def add_batch(
+        self,
+        fragments: list[Fragment],
+        batch_id: str,
+        on_done: Callable[[int], None],
+        source: str = "",
+    ) -> None:
+        """Log a reported batch of ``source``; ``on_done(dropped)`` once it may be answered."""
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start on the server's event loop."""
+
+    async def stop(self) -> dict[str, str]:
+        """Stop; return each policy's newest checkpoint (path) written while serving."""
+
+    def request_checkpoint(self) -> None:
+        """Ask for a checkpoint now."""
 
 
 class _EmbeddedUvicorn(uvicorn.Server):
@@ -84,6 +125,9 @@ class PolicyServer:
 
     final_checkpoints: dict[str, Path] = field(default_factory=dict)
     """Each policy's final checkpoint; known once closed."""
+    learner_factory: Callable[[PolicyServer], LearnerSide] | None = None
+    """Builds the learner side from the server (its config, stats, store and opened-later log);
+    None: a :class:`LearnerLink` with a supervised learner process (``rlserve serve``)."""
 
     @classmethod
     def single(
@@ -117,7 +161,25 @@ class PolicyServer:
             self.run.path, {pid: paths.weights for pid, paths in self.paths.items()}
         )
         self.log = ExperienceLog(self.run.path / "experience")
-        self.learner = LearnerLink(
+        self.learner: LearnerSide = (
+            self.learner_factory(self) if self.learner_factory is not None else self._learner_link()
+        )
+        self.service = Service(
+            {pid: (s.observation_space, s.action_space) for pid, s in self.policies.items()},
+            self.config.limits(),
+            self.config.token,
+            self.config.fragment_length,
+            self.learner,
+            self.stats,
+            seed=self.config.seed,
+            mapping=self.mapping,
+        )
+        self._metrics: MetricsWriter | None = None
+        self._progress = ProgressLine(self.config.progress)
+
+    def _learner_link(self) -> LearnerLink:
+        """The learner side of ``rlserve serve``: a supervised learner process."""
+        return LearnerLink(
             {
                 "policies": [self._learner_setup(i, spec) for i, spec in enumerate(self.specs)],
                 "run_dir": str(self.run.path),
@@ -132,18 +194,6 @@ class PolicyServer:
             lambda: dict(self.stats.policy_versions),
             sync_reports=self.config.sync_reports,
         )
-        self.service = Service(
-            {pid: (s.observation_space, s.action_space) for pid, s in self.policies.items()},
-            self.config.limits(),
-            self.config.token,
-            self.config.fragment_length,
-            self.learner,
-            self.stats,
-            seed=self.config.seed,
-            mapping=self.mapping,
-        )
-        self._metrics: MetricsWriter | None = None
-        self._progress = ProgressLine(self.config.progress)
 
     @property
     def specs(self) -> list[PolicySpec]:

@@ -149,9 +149,16 @@ class LearnerLink:
             self._stats.storage_failed("experience log", exc)
 
     def add_batch(
-        self, fragments: list[Fragment], batch_id: str, on_done: Callable[[int], None]
+        self,
+        fragments: list[Fragment],
+        batch_id: str,
+        on_done: Callable[[int], None],
+        source: str = "",
     ) -> None:
         """Log a reported batch; ``on_done(dropped_steps)`` once the learner has taken it.
+
+        ``source`` (the reporting client's identity) is not needed here: the learner process
+        trains on every client's experience alike.
 
         With ``sync_reports`` the batch must also be flushed to the disk first.
 

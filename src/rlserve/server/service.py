@@ -105,7 +105,7 @@ class PolicySlot:
     parts: list[_AgentPart] = field(default_factory=list)
     """Groups of agents of multi-agent ``get_action`` calls waiting for this policy."""
     weight_waiters: list[tuple[GetWeights, Respond]] = field(default_factory=list)
-    report_waiters: list[tuple[ReportSamples, Respond]] = field(default_factory=list)
+    report_waiters: list[tuple[ReportSamples, Session, Respond]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -157,9 +157,15 @@ class SampleSink(Protocol):
         """Queue one fragment."""
 
     def add_batch(
-        self, fragments: list[Fragment], batch_id: str, on_done: Callable[[int], None]
+        self,
+        fragments: list[Fragment],
+        batch_id: str,
+        on_done: Callable[[int], None],
+        source: str = "",
     ) -> None:
         """Store a reported batch durably; ``on_done(dropped_steps)`` once a learner has it.
+
+        ``source`` is the client identity that reported it (the session's key).
 
         Raises:
             OSError: It could not be stored; nothing of it was kept.
@@ -234,10 +240,10 @@ class Service:
         for request, respond in waiters:
             respond(self._weights_reply(request, package))
         reports, slot.report_waiters = slot.report_waiters, []
-        for report, respond in reports:
+        for report, session, respond in reports:
             # Reports that arrived before the first weights (e.g. re-sent right after a
             # restart) are checked now, against the versions this server publishes.
-            self.handle(report, Session(authenticated=True), respond)
+            self.handle(report, session, respond)
 
     # -- dispatch --------------------------------------------------------------------------
 
@@ -257,7 +263,7 @@ class Service:
             if isinstance(request, GetAction):
                 return self._get_action(request, session, respond)
             if isinstance(request, ReportSamples):
-                return self._report_samples(request, respond)
+                return self._report_samples(request, session, respond)
             if isinstance(request, GetWeights):
                 return self._get_weights(request, respond)
             respond(self._simple(request, session))
@@ -788,11 +794,11 @@ class Service:
             reply["arrays"] = package.arrays
         return reply
 
-    def _report_samples(self, request: ReportSamples, respond: Respond) -> bool:
+    def _report_samples(self, request: ReportSamples, session: Session, respond: Respond) -> bool:
         slot = self._slot(request.policy_id)
         if slot.package is None:
             # Nothing can be checked against published versions yet: wait for the learner.
-            slot.report_waiters.append((request, respond))
+            slot.report_waiters.append((request, session, respond))
             return True
         state = self.ledger.begin(request, respond)
         if state != "new":
@@ -823,7 +829,7 @@ class Service:
 
         if fragments:
             try:
-                self._sink.add_batch(fragments, request.batch_id, handed)
+                self._sink.add_batch(fragments, request.batch_id, handed, session.key)
             except OSError as exc:
                 self.ledger.abandon(request.batch_id)
                 raise ServerError(

@@ -1,0 +1,708 @@
+"""The network server of an in-process Algorithm: external clients as one more experience source.
+
+:class:`AttachedServer` runs the ``rlserve serve`` machinery (:class:`PolicyServer`: both carriers,
+token, TLS, ``/v1/health``, metrics, episode table, batched numpy inference, the experience log,
+the batch ledger) on its own asyncio event loop in a background thread, with the learner process
+replaced by :class:`AttachedLearner`, an in-process hand-off:
+
+* every fragment cut from a remote-inference episode, and every accepted ``report_samples``
+  batch, is appended to the run's experience log before it is acknowledged (as with ``rlserve
+  serve``), then queued for the Algorithm under its *source*: the client identity that owns the
+  episode or sent the report. A :class:`~rlserve.PolicyClient` sends a random, secret
+  ``client_id`` in every ``hello`` (the same on every reconnection); its source is named
+  ``client-<hash>`` (:func:`client_source`: a one-way hash, so the secret never reaches logs or
+  metrics). A client that sends no id is one source per connection (``session-<n>``);
+* each source has its own bounded queue (``max_queued_steps_per_source``): when it is full, that
+  source's oldest steps are dropped (``dropped_steps_by_source``), never another's;
+* :meth:`AttachedServer.take` hands the Algorithm's thread what was queued, at most ``max_steps``
+  steps, shared max-min fairly between sources (each gets an equal share, a source with less
+  queued gives its unused share to the others), so a fast client cannot crowd out a slow one;
+* :meth:`AttachedServer.publish` persists a policy's weights in the run folder and swaps them into
+  the service: remote-inference clients act with them from the next batch, local-inference
+  clients fetch them. Until the first weights are published, ``get_action`` calls and reports
+  wait (as they do before a learner process publishes).
+
+A reported batch is acknowledged once it is logged and queued (with ``sync_reports``, once the
+log is also fsynced); the ledger of batch ids makes a re-sent batch count once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import os
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from rlserve.algorithms.base import WeightsPackage
+from rlserve.config import TOKEN_ENV, option
+from rlserve.episodes import EpisodeSummary
+from rlserve.errors import ConfigError, EpisodeError
+from rlserve.multiagent import PolicyMapping
+from rlserve.samples import Fragment
+from rlserve.server.app import PolicyServer
+from rlserve.server.config import ServerConfig
+from rlserve.server.experience_log import encode_payload
+from rlserve.server.policies import PolicySpec
+from rlserve.server.run_folder import RunFolder
+from rlserve.server.service import identity_key
+from rlserve.server.stats import ServerStats
+from rlserve.server.throttled_log import SERVER_LOG
+
+logger = logging.getLogger("rlserve.server")
+
+SYNC_INTERVAL = 1.0
+"""Seconds between group-commit fsyncs of the log when no report waits for one."""
+
+UNKNOWN_SOURCE = "unknown"
+"""The source of a fragment whose episode's owner cannot be found (should not happen)."""
+
+MAX_QUEUED_SUMMARIES = 100_000
+"""Episode summaries kept for :meth:`AttachedServer.take`; past it the oldest are dropped."""
+
+START_TIMEOUT = 60.0
+"""Seconds :meth:`AttachedServer.start` waits for the server to listen."""
+
+PUBLISH_TIMEOUT = 60.0
+"""Seconds :meth:`AttachedServer.publish` waits for the weights to be stored and swapped in."""
+
+
+def source_name(owner: str) -> str:
+    """The source name of an episode owner / session key (a client's secret id hashed)."""
+    if owner.startswith("client:"):
+        return "client-" + hashlib.blake2b(owner.encode(), digest_size=8).hexdigest()
+    return owner
+
+
+def client_source(client_id: str) -> str:
+    """The source name of the client with this ``client_id`` (``PolicyClient.client_id``)."""
+    return source_name(identity_key(client_id))
+
+
+@dataclass
+class ServingSettings:
+    """How an Algorithm's network server listens and queues the experience of its clients."""
+
+    host: str = option("127.0.0.1", "Address to bind; anything but loopback requires a token.")
+    port: int = option(
+        0, "Port of the binary carrier (answers HTTP too); 0 picks a free one (see address)."
+    )
+    http_port: int = option(
+        -1, "A separate HTTP/JSON port; 0 picks a free one, -1: none (the binary port serves it)."
+    )
+    token: str | None = dataclasses.field(
+        default=None,
+        repr=False,
+        metadata={
+            "help": "Shared secret clients must present (also RLSERVE_TOKEN); required to bind "
+            "anything but loopback. Never written to the run folder."
+        },
+    )
+    tls_cert: str | None = option(None, "PEM certificate (chain) file: serve TLS (needs tls_key).")
+    tls_key: str | None = option(None, "PEM private key file of tls_cert.")
+    max_queued_steps_per_source: int = option(
+        50_000,
+        "Steps queued per client identity until the Algorithm takes them; past it that "
+        "client's own oldest steps are dropped.",
+    )
+    idle_timeout: float = option(60.0, "Seconds without a call after which an episode is closed.")
+    sync_reports: bool = option(
+        False, "Acknowledge a report only once the experience log is fsynced (power-loss safe)."
+    )
+    metrics_interval: float = option(
+        2.0, "Seconds between housekeeping rounds (idle episodes, metrics, state saves)."
+    )
+    server: dict[str, Any] = dataclasses.field(
+        default_factory=dict,
+        metadata={
+            "help": "Further ServerConfig fields by name (limits, connection hygiene, allowed "
+            "origins...)."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.token is None:
+            self.token = os.environ.get(TOKEN_ENV) or None
+        if self.max_queued_steps_per_source < 1:
+            raise ConfigError("max_queued_steps_per_source must be at least 1")
+        owned = {f.name for f in dataclasses.fields(self)} | {"fragment_length", "seed"}
+        known = {f.name for f in dataclasses.fields(ServerConfig)}
+        for key in self.server:
+            if key in owned or key not in known:
+                raise ConfigError(
+                    f"serving 'server' option '{key}' is not a further ServerConfig field; "
+                    f"pass one of {sorted(known - owned)}"
+                    + (f" (set '{key}' on ServingSettings itself)" if key in owned else "")
+                )
+        self.server_config(200, 0)  # refuse a bad combination now (e.g. 0.0.0.0 without token)
+
+    def server_config(self, fragment_length: int, seed: int) -> ServerConfig:
+        """The :class:`ServerConfig` of the attached server.
+
+        Raises:
+            ConfigError: As :class:`ServerConfig` does, e.g. a non-loopback host without a token.
+        """
+        return ServerConfig(
+            host=self.host,
+            port=self.port,
+            http_port=self.http_port,
+            token=self.token,
+            tls_cert=self.tls_cert,
+            tls_key=self.tls_key,
+            fragment_length=fragment_length,
+            seed=seed,
+            idle_timeout=self.idle_timeout,
+            sync_reports=self.sync_reports,
+            metrics_interval=self.metrics_interval,
+            progress=False,  # the Algorithm reports progress itself
+            **self.server,
+        )
+
+
+def split_fragment(fragment: Fragment, steps: int) -> tuple[Fragment, Fragment]:
+    """Cut a fragment after its first ``steps`` steps (``0 < steps < len(fragment)``).
+
+    The head ends in the observation that follows its last action and goes on (neither flag);
+    the tail starts from that observation and keeps the fragment's flags.
+    """
+    if not 0 < steps < len(fragment):
+        raise ValueError(f"cannot split a fragment of {len(fragment)} steps after {steps}")
+    infos = fragment.infos
+    head = dataclasses.replace(
+        fragment,
+        obs=fragment.obs[: steps + 1],
+        actions=fragment.actions[:steps],
+        rewards=fragment.rewards[:steps],
+        behaviour_logp=fragment.behaviour_logp[:steps],
+        policy_chosen=fragment.policy_chosen[:steps],
+        weights_version=fragment.weights_version[:steps],
+        terminated=False,
+        truncated=False,
+        infos=None if infos is None else infos[:steps],
+    )
+    tail = dataclasses.replace(
+        fragment,
+        obs=fragment.obs[steps:],
+        actions=fragment.actions[steps:],
+        rewards=fragment.rewards[steps:],
+        behaviour_logp=fragment.behaviour_logp[steps:],
+        policy_chosen=fragment.policy_chosen[steps:],
+        weights_version=fragment.weights_version[steps:],
+        infos=None if infos is None else infos[steps:],
+    )
+    return head, tail
+
+
+def fair_shares(queued: dict[str, int], budget: int, first: int = 0) -> dict[str, int]:
+    """Share ``budget`` steps max-min fairly between sources with ``queued`` steps each.
+
+    Every source gets the same share, except that one with fewer steps queued takes only what
+    it has and leaves the rest to the others. A remainder of one step each goes to the sources
+    in turn from position ``first`` (rotated by the caller between takes).
+    """
+    shares = {source: 0 for source in queued}
+    left = budget
+    order = sorted(queued, key=lambda s: queued[s])
+    rest: list[str] = []
+    for i, source in enumerate(order):
+        if queued[source] <= left // (len(order) - i):
+            shares[source] = queued[source]
+            left -= queued[source]
+        else:
+            rest = order[i:]
+            break
+    if rest:
+        base, extra = divmod(left, len(rest))
+        names = list(queued)
+        rest.sort(key=lambda s: (names.index(s) - first) % len(names))
+        for j, source in enumerate(rest):
+            shares[source] = base + (1 if j < extra else 0)
+    return shares
+
+
+@dataclass(slots=True)
+class _Queued:
+    fragment: Fragment
+    seq: int
+    """The experience-log record it came in."""
+
+
+class SourceQueues:
+    """One bounded queue of fragments per source; thread-safe.
+
+    Args:
+        max_steps_per_source: Steps a source may have queued; past it its oldest are dropped.
+        stats: The server's counters (``samples/steps_queued`` and the like are kept up to date).
+    """
+
+    def __init__(self, max_steps_per_source: int, stats: ServerStats):
+        self.max_steps_per_source = max_steps_per_source
+        self._stats = stats
+        self._lock = threading.Lock()
+        self._queues: dict[str, deque[_Queued]] = {}
+        self._queued: dict[str, int] = {}
+        self._summaries: deque[EpisodeSummary] = deque(maxlen=MAX_QUEUED_SUMMARIES)
+        self._turn = 0
+        self._last_seq = 0
+        self.steps_by_source: dict[str, int] = {}
+        """Steps each source delivered (logged), since start."""
+        self.dropped_steps_by_source: dict[str, int] = {}
+        """Steps of each source dropped from its full queue before they were taken."""
+        self.taken_steps_by_source: dict[str, int] = {}
+        """Steps of each source handed to the Algorithm."""
+
+    def start_at(self, log_seq: int) -> None:
+        """Records up to ``log_seq`` are not queued (logged before this server started)."""
+        with self._lock:
+            self._last_seq = max(self._last_seq, log_seq)
+
+    def put(self, source: str, fragments: list[Fragment], seq: int) -> None:
+        """Queue the fragments of log record ``seq`` under ``source``; trim its queue."""
+        steps = sum(len(f) for f in fragments)
+        with self._lock:
+            queue = self._queues.setdefault(source, deque())
+            queue.extend(_Queued(f, seq) for f in fragments)
+            self._queued[source] = self._queued.get(source, 0) + steps
+            self.steps_by_source[source] = self.steps_by_source.get(source, 0) + steps
+            self._stats.steps_queued += steps
+            self._last_seq = max(self._last_seq, seq)
+            excess = self._queued[source] - self.max_steps_per_source
+            if excess > 0:
+                self._drop_oldest(source, queue, excess)
+
+    def _drop_oldest(self, source: str, queue: deque[_Queued], excess: int) -> None:
+        dropped = 0
+        while dropped < excess:
+            head = queue[0]
+            size = len(head.fragment)
+            if size <= excess - dropped:
+                queue.popleft()
+                dropped += size
+            else:
+                _, tail = split_fragment(head.fragment, excess - dropped)
+                queue[0] = _Queued(tail, head.seq)
+                dropped = excess
+        self._queued[source] -= dropped
+        self.dropped_steps_by_source[source] = self.dropped_steps_by_source.get(source, 0) + dropped
+        self._stats.steps_queued -= dropped
+        self._stats.steps_dropped_queue_full += dropped
+        SERVER_LOG.warn(
+            f"steps_dropped_queue_full:{source}",
+            f"client {source} produces faster than the Algorithm takes its experience: its "
+            f"oldest steps are dropped ({self.dropped_steps_by_source[source]} so far); raise "
+            f"max_queued_steps_per_source (now {self.max_steps_per_source}) or take more often",
+        )
+
+    def add_summary(self, summary: EpisodeSummary) -> None:
+        """Keep an ended episode's summary for the next take."""
+        with self._lock:
+            self._summaries.append(summary)
+
+    def take(self, max_steps: int | None = None) -> tuple[list[Fragment], list[EpisodeSummary]]:
+        """Everything queued, or at most ``max_steps`` steps shared fairly; all summaries."""
+        with self._lock:
+            summaries = list(self._summaries)
+            self._summaries.clear()
+            queued = {s: n for s, n in self._queued.items() if n > 0}
+            if not queued:
+                return [], summaries
+            sources = list(queued)
+            if max_steps is None:
+                shares = queued
+            else:
+                shares = fair_shares(queued, max(0, max_steps), self._turn % len(sources))
+            self._turn += 1
+            # Sources in turn, so the order of a take does not always favour the same one.
+            start = self._turn % len(sources)
+            fragments: list[Fragment] = []
+            for source in sources[start:] + sources[:start]:
+                fragments.extend(self._take_from(source, shares[source]))
+            return fragments, summaries
+
+    def _take_from(self, source: str, steps: int) -> list[Fragment]:
+        queue = self._queues[source]
+        taken: list[Fragment] = []
+        left = steps
+        while left > 0 and queue:
+            head = queue[0]
+            if len(head.fragment) <= left:
+                queue.popleft()
+                taken.append(head.fragment)
+                left -= len(head.fragment)
+            else:
+                part, tail = split_fragment(head.fragment, left)
+                queue[0] = _Queued(tail, head.seq)
+                taken.append(part)
+                left = 0
+        got = steps - left
+        self._queued[source] -= got
+        self.taken_steps_by_source[source] = self.taken_steps_by_source.get(source, 0) + got
+        self._stats.steps_queued -= got
+        self._stats.steps_sent_to_learner += got
+        return taken
+
+    def counter(self, name: str) -> dict[str, int]:
+        """A copy of one per-source counter (e.g. ``steps_by_source``), taken under the lock."""
+        with self._lock:
+            return dict(getattr(self, name))
+
+    @property
+    def queued_steps_by_source(self) -> dict[str, int]:
+        """Steps each source has queued now."""
+        with self._lock:
+            return {s: n for s, n in self._queued.items() if n > 0}
+
+    @property
+    def taken_through(self) -> int:
+        """The experience-log position every record through which was taken (or dropped)."""
+        with self._lock:
+            heads = [queue[0].seq for queue in self._queues.values() if queue]
+            return min(heads) - 1 if heads else self._last_seq
+
+
+class _AttachedStats(ServerStats):
+    """The server's counters, which also hand every ended episode's summary to the queues."""
+
+    on_episode: Callable[[EpisodeSummary], None] | None = None
+
+    def record_episode(self, summary: EpisodeSummary) -> None:
+        super().record_episode(summary)
+        if self.on_episode is not None:
+            self.on_episode(summary)
+
+
+class AttachedLearner:
+    """The learner side of an :class:`AttachedServer`: log, then queue by source.
+
+    It has the methods :class:`PolicyServer` and the service call on a
+    :class:`~rlserve.server.learner_link.LearnerLink`; nothing trains here: the Algorithm takes
+    the queued experience with :meth:`AttachedServer.take`.
+    """
+
+    def __init__(self, server: PolicyServer, queues: SourceQueues):
+        self._server = server
+        self._queues = queues
+        self._stats = server.stats
+        self.log = server.log
+        self._sync_reports = server.config.sync_reports
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._unsynced = asyncio.Event()
+        self._tickets: dict[int, Callable[[int], None]] = {}
+        self._syncer: asyncio.Task[None] | None = None
+        self._sync_executor = ThreadPoolExecutor(1, thread_name_prefix="rlserve-log-sync")
+        self.failure: str | None = None
+        self.device = "in-process"
+
+    @property
+    def pid(self) -> int | None:
+        """None: no learner process (the Algorithm trains)."""
+        return None
+
+    def _source_of(self, fragment: Fragment) -> str:
+        # Fragments are handed on before their episode is closed: it is still in the table.
+        try:
+            owner = self._server.service.episodes.get(fragment.episode_id).owner
+        except EpisodeError:
+            return UNKNOWN_SOURCE
+        return source_name(owner)
+
+    def add(self, fragment: Fragment) -> None:
+        """Log a fragment cut from a remote episode, then queue it under its episode's owner.
+
+        A failed write is counted in ``samples/steps_lost_storage`` (the server reports itself
+        degraded) and nothing is queued.
+        """
+        try:
+            seq = self._append("fragments", [fragment], None)
+        except OSError as exc:
+            self._stats.steps_lost_storage += len(fragment)
+            self._stats.storage_failed("experience log", exc)
+            return
+        self._queues.put(self._source_of(fragment), [fragment], seq)
+
+    def add_batch(
+        self,
+        fragments: list[Fragment],
+        batch_id: str,
+        on_done: Callable[[int], None],
+        source: str = "",
+    ) -> None:
+        """Log a reported batch and queue it under ``source``; ``on_done(0)`` then (soon).
+
+        With ``sync_reports``, ``on_done`` waits until the log is fsynced through the batch.
+
+        Raises:
+            OSError: The log could not be written; nothing of the batch was kept.
+        """
+        seq = self._append("report", fragments, batch_id)
+        self._queues.put(source_name(source) if source else UNKNOWN_SOURCE, fragments, seq)
+        if self._sync_reports:
+            self._tickets[seq] = on_done
+        elif self._loop is not None:
+            # After the service has counted the batch (it calls us first).
+            self._loop.call_soon(on_done, 0)
+        else:
+            on_done(0)
+
+    def _append(self, kind: str, fragments: list[Fragment], batch_id: str | None) -> int:
+        steps = sum(len(f) for f in fragments)
+        payload = encode_payload([f.to_wire() for f in fragments])
+        seq = self.log.append(kind, steps, payload, batch_id)
+        self._stats.steps_logged += steps
+        self._unsynced.set()
+        return seq
+
+    async def _sync_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._unsynced.wait()
+            if not (self._tickets and self._sync_reports):
+                await asyncio.sleep(SYNC_INTERVAL)  # group commit: nobody waits for it
+            self._unsynced.clear()
+            try:
+                await loop.run_in_executor(self._sync_executor, self.log.sync)
+            except OSError as exc:
+                self._stats.storage_failed("experience log", exc)
+                self._unsynced.set()
+                await asyncio.sleep(1.0)
+                continue
+            self._stats.storage_ok("experience log")
+            synced = self.log.synced_seq
+            for seq in sorted(s for s in self._tickets if s <= synced):
+                self._tickets.pop(seq)(0)
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the log's sync task on the server's loop."""
+        self._loop = loop
+        self._queues.start_at(self.log.last_seq)
+        self._syncer = loop.create_task(self._sync_loop())
+
+    def request_checkpoint(self) -> None:
+        """Nothing to do: the Algorithm writes its own checkpoints."""
+
+    async def stop(self) -> dict[str, str]:
+        """Stop the sync task, flush and close the log. No checkpoints are written here."""
+        if self._syncer is not None:
+            self._syncer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._syncer
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._sync_executor, self.log.close)
+        except OSError as exc:
+            self._stats.storage_failed("experience log", exc)
+        self._sync_executor.shutdown(wait=False)
+        return {}
+
+
+class AttachedServer:
+    """A network server whose clients feed an in-process Algorithm (see the module docstring).
+
+    Args:
+        settings: How it listens and queues.
+        policies: The policies served, by id, in order (their spaces; the Algorithm's).
+        run: The run folder (experience log, published weights, server state).
+        mapping: Which policy acts for which agent (None: every agent maps to the only policy).
+        fragment_length: Steps of a remote episode per fragment.
+        seed: Seed of the server's action sampling.
+    """
+
+    def __init__(
+        self,
+        settings: ServingSettings,
+        policies: dict[str, PolicySpec],
+        run: RunFolder,
+        mapping: PolicyMapping | None = None,
+        fragment_length: int = 200,
+        seed: int = 0,
+    ):
+        self.settings = settings
+        self.config = settings.server_config(fragment_length, seed)
+        stats = _AttachedStats()
+        self._queues = SourceQueues(settings.max_queued_steps_per_source, stats)
+        stats.on_episode = self._queues.add_summary
+        self.server = PolicyServer(
+            self.config,
+            {},
+            policies,
+            run,
+            mapping,
+            stats=stats,
+            learner_factory=lambda server: AttachedLearner(server, self._queues),
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = threading.Event()
+        self._stop_lock = threading.Lock()
+
+    # -- life cycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Listen, serving from a background thread; return once listening.
+
+        Raises:
+            Exception: Whatever stopped the server from listening (a port in use, a TLS file).
+            RuntimeError: It was started before.
+        """
+        if self._thread is not None:
+            raise RuntimeError("this AttachedServer was started before; build a new one")
+        listening: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._thread = threading.Thread(
+            target=self._run, args=(listening,), name="rlserve-attached-server", daemon=True
+        )
+        self._thread.start()
+        try:
+            listening.result(timeout=START_TIMEOUT)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _run(self, listening: concurrent.futures.Future[None]) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve(listening))
+        except BaseException as exc:
+            if not listening.done():
+                listening.set_exception(exc)
+            else:
+                logger.exception("rlserve: the attached server failed")
+        finally:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+            self._closed.set()
+
+    async def _serve(self, listening: concurrent.futures.Future[None]) -> None:
+        server = self.server
+        try:
+            await server.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await server.close()
+            raise
+        server.publish_endpoints()
+        listening.set_result(None)
+        await server.wait_stopped()
+        await server.close()
+
+    def stop(self) -> None:
+        """Close both carriers, save the state and end the thread (idempotent)."""
+        with self._stop_lock:
+            thread = self._thread
+            if thread is None or not thread.is_alive():
+                return
+            loop = self._loop
+            if loop is not None:
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(self.server.request_stop)
+            thread.join()
+
+    def __enter__(self) -> AttachedServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- where and what --------------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the binary port (it answers HTTP too); known once started."""
+        host = self.config.host
+        return f"[{host}]:{self.server.port}" if ":" in host else f"{host}:{self.server.port}"
+
+    @property
+    def http_port(self) -> int | None:
+        """The HTTP port (the binary port itself unless ``http_port >= 0``)."""
+        return self.server.http_port
+
+    def take(self, max_steps: int | None = None) -> tuple[list[Fragment], list[EpisodeSummary]]:
+        """What network clients produced since the last take; thread-safe.
+
+        Args:
+            max_steps: At most this many steps (None: all queued), shared max-min fairly
+                between sources; a fragment is cut where a source's share ends (the rest stays
+                queued and is handed on next time).
+
+        Returns:
+            The fragments (every one is in the experience log), and the summaries of every
+            episode that ended since the last take (remote and reported ones; ``reason`` says
+            how it ended, idle time-outs included).
+        """
+        return self._queues.take(max_steps)
+
+    @property
+    def steps_by_source(self) -> dict[str, int]:
+        """Steps each source (client identity) delivered since start, logged and queued."""
+        return self._queues.counter("steps_by_source")
+
+    @property
+    def dropped_steps_by_source(self) -> dict[str, int]:
+        """Steps each source lost from its own full queue before they were taken."""
+        return self._queues.counter("dropped_steps_by_source")
+
+    @property
+    def taken_steps_by_source(self) -> dict[str, int]:
+        """Steps of each source handed on by :meth:`take`."""
+        return self._queues.counter("taken_steps_by_source")
+
+    @property
+    def queued_steps_by_source(self) -> dict[str, int]:
+        """Steps each source has queued now."""
+        return self._queues.queued_steps_by_source
+
+    @property
+    def taken_through(self) -> int:
+        """The experience-log position through which every record was taken or dropped.
+
+        Once the Algorithm's checkpoint has trained on everything taken so far, the log may be
+        cleaned through it (:meth:`release_log`).
+        """
+        return self._queues.taken_through
+
+    @property
+    def stats(self) -> ServerStats:
+        """The server's counters (read from the serving thread; a snapshot may be torn)."""
+        return self.server.stats
+
+    # -- calls into the serving thread -----------------------------------------------------
+
+    def _call(self, make: Callable[[], Any], timeout: float) -> Any:
+        loop = self._loop
+        if loop is None or self._closed.is_set() or self._thread is None:
+            raise RuntimeError("the attached server is not running; call start() first")
+        return asyncio.run_coroutine_threadsafe(make(), loop).result(timeout)
+
+    def publish(self, policy_id: str, package: WeightsPackage) -> None:
+        """Store a policy's weights in the run folder and serve them; thread-safe.
+
+        Remote-inference clients act with them from the next batch; local-inference clients
+        fetch them (their reports' replies name the new version). Returns once swapped in.
+
+        Raises:
+            KeyError: ``policy_id`` is not served.
+            RuntimeError: The server is not running.
+        """
+        if policy_id not in self.server.policies:
+            raise KeyError(f"unknown policy '{policy_id}'; served: {list(self.server.policies)}")
+        self._call(lambda: self.server._on_weights(policy_id, package), PUBLISH_TIMEOUT)
+
+    def release_log(self, through: int) -> None:
+        """Delete experience-log segments wholly at or before ``through`` (trained past).
+
+        Pass at most :attr:`taken_through` as of the checkpoint that trained on what was taken.
+        """
+        through = min(through, self.taken_through)
+        self._call(
+            lambda: self.server._on_checkpointed({"log_needed_after": through}), PUBLISH_TIMEOUT
+        )
