@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import gymnasium as gym
 import pytest
 
 from rlserve import PolicyClient, PPOConfig
+from rlserve.client.local import LocalConfig
+
+# The simulators here share the Algorithm's process (and its GIL): each step takes a simulator's
+# millisecond, and the local-inference client waits for room instead of flooding the learner.
+SIMULATOR_STEP_S = 0.001
+PACED = LocalConfig(batch_steps=256, batch_interval=0.2, max_buffered_steps=512, when_full="block")
 
 
 def _client_loop(address: str, inference: str, stop: threading.Event, seed: int) -> None:
     env = gym.make("CartPole-v1")
-    client = PolicyClient(address, inference_mode=inference, client_name=f"sim-{inference}")
+    client = PolicyClient(
+        address,
+        inference_mode=inference,
+        client_name=f"sim-{inference}",
+        local=PACED if inference == "local" else None,
+    )
     obs, _ = env.reset(seed=seed)
     try:
         while not stop.is_set():
@@ -21,6 +33,7 @@ def _client_loop(address: str, inference: str, stop: threading.Event, seed: int)
             while not done and not stop.is_set():
                 action = client.get_action(episode_id, obs)
                 obs, reward, terminated, truncated, _ = env.step(action)
+                time.sleep(SIMULATOR_STEP_S)
                 client.log_returns(episode_id, float(reward))
                 done = terminated or truncated
                 if done:
