@@ -42,7 +42,7 @@ from rlserve.policy import NumpyPolicy
 from rlserve.policy.distributions import actions_to_space
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.samples import Fragment
-from rlserve.server.checkpoints import checkpoint_path, checkpoints_in, prune
+from rlserve.server.checkpoints import checkpoint_path, prune
 from rlserve.server.metrics import MetricsWriter, ProgressLine
 from rlserve.server.policies import PolicySpec, is_flat, policy_paths, run_folder_form
 from rlserve.server.run_folder import RunFolder
@@ -516,10 +516,3 @@ def _cast_box(space: gym.Space[Any], observations: Any) -> Any:
             return array.astype(space.dtype)
         return array
     return observations
-
-
-def checkpoints_of(folder: Path, policy_id: str = DEFAULT_POLICY_ID) -> list[Path]:
-    """The learner checkpoints of ``policy_id`` in an Algorithm's folder, oldest first."""
-    return checkpoints_in(
-        policy_paths(folder, policy_id, policy_id == DEFAULT_POLICY_ID).checkpoints
-    )

@@ -51,6 +51,7 @@ from rlserve.samples import Fragment
 from rlserve.server.app import PolicyServer
 from rlserve.server.config import ServerConfig
 from rlserve.server.experience_log import encode_payload
+from rlserve.server.learner_link import sync_log_forever
 from rlserve.server.policies import PolicySpec
 from rlserve.server.run_folder import RunFolder
 from rlserve.server.service import identity_key
@@ -58,9 +59,6 @@ from rlserve.server.stats import ServerStats
 from rlserve.server.throttled_log import SERVER_LOG
 
 logger = logging.getLogger("rlserve.server")
-
-SYNC_INTERVAL = 1.0
-"""Seconds between group-commit fsyncs of the log when no report waits for one."""
 
 UNKNOWN_SOURCE = "unknown"
 """The source of a fragment whose episode's owner cannot be found (should not happen)."""
@@ -461,23 +459,19 @@ class AttachedLearner:
         return seq
 
     async def _sync_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._unsynced.wait()
-            if not (self._tickets and self._sync_reports):
-                await asyncio.sleep(SYNC_INTERVAL)  # group commit: nobody waits for it
-            self._unsynced.clear()
-            try:
-                await loop.run_in_executor(self._sync_executor, self.log.sync)
-            except OSError as exc:
-                self._stats.storage_failed("experience log", exc)
-                self._unsynced.set()
-                await asyncio.sleep(1.0)
-                continue
-            self._stats.storage_ok("experience log")
-            synced = self.log.synced_seq
-            for seq in sorted(s for s in self._tickets if s <= synced):
-                self._tickets.pop(seq)(0)
+        await sync_log_forever(
+            self.log,
+            self._unsynced,
+            self._sync_executor,
+            self._stats,
+            lambda: bool(self._tickets and self._sync_reports),
+            self._settle_tickets,
+        )
+
+    def _settle_tickets(self) -> None:
+        synced = self.log.synced_seq
+        for seq in sorted(s for s in self._tickets if s <= synced):
+            self._tickets.pop(seq)(0)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the log's sync task on the server's loop."""

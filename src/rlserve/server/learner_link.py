@@ -66,6 +66,36 @@ HEALTHY_RUN_SECONDS = 60.0
 """A learner that ran this long before dying resets the restart back-off."""
 
 
+async def sync_log_forever(
+    log: ExperienceLog,
+    unsynced: asyncio.Event,
+    executor: ThreadPoolExecutor,
+    stats: ServerStats,
+    someone_waits: Callable[[], bool],
+    after_sync: Callable[[], None],
+) -> None:
+    """Fsync the log whenever ``unsynced`` is set, then call ``after_sync``; runs until cancelled.
+
+    When nobody waits for the flush, a few fractions of a second of records are gathered into
+    one fsync (group commit). A failing fsync is counted and retried a second later.
+    """
+    loop = asyncio.get_running_loop()
+    while True:
+        await unsynced.wait()
+        if not someone_waits():
+            await asyncio.sleep(SYNC_INTERVAL)
+        unsynced.clear()
+        try:
+            await loop.run_in_executor(executor, log.sync)
+        except OSError as exc:
+            stats.storage_failed("experience log", exc)
+            unsynced.set()
+            await asyncio.sleep(1.0)
+            continue
+        stats.storage_ok("experience log")
+        after_sync()
+
+
 class LearnerLink:
     """Writes acknowledged experience to the log and keeps a learner process training on it.
 
@@ -211,23 +241,14 @@ class LearnerLink:
             self._writer.write(frame(encode(message)))
 
     async def _sync_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._unsynced.wait()
-            if not (self._tickets and self._sync_reports):
-                # Nobody waits for this flush: gather a few fractions of a second of records
-                # into one fsync (group commit).
-                await asyncio.sleep(SYNC_INTERVAL)
-            self._unsynced.clear()
-            try:
-                await loop.run_in_executor(self._sync_executor, self.log.sync)
-            except OSError as exc:
-                self._stats.storage_failed("experience log", exc)
-                self._unsynced.set()
-                await asyncio.sleep(1.0)
-                continue
-            self._stats.storage_ok("experience log")
-            self._settle_tickets()
+        await sync_log_forever(
+            self.log,
+            self._unsynced,
+            self._sync_executor,
+            self._stats,
+            lambda: bool(self._tickets and self._sync_reports),
+            self._settle_tickets,
+        )
 
     def _settle_tickets(self) -> None:
         through = max(self._consumed_through, self._handed_through)
