@@ -108,7 +108,7 @@ class VectorRollout:
         Raises:
             SpaceError: A reward is not finite or over the bound (nothing is changed).
         """
-        if not (np.abs(rewards) <= MAX_ABS_REWARD).all():  # False for NaN
+        if not np.maximum.reduce(np.abs(rewards)) <= MAX_ABS_REWARD:  # NaN fails too
             self._refuse(rewards)
         last = self._step - 1
         # + 0.0: a reward of -0.0 is stored as 0.0, as the episode table's running sum does.

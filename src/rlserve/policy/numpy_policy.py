@@ -26,6 +26,10 @@ _ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 
 LOG_2PI = float(np.log(2.0 * np.pi))  # the value of rlserve.policy.distributions.LOG_2PI
 
+_TILED_ROWS = 64
+"""Batches up to this many rows (no more than the layers' one-thread bound) take the small-batch
+forward pass, its biases tiled once per batch size."""
+
 _SMALL_CHOICE = 16
 """Up to this many choices, a single categorical decision is sampled with plain floats."""
 
@@ -265,6 +269,7 @@ class NumpyPolicy:
             default=1 << 62,
         )
         self._rows: dict[int, np.ndarray] = {}
+        self._tiled: dict[int, list[np.ndarray]] = {}
 
     def forward(self, obs: np.ndarray) -> np.ndarray:
         """Return the actor's raw output (logits or means) for ``[N, obs_dim]`` observations.
@@ -273,10 +278,21 @@ class NumpyPolicy:
         """
         x = obs if self._layers else obs.copy()
         last = len(self._layers) - 1
-        # A batch no larger than _serial_rows stays on one BLAS thread in every layer as it is.
-        matmul = np.ndarray.dot if x.shape[0] <= self._serial_rows else _matmul
+        rows = x.shape[0]
+        if rows <= _TILED_ROWS and rows <= self._serial_rows:
+            # A small batch: the BLAS call as it is, and biases tiled to the batch (a broadcast
+            # add costs more than the add itself at this size).
+            biases = self._tiled.get(rows)
+            if biases is None:
+                biases = self._tiled[rows] = [np.tile(b, (rows, 1)) for _, b in self._layers]
+            for i, (w, _) in enumerate(self._layers):
+                x = x.dot(w)
+                x += biases[i]
+                if i != last:
+                    x = self._act(x)
+            return x
         for i, (w, b) in enumerate(self._layers):
-            x = matmul(x, w)
+            x = _matmul(x, w)
             x += b
             if i != last:
                 x = self._act(x)
@@ -333,7 +349,7 @@ class NumpyPolicy:
         index = self._rows.get(rows)
         if index is None:
             index = np.arange(rows)
-            if rows <= 1024:  # the sizes a runner or a client uses again and again
+            if rows <= _TILED_ROWS:  # the sizes a runner or a client uses again and again
                 self._rows[rows] = index
         return index
 
