@@ -227,12 +227,16 @@ class Collector:
         Returns:
             The actions as the copies take them (an int array for a Discrete space).
         """
-        policy = self._policies[rollout.policy_id]
-        spaces_ = self.table_of_policies.policies[rollout.policy_id]
-        obs = self._vector_check(rollout.policy_id, rollout.num_envs)(observations)
+        policy_id = rollout.policy_id
+        policy = self._policies[policy_id]
+        check = self._checks.get((policy_id, rollout.num_envs))
+        if check is None:
+            check = self._vector_check(policy_id, rollout.num_envs)
+        obs = check(observations)
         out = policy.compute_actions(obs, self.explore)
         rollout.record(obs, out.actions, out.logp, policy.version)
         sent = policy.to_env_actions(out.actions)
+        spaces_ = self.table_of_policies.policies[policy_id]
         return sent if spaces_.discrete else actions_to_space(spaces_.action_space, sent)
 
     def end_vector(
@@ -240,7 +244,8 @@ class Collector:
     ) -> None:
         """End copy ``index``'s episode with its (checked) final observation."""
         space = self.table_of_policies.policies[rollout.policy_id].observation_space
-        obs = check_batch(space, [observation], 1, "observation")
+        one = np.asarray(observation)[None] if isinstance(space, spaces.Box) else [observation]
+        obs = self._vector_check(rollout.policy_id, 1)(one)
         rollout.end(index, obs[0], truncated)
 
     def cut_vector(self, rollout: VectorRollout, observations: Any) -> None:

@@ -394,6 +394,10 @@ def check_batch(space: spaces.Space[Any], values: Any, count: int, where: str) -
     return check_float32(np.stack(rows), where)
 
 
+_FLOAT32 = np.dtype(np.float32)
+"""The dtype of native float32 arrays (one object: compared by identity on the fast path)."""
+
+
 class StackedBoxCheck:
     """:func:`check_batch` of a stacked ``[count, *shape]`` batch of one Box, for every step.
 
@@ -423,7 +427,7 @@ class StackedBoxCheck:
         if (
             self._fast
             and type(values) is np.ndarray
-            and values.dtype == np.float32
+            and values.dtype is _FLOAT32
             and values.shape == self._shape
             and ((values >= self._low) & (values <= self._high)).all()
         ):

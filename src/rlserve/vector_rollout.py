@@ -163,8 +163,14 @@ class VectorRollout:
             kept.clear()
             return
         assert self._obs is not None and self._actions is not None
-        rows = np.arange(start, stop) % self._capacity
         count = stop - start
+        first = start % self._capacity
+        # Rows in one run: a slice (copied below); wrapped round the ring: an index array.
+        rows: Any = (
+            slice(first, first + count)
+            if first + count <= self._capacity
+            else np.arange(start, stop) % self._capacity
+        )
         obs = np.empty((count + 1, *self._obs.shape[2:]), np.float32)
         obs[:count] = self._obs[rows, index]
         obs[count] = next_obs
@@ -178,11 +184,11 @@ class VectorRollout:
                 agent_id=SINGLE_AGENT,
                 policy_id=self.policy_id,
                 obs=obs,
-                actions=self._actions[rows, index],
+                actions=self._actions[rows, index].copy(),
                 rewards=self._rewards[rows, index].astype(np.float32),
-                behaviour_logp=self._logp[rows, index],
+                behaviour_logp=self._logp[rows, index].copy(),
                 policy_chosen=np.ones(count, bool),
-                weights_version=self._versions[rows],
+                weights_version=self._versions[rows].copy(),
                 terminated=terminated,
                 truncated=truncated,
                 infos=infos,
@@ -206,9 +212,11 @@ class VectorRollout:
         self.episode_ids[index] = uuid.uuid4().hex
         self._returns[index] = 0.0
         self._episode_start[index] = step
+        oldest = self._frag_start[index] + self.fragment_length == self._next_full
         self._frag_start[index] = step
         self._infos[index].clear()
-        self._next_full = int(self._frag_start.min()) + self.fragment_length
+        if oldest:  # only then can the next fill come later
+            self._next_full = int(self._frag_start.min()) + self.fragment_length
 
     def _refuse(self, rewards: np.ndarray) -> None:
         """Raise the episode table's error for the first reward out of range."""
