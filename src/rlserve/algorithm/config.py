@@ -32,9 +32,9 @@ RLLIB_TRAINING_NAMES = {
 """RLlib's names for PPO settings -> rlserve's :class:`PPOSettings` fields."""
 
 HOSTED_PPO_DEFAULTS: dict[str, Any] = {
-    "train_batch_size": 256,
+    "train_batch_size": 512,
     "minibatch_size": 128,
-    "num_epochs": 20,
+    "num_epochs": 10,
     "lr": 1e-3,
     "gamma": 0.98,
     "gae_lambda": 0.8,
