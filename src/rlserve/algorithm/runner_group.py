@@ -72,7 +72,7 @@ def local_source(config: AlgorithmConfig, seed: int) -> EnvSource:
 
     Raises:
         ConfigError: ``config.env`` is an ``EnvSource`` instance, which cannot be copied into
-            runner processes.
+            runner processes, or a multi-agent env with ``remote_worker_envs``.
     """
     if isinstance(config.env, EnvSource):
         raise ConfigError(
@@ -80,7 +80,14 @@ def local_source(config: AlgorithmConfig, seed: int) -> EnvSource:
             f"({type(config.env).__name__}) into runner processes: pass its class or a "
             "function that makes it, or sample in this process with num_env_runners=0"
         )
-    return make_source(config, seed=seed, evaluation=True)
+    source = make_source(config, seed=seed, evaluation=True)
+    if source.multi_agent and config.remote_worker_envs:
+        source.close()
+        raise ConfigError(
+            "multi-agent envs cannot step in sub-processes yet: drop remote_worker_envs=True "
+            f"(the {config.num_env_runners} env-runner processes already sample in parallel)"
+        )
+    return source
 
 
 @dataclass
@@ -218,6 +225,11 @@ class RunnerGroup:
     @property
     def _runners(self) -> list[_Runner]:
         return self._procs.runners
+
+    @property
+    def pids(self) -> list[int | None]:
+        """The runners' process ids, in runner order (None: not running)."""
+        return [None if r.process is None else r.process.pid for r in self._runners]
 
     @property
     def num_healthy(self) -> int:
