@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -115,8 +116,11 @@ def test_two_runners_solve_the_simple_corridor_and_are_numbered(tmp_path: Path) 
     with config.build() as algo:
         results = [algo.train() for _ in range(5)]
         pids = algo.runners.pids if algo.runners else []
+        greedy = algo.evaluate(3)["evaluation"]["env_runners"]
+        assert algo.compute_single_action(np.array([0.0], np.float32)) == 1  # right
     best = max(r["env_runners"]["episode_return_mean"] for r in results)
     assert best >= 0.55  # the optimum is 0.6: five steps right
+    assert greedy["episode_return_mean"] >= 0.55
     last = results[-1]["env_runners"]
     assert last["num_healthy_env_runners"] == 2
     assert last["num_env_runner_restarts"] == 0 and last["episodes_failed"] == 0
@@ -179,15 +183,29 @@ def test_a_failing_runner_is_restarted_and_training_goes_on(tmp_path: Path, mode
     assert results[-1]["learners"]["default"]["updates"] >= 2
 
 
+class SlowCartPole(gym.Wrapper[Any, Any, Any, Any]):
+    """CartPole that sleeps 1 ms per step, so a round lasts long enough to be interrupted."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+
+    def step(self, action: Any) -> Any:
+        time.sleep(0.001)
+        return self.env.step(action)
+
+
 @pytest.mark.timeout(60)
-def test_a_runner_killed_with_sigkill_is_restarted() -> None:
-    with _config().build() as algo:
+def test_a_runner_killed_with_sigkill_mid_training_is_restarted() -> None:
+    with _config(SlowCartPole).build() as algo:
         assert algo.runners is not None
         first = algo.train()
         victim = algo.runners.pids[1]
         assert victim is not None
-        os.kill(victim, signal.SIGKILL)
+        # Killed while the next train() samples (or, on a slow machine, between its rounds).
+        killer = threading.Timer(0.03, os.kill, (victim, signal.SIGKILL))
+        killer.start()
         results = [algo.train() for _ in range(2)]
+        killer.join()
         assert algo.runners.pids[1] != victim
     assert first["env_runners"]["episodes_failed"] == 0
     last = results[-1]["env_runners"]
