@@ -198,6 +198,7 @@ class RunnerGroup:
         self.max_restarts = max_restarts
         self.episodes_failed = episodes_failed
         self.restarts = 0
+        self._round = 0
         self.hang_timeout_s = config.step_timeout_s
         if config.remote_worker_envs:
             self.hang_timeout_s = 2 * config.step_timeout_s + REMOTE_RESTART_ALLOWANCE_S
@@ -249,6 +250,7 @@ class RunnerGroup:
             ConfigError: The environment cannot be made in a restarted runner.
         """
         self._packages = dict(packages)
+        self._round += 1
         share = -(-steps // len(self._runners))
         encoded: dict[tuple[str, ...], bytes] = {}
         failures: dict[int, _Failure] = {}
@@ -259,7 +261,9 @@ class RunnerGroup:
             )
             if changed not in encoded:
                 weights = {pid: packages[pid].to_wire() for pid in changed}
-                encoded[changed] = encode({"kind": "sample", "steps": share, "weights": weights})
+                encoded[changed] = encode(
+                    {"kind": "sample", "round": self._round, "steps": share, "weights": weights}
+                )
             runner.stamp.value = time.monotonic()
             failure = self._send(runner, encoded[changed])
             if failure is None:
@@ -350,6 +354,10 @@ class RunnerGroup:
                     continue
                 except DecodeError as exc:
                     answers[runner.index] = _Failure(f"sent a malformed message: {exc}")
+                    continue
+                if kind == "sampled" and message.get("round", self._round) != self._round:
+                    # The answer to a round the caller abandoned (an exception, Ctrl-C).
+                    pending[conn] = runner
                     continue
                 answers[runner.index] = self._answer(runner, message, kind)
             now = time.monotonic()

@@ -6,9 +6,10 @@ process makes its source (``num_envs_per_env_runner`` copies, in sub-processes o
 and answers the parent's commands. Messages are maps in rlserve's msgpack codec (typed arrays, no
 pickle), one per :meth:`Connection.send_bytes <multiprocessing.connection.Connection.send_bytes>`:
 
-* parent -> runner: ``{"kind": "sample", "steps": n, "weights": {policy id: package}}`` (only the
-  policies whose version changed) and ``{"kind": "close"}``.
-* runner -> parent: ``ready`` once the environments are made; ``sampled`` with the fragments and
+* parent -> runner: ``{"kind": "sample", "round": r, "steps": n, "weights": {policy id:
+  package}}`` (only the policies whose version changed) and ``{"kind": "close"}``.
+* runner -> parent: ``ready`` once the environments are made; ``sampled`` (echoing ``round``, so
+  the answer to a round the parent abandoned is told apart) with the fragments and
   episode summaries of the round (every open episode cut at its end) and the counters
   ``env_steps``, ``episodes_failed`` (its lifetime sub-environment failures) and ``in_flight``
   (episodes open now); ``config_error`` (the environment cannot be made: not worth a restart);
@@ -202,6 +203,7 @@ def _serve(conn: Connection, setup: RunnerSetup, source: EnvSource) -> None:
         runner.cut()
         reply = {
             "kind": "sampled",
+            "round": message.get("round"),
             "env_steps": steps,
             "episodes_failed": runner.episodes_failed,
             "in_flight": len(collector.table),
