@@ -125,7 +125,11 @@ class Algorithm:
         self.runners: RunnerGroup | None = None
         """The env-runner processes (with ``num_env_runners`` >= 1)."""
         if config.num_env_runners:
-            self.runners = RunnerGroup(config, self.table, self._packages, config.seed)
+            try:
+                self.runners = RunnerGroup(config, self.table, self._packages, config.seed)
+            except BaseException:
+                self.source.close()
+                raise
         self._eval: tuple[EnvRunner, list[EpisodeSummary]] | None = None
         self.run: RunFolder | None = None
         self._metrics: MetricsWriter | None = None
@@ -149,10 +153,10 @@ class Algorithm:
         batch = max(learner.config.train_batch_size for learner in self.learners.values())
         while sampled < self.config.min_env_steps_per_iteration:
             if self.runners is not None:
-                taken = self.runners.sample(batch, self._packages)
-                sampled += taken.env_steps
-                fragments = taken.fragments
-                for summary in taken.summaries:
+                round_ = self.runners.sample(batch, self._packages)
+                sampled += round_.env_steps
+                fragments = round_.fragments
+                for summary in round_.summaries:
                     self._episode_done(summary)
             else:
                 sampled += self.runner.sample(batch)
