@@ -90,10 +90,17 @@ class Algorithm:
     """Samples environments, trains a learner per policy and serves the policy when asked.
 
     Build it with :meth:`AlgorithmConfig.build`, or :meth:`from_checkpoint`.
+
+    Args:
+        config: Its settings.
+        resume: An earlier run folder of this Algorithm with a server attached: the server
+            continues it (counters, weights, experience log) instead of a new folder, and
+            :meth:`restore` from it queues again what the restored checkpoint had not trained.
     """
 
-    def __init__(self, config: AlgorithmConfig):
+    def __init__(self, config: AlgorithmConfig, *, resume: str | Path | None = None):
         self.config = config
+        self._log_trained_through = 0
         self.iteration = 0
         self.env_steps_sampled = 0
         self.episodes_total = 0
@@ -134,13 +141,17 @@ class Algorithm:
         self.run: RunFolder | None = None
         self._metrics: MetricsWriter | None = None
         self._progress = ProgressLine(config.progress)
-        if config.run_dir is not None:
+        if resume is not None:
+            self.run = RunFolder(Path(resume))
+            self._write_run_files(self.run.path)
+            self._metrics = MetricsWriter(self.run.path)
+        elif config.run_dir is not None:
             self.run = RunFolder.create(config.run_dir, config.run_name)
             self._write_run_files(self.run.path)
             self._metrics = MetricsWriter(self.run.path)
         self.server: Any = None
         if config.serving_settings is not None:
-            self._attach_server()
+            self._attach_server(resume=resume is not None)
 
     # -- the training loop -------------------------------------------------------------------
 
@@ -162,13 +173,20 @@ class Algorithm:
                 sampled += self.runner.sample(batch)
                 self.runner.cut()
                 fragments, self._fragments[:] = list(self._fragments), []
+            through = None
             if self.server is not None:
                 taken, summaries = self.server.take(batch)
+                through = self.server.taken_through
                 network_steps += sum(len(f) for f in taken)
                 fragments += taken
                 for summary in summaries:
                     self._episode_done(summary)
             self._update(fragments)
+            if through is not None and not any(
+                learner.buffered_steps for learner in self.learners.values()
+            ):
+                # Every log record through `through` is now in the learners' weights.
+                self._log_trained_through = through
         self.env_steps_sampled += sampled
         self.iteration += 1
         elapsed = time.perf_counter() - started
@@ -402,8 +420,12 @@ class Algorithm:
             "lengths": list(self._lengths),
             "episodes_failed": self._episodes_failed,
             "checkpoints": files,
+            "log_trained_through": self._log_trained_through,
         }
         atomic_write_bytes(folder / STATE_FILE, json.dumps(state, indent=2).encode())
+        if self.server is not None and self.run is not None and _same(folder, self.run.path):
+            # The checkpoint holds what the log held through this point: it may go.
+            self.server.release_log(self._log_trained_through)
 
     def restore(self, checkpoint_dir: str | Path) -> None:
         """Load the learners and counters of a checkpoint folder written by :meth:`save`.
@@ -449,6 +471,10 @@ class Algorithm:
         if self.server is not None:
             for pid, learner in self.learners.items():
                 self.server.publish(pid, learner.weights())
+            if self.run is not None and _same(folder, self.run.path):
+                # Resuming the server's own run: what it logged past the checkpoint is trained.
+                self._log_trained_through = int(state.get("log_trained_through", 0))
+                self.server.requeue_after(self._log_trained_through)
 
     @classmethod
     def from_checkpoint(
@@ -458,12 +484,16 @@ class Algorithm:
 
         The environment is found again from the saved configuration when it was a registered
         id or an importable class/function (``module:name``); otherwise pass ``config`` (the
-        same environment and settings) explicitly.
+        same environment and settings) explicitly. With a server attached, and the folder the
+        run folder it served from, the server continues that run: clients find the same
+        weights versions, and what it logged after the checkpoint is trained on.
         """
         from rlserve.algorithm.saved_config import load_config
 
         folder = Path(checkpoint_dir)
-        algo = cls((config or load_config(folder)).copy())
+        chosen = (config or load_config(folder)).copy()
+        served = chosen.serving_settings is not None and (folder / "experience").is_dir()
+        algo = cls(chosen, resume=folder if served else None)
         algo.restore(folder)
         return algo
 
@@ -487,7 +517,7 @@ class Algorithm:
 
     # -- serving -----------------------------------------------------------------------------
 
-    def _attach_server(self) -> None:
+    def _attach_server(self, resume: bool = False) -> None:
         from rlserve.algorithm.serving import AttachedServer, ServingSettings
 
         if self.run is None:
@@ -501,6 +531,7 @@ class Algorithm:
             mapping=self.mapping,
             fragment_length=self.config.rollout_fragment_length,
             seed=self.config.seed,
+            resume=resume,
         )
         self.server.start()
         for pid, learner in self.learners.items():
@@ -549,6 +580,10 @@ def _policy_table(specs: dict[str, PolicySpec], mapping: PolicyMapping | None) -
         "multi_agent": True,
     }
     return PolicyTable(welcome)
+
+
+def _same(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve()
 
 
 def _num_envs(source: EnvSource) -> int:

@@ -29,7 +29,6 @@ log is also fsynced); the ledger of batch ids makes a re-sent batch count once.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
@@ -42,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from rlserve.algorithm.server_thread import ServerThread
 from rlserve.algorithms.base import WeightsPackage
 from rlserve.config import TOKEN_ENV, option
 from rlserve.episodes import EpisodeSummary
@@ -50,7 +50,7 @@ from rlserve.multiagent import PolicyMapping
 from rlserve.samples import Fragment
 from rlserve.server.app import PolicyServer
 from rlserve.server.config import ServerConfig
-from rlserve.server.experience_log import encode_payload
+from rlserve.server.experience_log import LogReader, encode_payload
 from rlserve.server.learner_link import sync_log_forever
 from rlserve.server.policies import PolicySpec
 from rlserve.server.run_folder import RunFolder
@@ -63,11 +63,11 @@ logger = logging.getLogger("rlserve.server")
 UNKNOWN_SOURCE = "unknown"
 """The source of a fragment whose episode's owner cannot be found (should not happen)."""
 
+REPLAYED_SOURCE = "replayed"
+"""The source of experience-log records queued again after a restart (:meth:`requeue_after`)."""
+
 MAX_QUEUED_SUMMARIES = 100_000
 """Episode summaries kept for :meth:`AttachedServer.take`; past it the oldest are dropped."""
-
-START_TIMEOUT = 60.0
-"""Seconds :meth:`AttachedServer.start` waits for the server to listen."""
 
 PUBLISH_TIMEOUT = 60.0
 """Seconds :meth:`AttachedServer.publish` waits for the weights to be stored and swapped in."""
@@ -507,6 +507,9 @@ class AttachedServer:
         mapping: Which policy acts for which agent (None: every agent maps to the only policy).
         fragment_length: Steps of a remote episode per fragment.
         seed: Seed of the server's action sampling.
+        resume: ``run`` holds an earlier run of this server: continue its counters, weights,
+            batch ledger and experience log (:meth:`requeue_after` hands its untrained
+            records on again).
     """
 
     def __init__(
@@ -517,6 +520,7 @@ class AttachedServer:
         mapping: PolicyMapping | None = None,
         fragment_length: int = 200,
         seed: int = 0,
+        resume: bool = False,
     ):
         self.settings = settings
         self.config = settings.server_config(fragment_length, seed)
@@ -529,13 +533,11 @@ class AttachedServer:
             policies,
             run,
             mapping,
+            resume=resume,
             stats=stats,
             learner_factory=lambda server: AttachedLearner(server, self._queues),
         )
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._closed = threading.Event()
-        self._stop_lock = threading.Lock()
+        self._thread = ServerThread(self.server, name="rlserve-attached-server")
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -546,59 +548,11 @@ class AttachedServer:
             Exception: Whatever stopped the server from listening (a port in use, a TLS file).
             RuntimeError: It was started before.
         """
-        if self._thread is not None:
-            raise RuntimeError("this AttachedServer was started before; build a new one")
-        listening: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._thread = threading.Thread(
-            target=self._run, args=(listening,), name="rlserve-attached-server", daemon=True
-        )
         self._thread.start()
-        try:
-            listening.result(timeout=START_TIMEOUT)
-        except BaseException:
-            self.stop()
-            raise
-
-    def _run(self, listening: concurrent.futures.Future[None]) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._serve(listening))
-        except BaseException as exc:
-            if not listening.done():
-                listening.set_exception(exc)
-            else:
-                logger.exception("rlserve: the attached server failed")
-        finally:
-            with contextlib.suppress(Exception):
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-            self._closed.set()
-
-    async def _serve(self, listening: concurrent.futures.Future[None]) -> None:
-        server = self.server
-        try:
-            await server.start()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await server.close()
-            raise
-        server.publish_endpoints()
-        listening.set_result(None)
-        await server.wait_stopped()
-        await server.close()
 
     def stop(self) -> None:
         """Close both carriers, save the state and end the thread (idempotent)."""
-        with self._stop_lock:
-            thread = self._thread
-            if thread is None or not thread.is_alive():
-                return
-            loop = self._loop
-            if loop is not None:
-                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                    loop.call_soon_threadsafe(self.server.request_stop)
-            thread.join()
+        self._thread.stop()
 
     def __enter__(self) -> AttachedServer:
         self.start()
@@ -671,12 +625,6 @@ class AttachedServer:
 
     # -- calls into the serving thread -----------------------------------------------------
 
-    def _call(self, make: Callable[[], Any], timeout: float) -> Any:
-        loop = self._loop
-        if loop is None or self._closed.is_set() or self._thread is None:
-            raise RuntimeError("the attached server is not running; call start() first")
-        return asyncio.run_coroutine_threadsafe(make(), loop).result(timeout)
-
     def publish(self, policy_id: str, package: WeightsPackage) -> None:
         """Store a policy's weights in the run folder and serve them; thread-safe.
 
@@ -689,7 +637,29 @@ class AttachedServer:
         """
         if policy_id not in self.server.policies:
             raise KeyError(f"unknown policy '{policy_id}'; served: {list(self.server.policies)}")
-        self._call(lambda: self.server._on_weights(policy_id, package), PUBLISH_TIMEOUT)
+        self._thread.call(lambda: self.server._on_weights(policy_id, package), PUBLISH_TIMEOUT)
+
+    def requeue_after(self, seq: int) -> int:
+        """Queue again every experience-log record after ``seq`` (those a restart left untrained).
+
+        Call it once, after :meth:`start`, with the position the restored checkpoint had
+        trained through. The records are queued under the source ``replayed``. Returns the
+        number of steps queued.
+
+        Raises:
+            LogCorruptError: A record the log holds cannot be read.
+        """
+        through = self.server.log.last_seq
+        reader = LogReader(self.server.log.directory)
+        steps = 0
+        try:
+            for record in reader.records(max(0, seq), through):
+                fragments = [Fragment.from_wire(raw) for raw in record.fragments()]
+                self._queues.put(REPLAYED_SOURCE, fragments, record.seq)
+                steps += record.steps
+        finally:
+            reader.close()
+        return steps
 
     def release_log(self, through: int) -> None:
         """Delete experience-log segments wholly at or before ``through`` (trained past).
@@ -697,6 +667,6 @@ class AttachedServer:
         Pass at most :attr:`taken_through` as of the checkpoint that trained on what was taken.
         """
         through = min(through, self.taken_through)
-        self._call(
+        self._thread.call(
             lambda: self.server._on_checkpointed({"log_needed_after": through}), PUBLISH_TIMEOUT
         )
