@@ -59,13 +59,11 @@ def _declared_policies(args: argparse.Namespace, tables: dict[str, Any], server:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import asyncio
-
+    from rlserve.algorithm.network import NetworkAlgorithm, serving_config
     from rlserve.algorithms.ppo_config import PPOSettings
     from rlserve.policies_config import check_policies
-    from rlserve.server.app import PolicyServer, install_uvloop, serve_forever
     from rlserve.server.config import ServerConfig, with_token_from_env
-    from rlserve.server.policies import policies_from_run, run_folder_form
+    from rlserve.server.policies import policies_from_run
     from rlserve.server.run_folder import RunFolder
 
     if args.resume:
@@ -92,29 +90,22 @@ def _serve(args: argparse.Namespace) -> int:
         policies, mapping = _declared_policies(args, tables, server_config)
     # Loaded now, so a bad certificate or key stops the command before anything is created.
     server_config.ssl_context()
-    ppo_table = to_table(ppo_config)
-    check_policies(policies, ppo_table)  # not in the learner, after listening
+    check_policies(policies, to_table(ppo_config))  # not in the learner, after listening
     _check_ports_free(server_config)
     created = not args.resume and not _run_exists(server_config)
-    if not args.resume:
-        run = RunFolder.create(server_config.run_dir, server_config.name)
+    # The Algorithm API with a server attached and no environment: its run folder is created
+    # (or, resuming, reopened) here; it serves on this thread until SIGINT/SIGTERM.
+    algo = NetworkAlgorithm(
+        serving_config(server_config, ppo_config, policies, mapping),
+        resume=run.path if args.resume else None,
+        background=False,
+    )
+    run = algo.folder
     warning = server_config.plaintext_warning()
     if warning:
         print(f"rlserve: {warning}", file=sys.stderr, flush=True)
-    policy_tables, spaces = run_folder_form(policies, mapping)
-    run.save({"server": to_table(server_config), "ppo": ppo_table, **policy_tables}, spaces)
-    install_uvloop()
-    servers: list[PolicyServer] = []
-
-    async def main() -> Path | None:
-        server = PolicyServer(
-            server_config, ppo_table, policies, run, mapping=mapping, resume=bool(args.resume)
-        )
-        servers.append(server)
-        return await serve_forever(server)
-
     try:
-        checkpoint = asyncio.run(main())
+        checkpoint = algo.serve_forever()
     except BaseException as exc:
         if _listened(run):
             raise
@@ -127,7 +118,7 @@ def _serve(args: argparse.Namespace) -> int:
             f"cannot listen on {server_config.host} ({exc.strerror or exc}); pass other ports "
             "with --port N --http-port N (0 picks free ones)"
         ) from None
-    finals = servers[0].final_checkpoints if servers else {}
+    finals = algo.policy_server.final_checkpoints
     if len(policies) > 1:
         shown = ", ".join(f"{pid}: {finals.get(pid)}" for pid in policies)
         print(f"stopped; final checkpoints: {shown}")

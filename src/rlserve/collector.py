@@ -19,6 +19,7 @@ Needs numpy and gymnasium only (no torch, no network).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -33,8 +34,9 @@ from rlserve.policy import NumpyPolicy
 from rlserve.policy.distributions import actions_to_space, encode_action
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.samples import Fragment
-from rlserve.spaces import check_batch, check_value
+from rlserve.spaces import StackedBoxCheck, check_batch, check_value
 from rlserve.values import check_float32
+from rlserve.vector_rollout import VectorRollout
 
 OWNER = "local"
 """The owner of every episode of a collector (episodes are not shared between collectors)."""
@@ -77,6 +79,8 @@ class Collector:
         )
         self._policies = dict(policies)
         self._on_summary = on_summary
+        self._sink = sink
+        self._checks: dict[tuple[str, int], Callable[[Any], np.ndarray]] = {}
         self.table = EpisodeTable(fragment_length, max_episodes, max_episodes, sink)
         self.explore = True
         """Sample actions (True) or take each policy's most likely action (evaluation)."""
@@ -200,6 +204,65 @@ class Collector:
     def abandon(self, episode_id: str, reason: str) -> None:
         """Close an episode whose environment failed; its steps so far are handed on."""
         self._on_summary(self.table.abandon(self.table.get(episode_id), reason))
+
+    # -- vectors of single-agent copies (the hosted fast path) ---------------------------------
+
+    def open_vector(self, num_envs: int, training_enabled: bool) -> VectorRollout:
+        """Open one episode per copy of a vector source, recorded in arrays (not in the table).
+
+        Act with :meth:`act_vector`; the returned rollout takes the rewards and episode ends.
+        """
+        return VectorRollout(
+            num_envs,
+            self.table.fragment_length,
+            self.default_policy_id,
+            training_enabled,
+            self._sink,
+            self._on_summary,
+        )
+
+    def act_vector(self, rollout: VectorRollout, observations: Any) -> Any:
+        """Check and record every copy's observation and compute its action (one forward pass).
+
+        Returns:
+            The actions as the copies take them (an int array for a Discrete space).
+        """
+        policy_id = rollout.policy_id
+        policy = self._policies[policy_id]
+        check = self._checks.get((policy_id, rollout.num_envs))
+        if check is None:
+            check = self._vector_check(policy_id, rollout.num_envs)
+        obs = check(observations)
+        out = policy.compute_actions(obs, self.explore)
+        rollout.record(obs, out.actions, out.logp, policy.version)
+        sent = policy.to_env_actions(out.actions)
+        spaces_ = self.table_of_policies.policies[policy_id]
+        return sent if spaces_.discrete else actions_to_space(spaces_.action_space, sent)
+
+    def end_vector(
+        self, rollout: VectorRollout, index: int, observation: Any, truncated: bool
+    ) -> None:
+        """End copy ``index``'s episode with its (checked) final observation."""
+        space = self.table_of_policies.policies[rollout.policy_id].observation_space
+        one = np.asarray(observation)[None] if isinstance(space, spaces.Box) else [observation]
+        obs = self._vector_check(rollout.policy_id, 1)(one)
+        rollout.end(index, obs[0], truncated)
+
+    def cut_vector(self, rollout: VectorRollout, observations: Any) -> None:
+        """Hand on every copy's steps so far; ``observations`` are the copies' next ones."""
+        rollout.cut(self._vector_check(rollout.policy_id, rollout.num_envs)(observations))
+
+    def _vector_check(self, policy_id: str, count: int) -> Callable[[Any], np.ndarray]:
+        """The observation check of a stacked batch of ``count`` (made once, used every step)."""
+        check = self._checks.get((policy_id, count))
+        if check is None:
+            space = self.table_of_policies.policies[policy_id].observation_space
+            if isinstance(space, spaces.Box):
+                check = StackedBoxCheck(space, count, "observation")
+            else:
+                check = partial(check_batch, space, count=count, where="observation")
+            self._checks[(policy_id, count)] = check
+        return check
 
     # -- multi-agent episodes ----------------------------------------------------------------
 

@@ -394,6 +394,47 @@ def check_batch(space: spaces.Space[Any], values: Any, count: int, where: str) -
     return check_float32(np.stack(rows), where)
 
 
+_FLOAT32 = np.dtype(np.float32)
+"""The dtype of native float32 arrays (one object: compared by identity on the fast path)."""
+
+
+class StackedBoxCheck:
+    """:func:`check_batch` of a stacked ``[count, *shape]`` batch of one Box, for every step.
+
+    A batch already in the space's dtype and shape and within its bounds costs one fused bounds
+    check; anything else goes through :func:`check_batch`, which casts it or raises its error.
+
+    Args:
+        space: The observation space.
+        count: How many values each batch holds.
+        where: A path for error messages.
+    """
+
+    def __init__(self, space: spaces.Box, count: int, where: str) -> None:
+        self.space = space
+        self.count = count
+        self.where = where
+        self._shape = (count, *space.shape)
+        self._low, self._high = _finite_bounds(space)
+        self._fast = space.dtype == np.float32
+
+    def __call__(self, values: Any) -> np.ndarray:
+        """The checked batch flattened to float32 ``[count, D]``.
+
+        Raises:
+            SpaceError: As :func:`check_batch`.
+        """
+        if (
+            self._fast
+            and type(values) is np.ndarray
+            and values.dtype is _FLOAT32
+            and values.shape == self._shape
+            and ((values >= self._low) & (values <= self._high)).all()
+        ):
+            return values.reshape(self.count, -1)
+        return check_batch(self.space, values, self.count, self.where)
+
+
 def flat_dim(space: spaces.Space[Any]) -> int:
     """Length of a value of ``space`` once flattened for a network."""
     return int(spaces.flatdim(space))

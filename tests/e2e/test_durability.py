@@ -41,8 +41,12 @@ SMALL_PPO = (
 )
 
 
+LEARNER_MODULE = "rlserve.server.learner_worker"
+"""What the learner process runs (``python -m ...``)."""
+
+
 def learner_pid(server: Any) -> int:
-    """The learner process of ``server`` (a spawned child)."""
+    """The learner process of ``server`` (its child running the learner module)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -52,7 +56,10 @@ def learner_pid(server: Any) -> int:
             cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
         except OSError:
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == server.process.pid and "spawn_main" in cmdline:
+        if (
+            int(stat.rsplit(")", 1)[1].split()[1]) == server.process.pid
+            and LEARNER_MODULE in cmdline
+        ):
             found.append(int(entry.name))
     assert len(found) == 1, found
     return found[0]

@@ -68,7 +68,8 @@ RESULT_KEYS = {
     "env_runners/num_env_steps_sampled": "agent steps sampled in this iteration",
     "env_runners/num_env_steps_sampled_lifetime": "agent steps sampled since the start",
     "env_runners/episodes_failed": (
-        "episodes lost to crashed or hung sub-environments or env-runner processes, lifetime"
+        "episodes lost to crashed or hung sub-environments or env-runner processes, lifetime "
+        "(without environments: episodes the server closed for silence)"
     ),
     "env_runners/num_healthy_env_runners": "env-runner processes alive (0: sampling in-process)",
     "env_runners/num_env_runner_restarts": (
@@ -326,12 +327,16 @@ class Algorithm:
         spec = self.specs[pid]
         obs = _cast_box(spec.observation_space, observations)
         checked = check_batch(spec.observation_space, obs, count, "observation")
-        policy = self.collector.policy_of(pid)
+        policy = self._acting_policy(pid)
         out = policy.compute_actions(checked, explore)
         sent = policy.to_env_actions(out.actions)
         if isinstance(spec.action_space, gym.spaces.Discrete):
             return [int(a) for a in sent]
         return actions_to_space(spec.action_space, sent)
+
+    def _acting_policy(self, policy_id: str) -> NumpyPolicy:
+        """The policy copy that computes actions for :meth:`compute_actions`."""
+        return self.collector.policy_of(policy_id)
 
     @property
     def _default_policy(self) -> str:
@@ -486,11 +491,17 @@ class Algorithm:
         id or an importable class/function (``module:name``); otherwise pass ``config`` (the
         same environment and settings) explicitly. With a server attached, and the folder the
         run folder it served from, the server continues that run: clients find the same
-        weights versions, and what it logged after the checkpoint is trained on.
+        weights versions, and what it logged after the checkpoint is trained on. A run folder
+        of ``rlserve serve`` (or of an Algorithm without an environment) resumes that run.
         """
         from rlserve.algorithm.saved_config import load_config
 
         folder = Path(checkpoint_dir)
+        if not (folder / STATE_FILE).exists() and (folder / "experience").is_dir():
+            # A run folder of a network-only Algorithm (rlserve serve): resume it.
+            from rlserve.algorithm.network import NetworkAlgorithm, run_folder_config
+
+            return NetworkAlgorithm((config or run_folder_config(folder)).copy(), resume=folder)
         chosen = (config or load_config(folder)).copy()
         served = chosen.serving_settings is not None and (folder / "experience").is_dir()
         algo = cls(chosen, resume=folder if served else None)

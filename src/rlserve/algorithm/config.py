@@ -52,6 +52,8 @@ class AlgorithmConfig:
     def __init__(self) -> None:
         self.env: Any = None
         self.env_config: dict[str, Any] = {}
+        self.observation_space: Any = None
+        self.action_space: Any = None
         self.num_env_runners = 0
         self.num_envs_per_env_runner = 1
         self.remote_worker_envs = False
@@ -59,33 +61,54 @@ class AlgorithmConfig:
         self.step_timeout_s = 60.0
         self.rollout_fragment_length = 200
         self.min_env_steps_per_iteration = 4000
-        self.training_settings: dict[str, Any] = dict(HOSTED_PPO_DEFAULTS)
+        self.training_settings: dict[str, Any] = {}
+        """The PPO settings given (``training()``); :meth:`ppo_settings` adds the defaults."""
         self.seed = 0
         self.device = "auto"
         self.evaluation_duration = 10
         self.policies: dict[str, dict[str, Any]] | None = None
+        self.policy_specs: dict[str, Any] = {}
+        """Policies declared with their spaces (``PolicySpec`` or RLlib's 4-tuples), by id."""
         self.policy_mapping: list[tuple[str, str]] = []
         self.policy_mapping_fn: Any = None
         self.serving_settings: dict[str, Any] | None = None
         self.run_dir: str | None = None
         self.run_name: str | None = None
         self.progress = False
-        self.checkpoint_every = 0
+        self.checkpoint_every: int | None = None
         self.keep_checkpoints = 3
 
     # -- builders ----------------------------------------------------------------------------
 
     def environment(
-        self, env: Any = None, *, env_config: dict[str, Any] | None = None
+        self,
+        env: Any = None,
+        *,
+        env_config: dict[str, Any] | None = None,
+        observation_space: Any = None,
+        action_space: Any = None,
     ) -> AlgorithmConfig:
         """The environment: a ``gymnasium.Env``, a registered id, a class or a creator.
 
         A class or creator is called with ``env_config`` (RLlib's convention). Multi-agent
         envs, PettingZoo envs, ``ExternalEnv`` subclasses and ``EnvSource`` subclasses are
-        accepted too.
+        accepted too. Without an environment (``env=None``, as RLlib's policy-server example
+        has it), give the policy's ``observation_space`` and ``action_space`` and attach a
+        server with :meth:`serving`: its network clients are then the only source.
         """
         if env is not None:
             self.env = env
+        for name, space in (
+            ("observation_space", observation_space),
+            ("action_space", action_space),
+        ):
+            if space is not None:
+                if not hasattr(space, "contains") or not hasattr(space, "shape"):
+                    raise ConfigError(
+                        f"{name} must be a gymnasium space (e.g. gymnasium.spaces.Box), got "
+                        f"{type(space).__name__}"
+                    )
+                setattr(self, name, space)
         if env_config is not None:
             if not isinstance(env_config, dict):
                 raise ConfigError(f"env_config must be a dict, got {type(env_config).__name__}")
@@ -192,17 +215,23 @@ class AlgorithmConfig:
         *,
         policies: Any = None,
         policy_mapping_fn: Any = None,
-        policy_mapping: dict[str, str] | None = None,
+        policy_mapping: Any = None,
     ) -> AlgorithmConfig:
         """Several policies: ``policies`` (ids, or id -> PPO overrides) and which agent uses which.
 
-        ``policy_mapping_fn(agent_id, episode, **kwargs) -> policy_id`` (RLlib's form) or
-        ``policy_mapping={agent id or pattern: policy id}`` (rlserve's, the server's rules).
-        Without either, every agent maps to the only policy.
+        A policy's value may also give its spaces, as RLlib's ``(None, observation_space,
+        action_space, overrides)`` tuple or an rlserve ``PolicySpec``; an Algorithm without an
+        environment needs them. ``policy_mapping_fn(agent_id, episode, **kwargs) ->
+        policy_id`` (RLlib's form) or ``policy_mapping={agent id or pattern: policy id}``
+        (rlserve's, the server's rules; a ``PolicyMapping`` is taken as its rules). Without
+        either, every agent maps to the only policy.
         """
         if policies is not None:
             if isinstance(policies, dict):
-                self.policies = {str(k): dict(v or {}) for k, v in policies.items()}
+                self.policies = {}
+                self.policy_specs = {}
+                for key, value in policies.items():
+                    self.policies[str(key)] = self._policy_entry(str(key), value)
             else:
                 self.policies = {str(p): {} for p in policies}
             if not self.policies:
@@ -212,8 +241,36 @@ class AlgorithmConfig:
                 raise ConfigError("policy_mapping_fn must be callable")
             self.policy_mapping_fn = policy_mapping_fn
         if policy_mapping is not None:
-            self.policy_mapping = [(str(k), str(v)) for k, v in policy_mapping.items()]
+            rules = getattr(policy_mapping, "rules", None)
+            pairs = rules if rules is not None else list(policy_mapping.items())
+            self.policy_mapping = [(str(k), str(v)) for k, v in pairs]
         return self
+
+    def _policy_entry(self, policy_id: str, value: Any) -> dict[str, Any]:
+        """A policy's PPO overrides; its spaces, when given, go to :attr:`policy_specs`."""
+        from rlserve.server.policies import PolicySpec
+
+        if isinstance(value, PolicySpec):
+            self.policy_specs[policy_id] = value
+            return dict(value.ppo)
+        if isinstance(value, tuple | list):
+            if len(value) != 4:
+                raise ConfigError(
+                    f"policy '{policy_id}': a tuple must be (None, observation_space, "
+                    f"action_space, overrides), RLlib's PolicySpec form; got {len(value)} items"
+                )
+            _, obs_space, act_space, overrides = value
+            if obs_space is not None and act_space is not None:
+                self.policy_specs[policy_id] = PolicySpec(
+                    policy_id, obs_space, act_space, dict(overrides or {})
+                )
+            return dict(overrides or {})
+        if value is not None and not isinstance(value, dict):
+            raise ConfigError(
+                f"policy '{policy_id}': give PPO overrides as a dict, a PolicySpec or "
+                f"(None, observation_space, action_space, overrides); got {type(value).__name__}"
+            )
+        return dict(value or {})
 
     def debugging(self, *, seed: int | None = None) -> AlgorithmConfig:
         """The seed of environments, sampling and the learner."""
@@ -242,6 +299,12 @@ class AlgorithmConfig:
         Takes host, port, http_port, token, tls_cert, tls_key and max_queued_steps_per_source
         (see :class:`rlserve.algorithm.serving.ServingSettings`).
         """
+        from rlserve.algorithm.serving import ServingSettings
+
+        try:
+            ServingSettings(**settings)  # refuses a bad setting now, not at build()
+        except TypeError as exc:
+            raise ConfigError(f"serving(): {exc}") from exc
         self.serving_settings = dict(settings)
         return self
 
@@ -257,7 +320,8 @@ class AlgorithmConfig:
         """Where the run's TensorBoard metrics and checkpoints go, and the progress line.
 
         Without ``run_dir`` nothing is written unless :meth:`Algorithm.save` is called.
-        ``checkpoint_every``: updates between checkpoints (0: only on save and stop).
+        ``checkpoint_every``: with environments, iterations between checkpoints (default 0: only
+        on save and stop); network-only, learner updates between checkpoints (default 20).
         """
         if run_dir is not None:
             self.run_dir = str(run_dir)
@@ -274,8 +338,13 @@ class AlgorithmConfig:
     # -- results -----------------------------------------------------------------------------
 
     def ppo_settings(self, overrides: dict[str, Any] | None = None) -> PPOSettings:
-        """The PPO settings these calls give (plus a policy's ``overrides``)."""
-        values = {**self.training_settings, **(overrides or {})}
+        """The PPO settings these calls give (plus a policy's ``overrides``).
+
+        Hosted environments start from :data:`HOSTED_PPO_DEFAULTS` (synchronous sampling
+        favours small batches); a network-only Algorithm from the server's PPO defaults.
+        """
+        defaults = HOSTED_PPO_DEFAULTS if self.env is not None else {}
+        values = {**defaults, **self.training_settings, **(overrides or {})}
         values.setdefault("seed", self.seed)
         if isinstance(values.get("hidden"), list):
             values["hidden"] = tuple(values["hidden"])
@@ -300,10 +369,16 @@ class AlgorithmConfig:
         from rlserve.algorithm.algorithm import Algorithm
 
         if self.env is None:
-            raise ConfigError(
-                "no environment: call .environment(env) first (a gymnasium.Env, a registered "
-                "id such as 'CartPole-v1', or a class taking an env_config dict)"
-            )
+            if self.serving_settings is None:
+                raise ConfigError(
+                    "no environment: call .environment(env) (a gymnasium.Env, a registered id "
+                    "such as 'CartPole-v1', or a class taking an env_config dict), or attach a "
+                    "server with .serving(port=...) and give the spaces (.environment("
+                    "observation_space=..., action_space=...)) to learn from network clients"
+                )
+            from rlserve.algorithm.network import NetworkAlgorithm
+
+            return NetworkAlgorithm(self.copy())
         return Algorithm(self.copy())
 
     build_algo = build

@@ -73,6 +73,18 @@ PUBLISH_TIMEOUT = 60.0
 """Seconds :meth:`AttachedServer.publish` waits for the weights to be stored and swapped in."""
 
 
+ELSEWHERE = {
+    "run_dir": "set it with reporting(run_dir=...)",
+    "name": "set it with reporting(name=...)",
+    "checkpoint_every": "set it with reporting(checkpoint_every=...)",
+    "keep_checkpoints": "set it with reporting(keep_checkpoints=...)",
+    "progress": "set it with reporting(progress=...)",
+    "spaces_from": "give the spaces with environment(observation_space=..., action_space=...)",
+    "spaces_file": "give the spaces with environment(observation_space=..., action_space=...)",
+}
+"""ServerConfig fields an AlgorithmConfig sets elsewhere, and where."""
+
+
 def source_name(owner: str) -> str:
     """The source name of an episode owner / session key (a client's secret id hashed)."""
     if owner.startswith("client:"):
@@ -134,6 +146,8 @@ class ServingSettings:
         owned = {f.name for f in dataclasses.fields(self)} | {"fragment_length", "seed"}
         known = {f.name for f in dataclasses.fields(ServerConfig)}
         for key in self.server:
+            if key in ELSEWHERE:
+                raise ConfigError(f"serving 'server' option '{key}': {ELSEWHERE[key]}")
             if key in owned or key not in known:
                 raise ConfigError(
                     f"serving 'server' option '{key}' is not a further ServerConfig field; "

@@ -6,8 +6,10 @@ single-agent source; one per episode and policy for a multi-agent one) and sends
 collector turns the steps into fragments for its sink; the runner keeps no experience itself.
 
 A :class:`~rlserve.env.VectorEnvSource` of single-agent copies takes a fast path on stacked
-arrays (no per-step dicts). Everything else goes through the generic ``poll``/``send_actions``
-rules of :mod:`rlserve.env.base`.
+arrays (no per-step dicts): its episodes are kept in a
+:class:`~rlserve.vector_rollout.VectorRollout` (a column per copy), not in the collector's
+episode table. Everything else goes through the generic ``poll``/``send_actions`` rules of
+:mod:`rlserve.env.base`.
 
 Rewards a multi-agent env gives an agent before that agent's first action in an episode belong
 to no action: they are left out (and counted in :attr:`EnvRunner.rewards_before_acting`), as the
@@ -22,7 +24,16 @@ import numpy as np
 from gymnasium import spaces
 
 from rlserve.collector import Collector
-from rlserve.env.base import ALL_AGENTS, SINGLE_AGENT, EnvId, EnvSource, Poll, VectorEnvSource
+from rlserve.env.base import (
+    ALL_AGENTS,
+    SINGLE_AGENT,
+    EnvId,
+    EnvSource,
+    Poll,
+    StepBatch,
+    VectorEnvSource,
+)
+from rlserve.vector_rollout import VectorRollout
 
 
 class EnvRunner:
@@ -55,8 +66,8 @@ class EnvRunner:
         self._vector = isinstance(source, VectorEnvSource) and not source.multi_agent
         self._episodes: dict[EnvId, str] = {}
         self._acted: dict[EnvId, set[str]] = {}
-        self._obs: np.ndarray | None = None
-        self._episode_ids: list[str] = []
+        self._obs: Any = None
+        self._rollout: VectorRollout | None = None
         self._pending_obs: dict[EnvId, Any] = {}
 
     def sample(self, min_steps: int) -> int:
@@ -74,9 +85,8 @@ class EnvRunner:
         Only a vector source knows the observation after the last action without stepping on;
         other sources' episodes keep their steps until a fragment fills or the episode ends.
         """
-        if self._vector and self._obs is not None:
-            for i, episode_id in enumerate(self._episode_ids):
-                self.collector.cut(episode_id, self._obs[i])
+        if self._rollout is not None:
+            self.collector.cut_vector(self._rollout, self._obs)
 
     # -- the vector fast path ----------------------------------------------------------------
 
@@ -84,35 +94,34 @@ class EnvRunner:
         source = self.source
         assert isinstance(source, VectorEnvSource)
         collector = self.collector
-        if self._obs is None:
-            self._obs, first_infos = source.reset_all(self.seed)
-            self._episode_ids = [self._start() for _ in range(source.num_envs)]
-            for i, info in enumerate(first_infos):
-                if info:
-                    collector.log_returns(self._episode_ids[i], 0.0, info)
-        ids = self._episode_ids
+        if self._rollout is None:
+            # The copies' reset infos come before any action: no step keeps them (as in the
+            # episode table, where an info before the first action is not kept).
+            self._obs, _ = source.reset_all(self.seed)
+            self._rollout = collector.open_vector(source.num_envs, self.training_enabled)
+        rollout = self._rollout
+        act, step_all = collector.act_vector, source.step_all
+        num_envs = source.num_envs
         done_steps = 0
         while done_steps < min_steps:
-            actions = collector.get_action(ids, self._obs)
-            batch = source.step_all(actions)
-            done_steps += len(ids)
-            collector.log_returns_many(ids, batch.rewards.tolist(), batch.infos)
-            over = np.flatnonzero(batch.terminated | batch.truncated).tolist()
-            for i in over:
-                if i in batch.failed:
-                    continue
-                terminated = bool(batch.terminated[i])
-                collector.end_episode(ids[i], batch.final_obs[i], not terminated)
-                ids[i] = self._start()
-                if i in batch.reset_infos:
-                    collector.log_returns(ids[i], 0.0, batch.reset_infos[i])
-            for i in batch.failed:
-                collector.abandon(ids[i], "failed")
-                self.episodes_failed += 1
-                ids[i] = self._start()
+            batch = step_all(act(rollout, self._obs))
+            done_steps += num_envs
+            rollout.rewards(batch.rewards, batch.infos)
+            if batch.final_obs or batch.failed:
+                self._episodes_over(rollout, batch)
             self._obs = batch.obs
         self.env_steps += done_steps
         return done_steps
+
+    def _episodes_over(self, rollout: VectorRollout, batch: StepBatch) -> None:
+        """End (or abandon) the episodes of the copies whose episode is over in ``batch``."""
+        for i in np.flatnonzero(batch.terminated | batch.truncated).tolist():
+            if i not in batch.failed:
+                terminated = bool(batch.terminated[i])
+                self.collector.end_vector(rollout, i, batch.final_obs[i], not terminated)
+        for i in batch.failed:
+            rollout.abandon(i, "failed")
+            self.episodes_failed += 1
 
     def _start(self, training: bool = True) -> str:
         return self.collector.start_episode(None, self.training_enabled and training)

@@ -35,9 +35,13 @@ class ObsStacker:
     def __init__(self, space: gym.Space[Any]) -> None:
         self.space = space
         self._dtype = space.dtype if isinstance(space, _ARRAY_SPACES) else None
+        self._float = self._dtype is not None and self._dtype.kind == "f"
 
     def stack(self, items: Sequence[Any]) -> Any:
         """A fresh batch of ``items`` (never a view of a reused buffer)."""
+        if self._float:
+            # np.array builds the batch in C; for a float dtype it casts as np.stack would.
+            return np.array(items, dtype=self._dtype)
         if self._dtype is not None:
             return np.stack(items, dtype=self._dtype)
         out: Any = create_empty_array(self.space, n=len(items))

@@ -26,6 +26,10 @@ _ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 
 LOG_2PI = float(np.log(2.0 * np.pi))  # the value of rlserve.policy.distributions.LOG_2PI
 
+_TILED_ROWS = 64
+"""Batches up to this many rows (no more than the layers' one-thread bound) take the small-batch
+forward pass, its biases tiled once per batch size."""
+
 _SMALL_CHOICE = 16
 """Up to this many choices, a single categorical decision is sampled with plain floats."""
 
@@ -256,11 +260,37 @@ class NumpyPolicy:
                 )
         self._low = np.asarray(spec.action_low, dtype=np.float32)
         self._high = np.asarray(spec.action_high, dtype=np.float32)
+        self._serial_rows = min(
+            (
+                SERIAL_MATMUL_WORK // (w.shape[0] * w.shape[1])
+                for w, _ in self._layers
+                if 2 * w.shape[0] * w.shape[1] <= SERIAL_MATMUL_WORK
+            ),
+            default=1 << 62,
+        )
+        self._rows: dict[int, np.ndarray] = {}
+        self._tiled: dict[int, list[np.ndarray]] = {}
 
     def forward(self, obs: np.ndarray) -> np.ndarray:
-        """Return the actor's raw output (logits or means) for ``[N, obs_dim]`` observations."""
-        x = obs
+        """Return the actor's raw output (logits or means) for ``[N, obs_dim]`` observations.
+
+        The output is a new array (never ``obs``): the caller may change it in place.
+        """
+        x = obs if self._layers else obs.copy()
         last = len(self._layers) - 1
+        rows = x.shape[0]
+        if rows <= _TILED_ROWS and rows <= self._serial_rows:
+            # A small batch: the BLAS call as it is, and biases tiled to the batch (a broadcast
+            # add costs more than the add itself at this size).
+            biases = self._tiled.get(rows)
+            if biases is None:
+                biases = self._tiled[rows] = [np.tile(b, (rows, 1)) for _, b in self._layers]
+            for i, (w, _) in enumerate(self._layers):
+                x = x.dot(w)
+                x += biases[i]
+                if i != last:
+                    x = self._act(x)
+            return x
         for i, (w, b) in enumerate(self._layers):
             x = _matmul(x, w)
             x += b
@@ -279,17 +309,27 @@ class NumpyPolicy:
         if self.spec.distribution == "categorical":
             if obs.shape[0] == 1 and out.shape[1] <= _SMALL_CHOICE:
                 return self._sample_one(out[0].tolist(), explore)
-            shifted = out - out.max(axis=1, keepdims=True)
+            # The ufuncs' own reductions: ndarray.max/.sum add a Python layer per call, which
+            # is a good part of a small batch's time. ``out`` is ours: shifted in place.
+            rows = obs.shape[0]
+            shifted = np.subtract(out, np.maximum.reduce(out, axis=1, keepdims=True), out=out)
             weights = np.exp(shifted)
-            total = weights.sum(axis=1)
+            total = np.add.reduce(weights, axis=1)
             if explore:
-                u = self._rng.random(obs.shape[0]) * total
-                actions = (np.cumsum(weights, axis=1) < u[:, None]).sum(axis=1)
-                np.minimum(actions, out.shape[1] - 1, out=actions)
+                u = self._rng.random(rows)
+                u *= total
+                # The action is how many running sums stay below u, at most K - 1: the last
+                # sum (the total) need not be compared, as the sums never decrease.
+                if out.shape[1] == 2:
+                    actions = np.less(weights[:, 0], u).astype(np.int64)
+                else:
+                    below = np.less(np.cumsum(weights[:, :-1], axis=1), u[:, None])
+                    actions = np.add.reduce(below, axis=1, dtype=np.int64)
             else:
-                actions = out.argmax(axis=1)
-            logp = shifted[np.arange(obs.shape[0]), actions] - np.log(total)
-            return PolicyOutput(actions.astype(np.int64), logp.astype(np.float32))
+                actions = shifted.argmax(axis=1)
+            logp = shifted[self._row_index(rows), actions]
+            logp -= np.log(total)
+            return PolicyOutput(actions, logp.astype(np.float32, copy=False))
         if self.spec.distribution != "gaussian":
             actions, logp = self.distribution.sample(out, self._log_std, self._rng, explore)
             return PolicyOutput(actions, logp)
@@ -303,6 +343,15 @@ class NumpyPolicy:
             actions = out
         logp = -0.5 * (noise**2).sum(axis=1) - self._log_std.sum() - 0.5 * LOG_2PI * out.shape[1]
         return PolicyOutput(actions.astype(np.float32), logp.astype(np.float32))
+
+    def _row_index(self, rows: int) -> np.ndarray:
+        """``np.arange(rows)``, made once per (small) batch size."""
+        index = self._rows.get(rows)
+        if index is None:
+            index = np.arange(rows)
+            if rows <= _TILED_ROWS:  # the sizes a runner or a client uses again and again
+                self._rows[rows] = index
+        return index
 
     def _sample_one(self, logits: list[float], explore: bool) -> PolicyOutput:
         # One decision among few choices (a local client's common case): plain floats are

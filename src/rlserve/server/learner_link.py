@@ -32,8 +32,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import multiprocessing as mp
+import os
 import socket
+import subprocess
+import sys
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -47,7 +49,7 @@ from rlserve.protocol.framing import FrameDecoder, frame
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.samples import Fragment
 from rlserve.server.experience_log import ExperienceLog, encode_payload
-from rlserve.server.learner_worker import IPC_LIMITS, run_learner
+from rlserve.server.learner_worker import IPC_LIMITS
 from rlserve.server.stats import ServerStats
 from rlserve.server.throttled_log import SERVER_LOG
 
@@ -162,6 +164,8 @@ class LearnerLink:
         """The last learner death, for the log and ``/v1/health``; None while healthy."""
         self.device = "unknown"
         self.last_checkpoints: dict[str, str] = {}
+        self.requested_checkpoints: dict[str, int] = {}
+        """Checkpoints written on :meth:`request_checkpoint`, per policy (counted)."""
         """Each policy's newest checkpoint written while this server runs."""
 
     # -- experience in ---------------------------------------------------------------------
@@ -298,16 +302,15 @@ class LearnerLink:
     async def _run_learner(self) -> None:
         loop = asyncio.get_running_loop()
         parent, child = socket.socketpair()
-        ctx = mp.get_context("spawn")
         setup = {**self._setup, "published_versions": self._published_versions()}
-        process = ctx.Process(
-            target=run_learner, args=(child, setup), name="rlserve-learner", daemon=True
-        )
-        process.start()
-        child.close()
+        try:
+            process = start_learner_process(child)
+        finally:
+            child.close()
         self._process = process
         reader, writer = await asyncio.open_connection(sock=parent)
         self._writer = writer
+        writer.write(frame(encode({"type": "setup", "setup": setup})))
         decoder = FrameDecoder(IPC_LIMITS.max_frame_bytes)
         try:
             while True:
@@ -323,12 +326,12 @@ class LearnerLink:
             self._waiting_budget = 0  # nothing more is handed to a learner that is gone
             writer.close()
             self._checkpointed.set()  # nobody may wait for a checkpoint that cannot come
-            await loop.run_in_executor(None, process.join, 2.0)
-            if process.is_alive():
+            await loop.run_in_executor(None, _wait, process, 2.0)
+            if process.poll() is None:
                 process.kill()
-                await loop.run_in_executor(None, process.join, 2.0)
+                await loop.run_in_executor(None, _wait, process, 2.0)
             if self.failure is None and not self._stopping:
-                self.failure = f"the learner process exited with code {process.exitcode}"
+                self.failure = f"the learner process exited with code {process.returncode}"
 
     def _versions_text(self) -> str:
         versions = self._published_versions()
@@ -393,6 +396,8 @@ class LearnerLink:
         """Note a policy's checkpoint; clean the log up to what every policy still needs."""
         policy_id = str(message["policy_id"])
         self.last_checkpoints[policy_id] = str(message["path"])
+        if message.get("reason") == "request":
+            self.requested_checkpoints[policy_id] = self.requested_checkpoints.get(policy_id, 0) + 1
         self._stats.update_learner(
             policy_id,
             {"learner/steps_untrained_at_checkpoint": float(message["untrained_steps"])},
@@ -477,3 +482,25 @@ class LearnerLink:
             self._stats.storage_failed("experience log", exc)
         self._sync_executor.shutdown(wait=False)
         return dict(self.last_checkpoints)
+
+
+def start_learner_process(sock: socket.socket) -> subprocess.Popen[bytes]:
+    """Start ``python -m rlserve.server.learner_worker`` on its end of the socket pair.
+
+    A fresh interpreter, not ``multiprocessing``: its spawn re-imports the user's main script in
+    the child (a script without ``if __name__ == "__main__":`` would start a second server), and
+    it pickles the arguments. The child gets this process's import path, so it imports the same
+    rlserve; its setup comes as the first message on the socket.
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    return subprocess.Popen(
+        [sys.executable, "-m", "rlserve.server.learner_worker", str(sock.fileno())],
+        pass_fds=(sock.fileno(),),
+        env=env,
+    )
+
+
+def _wait(process: subprocess.Popen[bytes], timeout: float) -> None:
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout)

@@ -138,12 +138,13 @@ class LearnerPipe:
         return decode(self._ready.popleft(), IPC_LIMITS)
 
 
-def run_learner(sock: socket.socket, setup: dict[str, Any]) -> None:
+def run_learner(sock: socket.socket, setup: dict[str, Any] | None = None) -> None:
     """Entry point of the learner process.
 
     Args:
         sock: The learner's end of the socket pair.
-        setup: Plain values: ``policies`` (one map per policy: see
+        setup: None: the first message on ``sock`` (``{"type": "setup", "setup": ...}``)
+            brings it. Plain values: ``policies`` (one map per policy: see
             :class:`~rlserve.server.policy_learner.PolicyLearner`), ``run_dir``,
             ``checkpoint_every``, ``keep_checkpoints``, ``max_queue_steps``,
             ``published_versions`` (policy id -> the version the server serves, -1 for none).
@@ -154,6 +155,11 @@ def run_learner(sock: socket.socket, setup: dict[str, Any]) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     pipe = LearnerPipe(sock)
     try:
+        if setup is None:
+            first = pipe.receive(block=True)
+            if first is None or first.get("type") != "setup":
+                raise ProtocolError("the server's first message to the learner must be its setup")
+            setup = dict(first["setup"])
         _LearnerLoop(pipe, setup).run()
     except (EOFError, BrokenPipeError, ConnectionResetError) as exc:
         # The server went away: nothing is left to report to, but say so for the operator.
@@ -330,3 +336,15 @@ class _LearnerLoop:
         for policy in self.policies.values():
             if policy.idle_behind():
                 self.pipe.send(policy.save("idle"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m rlserve.server.learner_worker FD``: the learner on the inherited socket FD."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or not args[0].isdigit():
+        sys.exit("usage: python -m rlserve.server.learner_worker FD (started by the server)")
+    run_learner(socket.socket(fileno=int(args[0])))
+
+
+if __name__ == "__main__":
+    main()

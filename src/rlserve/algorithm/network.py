@@ -1,0 +1,441 @@
+"""The Algorithm without environments: network clients are its only source (``rlserve serve``).
+
+``PPOConfig().environment(observation_space=..., action_space=...).serving(port=9900).build()``
+(RLlib's policy-server example, ``env=None`` with the spaces given) makes a
+:class:`NetworkAlgorithm`. It is the ``rlserve serve`` machinery behind the Algorithm API: a
+:class:`~rlserve.server.app.PolicyServer` (both carriers, token, TLS, metrics, the durable
+experience log, the batch ledger) whose learner is a supervised process reading that log, so
+an update never pauses serving, and a kill -9 of either process loses nothing acknowledged.
+
+Training is therefore asynchronous: the learner trains whenever a batch is ready, and
+:meth:`NetworkAlgorithm.train` waits until it has trained ``min_env_steps_per_iteration`` more
+steps, then reports (the keys of :data:`~rlserve.algorithm.algorithm.RESULT_KEYS`). The run
+folder is the checkpoint: :meth:`NetworkAlgorithm.save` has the learner checkpoint every
+policy into it, and :meth:`Algorithm.from_checkpoint` on it resumes the run (``rlserve serve
+--resume``). ``rlserve serve`` builds this same object from its flags and config file and runs
+it on the main thread (:meth:`NetworkAlgorithm.serve_forever`); a script's ``build()`` serves
+from a background thread so it can call ``train()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlserve.algorithm.algorithm import Algorithm
+from rlserve.algorithm.config import AlgorithmConfig, PPOConfig
+from rlserve.algorithm.server_thread import ServerThread
+from rlserve.algorithm.serving import ServingSettings
+from rlserve.algorithms.ppo_config import PPOSettings
+from rlserve.config import build, to_table
+from rlserve.errors import ConfigError
+from rlserve.multiagent import PolicyMapping
+from rlserve.policies_config import check_policies
+from rlserve.policy import NumpyPolicy
+from rlserve.protocol.messages import DEFAULT_POLICY_ID
+from rlserve.server.app import PolicyServer, install_uvloop, serve_forever
+from rlserve.server.config import ServerConfig
+from rlserve.server.policies import (
+    PolicySpec,
+    check_policy_id,
+    policies_from_run,
+    run_folder_form,
+    single_policy,
+)
+from rlserve.server.run_folder import RunFolder
+
+TRAIN_POLL_S = 0.05
+"""Seconds between looks at the learner's progress while :meth:`NetworkAlgorithm.train` waits."""
+
+FIRST_WEIGHTS_TIMEOUT = 120.0
+"""Seconds ``compute_single_action`` waits for the learner's first weights after the start."""
+
+SAVE_TIMEOUT = 120.0
+"""Seconds :meth:`NetworkAlgorithm.save` waits for every policy's checkpoint."""
+
+REQUEST_AGAIN_S = 5.0
+"""Seconds after which :meth:`NetworkAlgorithm.save` asks again (a restarting learner missed it)."""
+
+SERVER_DEFAULTS = ServerConfig()
+"""The server's defaults (``checkpoint_every`` and the like when the config leaves them out)."""
+
+REPORTING_FIELDS = ("run_dir", "name", "checkpoint_every", "keep_checkpoints", "progress")
+"""ServerConfig fields that come from :meth:`AlgorithmConfig.reporting`."""
+
+
+def network_policies(config: AlgorithmConfig) -> tuple[dict[str, PolicySpec], PolicyMapping | None]:
+    """The policies (with their spaces) and the mapping of a config without an environment.
+
+    Raises:
+        ConfigError: A policy has no spaces, or a ``policy_mapping_fn`` was given (the agents
+            of network clients are not known in advance: give ``policy_mapping`` rules).
+    """
+    if config.policy_mapping_fn is not None:
+        raise ConfigError(
+            "policy_mapping_fn needs an environment's agent ids; network clients' agents are "
+            "mapped by rules: multi_agent(policy_mapping={'red_*': 'red', ...})"
+        )
+    declared = config.policies or {}
+    if config.policy_specs:
+        missing = [pid for pid in declared if pid not in config.policy_specs]
+        if missing:
+            raise ConfigError(
+                f"policies {missing} have no spaces; declare each as (None, observation_space, "
+                "action_space, overrides) in multi_agent(policies=...)"
+            )
+        specs = {
+            pid: dataclasses.replace(spec, policy_id=check_policy_id(pid), ppo=dict(declared[pid]))
+            for pid, spec in config.policy_specs.items()
+        }
+    elif config.observation_space is not None and config.action_space is not None:
+        if len(declared) > 1:
+            raise ConfigError(
+                "several policies need each its spaces: multi_agent(policies={id: (None, "
+                "observation_space, action_space, overrides)})"
+            )
+        pid = check_policy_id(next(iter(declared), DEFAULT_POLICY_ID))
+        specs = single_policy(config.observation_space, config.action_space)
+        specs = {pid: dataclasses.replace(specs[DEFAULT_POLICY_ID], policy_id=pid)}
+        specs[pid].ppo = dict(declared.get(pid, {}))
+    else:
+        raise ConfigError(
+            "an Algorithm without an environment needs the policy's spaces: "
+            ".environment(observation_space=..., action_space=...) (or multi_agent(policies="
+            "{id: (None, observation_space, action_space, overrides)}))"
+        )
+    mapping = PolicyMapping(config.policy_mapping, specs) if config.policy_mapping else None
+    return specs, mapping
+
+
+def server_config_of(config: AlgorithmConfig) -> ServerConfig:
+    """The :class:`ServerConfig` of a network-only Algorithm (serving + reporting settings)."""
+    settings = ServingSettings(**(config.serving_settings or {}))
+    taken = settings.server_config(config.rollout_fragment_length, config.seed)
+    every = config.checkpoint_every
+    return dataclasses.replace(
+        taken,
+        run_dir=config.run_dir or SERVER_DEFAULTS.run_dir,
+        name=config.run_name,
+        checkpoint_every=SERVER_DEFAULTS.checkpoint_every if every is None else every,
+        keep_checkpoints=config.keep_checkpoints,
+        progress=config.progress,
+    )
+
+
+def serving_config(
+    server: ServerConfig,
+    ppo: PPOSettings,
+    policies: dict[str, PolicySpec],
+    mapping: PolicyMapping | None,
+) -> AlgorithmConfig:
+    """The AlgorithmConfig of a server configuration (``rlserve serve``'s flags and file)."""
+    own = {f.name for f in dataclasses.fields(ServingSettings)} - {
+        "server",
+        "max_queued_steps_per_source",
+    }
+    skip = own | set(REPORTING_FIELDS) | {"fragment_length", "seed", "spaces_from", "spaces_file"}
+    further = {
+        f.name: getattr(server, f.name)
+        for f in dataclasses.fields(ServerConfig)
+        if f.name not in skip and getattr(server, f.name) != getattr(SERVER_DEFAULTS, f.name)
+    }
+    config = (
+        PPOConfig()
+        .multi_agent(policies=dict(policies))
+        .training(**dataclasses.asdict(ppo))
+        .env_runners(rollout_fragment_length=server.fragment_length)
+        .debugging(seed=server.seed)
+        .serving(**{name: getattr(server, name) for name in own}, server=further)
+        .reporting(
+            run_dir=server.run_dir,
+            name=server.name,
+            progress=server.progress,
+            checkpoint_every=server.checkpoint_every,
+            keep_checkpoints=server.keep_checkpoints,
+        )
+    )
+    if mapping is not None:
+        config.multi_agent(policy_mapping=mapping)
+    return config
+
+
+def run_folder_config(folder: Path) -> AlgorithmConfig:
+    """The AlgorithmConfig a ``rlserve serve`` run folder was started with (token: from env)."""
+    run = RunFolder.existing(folder)
+    tables, spaces = run.load()
+    from rlserve.server.config import with_token_from_env
+
+    server = build(ServerConfig, with_token_from_env(tables.get("server")), None)
+    if run.token_required and not server.token:
+        raise ConfigError(
+            f"the run in {run.path} was started with a token, which is not saved in the run "
+            "folder: set RLSERVE_TOKEN, or pass a config with .serving(token=...)"
+        )
+    policies, mapping = policies_from_run(tables, spaces)
+    return serving_config(server, build(PPOSettings, tables.get("ppo"), None), policies, mapping)
+
+
+class NetworkAlgorithm(Algorithm):
+    """An Algorithm whose only source is its network server's clients (see the module doc).
+
+    Args:
+        config: Its settings (no environment; spaces and ``serving`` given).
+        resume: A run folder of an earlier run to continue (``rlserve serve --resume``).
+        background: Serve at once from a background thread (a script's ``build()``); False:
+            the caller runs :meth:`serve_forever` on its own thread (``rlserve serve``).
+    """
+
+    def __init__(
+        self,
+        config: AlgorithmConfig,
+        *,
+        resume: str | Path | None = None,
+        background: bool = True,
+    ):
+        self.config = config
+        self.iteration = 0
+        self.time_total_s = 0.0
+        self.specs, self.mapping = network_policies(config)
+        self.server_config = server_config_of(config)
+        ppo_table = to_table(config.ppo_settings())
+        check_policies(self.specs, ppo_table)
+        if resume is not None:
+            folder = RunFolder.existing(resume)
+        else:
+            folder = RunFolder.create(self.server_config.run_dir, self.server_config.name)
+        self.folder = folder
+        """The run folder (the same as :attr:`run`, never None here)."""
+        self.run = folder
+        tables, spaces = run_folder_form(self.specs, self.mapping)
+        folder.save({"server": to_table(self.server_config), "ppo": ppo_table, **tables}, spaces)
+        self.policy_server = PolicyServer(
+            self.server_config,
+            ppo_table,
+            self.specs,
+            folder,
+            mapping=self.mapping,
+            resume=resume is not None,
+        )
+        self.server = None  # no attached in-process server: the policy server is the source
+        self._thread: ServerThread | None = None
+        self._acting: dict[str, NumpyPolicy] = {}
+        if background:
+            self._serve_in_background()
+
+    # -- serving -----------------------------------------------------------------------------
+
+    def _serve_in_background(self) -> ServerThread:
+        if self._thread is None:
+            self._thread = ServerThread(self.policy_server)
+            self._thread.start()
+        if not self._thread.running:
+            raise RuntimeError(
+                f"the server of {self.folder.path} has stopped; continue the run with "
+                "Algorithm.from_checkpoint(run folder)"
+            )
+        return self._thread
+
+    def serve_forever(self) -> Path | None:
+        """Serve on this thread until SIGINT/SIGTERM; return the final checkpoint.
+
+        Raises:
+            RuntimeError: It already serves from a background thread.
+        """
+        if self._thread is not None:
+            raise RuntimeError("this Algorithm serves from a background thread already")
+        install_uvloop()
+        return asyncio.run(serve_forever(self.policy_server))
+
+    @property
+    def address(self) -> str | None:
+        """``host:port`` of the binary port (it answers HTTP too), once serving."""
+        port = self.policy_server.port
+        if not port:
+            return None
+        host = self.server_config.host
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    # -- training ----------------------------------------------------------------------------
+
+    def train(self) -> dict[str, Any]:
+        """Wait until the learner trained ``min_env_steps_per_iteration`` more steps; report.
+
+        Clients drive the pace: with none connected this waits.
+
+        Raises:
+            RuntimeError: The server stopped.
+        """
+        thread = self._serve_in_background()
+        started = time.perf_counter()
+        before = thread.call(self._snapshot, 30.0)
+        wanted = before["trained"] + self.config.min_env_steps_per_iteration
+        now = before
+        while now["trained"] < wanted:
+            time.sleep(TRAIN_POLL_S)
+            now = self._serve_in_background().call(self._snapshot, 30.0)
+        self.iteration += 1
+        elapsed = time.perf_counter() - started
+        self.time_total_s += elapsed
+        return self._network_result(before, now, elapsed)
+
+    async def _snapshot(self) -> dict[str, Any]:
+        """The server's counters, read on its own loop (so nothing changes meanwhile)."""
+        stats = self.policy_server.stats
+        if stats.several:
+            learners = {pid: dict(m) for pid, m in stats.policy_learner.items()}
+        else:
+            learners = {next(iter(self.specs)): dict(stats.learner)}
+        return {
+            "trained": sum(m.get("learner/steps_trained", 0.0) for m in learners.values()),
+            "env_steps": stats.env_steps,
+            "episodes": stats.episodes_completed,
+            "timed_out": stats.episodes_timed_out,
+            "returns": list(stats.returns),
+            "lengths": list(stats.lengths),
+            "learners": learners,
+        }
+
+    def _network_result(
+        self, before: dict[str, Any], now: dict[str, Any], elapsed: float
+    ) -> dict[str, Any]:
+        returns, lengths = now["returns"], now["lengths"]
+        mean = float(np.mean(returns)) if returns else float("nan")
+        sampled = now["env_steps"] - before["env_steps"]
+        runners = {
+            "episode_return_mean": mean,
+            "episode_return_min": float(min(returns)) if returns else float("nan"),
+            "episode_return_max": float(max(returns)) if returns else float("nan"),
+            "episode_len_mean": float(np.mean(lengths)) if lengths else float("nan"),
+            "num_episodes": now["episodes"] - before["episodes"],
+            "num_env_steps_sampled": sampled,
+            "num_env_steps_sampled_lifetime": now["env_steps"],
+            "episodes_failed": now["timed_out"],
+            "num_healthy_env_runners": 0,  # no environments, so no env runners
+            "num_env_runner_restarts": 0,
+        }
+        learners = {
+            pid: {k.removeprefix("learner/"): float(v) for k, v in metrics.items()}
+            for pid, metrics in now["learners"].items()
+        }
+        return {
+            "training_iteration": self.iteration,
+            "env_runners": runners,
+            "learners": learners,
+            "network": {"num_env_steps": sampled},
+            "num_env_steps_sampled_lifetime": now["env_steps"],
+            "time_this_iter_s": elapsed,
+            "time_total_s": self.time_total_s,
+            "episode_return_mean": mean,
+            "episode_reward_mean": mean,
+            "timesteps_total": now["env_steps"],
+        }
+
+    # -- acting ------------------------------------------------------------------------------
+
+    def _acting_policy(self, policy_id: str) -> NumpyPolicy:
+        """The policy the server serves now (its newest published weights).
+
+        Right after the start, this waits (up to :data:`FIRST_WEIGHTS_TIMEOUT` seconds) for
+        the learner's first weights, as clients' calls do.
+        """
+        versions = self.policy_server.stats.policy_versions
+        deadline = time.monotonic() + FIRST_WEIGHTS_TIMEOUT
+        while versions.get(policy_id, -1) < 0 and time.monotonic() < deadline:
+            self._serve_in_background()
+            time.sleep(TRAIN_POLL_S)
+        held = self._acting.get(policy_id)
+        if held is not None and held.version == versions.get(policy_id, -1):
+            return held
+        package = self.policy_server.store.load_weights(policy_id)
+        if package is None:
+            raise TimeoutError(
+                f"the policy '{policy_id}' has no weights after {FIRST_WEIGHTS_TIMEOUT:.0f} s; "
+                f"see GET /v1/health on {self.address} (is the learner failing?)"
+            )
+        held = NumpyPolicy(package.spec, package.arrays, package.version, seed=self.config.seed)
+        self._acting[policy_id] = held
+        return held
+
+    def evaluate(self, episodes: int | None = None) -> dict[str, Any]:
+        """Not available: there is no environment here to run episodes in.
+
+        Raises:
+            ConfigError: Always; clients evaluate with ``start_episode(training_enabled=False)``.
+        """
+        raise ConfigError(
+            "an Algorithm without an environment cannot evaluate; let a client run episodes "
+            "with start_episode(training_enabled=False) (greedy, not trained on), or build one "
+            "with .environment(env) to evaluate in process"
+        )
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def save(self, checkpoint_dir: str | Path | None = None) -> Path:
+        """Have the learner checkpoint every policy into the run folder; return the folder.
+
+        The run folder is the checkpoint (it holds the experience log a resume reads on from).
+
+        Raises:
+            ConfigError: ``checkpoint_dir`` is another folder.
+            TimeoutError: The learner wrote no checkpoint within :data:`SAVE_TIMEOUT` seconds.
+        """
+        if (
+            checkpoint_dir is not None
+            and Path(checkpoint_dir).resolve() != self.folder.path.resolve()
+        ):
+            raise ConfigError(
+                f"a served run's checkpoint is its run folder {self.folder.path} (with the "
+                "experience log it resumes from); call save() without a folder and copy that "
+                "folder whole to move it"
+            )
+        thread = self._serve_in_background()
+        link = self.policy_server.learner
+        counts = getattr(link, "requested_checkpoints", None)
+        if counts is None:
+            raise RuntimeError("this server's learner does not take checkpoint requests")
+        before = dict(counts)
+        deadline = time.monotonic() + SAVE_TIMEOUT
+        while True:
+            thread.call_soon(link.request_checkpoint)
+            asked = time.monotonic()
+            while time.monotonic() - asked < REQUEST_AGAIN_S:
+                if all(counts.get(pid, 0) > before.get(pid, 0) for pid in self.specs):
+                    return self.folder.path
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"the learner wrote no checkpoint within {SAVE_TIMEOUT:.0f} s; see "
+                        f"GET /v1/health on {self.address} (is the learner failing?)"
+                    )
+                time.sleep(TRAIN_POLL_S)
+
+    def restore(self, checkpoint_dir: str | Path) -> None:
+        """Not available on a running server.
+
+        Raises:
+            ConfigError: Always; build from the checkpoint instead.
+        """
+        raise ConfigError(
+            f"a served run cannot load another checkpoint while it runs; build it from the "
+            f"checkpoint: Algorithm.from_checkpoint('{checkpoint_dir}') (rlserve serve --resume)"
+        )
+
+    def use_run_folder(self, folder: str | Path, progress: bool | None = None) -> None:
+        """Not available: the server writes into its own run folder.
+
+        Raises:
+            ConfigError: Always.
+        """
+        raise ConfigError(
+            "a served run writes into its own run folder; resume one with "
+            "Algorithm.from_checkpoint(folder)"
+        )
+
+    def stop(self) -> None:
+        """Stop serving: final checkpoints, state and metrics written (idempotent)."""
+        if self._thread is not None:
+            self._thread.stop()
