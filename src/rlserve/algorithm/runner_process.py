@@ -41,7 +41,7 @@ from rlserve.algorithm.sources import make_source
 from rlserve.algorithms.base import WeightsPackage
 from rlserve.client.agent_values import PolicyTable
 from rlserve.collector import Collector
-from rlserve.env.base import EnvSource
+from rlserve.env.base import EnvSource, VectorEnvSource
 from rlserve.env.runner import EnvRunner
 from rlserve.env.subprocess import watch_parent
 from rlserve.episodes import EpisodeSummary
@@ -181,6 +181,11 @@ def _serve(conn: Connection, setup: RunnerSetup, source: EnvSource) -> None:
         summaries.append,
     )
     runner = EnvRunner(source, collector, seed=setup.seed)
+    # A single-agent vector source's episodes live in the runner's VectorRollout, not in the
+    # collector's table: one open per copy.
+    vector_copies = (
+        num_envs if isinstance(source, VectorEnvSource) and not source.multi_agent else 0
+    )
     # Before its first reset a source has no episode open, but a failure then still loses one
     # per copy: count those.
     send(conn, {"kind": "ready", "in_flight": num_envs})
@@ -206,7 +211,7 @@ def _serve(conn: Connection, setup: RunnerSetup, source: EnvSource) -> None:
             "round": message.get("round"),
             "env_steps": steps,
             "episodes_failed": runner.episodes_failed,
-            "in_flight": len(collector.table),
+            "in_flight": len(collector.table) + vector_copies,
             "fragments": [f.to_wire() for f in fragments],
             "summaries": [summary_to_wire(s) for s in summaries],
         }
