@@ -384,12 +384,3 @@ def test_crashing_sub_process_env_keeps_training() -> None:
     assert last["learners"]["default"]["updates"] >= 1
     assert last["learners"]["default"]["fragments_excluded_invalid"] == 0
     assert last["env_runners"]["num_episodes"] > 0  # the healthy copy finishes episodes
-
-
-@pytest.mark.timeout(10)
-def test_separate_runner_processes_are_refused_with_the_fix():
-    from rlserve.errors import ConfigError
-
-    with pytest.raises(ConfigError, match="remote_worker_envs=True"):
-        PPOConfig().env_runners(num_env_runners=2)
-    assert PPOConfig().env_runners(num_env_runners=0).num_env_runners == 0

@@ -6,7 +6,8 @@ steps), update each policy's learner, and hand the new weights to the collector;
 ``min_env_steps_per_iteration`` steps were sampled, then return the result dict
 (:data:`RESULT_KEYS` documents it). With ``.serving(...)`` a network server is attached: the
 fragments its clients produce join each update's batch (taken fairly across clients), and every
-new version is published to them.
+new version is published to them. With ``env_runners(num_env_runners=N)`` the sampling happens in
+N env-runner processes instead (:mod:`rlserve.algorithm.runner_group`), each round in parallel.
 
 The run folder (``.reporting(run_dir=...)``, or the folder :meth:`Algorithm.save` writes) has
 the server's layout: ``config.toml``, ``spaces.json``, ``checkpoints/ckpt_*.pt`` per policy,
@@ -26,6 +27,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlserve.algorithm.config import AlgorithmConfig
+from rlserve.algorithm.runner_group import RunnerGroup, local_source
 from rlserve.algorithm.sources import make_source, source_policies
 from rlserve.algorithms.base import WeightsPackage
 from rlserve.algorithms.ppo import PPOLearner
@@ -65,8 +67,14 @@ RESULT_KEYS = {
     "env_runners/num_episodes": "episodes finished in this iteration",
     "env_runners/num_env_steps_sampled": "agent steps sampled in this iteration",
     "env_runners/num_env_steps_sampled_lifetime": "agent steps sampled since the start",
-    "env_runners/episodes_failed": "episodes lost to crashed or hung sub-environments, lifetime "
-    "(without environments: episodes the server closed for silence)",
+    "env_runners/episodes_failed": (
+        "episodes lost to crashed or hung sub-environments or env-runner processes, lifetime "
+        "(without environments: episodes the server closed for silence)"
+    ),
+    "env_runners/num_healthy_env_runners": "env-runner processes alive (0: sampling in-process)",
+    "env_runners/num_env_runner_restarts": (
+        "env-runner processes restarted after a failure since this Algorithm was built or restored"
+    ),
     "learners/<policy id>/<name>": "each policy's learner metrics of its last update",
     "num_env_steps_sampled_lifetime": "as env_runners/num_env_steps_sampled_lifetime",
     "network/num_env_steps": "steps network clients contributed in this iteration",
@@ -103,7 +111,10 @@ class Algorithm:
         self._episodes_this_iter = 0
         self._fragments: list[Fragment] = []
         self._seeds = np.random.SeedSequence(config.seed)
-        self.source: EnvSource = make_source(config, seed=config.seed)
+        if config.num_env_runners:
+            self.source: EnvSource = local_source(config, seed=config.seed)
+        else:
+            self.source = make_source(config, seed=config.seed)
         self.specs, self.mapping = source_policies(config, self.source)
         self.learners = {
             pid: PPOLearner(
@@ -115,8 +126,18 @@ class Algorithm:
         }
         self._learner_metrics: dict[str, dict[str, float]] = {pid: {} for pid in self.learners}
         self.table = _policy_table(self.specs, self.mapping)
+        self._packages = {pid: learner.weights() for pid, learner in self.learners.items()}
         self.collector = self._make_collector()
         self.runner = EnvRunner(self.source, self.collector, seed=config.seed)
+        """Samples in this process (with ``num_env_runners=0``)."""
+        self.runners: RunnerGroup | None = None
+        """The env-runner processes (with ``num_env_runners`` >= 1)."""
+        if config.num_env_runners:
+            try:
+                self.runners = RunnerGroup(config, self.table, self._packages, config.seed)
+            except BaseException:
+                self.source.close()
+                raise
         self._eval: tuple[EnvRunner, list[EpisodeSummary]] | None = None
         self.run: RunFolder | None = None
         self._metrics: MetricsWriter | None = None
@@ -143,9 +164,16 @@ class Algorithm:
         network_steps = 0
         batch = max(learner.config.train_batch_size for learner in self.learners.values())
         while sampled < self.config.min_env_steps_per_iteration:
-            sampled += self.runner.sample(batch)
-            self.runner.cut()
-            fragments, self._fragments[:] = list(self._fragments), []
+            if self.runners is not None:
+                round_ = self.runners.sample(batch, self._packages)
+                sampled += round_.env_steps
+                fragments = round_.fragments
+                for summary in round_.summaries:
+                    self._episode_done(summary)
+            else:
+                sampled += self.runner.sample(batch)
+                self.runner.cut()
+                fragments, self._fragments[:] = list(self._fragments), []
             through = None
             if self.server is not None:
                 taken, summaries = self.server.take(batch)
@@ -185,7 +213,8 @@ class Algorithm:
         for pid, learner in self.learners.items():
             if learner.ready():
                 self._learner_metrics[pid] = learner.update()
-                self._publish(pid, learner.weights())
+                self._packages[pid] = learner.weights()
+                self._publish(pid, self._packages[pid])
 
     def _publish(self, policy_id: str, package: WeightsPackage) -> None:
         self.collector.set_policy(policy_id, self._numpy_policy(package))
@@ -195,7 +224,7 @@ class Algorithm:
     def _make_collector(self) -> Collector:
         return Collector(
             self.table,
-            {pid: self._numpy_policy(learner.weights()) for pid, learner in self.learners.items()},
+            {pid: self._numpy_policy(package) for pid, package in self._packages.items()},
             self.config.rollout_fragment_length,
             max(1024, 4 * _num_envs(self.source)),
             self._fragments.append,
@@ -225,7 +254,9 @@ class Algorithm:
             "num_episodes": self._episodes_this_iter,
             "num_env_steps_sampled": sampled,
             "num_env_steps_sampled_lifetime": self.env_steps_sampled,
-            "episodes_failed": self.runner.episodes_failed,
+            "episodes_failed": self._episodes_failed,
+            "num_healthy_env_runners": 0 if self.runners is None else self.runners.num_healthy,
+            "num_env_runner_restarts": 0 if self.runners is None else self.runners.restarts,
         }
         learners = {
             pid: {k.removeprefix("learner/"): v for k, v in metrics.items()}
@@ -260,6 +291,12 @@ class Algorithm:
             f"iter {self.iteration}  steps {self.env_steps_sampled:,}  "
             f"return(100) {shown}  episodes {self.episodes_total:,}  {rate:,.0f} steps/s"
         )
+
+    @property
+    def _episodes_failed(self) -> int:
+        if self.runners is not None:
+            return self.runners.episodes_failed
+        return self.runner.episodes_failed
 
     # -- acting ------------------------------------------------------------------------------
 
@@ -386,7 +423,7 @@ class Algorithm:
             "time_total_s": self.time_total_s,
             "returns": list(self._returns),
             "lengths": list(self._lengths),
-            "episodes_failed": self.runner.episodes_failed,
+            "episodes_failed": self._episodes_failed,
             "checkpoints": files,
             "log_trained_through": self._log_trained_through,
         }
@@ -424,11 +461,18 @@ class Algorithm:
         self._seeds = np.random.SeedSequence([self.config.seed, self.iteration])
         self._fragments.clear()
         seed = self.config.seed + 7919 * self.iteration
-        self.source.close()
-        self.source = make_source(self.config, seed=seed)
+        failed = int(state.get("episodes_failed", 0))
+        self._packages = {pid: learner.weights() for pid, learner in self.learners.items()}
+        if self.runners is None:
+            self.source.close()
+            self.source = make_source(self.config, seed=seed)
         self.collector = self._make_collector()
         self.runner = EnvRunner(self.source, self.collector, seed=seed)
-        self.runner.episodes_failed = int(state.get("episodes_failed", 0))
+        if self.runners is None:
+            self.runner.episodes_failed = failed
+        else:
+            self.runners.stop()
+            self.runners = RunnerGroup(self.config, self.table, self._packages, seed, failed)
         if self.server is not None:
             for pid, learner in self.learners.items():
                 self.server.publish(pid, learner.weights())
@@ -514,6 +558,9 @@ class Algorithm:
         if self.server is not None:
             self.server.stop()
             self.server = None
+        if self.runners is not None:
+            self.runners.stop()
+            self.runners = None
         self.source.close()
         if self._eval is not None:
             self._eval[0].source.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import multiprocessing as mp
 from typing import TYPE_CHECKING, Any
 
 from rlserve.algorithms.ppo_config import PPOSettings
@@ -127,16 +128,19 @@ class AlgorithmConfig:
         """How experience is sampled.
 
         Args:
-            num_env_runners: Env runners besides the one in this process. Only 0 (sample
-                here) is built so far: for parallel stepping use ``remote_worker_envs``.
+            num_env_runners: Env-runner processes that sample in parallel (each with its own
+                copies of the environment and numpy policy copies; see
+                :mod:`rlserve.algorithm.runner_group`). 0 (the default) samples in this
+                process; with N >= 1 this process only learns, and each ``train()`` round
+                each runner samples ``train_batch_size / N`` steps.
             num_envs_per_env_runner: Copies of the environment per runner, acted on in one
                 forward pass.
             remote_worker_envs: Step the copies in sub-processes, in parallel (for slow
                 environments); a copy that crashes or hangs is restarted.
             envs_per_process: Copies per sub-process when ``remote_worker_envs``.
             rollout_fragment_length: Steps of an episode per fragment.
-            sample_timeout_s: Seconds a sub-process copy may take for one step before it is
-                counted as hung and restarted.
+            sample_timeout_s: Seconds a sub-process copy (or an env-runner process) may take
+                for one step before it is counted as hung and restarted.
         """
         for name, value in (
             ("num_env_runners", num_env_runners),
@@ -149,12 +153,12 @@ class AlgorithmConfig:
                 if not isinstance(value, int) or value < minimum:
                     raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
                 setattr(self, name, value)
-        if self.num_env_runners:
+        if self.num_env_runners and "fork" not in mp.get_all_start_methods():
             requested, self.num_env_runners = self.num_env_runners, 0
             raise ConfigError(
-                f"num_env_runners={requested}: separate env-runner processes are not built yet; "
-                "sample in this process (num_env_runners=0) with num_envs_per_env_runner copies, "
-                "and remote_worker_envs=True to step them in parallel sub-processes"
+                f"num_env_runners={requested}: env-runner processes need the 'fork' start "
+                "method, which this platform lacks; sample in this process "
+                "(num_env_runners=0) with remote_worker_envs=True instead"
             )
         if remote_worker_envs is not None:
             self.remote_worker_envs = bool(remote_worker_envs)

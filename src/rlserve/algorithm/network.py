@@ -315,6 +315,8 @@ class NetworkAlgorithm(Algorithm):
             "num_env_steps_sampled": sampled,
             "num_env_steps_sampled_lifetime": now["env_steps"],
             "episodes_failed": now["timed_out"],
+            "num_healthy_env_runners": 0,  # no environments, so no env runners
+            "num_env_runner_restarts": 0,
         }
         learners = {
             pid: {k.removeprefix("learner/"): float(v) for k, v in metrics.items()}

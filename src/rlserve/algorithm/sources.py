@@ -14,8 +14,14 @@ from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.server.policies import PolicySpec
 
 
-def make_source(config: AlgorithmConfig, seed: int, evaluation: bool = False) -> EnvSource:
-    """The environments of one runner (one copy in process for evaluation)."""
+def make_source(
+    config: AlgorithmConfig, seed: int, evaluation: bool = False, worker_index: int = 0
+) -> EnvSource:
+    """The environments of one runner (one copy in process for evaluation).
+
+    ``worker_index`` is the runner's number in the copies' :class:`~rlserve.env.EnvContext`
+    (0: the Algorithm's own process, 1..N: env-runner processes, as in RLlib).
+    """
     options: dict[str, Any] = {}
     remote = config.remote_worker_envs and not evaluation
     if remote:
@@ -27,6 +33,7 @@ def make_source(config: AlgorithmConfig, seed: int, evaluation: bool = False) ->
         num_envs=1 if evaluation else config.num_envs_per_env_runner,
         remote=remote,
         seed=seed,
+        worker_index=worker_index,
         **options,
     )
 

@@ -45,6 +45,7 @@ def to_source(
     remote: bool = False,
     envs_per_process: int = 1,
     seed: int | None = None,
+    worker_index: int = 0,
     **kw: Any,
 ) -> EnvSource:
     """Convert an env, an env id or an env creator into the :class:`EnvSource` the trainer drives.
@@ -59,6 +60,9 @@ def to_source(
             this process (:class:`InProcessVectorSource`).
         envs_per_process: With ``remote``, how many copies each sub-process holds.
         seed: The seed of the first reset (copy ``i`` gets ``seed + i``).
+        worker_index: The ``worker_index`` of the :class:`EnvContext` in-process copies are
+            made with (an env-runner process's number; sub-process copies get their
+            sub-process's number instead).
         **kw: Passed on to the source (``render_mode``; with ``remote``: ``step_timeout``,
             ``reset_timeout``, ``max_restarts``, ``mp_context``).
 
@@ -94,7 +98,7 @@ def to_source(
             f"to_source got options {sorted(kw)} that only sub-process envs take: pass "
             "remote=True, or drop them"
         )
-    made = make_any(env, EnvContext(env_config), render_mode=render_mode)
+    made = make_any(env, EnvContext(env_config, worker_index=worker_index), render_mode=render_mode)
     if isinstance(made, _ExternalBase):
         return ExternalEnvSource(made)
     if not isinstance(made, gym.Env) or isinstance(made, MultiAgentEnv):
@@ -114,12 +118,20 @@ def to_source(
                 "it for num_envs > 1"
             )
         for index in range(1, num_envs):
-            again = make_any(env, EnvContext(env_config, vector_index=index))
+            again = make_any(
+                env, EnvContext(env_config, worker_index=worker_index, vector_index=index)
+            )
             adapted = _as_multi_agent(again)
             if adapted is None:
                 raise ConfigError(f"copy {index} of the env is not a multi-agent env")
             copies.append(adapted)
         return MultiAgentSource(copies, seed=seed)
     return InProcessVectorSource(
-        env, env_config, num_envs=num_envs, seed=seed, render_mode=render_mode, first_env=made
+        env,
+        env_config,
+        num_envs=num_envs,
+        seed=seed,
+        render_mode=render_mode,
+        worker_index=worker_index,
+        first_env=made,
     )

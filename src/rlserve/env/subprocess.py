@@ -43,7 +43,7 @@ from rlserve.env.stacking import ObsStacker
 from rlserve.env.vector import step_copies
 from rlserve.errors import ConfigError
 
-__all__ = ["ProcessVectorSource"]
+__all__ = ["ProcessVectorSource", "watch_parent"]
 
 logger = logging.getLogger("rlserve.env")
 
@@ -54,9 +54,12 @@ _CLOSE_WAIT_S = 2.0
 """How long ``close`` waits for a child to exit by itself before killing it."""
 
 
-def _watch_parent() -> None:
-    # EOF on the pipe only shows while the child waits for a command; this also catches a
-    # parent that died while the env hangs in step.
+def watch_parent() -> None:
+    """Exit this (child) process soon after its parent process goes away.
+
+    EOF on a command pipe only shows while the child waits for a command; this daemon thread
+    also catches a parent that died while the env hangs in a step.
+    """
     parent = os.getppid()
 
     def watch() -> None:
@@ -79,7 +82,7 @@ def _worker(
     # them lets those workers see EOF when the parent dies.
     for other in inherited:
         other.close()
-    _watch_parent()
+    watch_parent()
     envs: list[Any] = []
     try:
         try:

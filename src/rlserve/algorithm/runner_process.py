@@ -1,0 +1,220 @@
+"""One env-runner process: its own environments, collector and EnvRunner, driven over a pipe.
+
+:class:`~rlserve.algorithm.runner_group.RunnerGroup` forks one per ``num_env_runners``. The
+process makes its source (``num_envs_per_env_runner`` copies, in sub-processes of its own with
+``remote_worker_envs``) with ``worker_index`` its number, acts with numpy policy copies (no torch)
+and answers the parent's commands. Messages are maps in rlserve's msgpack codec (typed arrays, no
+pickle), one per :meth:`Connection.send_bytes <multiprocessing.connection.Connection.send_bytes>`:
+
+* parent -> runner: ``{"kind": "sample", "round": r, "steps": n, "weights": {policy id:
+  package}}`` (only the policies whose version changed) and ``{"kind": "close"}``.
+* runner -> parent: ``ready`` once the environments are made; ``sampled`` (echoing ``round``, so
+  the answer to a round the parent abandoned is told apart) with the fragments and
+  episode summaries of the round (every open episode cut at its end) and the counters
+  ``env_steps``, ``episodes_failed`` (its lifetime sub-environment failures) and ``in_flight``
+  (episodes open now); ``config_error`` (the environment cannot be made: not worth a restart);
+  ``error`` (anything raised, with its traceback).
+
+The environment creator and config are inherited through ``fork``, never pickled, so lambdas
+and classes of a ``__main__`` script work. During a round the runner stamps a shared clock after
+every step (:attr:`RunnerSetup.stamp`) so the parent can tell a hung runner from a slow round.
+Like the env sub-processes it ignores SIGINT and exits when its pipe reaches EOF or its parent
+goes away.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import signal
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+from rlserve.algorithm.config import AlgorithmConfig
+from rlserve.algorithm.sources import make_source
+from rlserve.algorithms.base import WeightsPackage
+from rlserve.client.agent_values import PolicyTable
+from rlserve.collector import Collector
+from rlserve.env.base import EnvSource, VectorEnvSource
+from rlserve.env.runner import EnvRunner
+from rlserve.env.subprocess import watch_parent
+from rlserve.episodes import EpisodeSummary
+from rlserve.errors import ConfigError, DecodeError
+from rlserve.policy import NumpyPolicy
+from rlserve.protocol.codec import decode, encode
+from rlserve.protocol.limits import Limits
+from rlserve.samples import Fragment
+
+__all__ = [
+    "IPC_LIMITS",
+    "RunnerSetup",
+    "receive",
+    "run_runner",
+    "send",
+    "summary_from_wire",
+    "summary_to_wire",
+]
+
+IPC_LIMITS = Limits(max_frame_bytes=1 << 30, max_array_elements=1 << 28, max_container_len=1 << 20)
+"""Decoding limits between our own processes: a round's fragments may be large."""
+
+
+@dataclass
+class RunnerSetup:
+    """What a runner process starts from (inherited through ``fork``).
+
+    Attributes:
+        config: The Algorithm's settings (environment, copies, fragment length).
+        table: The policies and the agent -> policy mapping.
+        packages: The weights to act with until the first ``sample`` brings others.
+        index: The runner's number, 1..N (its environments' ``worker_index``).
+        seed: Seed of its environments' first reset and of its policies' sampling.
+        stamp: Shared ``double``: :func:`time.monotonic` of the runner's last step.
+    """
+
+    config: AlgorithmConfig
+    table: PolicyTable
+    packages: dict[str, WeightsPackage]
+    index: int
+    seed: int
+    stamp: Any
+
+
+def send(conn: Connection, message: dict[str, Any]) -> None:
+    """Send one codec-encoded message."""
+    conn.send_bytes(encode(message))
+
+
+def receive(conn: Connection) -> dict[str, Any]:
+    """Receive one message sent with :func:`send`.
+
+    Raises:
+        EOFError: The other end closed the pipe.
+        DecodeError: The bytes are not a message.
+    """
+    return decode(conn.recv_bytes(), IPC_LIMITS)
+
+
+def summary_to_wire(summary: EpisodeSummary) -> dict[str, Any]:
+    """An episode summary as a map for the codec."""
+    return dataclasses.asdict(summary)
+
+
+def summary_from_wire(raw: dict[str, Any]) -> EpisodeSummary:
+    """Rebuild an episode summary from :func:`summary_to_wire` output.
+
+    Raises:
+        DecodeError: A field is missing.
+    """
+    try:
+        returns = raw["policy_returns"]
+        return EpisodeSummary(
+            episode_id=str(raw["episode_id"]),
+            episode_return=float(raw["episode_return"]),
+            length=int(raw["length"]),
+            training_enabled=bool(raw["training_enabled"]),
+            reason=str(raw["reason"]),
+            policy_returns=None
+            if returns is None
+            else {str(k): float(v) for k, v in returns.items()},
+            policy_id=str(raw["policy_id"]),
+        )
+    except KeyError as exc:
+        raise DecodeError(f"episode summary is missing the field {exc}") from exc
+
+
+def run_runner(conn: Connection, setup: RunnerSetup, inherited: Sequence[Connection]) -> None:
+    """The body of a runner process: make the environments, then answer commands until told."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A forked child holds copies of the parent's ends of its own and the other runners' pipes;
+    # closing them lets every runner see EOF when the parent dies.
+    for other in inherited:
+        other.close()
+    watch_parent()
+    source: EnvSource | None = None
+    try:
+        try:
+            source = make_source(setup.config, seed=setup.seed, worker_index=setup.index)
+        except ConfigError as exc:
+            send(conn, {"kind": "config_error", "reason": str(exc)})
+            return
+        _serve(conn, setup, source)
+    except Exception as exc:
+        with contextlib.suppress(OSError, ValueError):
+            send(
+                conn,
+                {
+                    "kind": "error",
+                    "reason": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc(),
+                },
+            )
+    finally:
+        if source is not None:
+            with contextlib.suppress(Exception):
+                source.close()
+
+
+def _serve(conn: Connection, setup: RunnerSetup, source: EnvSource) -> None:
+    config = setup.config
+    seeds = np.random.SeedSequence([setup.seed, setup.index])
+
+    def policy(package: WeightsPackage) -> NumpyPolicy:
+        seed = int(seeds.spawn(1)[0].generate_state(1, np.uint64)[0])
+        return NumpyPolicy(package.spec, package.arrays, package.version, seed=seed)
+
+    fragments: list[Fragment] = []
+    summaries: list[EpisodeSummary] = []
+    num_envs = int(getattr(source, "num_envs", 1))
+    collector = Collector(
+        setup.table,
+        {pid: policy(package) for pid, package in setup.packages.items()},
+        config.rollout_fragment_length,
+        max(1024, 4 * num_envs),
+        fragments.append,
+        summaries.append,
+    )
+    runner = EnvRunner(source, collector, seed=setup.seed)
+    # A single-agent vector source's episodes live in the runner's VectorRollout, not in the
+    # collector's table: one open per copy.
+    vector_copies = (
+        num_envs if isinstance(source, VectorEnvSource) and not source.multi_agent else 0
+    )
+    # Before its first reset a source has no episode open, but a failure then still loses one
+    # per copy: count those.
+    send(conn, {"kind": "ready", "in_flight": num_envs})
+    while True:
+        try:
+            message = receive(conn)
+        except (EOFError, OSError):
+            return
+        if message.get("kind") != "sample":
+            return
+        setup.stamp.value = time.monotonic()
+        for pid, raw in message["weights"].items():
+            collector.set_policy(str(pid), policy(WeightsPackage.from_wire(raw)))
+        wanted = int(message["steps"])
+        steps = 0
+        while steps < wanted:
+            # One round at a time, so the parent sees progress after every step.
+            steps += runner.sample(1)
+            setup.stamp.value = time.monotonic()
+        runner.cut()
+        reply = {
+            "kind": "sampled",
+            "round": message.get("round"),
+            "env_steps": steps,
+            "episodes_failed": runner.episodes_failed,
+            "in_flight": len(collector.table) + vector_copies,
+            "fragments": [f.to_wire() for f in fragments],
+            "summaries": [summary_to_wire(s) for s in summaries],
+        }
+        fragments.clear()
+        summaries.clear()
+        send(conn, reply)
