@@ -30,7 +30,7 @@ from rlserve.algorithm.config import AlgorithmConfig
 from rlserve.algorithm.runner_group import RunnerGroup, local_source
 from rlserve.algorithm.sources import make_source, source_policies
 from rlserve.algorithms.base import WeightsPackage
-from rlserve.algorithms.ppo import PPOLearner
+from rlserve.algorithms.registry import algorithm
 from rlserve.client.agent_values import PolicyTable
 from rlserve.collector import Collector
 from rlserve.config import to_table
@@ -116,8 +116,9 @@ class Algorithm:
         else:
             self.source = make_source(config, seed=config.seed)
         self.specs, self.mapping = source_policies(config, self.source)
+        entry = algorithm(config.algo_name)
         self.learners = {
-            pid: PPOLearner(
+            pid: entry.make_learner(
                 spec.observation_space,
                 spec.action_space,
                 config.ppo_settings({**spec.ppo, "seed": config.seed + index}),
@@ -162,7 +163,7 @@ class Algorithm:
         self._episodes_this_iter = 0
         sampled = 0
         network_steps = 0
-        batch = max(learner.config.train_batch_size for learner in self.learners.values())
+        batch = max(learner.sample_steps for learner in self.learners.values())
         while sampled < self.config.min_env_steps_per_iteration:
             if self.runners is not None:
                 round_ = self.runners.sample(batch, self._packages)

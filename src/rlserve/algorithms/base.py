@@ -62,6 +62,11 @@ class Learner(abc.ABC):
     def buffered_steps(self) -> int:
         """Steps taken in but not yet trained on."""
 
+    @property
+    @abc.abstractmethod
+    def sample_steps(self) -> int:
+        """Env steps a synchronous sampler collects between two looks at :meth:`ready`."""
+
     @abc.abstractmethod
     def ready(self) -> bool:
         """Whether enough experience is buffered for :meth:`update`."""

@@ -321,6 +321,11 @@ class PPOLearner(Learner):
         """Fresh steps buffered for the next update."""
         return self._buffered_steps
 
+    @property
+    def sample_steps(self) -> int:
+        """One batch: PPO samples ``train_batch_size`` steps with each weights version."""
+        return self.config.train_batch_size
+
     def ready(self) -> bool:
         """Whether ``train_batch_size`` fresh steps are buffered."""
         return self._buffered_steps >= self.config.train_batch_size

@@ -103,17 +103,18 @@ class PolicyLearner:
             ValueError: The ``init_checkpoint`` cannot be loaded into this policy's model.
         """
         # Imported here: the serving process, which only spawns the learner, never imports torch.
-        from rlserve.algorithms.ppo import PPOLearner, PPOSettings
+        from rlserve.algorithms.registry import algorithm
         from rlserve.config import build
         from rlserve.spaces import from_description
 
-        config = build(PPOSettings, setup["ppo"], None)
+        entry = algorithm(setup.get("algo"))
+        config = build(entry.settings, setup["ppo"], None)
         obs_space = from_description(setup["observation_space"])
         act_space = from_description(setup["action_space"])
         folder = Path(setup["checkpoint_dir"])
         folder.mkdir(parents=True, exist_ok=True)
         learner, extra, restored = restore_newest(
-            lambda: PPOLearner(obs_space, act_space, config), folder
+            lambda: entry.make_learner(obs_space, act_space, config), folder
         )
         policy = cls(setup, learner, extra, keep_checkpoints)
         policy.restored = restored

@@ -1,0 +1,114 @@
+"""Every learning algorithm rlserve has, by name: the one place the other parts choose from.
+
+The server's learner process, the Algorithm API, ``rlserve serve/train --algo``, the demo and
+the export look an algorithm up here: its settings dataclass (torch-free: the serving process
+and ``--help`` read it), its learner class (imported only when one is built, so torch stays out
+of the serving process), whether it learns off-policy, and which action spaces it can learn.
+The action distribution a learner publishes travels in its :class:`~rlserve.policy.ModelSpec`
+(``distribution``), which the numpy policy and the ONNX export read; the learner chooses it
+from the action space and its algorithm.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+
+from rlserve.algorithms.ppo_config import PPOSettings
+from rlserve.errors import ConfigError
+from rlserve.policy.distributions import check_learnable
+
+if TYPE_CHECKING:
+    from rlserve.algorithms.base import Learner
+
+DEFAULT_ALGORITHM = "ppo"
+"""The algorithm of a run that names none (every run before ``--algo`` existed)."""
+
+
+@dataclass(frozen=True)
+class AlgorithmEntry:
+    """One algorithm: its name, settings, learner and what it can learn.
+
+    Attributes:
+        name: Its name (``--algo NAME``, the config table ``[NAME]``).
+        settings: Its settings dataclass (torch-free; every field an ``option`` with help).
+        learner: ``module:Class`` of its :class:`~rlserve.algorithms.base.Learner`, built as
+            ``Class(observation_space, action_space, settings)``.
+        off_policy: It learns from replayed experience (any behaviour policy's); on-policy
+            algorithms weight stale or logged steps instead.
+        summary: One line for ``--help`` and errors.
+        check_spaces: Raises :class:`~rlserve.errors.UnsupportedSpaceError` (or
+            :class:`ConfigError`), naming the fix, for spaces it cannot learn.
+    """
+
+    name: str
+    settings: type[Any]
+    learner: str
+    off_policy: bool
+    summary: str
+    check_spaces: Callable[[gym.Space[Any], gym.Space[Any]], Any]
+
+    def learner_class(self) -> type[Learner]:
+        """Import and return the learner class (this imports torch)."""
+        module_name, _, class_name = self.learner.partition(":")
+        cls: type[Learner] = getattr(importlib.import_module(module_name), class_name)
+        return cls
+
+    def make_learner(
+        self, observation_space: gym.Space[Any], action_space: gym.Space[Any], settings: Any
+    ) -> Learner:
+        """A fresh learner for these spaces.
+
+        Raises:
+            ConfigError: ``settings`` is not its settings dataclass.
+            UnsupportedSpaceError: The algorithm cannot learn these spaces.
+        """
+        if not isinstance(settings, self.settings):
+            raise ConfigError(
+                f"{self.name} takes {self.settings.__name__}, got {type(settings).__name__}"
+            )
+        self.check_spaces(observation_space, action_space)
+        cls: Any = self.learner_class()  # concrete learners take (spaces, settings)
+        learner: Learner = cls(observation_space, action_space, settings)
+        return learner
+
+
+ALGORITHMS: dict[str, AlgorithmEntry] = {}
+"""The registered algorithms by name, in registration order."""
+
+
+def register(entry: AlgorithmEntry) -> AlgorithmEntry:
+    """Add an algorithm (its name must be new) and return it."""
+    if entry.name in ALGORITHMS:
+        raise ValueError(f"an algorithm named '{entry.name}' is registered already")
+    ALGORITHMS[entry.name] = entry
+    return entry
+
+
+def algorithm(name: str | None) -> AlgorithmEntry:
+    """The algorithm called ``name`` (None: :data:`DEFAULT_ALGORITHM`).
+
+    Raises:
+        ConfigError: No algorithm has that name; the message lists those that exist.
+    """
+    entry = ALGORITHMS.get(name or DEFAULT_ALGORITHM)
+    if entry is None:
+        known = ", ".join(f"{e.name} ({e.summary})" for e in ALGORITHMS.values())
+        raise ConfigError(f"unknown algorithm '{name}'; choose one of: {known}")
+    return entry
+
+
+register(
+    AlgorithmEntry(
+        name="ppo",
+        settings=PPOSettings,
+        learner="rlserve.algorithms.ppo:PPOLearner",
+        off_policy=False,
+        summary="proximal policy optimisation; any action space",
+        check_spaces=check_learnable,
+    )
+)
