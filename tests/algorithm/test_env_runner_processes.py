@@ -449,3 +449,33 @@ def test_runners_exit_when_the_algorithm_process_dies() -> None:
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(_alive(p) for p in pids)
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    """The socket inodes process ``pid`` holds open (``socket:[N]`` links in /proc)."""
+    found = set()
+    folder = Path(f"/proc/{pid}/fd")
+    for entry in folder.iterdir():
+        try:
+            target = os.readlink(entry)
+        except OSError:
+            continue
+        if target.startswith("socket:"):
+            found.add(target)
+    return found
+
+
+@pytest.mark.timeout(120)
+def test_a_runner_restarted_while_serving_holds_none_of_the_servers_sockets() -> None:
+    config = _config().serving(host="127.0.0.1", port=0)
+    with config.build() as algo:
+        assert algo.runners is not None and algo.address is not None
+        algo.train()
+        victim = algo.runners.pids[0]
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        algo.train()  # the runner is restarted, forked from a process that serves
+        restarted = algo.runners.pids[0]
+        assert restarted is not None and restarted != victim
+        shared = _socket_inodes(restarted) & _socket_inodes(os.getpid())
+        assert not shared

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import signal
+import stat
 import time
 import traceback
 from collections.abc import Sequence
@@ -129,6 +131,31 @@ def summary_from_wire(raw: dict[str, Any]) -> EpisodeSummary:
         raise DecodeError(f"episode summary is missing the field {exc}") from exc
 
 
+def close_inherited_sockets(keep: set[int]) -> None:
+    """Close every socket this forked child inherited, except the ``keep`` descriptors.
+
+    A runner restarted while the trainer serves (an attached server) is forked with the server's
+    listening socket and its clients' connections; held here, a connection the server closes
+    would stay open until the runner exits. The runner makes its environments after this, so
+    nothing of its own is closed.
+    """
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            fd = int(name)
+            if fd in keep:
+                continue
+            try:
+                if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                    os.close(fd)
+            except OSError:
+                pass  # the listing's own descriptor, closed meanwhile
+        return
+
+
 def run_runner(conn: Connection, setup: RunnerSetup, inherited: Sequence[Connection]) -> None:
     """The body of a runner process: make the environments, then answer commands until told."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -136,6 +163,7 @@ def run_runner(conn: Connection, setup: RunnerSetup, inherited: Sequence[Connect
     # closing them lets every runner see EOF when the parent dies.
     for other in inherited:
         other.close()
+    close_inherited_sockets(keep={0, 1, 2, conn.fileno()})
     watch_parent()
     source: EnvSource | None = None
     try:
