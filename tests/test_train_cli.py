@@ -125,3 +125,14 @@ def test_env_from_a_file_with_env_config(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "solved" in proc.stdout
     assert list((tmp_path / "c" / "checkpoints").glob("ckpt_*.pt"))
+
+
+@pytest.mark.timeout(200)
+def test_env_runner_processes_from_the_command_line(tmp_path: Path) -> None:
+    done = _rlserve(
+        "train", "--env", "CartPole-v1", "--env-runners", "2",
+        "--stop-steps", "1024", "--run-dir", str(tmp_path), "--name", "runners", *SMALL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    state = json.loads((tmp_path / "runners" / "algorithm.json").read_text())
+    assert state["env_steps_sampled"] >= 1024

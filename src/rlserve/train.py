@@ -25,6 +25,9 @@ class TrainConfig:
     env: str = option("", "A registered env id (CartPole-v1) or module:Name of a class/creator.")
     env_config: str = option("{}", "JSON object handed to the env's creator.")
     num_envs: int = option(8, "Copies of the environment, acted on in one forward pass.")
+    env_runners: int = option(
+        0, "Env-runner processes sampling in parallel, each with --num-envs copies (0: here)."
+    )
     remote_envs: bool = option(False, "Step the copies in sub-processes, in parallel.")
     envs_per_process: int = option(1, "Copies per sub-process with --remote-envs.")
     seed: int = option(0, "Seed of the environments, the sampling and the learner.")
@@ -70,6 +73,7 @@ def run_training(config: TrainConfig, ppo_overrides: dict[str, Any]) -> int:
             PPOConfig()
             .environment(locate_env(config.env), env_config=env_config)
             .env_runners(
+                num_env_runners=config.env_runners,
                 num_envs_per_env_runner=config.num_envs,
                 remote_worker_envs=config.remote_envs,
                 envs_per_process=config.envs_per_process,
