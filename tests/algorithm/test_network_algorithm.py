@@ -219,3 +219,23 @@ def test_rllib_style_policy_tuples_declare_a_multi_policy_server(tmp_path: Path)
 def test_mistakes_are_refused_with_the_fix(make: Any, fix: str) -> None:
     with pytest.raises(ConfigError, match=fix):
         make()
+
+
+@pytest.mark.timeout(180)
+def test_train_raises_when_the_learner_keeps_dying(tmp_path: Path) -> None:
+    broken = tmp_path / "not_a_checkpoint.pt"
+    broken.write_bytes(b"not a checkpoint")
+    spec = PolicySpec("default", OBS, ACT, init_checkpoint=str(broken))
+    algo = (
+        PPOConfig()
+        .multi_agent(policies={"default": spec})
+        .serving(port=0)
+        .reporting(run_dir=str(tmp_path), name="broken")
+        .build()
+    )
+    try:
+        with pytest.raises(RuntimeError, match=r"learner process died 3 times.*init_checkpoint"):
+            algo.train()
+        assert algo.address is not None  # serving goes on
+    finally:
+        algo.stop()

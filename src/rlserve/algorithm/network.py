@@ -55,6 +55,9 @@ TRAIN_POLL_S = 0.05
 FIRST_WEIGHTS_TIMEOUT = 120.0
 """Seconds ``compute_single_action`` waits for the learner's first weights after the start."""
 
+MAX_LEARNER_RESTARTS_PER_ITERATION = 3
+"""Learner-process deaths within one ``train()`` after which it raises instead of waiting."""
+
 SAVE_TIMEOUT = 120.0
 """Seconds :meth:`NetworkAlgorithm.save` waits for every policy's checkpoint."""
 
@@ -278,6 +281,12 @@ class NetworkAlgorithm(Algorithm):
         while now["trained"] < wanted:
             time.sleep(TRAIN_POLL_S)
             now = self._serve_in_background().call(self._snapshot, 30.0)
+            if now["restarts"] - before["restarts"] >= MAX_LEARNER_RESTARTS_PER_ITERATION:
+                raise RuntimeError(
+                    f"the learner process died {now['restarts'] - before['restarts']} times "
+                    f"during this iteration (last: {now['failure']}); serving goes on, the "
+                    f"experience is logged; see GET /v1/health on {self.address}"
+                )
         self.iteration += 1
         elapsed = time.perf_counter() - started
         self.time_total_s += elapsed
@@ -298,6 +307,10 @@ class NetworkAlgorithm(Algorithm):
             "returns": list(stats.returns),
             "lengths": list(stats.lengths),
             "learners": learners,
+            "restarts": stats.learner_restarts,
+            "failure": ((self.policy_server.learner.failure or "").strip().splitlines() or [""])[
+                -1
+            ],
         }
 
     def _network_result(
