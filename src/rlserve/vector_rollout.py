@@ -19,7 +19,8 @@ fragments and summaries, for the calls the hosted runner makes:
 
 from __future__ import annotations
 
-import uuid
+import itertools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -63,7 +64,12 @@ class VectorRollout:
         self.training_enabled = training_enabled
         self._sink = sink
         self._on_summary = on_summary
-        self.episode_ids: list[str] = [uuid.uuid4().hex for _ in range(num_envs)]
+        # Episode ids: 32 hex digits like uuid4().hex (a third of its cost at every episode's
+        # end): this rollout's random 64-bit prefix, then a counter. Unique within the rollout,
+        # and between rollouts as long as two prefixes differ.
+        self._id_prefix = os.urandom(8).hex()
+        self._id_count = itertools.count()
+        self.episode_ids: list[str] = [self._new_id() for _ in range(num_envs)]
         """The open episode of each copy."""
         # A fragment never holds more than fragment_length steps: one ring row per step.
         self._capacity = fragment_length
@@ -209,7 +215,7 @@ class VectorRollout:
                 self.policy_id,
             )
         )
-        self.episode_ids[index] = uuid.uuid4().hex
+        self.episode_ids[index] = self._new_id()
         self._returns[index] = 0.0
         self._episode_start[index] = step
         oldest = self._frag_start[index] + self.fragment_length == self._next_full
@@ -217,6 +223,10 @@ class VectorRollout:
         self._infos[index].clear()
         if oldest:  # only then can the next fill come later
             self._next_full = int(self._frag_start.min()) + self.fragment_length
+
+    def _new_id(self) -> str:
+        """A new episode id (32 hex digits)."""
+        return f"{self._id_prefix}{next(self._id_count):016x}"
 
     def _refuse(self, rewards: np.ndarray) -> None:
         """Raise the episode table's error for the first reward out of range."""
