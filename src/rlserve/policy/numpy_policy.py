@@ -24,7 +24,7 @@ _ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "relu": lambda x: np.maximum(x, 0.0, out=x),
 }
 
-_maximum, _subtract, _exp, _add, _less, _where, _log = (
+_maximum, _subtract, _exp, _add, _less, _where, _log, _tanh = (
     np.maximum,
     np.subtract,
     np.exp,
@@ -32,6 +32,7 @@ _maximum, _subtract, _exp, _add, _less, _where, _log = (
     np.less,
     np.where,
     np.log,
+    np.tanh,
 )
 
 LOG_2PI = float(np.log(2.0 * np.pi))  # the value of rlserve.policy.distributions.LOG_2PI
@@ -239,6 +240,7 @@ class NumpyPolicy:
         self.version = version
         self._rng = np.random.default_rng(seed)
         self._act = _ACTIVATIONS[spec.activation]
+        self._tanh = spec.activation == "tanh"
         self._layers: list[tuple[np.ndarray, np.ndarray]] = []
         in_dim = spec.obs_dim
         for name in spec.actor_layers:
@@ -279,7 +281,8 @@ class NumpyPolicy:
             default=1 << 62,
         )
         self._rows: dict[int, np.ndarray] = {}
-        self._tiled: dict[int, list[np.ndarray]] = {}
+        self._tiled: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        """Small batch sizes' layers: each weight with its bias tiled to the batch."""
 
     def forward(self, obs: np.ndarray) -> np.ndarray:
         """Return the actor's raw output (logits or means) for ``[N, obs_dim]`` observations.
@@ -289,17 +292,24 @@ class NumpyPolicy:
         x = obs if self._layers else obs.copy()
         last = len(self._layers) - 1
         rows = x.shape[0]
-        if rows <= _TILED_ROWS and rows <= self._serial_rows:
+        if rows <= _TILED_ROWS and rows <= self._serial_rows and last >= 0:
             # A small batch: the BLAS call as it is, and biases tiled to the batch (a broadcast
             # add costs more than the add itself at this size).
-            biases = self._tiled.get(rows)
-            if biases is None:
-                biases = self._tiled[rows] = [np.tile(b, (rows, 1)) for _, b in self._layers]
-            for i, (w, _) in enumerate(self._layers):
+            layers = self._tiled.get(rows)
+            if layers is None:
+                layers = self._tiled[rows] = [(w, np.tile(b, (rows, 1))) for w, b in self._layers]
+            # Hidden layers then the output layer, without a per-layer test or a lambda call.
+            tanh = self._tanh
+            for w, b in layers[:last]:
                 x = x.dot(w)
-                x += biases[i]
-                if i != last:
+                x += b
+                if tanh:
+                    _tanh(x, out=x)
+                else:
                     x = self._act(x)
+            w, b = layers[last]
+            x = x.dot(w)
+            x += b
             return x
         for i, (w, b) in enumerate(self._layers):
             x = _matmul(x, w)
