@@ -407,8 +407,8 @@ class StackedBoxCheck:
     """:func:`check_batch` of a stacked ``[count, *shape]`` batch of one Box, for every step.
 
     A batch already in the space's dtype and shape and within its bounds costs two comparisons
-    and two counts; anything else goes through :func:`check_batch`, which casts it or raises its
-    error.
+    (and, for a small batch, two bytes compares); anything else goes through
+    :func:`check_batch`, which casts it or raises its error.
 
     Args:
         space: The observation space.
@@ -428,6 +428,10 @@ class StackedBoxCheck:
             # that does not, at a small batch's size.
             low = np.ascontiguousarray(np.broadcast_to(low, self._shape))
             high = np.ascontiguousarray(np.broadcast_to(high, self._shape))
+            # A comparison's bool array holds bytes 0 and 1: all True is this many 1 bytes.
+            self._all_true: bytes | None = b"\x01" * self._size
+        else:
+            self._all_true = None
         self._low, self._high = low, high
         self._fast = space.dtype == np.float32
 
@@ -442,11 +446,18 @@ class StackedBoxCheck:
             and type(values) is np.ndarray
             and values.dtype is _FLOAT32
             and values.shape == self._shape
-            # Counted rather than reduced with .all() (a ufunc reduction costs more at this
-            # size); NaN fails both comparisons.
-            and _count(_ge(values, self._low)) + _count(_le(values, self._high)) == 2 * self._size
         ):
-            return values.reshape(self.count, -1)
+            # Not .all(): a ufunc reduction costs more than the comparisons at this size. NaN
+            # fails both comparisons.
+            all_true = self._all_true
+            if all_true is not None:
+                if (
+                    _ge(values, self._low).tobytes() == all_true
+                    and _le(values, self._high).tobytes() == all_true
+                ):
+                    return values.reshape(self.count, -1)
+            elif _count(_ge(values, self._low)) + _count(_le(values, self._high)) == 2 * self._size:
+                return values.reshape(self.count, -1)
         return check_batch(self.space, values, self.count, self.where)
 
 

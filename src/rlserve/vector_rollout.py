@@ -33,6 +33,8 @@ from rlserve.values import MAX_ABS_REWARD
 
 __all__ = ["VectorRollout"]
 
+_abs, _add, _le = np.abs, np.add, np.less_equal
+
 
 class VectorRollout:
     """The open episodes of ``num_envs`` copies, one per copy, and their unfinished fragments.
@@ -79,6 +81,8 @@ class VectorRollout:
         self._episode_start = np.zeros(num_envs, np.int64)
         self._next_full = fragment_length
         self._returns = np.zeros(num_envs, np.float64)
+        self._zeros = np.zeros(num_envs, np.float64)
+        self._all_true = b"\x01" * num_envs
         self._obs: np.ndarray | None = None
         self._actions: np.ndarray | None = None
         self._logp = np.zeros((self._capacity, num_envs), np.float32)
@@ -114,11 +118,17 @@ class VectorRollout:
         Raises:
             SpaceError: A reward is not finite or over the bound (nothing is changed).
         """
-        if not np.maximum.reduce(np.abs(rewards)) <= MAX_ABS_REWARD:  # NaN fails too
+        # Every |reward| within the bound (NaN fails): the comparison's bool array, 0 and 1
+        # bytes, against all 1 bytes (cheaper than any reduction at this size); otherwise the
+        # check again in full, which raises for a bad reward.
+        if (
+            _le(_abs(rewards), MAX_ABS_REWARD).tobytes() != self._all_true
+            and not np.maximum.reduce(np.abs(rewards)) <= MAX_ABS_REWARD
+        ):
             self._refuse(rewards)
         last = self._step - 1
         # + 0.0: a reward of -0.0 is stored as 0.0, as the episode table's running sum does.
-        np.add(rewards, 0.0, out=self._rewards[last % self._capacity])
+        _add(rewards, self._zeros, out=self._rewards[last % self._capacity])
         self._returns += rewards
         for i, info in infos.items():
             kept = self._infos[i]
