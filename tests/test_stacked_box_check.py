@@ -53,3 +53,15 @@ def test_other_dtypes_are_cast_as_check_batch_does() -> None:
 def test_a_bad_batch_gives_check_batchs_error(batch: Any) -> None:
     check = StackedBoxCheck(BOX, 2, "observation")
     assert _error(check, batch) == _error(check_batch, BOX, batch, 2, "observation")
+
+
+@pytest.mark.parametrize("count", [1, 8, 300])  # 300 x 64 values: bounds broadcast per row
+def test_every_value_of_a_batch_is_checked_whatever_its_size(count: int) -> None:
+    box = spaces.Box(-1.0, 1.0, (8, 8), np.float32)
+    check = StackedBoxCheck(box, count, "observation")
+    batch = np.zeros((count, 8, 8), np.float32)
+    assert check(batch).shape == (count, 64)
+    for bad in (np.nan, 1.5, -1.5):
+        wrong = batch.copy()
+        wrong[count - 1, 7, 7] = bad
+        assert _error(check, wrong) == _error(check_batch, box, wrong, count, "observation")

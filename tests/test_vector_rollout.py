@@ -106,3 +106,20 @@ def test_a_reward_out_of_range_is_refused_naming_the_episode(bad: float) -> None
     rollout.record(np.zeros((3, 1), np.float32), np.zeros(3, np.int64), np.zeros(3), 0)
     with pytest.raises(SpaceError, match=f"episode '{rollout.episode_ids[1]}'.*out of range"):
         rollout.rewards(np.array([0.0, bad, 1.0]), {})
+
+
+def test_episode_ids_are_new_for_every_episode_and_rollout() -> None:
+    summaries: list[EpisodeSummary] = []
+    rollouts = [VectorRollout(N, 5, "p", True, lambda f: None, summaries.append) for _ in range(2)]
+    seen = [eid for r in rollouts for eid in r.episode_ids]
+    obs = np.zeros((N, D), np.float32)
+    for rollout in rollouts:
+        for _ in range(30):
+            rollout.record(obs, np.zeros(N, np.int64), np.zeros(N, np.float32), 0)
+            rollout.rewards(np.ones(N), {})
+            for i in range(N):
+                rollout.end(i, obs[i], False)
+                seen.append(rollout.episode_ids[i])
+    assert len(set(seen)) == len(seen) == 2 * N + 2 * 30 * N
+    assert len(summaries) == 2 * 30 * N
+    assert all(len(eid) == 32 and int(eid, 16) >= 0 for eid in seen)

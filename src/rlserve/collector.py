@@ -243,10 +243,11 @@ class Collector:
         self, rollout: VectorRollout, index: int, observation: Any, truncated: bool
     ) -> None:
         """End copy ``index``'s episode with its (checked) final observation."""
-        space = self.table_of_policies.policies[rollout.policy_id].observation_space
-        one = np.asarray(observation)[None] if isinstance(space, spaces.Box) else [observation]
-        obs = self._vector_check(rollout.policy_id, 1)(one)
-        rollout.end(index, obs[0], truncated)
+        check = self._checks.get((rollout.policy_id, 1))
+        if check is None:
+            check = self._vector_check(rollout.policy_id, 1)
+        one = np.asarray(observation)[None] if type(check) is StackedBoxCheck else [observation]
+        rollout.end(index, check(one)[0], truncated)
 
     def cut_vector(self, rollout: VectorRollout, observations: Any) -> None:
         """Hand on every copy's steps so far; ``observations`` are the copies' next ones."""

@@ -397,12 +397,18 @@ def check_batch(space: spaces.Space[Any], values: Any, count: int, where: str) -
 _FLOAT32 = np.dtype(np.float32)
 """The dtype of native float32 arrays (one object: compared by identity on the fast path)."""
 
+_BROADCAST_BOUNDS = 1 << 14
+"""Values per batch up to which :class:`StackedBoxCheck` keeps bounds of the batch's own shape."""
+
+_ge, _le, _count = np.greater_equal, np.less_equal, np.count_nonzero
+
 
 class StackedBoxCheck:
     """:func:`check_batch` of a stacked ``[count, *shape]`` batch of one Box, for every step.
 
-    A batch already in the space's dtype and shape and within its bounds costs one fused bounds
-    check; anything else goes through :func:`check_batch`, which casts it or raises its error.
+    A batch already in the space's dtype and shape and within its bounds costs two comparisons
+    (and, for a small batch, two bytes compares); anything else goes through
+    :func:`check_batch`, which casts it or raises its error.
 
     Args:
         space: The observation space.
@@ -415,7 +421,18 @@ class StackedBoxCheck:
         self.count = count
         self.where = where
         self._shape = (count, *space.shape)
-        self._low, self._high = _finite_bounds(space)
+        self._size = count * int(np.prod(space.shape))
+        low, high = _finite_bounds(space)
+        if self._size <= _BROADCAST_BOUNDS:
+            # Bounds of the whole batch: a comparison that broadcasts costs several times one
+            # that does not, at a small batch's size.
+            low = np.ascontiguousarray(np.broadcast_to(low, self._shape))
+            high = np.ascontiguousarray(np.broadcast_to(high, self._shape))
+            # A comparison's bool array holds bytes 0 and 1: all True is this many 1 bytes.
+            self._all_true: bytes | None = b"\x01" * self._size
+        else:
+            self._all_true = None
+        self._low, self._high = low, high
         self._fast = space.dtype == np.float32
 
     def __call__(self, values: Any) -> np.ndarray:
@@ -429,9 +446,18 @@ class StackedBoxCheck:
             and type(values) is np.ndarray
             and values.dtype is _FLOAT32
             and values.shape == self._shape
-            and ((values >= self._low) & (values <= self._high)).all()
         ):
-            return values.reshape(self.count, -1)
+            # Not .all(): a ufunc reduction costs more than the comparisons at this size. NaN
+            # fails both comparisons.
+            all_true = self._all_true
+            if all_true is not None:
+                if (
+                    _ge(values, self._low).tobytes() == all_true
+                    and _le(values, self._high).tobytes() == all_true
+                ):
+                    return values.reshape(self.count, -1)
+            elif _count(_ge(values, self._low)) + _count(_le(values, self._high)) == 2 * self._size:
+                return values.reshape(self.count, -1)
         return check_batch(self.space, values, self.count, self.where)
 
 

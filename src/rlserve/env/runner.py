@@ -115,7 +115,8 @@ class EnvRunner:
 
     def _episodes_over(self, rollout: VectorRollout, batch: StepBatch) -> None:
         """End (or abandon) the episodes of the copies whose episode is over in ``batch``."""
-        for i in np.flatnonzero(batch.terminated | batch.truncated).tolist():
+        # ndarray.nonzero: np.flatnonzero's Python layers cost twice the search at this size.
+        for i in (batch.terminated | batch.truncated).nonzero()[0].tolist():
             if i not in batch.failed:
                 terminated = bool(batch.terminated[i])
                 self.collector.end_vector(rollout, i, batch.final_obs[i], not terminated)

@@ -190,11 +190,17 @@ class InProcessVectorSource(VectorEnvSource):
         obs, rewards, terminated, truncated, final_obs, infos, reset_infos = step_copies(
             self.envs, actions, self._stacker
         )
+        if final_obs:
+            ended = np.array(terminated, dtype=np.bool_)
+            cut = np.array(truncated, dtype=np.bool_)
+        else:  # no episode ended: all flags False (np.zeros costs a third of np.array)
+            ended = np.zeros(self.num_envs, np.bool_)
+            cut = np.zeros(self.num_envs, np.bool_)
         return StepBatch(
             obs=self._stacker.stack(obs),
             rewards=np.array(rewards, dtype=np.float64),
-            terminated=np.array(terminated, dtype=np.bool_),
-            truncated=np.array(truncated, dtype=np.bool_),
+            terminated=ended,
+            truncated=cut,
             final_obs=final_obs,
             infos=infos,
             reset_infos=reset_infos,

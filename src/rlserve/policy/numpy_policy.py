@@ -24,6 +24,17 @@ _ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "relu": lambda x: np.maximum(x, 0.0, out=x),
 }
 
+_maximum, _subtract, _exp, _add, _less, _where, _log, _tanh = (
+    np.maximum,
+    np.subtract,
+    np.exp,
+    np.add,
+    np.less,
+    np.where,
+    np.log,
+    np.tanh,
+)
+
 LOG_2PI = float(np.log(2.0 * np.pi))  # the value of rlserve.policy.distributions.LOG_2PI
 
 _TILED_ROWS = 64
@@ -229,6 +240,7 @@ class NumpyPolicy:
         self.version = version
         self._rng = np.random.default_rng(seed)
         self._act = _ACTIVATIONS[spec.activation]
+        self._tanh = spec.activation == "tanh"
         self._layers: list[tuple[np.ndarray, np.ndarray]] = []
         in_dim = spec.obs_dim
         for name in spec.actor_layers:
@@ -269,7 +281,8 @@ class NumpyPolicy:
             default=1 << 62,
         )
         self._rows: dict[int, np.ndarray] = {}
-        self._tiled: dict[int, list[np.ndarray]] = {}
+        self._tiled: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        """Small batch sizes' layers: each weight with its bias tiled to the batch."""
 
     def forward(self, obs: np.ndarray) -> np.ndarray:
         """Return the actor's raw output (logits or means) for ``[N, obs_dim]`` observations.
@@ -279,17 +292,24 @@ class NumpyPolicy:
         x = obs if self._layers else obs.copy()
         last = len(self._layers) - 1
         rows = x.shape[0]
-        if rows <= _TILED_ROWS and rows <= self._serial_rows:
+        if rows <= _TILED_ROWS and rows <= self._serial_rows and last >= 0:
             # A small batch: the BLAS call as it is, and biases tiled to the batch (a broadcast
             # add costs more than the add itself at this size).
-            biases = self._tiled.get(rows)
-            if biases is None:
-                biases = self._tiled[rows] = [np.tile(b, (rows, 1)) for _, b in self._layers]
-            for i, (w, _) in enumerate(self._layers):
+            layers = self._tiled.get(rows)
+            if layers is None:
+                layers = self._tiled[rows] = [(w, np.tile(b, (rows, 1))) for w, b in self._layers]
+            # Hidden layers then the output layer, without a per-layer test or a lambda call.
+            tanh = self._tanh
+            for w, b in layers[:last]:
                 x = x.dot(w)
-                x += biases[i]
-                if i != last:
+                x += b
+                if tanh:
+                    _tanh(x, out=x)
+                else:
                     x = self._act(x)
+            w, b = layers[last]
+            x = x.dot(w)
+            x += b
             return x
         for i, (w, b) in enumerate(self._layers):
             x = _matmul(x, w)
@@ -309,6 +329,8 @@ class NumpyPolicy:
         if self.spec.distribution == "categorical":
             if obs.shape[0] == 1 and out.shape[1] <= _SMALL_CHOICE:
                 return self._sample_one(out[0].tolist(), explore)
+            if explore and out.shape[1] == 2:
+                return self._sample_two(out)
             # The ufuncs' own reductions: ndarray.max/.sum add a Python layer per call, which
             # is a good part of a small batch's time. ``out`` is ours: shifted in place.
             rows = obs.shape[0]
@@ -343,6 +365,24 @@ class NumpyPolicy:
             actions = out
         logp = -0.5 * (noise**2).sum(axis=1) - self._log_std.sum() - 0.5 * LOG_2PI * out.shape[1]
         return PolicyOutput(actions.astype(np.float32), logp.astype(np.float32))
+
+    def _sample_two(self, out: np.ndarray) -> PolicyOutput:
+        """Sample one of two choices per row of logits ``out`` (changed in place).
+
+        The general path's arithmetic, the same values in the same order (so the same bits),
+        on the two columns: fewer numpy calls, no reduction over an axis and no fancy indexing.
+        """
+        top = _maximum(out[:, 0], out[:, 1])
+        shifted = _subtract(out, top[:, None], out=out)
+        weights = _exp(shifted)
+        kept = weights[:, 0]
+        total = _add(kept, weights[:, 1])
+        u = self._rng.random(out.shape[0])
+        u *= total
+        second = _less(kept, u)
+        logp = _where(second, shifted[:, 1], shifted[:, 0])
+        _subtract(logp, _log(total), out=logp)
+        return PolicyOutput(second.astype(np.int64), logp)
 
     def _row_index(self, rows: int) -> np.ndarray:
         """``np.arange(rows)``, made once per (small) batch size."""
