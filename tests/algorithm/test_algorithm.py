@@ -4,7 +4,6 @@ of environment (multi-agent, ExternalEnv, crashing sub-processes) trained throug
 from __future__ import annotations
 
 import math
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +11,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from toy_envs import GuessSign, Mimic, strip_times
 
 from rlserve import PPOConfig
 from rlserve.algorithm.algorithm import RESULT_KEYS, Algorithm
-from rlserve.env import ALL_AGENTS, ExternalEnv, MultiAgentEnv
-from rlserve.errors import ConfigError, EnvError
+from rlserve.errors import ConfigError
 
 SMALL = {
     "train_batch_size": 256,
@@ -190,17 +189,6 @@ def _assert_same_learner_state(a: Any, b: Any) -> None:
             assert torch.equal(value, opt_b["state"][index][name]), (index, name)
 
 
-def _strip_times(result: dict[str, Any]) -> dict[str, Any]:
-    out = dict(result)
-    for key in ("time_this_iter_s", "time_total_s"):
-        out.pop(key)
-    out["learners"] = {
-        pid: {k: v for k, v in m.items() if k != "update_seconds"}
-        for pid, m in result["learners"].items()
-    }
-    return out
-
-
 @pytest.mark.timeout(90)
 def test_save_restore_and_from_checkpoint_continue_identically(tmp_path: Path) -> None:
     """Two restores of one checkpoint continue training exactly alike.
@@ -235,7 +223,7 @@ def test_save_restore_and_from_checkpoint_continue_identically(tmp_path: Path) -
             for key, value in _weights(restored).items():
                 np.testing.assert_array_equal(value, saved_weights[key])
         for restored in (restored_a, restored_b):
-            results = [_strip_times(restored.train()) for _ in range(2)]
+            results = [strip_times(restored.train()) for _ in range(2)]
             runs.append((results, _weights(restored), _learner_state(restored)))
     finally:
         restored_a.stop()
@@ -258,41 +246,6 @@ def test_restore_of_a_folder_that_is_no_checkpoint_says_so(tmp_path: Path) -> No
 
 
 # -- other kinds of environment --------------------------------------------------------------
-
-OBS1 = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-
-
-class Mimic(MultiAgentEnv):
-    """Two agents see a sign each step; ``a`` scores for copying it, ``b`` for the opposite."""
-
-    def __init__(self, config: Any = None) -> None:
-        self.possible_agents = ["a", "b"]
-        self.agents = list(self.possible_agents)
-        self.observation_spaces = dict.fromkeys(self.possible_agents, OBS1)
-        self.action_spaces = dict.fromkeys(self.possible_agents, gym.spaces.Discrete(2))
-        self.rng = np.random.default_rng(0)
-        self.t = 0
-        self.sign = 1
-
-    def _obs(self) -> dict[str, np.ndarray]:
-        self.sign = int(self.rng.integers(0, 2))
-        value = np.array([1.0 if self.sign else -1.0], np.float32)
-        return {"a": value, "b": value}
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
-        if seed is not None:
-            self.rng = np.random.default_rng(seed)
-        self.t = 0
-        return self._obs(), {}
-
-    def step(self, action_dict: dict[str, Any]) -> Any:
-        rewards = {
-            "a": float(action_dict["a"] == self.sign),
-            "b": float(action_dict["b"] != self.sign),
-        }
-        self.t += 1
-        done = self.t >= 8
-        return self._obs(), rewards, {ALL_AGENTS: done}, {ALL_AGENTS: False}, {}
 
 
 @pytest.mark.timeout(60)
@@ -317,27 +270,6 @@ def test_multi_agent_env_trains_a_learner_per_policy() -> None:
     assert last["env_runners"]["num_episodes"] > 0
     # Each agent scores up to 8 per episode; the return adds both. Random play gives ~8.
     assert last["env_runners"]["episode_return_mean"] > 8.5
-
-
-class GuessSign(ExternalEnv):
-    """A simulator with its own loop: one-step episodes, reward 1 for naming the sign."""
-
-    def __init__(self) -> None:
-        super().__init__(gym.spaces.Discrete(2), OBS1)
-        self.rng = np.random.default_rng(0)
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        try:
-            while True:
-                sign = int(self.rng.integers(0, 2))
-                obs = np.array([1.0 if sign else -1.0], np.float32)
-                eid = self.start_episode()
-                action = self.get_action(eid, obs)
-                self.log_returns(eid, 1.0 if action == sign else 0.0)
-                self.end_episode(eid, obs)
-        except EnvError:
-            self.stopped.set()  # the trainer closed the source
 
 
 @pytest.mark.timeout(60)

@@ -15,10 +15,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from toy_envs import GuessSign, Mimic, strip_times
 
 from rlserve import PPOConfig
 from rlserve.algorithm.algorithm import Algorithm
-from rlserve.env import ALL_AGENTS, ExternalEnv, MultiAgentEnv
 from rlserve.env.vector import InProcessVectorSource
 from rlserve.errors import ConfigError
 
@@ -264,15 +264,6 @@ def test_a_runner_that_keeps_failing_stops_training_naming_the_env() -> None:
 # -- checkpoints -------------------------------------------------------------------------------
 
 
-def _strip_times(result: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in result.items() if k not in ("time_this_iter_s", "time_total_s")}
-    out["learners"] = {
-        pid: {k: v for k, v in m.items() if k != "update_seconds"}
-        for pid, m in result["learners"].items()
-    }
-    return out
-
-
 def _weights(algo: Algorithm) -> dict[str, bytes]:
     return {k: v.tobytes() for k, v in algo.learners["default"].weights().arrays.items()}
 
@@ -293,7 +284,7 @@ def test_two_restores_with_runners_continue_identically(tmp_path: Path) -> None:
         for restored in (restored_a, restored_b):
             assert restored.config.num_env_runners == 2 and restored.iteration == 2
             assert _weights(restored) == saved
-            results = [_strip_times(restored.train()) for _ in range(2)]
+            results = [strip_times(restored.train()) for _ in range(2)]
             runs.append((results, _weights(restored)))
     finally:
         restored_a.stop()
@@ -305,41 +296,6 @@ def test_two_restores_with_runners_continue_identically(tmp_path: Path) -> None:
 
 
 # -- other kinds of environment ----------------------------------------------------------------
-
-OBS1 = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-
-
-class Mimic(MultiAgentEnv):
-    """Two agents see a sign each step; ``a`` scores for copying it, ``b`` for the opposite."""
-
-    def __init__(self, config: Any = None) -> None:
-        self.possible_agents = ["a", "b"]
-        self.agents = list(self.possible_agents)
-        self.observation_spaces = dict.fromkeys(self.possible_agents, OBS1)
-        self.action_spaces = dict.fromkeys(self.possible_agents, gym.spaces.Discrete(2))
-        self.rng = np.random.default_rng(0)
-        self.t = 0
-        self.sign = 1
-
-    def _obs(self) -> dict[str, np.ndarray]:
-        self.sign = int(self.rng.integers(0, 2))
-        value = np.array([1.0 if self.sign else -1.0], np.float32)
-        return {"a": value, "b": value}
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
-        if seed is not None:
-            self.rng = np.random.default_rng(seed)
-        self.t = 0
-        return self._obs(), {}
-
-    def step(self, action_dict: dict[str, Any]) -> Any:
-        rewards = {
-            "a": float(action_dict["a"] == self.sign),
-            "b": float(action_dict["b"] != self.sign),
-        }
-        self.t += 1
-        done = self.t >= 8
-        return self._obs(), rewards, {ALL_AGENTS: done}, {ALL_AGENTS: False}, {}
 
 
 @pytest.mark.timeout(60)
@@ -359,23 +315,6 @@ def test_multi_agent_env_in_runners_trains_a_learner_per_policy() -> None:
         assert last["learners"][pid]["updates"] >= 1
     assert last["env_runners"]["num_episodes"] > 0
     assert last["env_runners"]["episode_return_mean"] > 8.5  # random play: ~8
-
-
-class GuessSign(ExternalEnv):
-    """A simulator with its own loop: one-step episodes, reward 1 for naming the sign."""
-
-    def __init__(self) -> None:
-        super().__init__(gym.spaces.Discrete(2), OBS1)
-        self.rng = np.random.default_rng(0)
-
-    def run(self) -> None:
-        while True:
-            sign = int(self.rng.integers(0, 2))
-            obs = np.array([1.0 if sign else -1.0], np.float32)
-            eid = self.start_episode()
-            action = self.get_action(eid, obs)
-            self.log_returns(eid, 1.0 if action == sign else 0.0)
-            self.end_episode(eid, obs)
 
 
 @pytest.mark.timeout(60)
