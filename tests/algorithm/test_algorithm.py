@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from toy_envs import GuessSign, Mimic, strip_times
+from algorithm_toys import GuessSign, Mimic, strip_times
 
 from rlserve import PPOConfig
 from rlserve.algorithm.algorithm import RESULT_KEYS, Algorithm

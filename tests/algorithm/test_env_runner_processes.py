@@ -15,7 +15,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from toy_envs import GuessSign, Mimic, strip_times
+from algorithm_toys import GuessSign, Mimic, strip_times
 
 from rlserve import PPOConfig
 from rlserve.algorithm.algorithm import Algorithm

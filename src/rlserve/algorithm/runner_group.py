@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing as mp
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -44,6 +43,7 @@ from rlserve.algorithm.sources import make_source
 from rlserve.algorithms.base import WeightsPackage
 from rlserve.client.agent_values import PolicyTable
 from rlserve.env.base import EnvSource
+from rlserve.env.subprocess import death_reason
 from rlserve.episodes import EpisodeSummary
 from rlserve.errors import ConfigError, DecodeError
 from rlserve.protocol.codec import encode
@@ -382,18 +382,7 @@ class RunnerGroup:
         return _Failure(f"runner process answered {message.get('kind')!r}, not {kind!r}")
 
     def _died(self, runner: _Runner) -> str:
-        process = runner.process
-        if process is not None:
-            process.join(timeout=1.0)
-            code = process.exitcode
-            if code is not None and code < 0:
-                try:
-                    return f"runner process was killed by {signal.Signals(-code).name}"
-                except ValueError:
-                    return f"runner process was killed by signal {-code}"
-            if code is not None:
-                return f"runner process exited with code {code}"
-        return "runner process closed its pipe"
+        return death_reason(runner.process, "runner process")
 
     def _fail(self, runner: _Runner, failure: _Failure, during: str) -> None:
         """Count a failure and its lost episodes, kill the process; raise when given up."""

@@ -277,18 +277,7 @@ class ProcessVectorSource(VectorEnvSource):
         worker.process, worker.conn = None, None
 
     def _died(self, worker: _Worker) -> str:
-        process = worker.process
-        if process is not None:
-            process.join(timeout=1.0)
-            code = process.exitcode
-            if code is not None and code < 0:
-                try:
-                    return f"sub-process was killed by {signal.Signals(-code).name}"
-                except ValueError:
-                    return f"sub-process was killed by signal {-code}"
-            if code is not None:
-                return f"sub-process exited with code {code}"
-        return "sub-process closed its pipe"
+        return death_reason(worker.process, "sub-process")
 
     def _gather(self, workers: Sequence[_Worker], timeout: float) -> dict[int, Any]:
         """Each worker's answer by index: its result, or a :class:`_Failure`."""
@@ -484,3 +473,22 @@ class ProcessVectorSource(VectorEnvSource):
             return
         with contextlib.suppress(Exception):
             self.close()
+
+
+def death_reason(process: Any, what: str) -> str:
+    """Why a child ``process`` (a ``multiprocessing`` process, named ``what``) stopped answering.
+
+    Waits up to a second for it to end: killed by a signal, exited with a code, or (still
+    running, or never started) it closed its pipe.
+    """
+    if process is not None:
+        process.join(timeout=1.0)
+        code = process.exitcode
+        if code is not None and code < 0:
+            try:
+                return f"{what} was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"{what} was killed by signal {-code}"
+        if code is not None:
+            return f"{what} exited with code {code}"
+    return f"{what} closed its pipe"
