@@ -173,6 +173,8 @@ class QNetwork(nn.Module):
         self.action_dim = self.action_distribution.param_dim
         self.activation = activation
         self.dueling = dueling
+        self.epsilon = 0.0
+        """The exploration epsilon of a loaded checkpoint's schedule (set by the export)."""
         layers: list[nn.Module] = []
         width = self.obs_dim
         for size in hidden:

@@ -103,6 +103,19 @@ def algorithm(name: str | None) -> AlgorithmEntry:
     return entry
 
 
+def run_algorithm(tables: dict[str, Any]) -> AlgorithmEntry:
+    """The algorithm of a run folder's ``config.toml`` tables.
+
+    ``[algorithm] name``; PPO when absent, as in every run folder before other algorithms
+    existed. Its settings are the table named after it (``[ppo]``, ``[dqn]``).
+
+    Raises:
+        ConfigError: The run names an unknown algorithm.
+    """
+    table = tables.get("algorithm") or {}
+    return algorithm(table.get("name") if isinstance(table, dict) else None)
+
+
 register(
     AlgorithmEntry(
         name="ppo",
