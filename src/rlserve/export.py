@@ -186,6 +186,7 @@ def export_onnx(
     path = Path(output) if output is not None else Path(run_dir) / name
     path.parent.mkdir(parents=True, exist_ok=True)
     wrapper: nn.Module
+    outputs: dict[str, dict[str, Any]]
     if isinstance(model, QNetwork):
         wrapper = _GreedyQ(model).eval()
         dist = model.action_distribution
