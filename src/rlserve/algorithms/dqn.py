@@ -235,6 +235,11 @@ class DQNLearner(Learner):
     def update(self) -> dict[str, float]:
         """One training round: ``updates_per_step`` gradient steps per new env step.
 
+        A round trains on at most ``train_every`` of the scheduled env steps; a backlog (a
+        learner process that fell behind its clients) stays scheduled, so :meth:`ready` says
+        so again at once and every round publishes its weights, rather than one long round
+        leaving the clients on old weights (and an old epsilon) meanwhile.
+
         A gradient step whose loss or gradient norm is non-finite is skipped (weights and
         optimiser unchanged) and counted in ``learner/gradient_steps_skipped_nonfinite``; when
         no step at all applies the round is counted in ``learner/updates_skipped_nonfinite``
@@ -242,11 +247,13 @@ class DQNLearner(Learner):
         """
         started = time.perf_counter()
         cfg = self.config
-        planned = self._scheduled_steps * cfg.updates_per_step + self._credit
+        scheduled = min(self._scheduled_steps, cfg.train_every)
+        planned = scheduled * cfg.updates_per_step + self._credit
         count = math.floor(planned)
         self._credit = planned - count
-        trained = self._new_steps
-        self._new_steps = self._scheduled_steps = 0
+        self._scheduled_steps -= scheduled
+        trained = self._new_steps if self._scheduled_steps == 0 else scheduled
+        self._new_steps = max(0, self._new_steps - trained)
         losses: list[float] = []
         q_means: list[float] = []
         skipped = 0

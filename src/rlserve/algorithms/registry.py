@@ -103,6 +103,18 @@ def algorithm(name: str | None) -> AlgorithmEntry:
     return entry
 
 
+def algorithm_of_settings(settings: Any) -> AlgorithmEntry:
+    """The algorithm whose settings dataclass ``settings`` is an instance of.
+
+    Raises:
+        ConfigError: No registered algorithm has that settings class.
+    """
+    for entry in ALGORITHMS.values():
+        if type(settings) is entry.settings:
+            return entry
+    raise ConfigError(f"{type(settings).__name__} is the settings of no registered algorithm")
+
+
 def run_algorithm(tables: dict[str, Any]) -> AlgorithmEntry:
     """The algorithm of a run folder's ``config.toml`` tables.
 
