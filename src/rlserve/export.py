@@ -22,6 +22,11 @@ Box values clipped; int64 when no part is a Box, else float32), ``params`` ``[N,
 actor's outputs: logits, bit logits and means, part after part) and, when a part is a Box,
 ``log_std`` ``[G]``. The ``model`` entry of the JSON lists the parts (``action_parts``).
 
+A DQN run (Discrete actions) gives ``action`` ``[N]`` int64, the choice of highest Q-value plus
+the space's ``start``, and ``q_values`` ``[N, n]`` float32 (a dueling network's heads combined);
+the JSON's ``model`` entry has ``distribution`` ``epsilon_greedy`` and the ``epsilon`` of the
+checkpoint's schedule, for an engine that wants to explore as training did.
+
 The file is self-contained (the weights are inside it): copy ``policy.onnx`` alone.
 
 The checkpoint is loaded with ``torch.load(weights_only=True)``.
@@ -36,8 +41,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlserve.algorithms.models import ActorCritic
-from rlserve.algorithms.ppo_config import PPOSettings
+from rlserve.algorithms.dqn_config import DQNSettings
+from rlserve.algorithms.models import ActorCritic, QNetwork
+from rlserve.algorithms.registry import run_algorithm
 from rlserve.config import build
 from rlserve.errors import ConfigError
 from rlserve.policy.distributions import ActionDistribution
@@ -91,12 +97,28 @@ class _GreedyPolicy(nn.Module):
         return action, out, self.log_std * 1.0
 
 
+class _GreedyQ(nn.Module):
+    """A Q-network with its greedy choice, as exported."""
+
+    def __init__(self, model: QNetwork):
+        super().__init__()
+        self.model = model
+        self.start = int(model.action_distribution.offsets[0])
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q_values = self.model(obs)
+        return q_values.argmax(dim=1) + self.start, q_values
+
+
 def load_model(
     run_dir: str | Path,
     checkpoint: str | Path | None = None,
     policy_id: str = DEFAULT_POLICY_ID,
-) -> tuple[ActorCritic, Path]:
+) -> tuple[ActorCritic | QNetwork, Path]:
     """Rebuild a run's model from its configuration and a checkpoint (default: the newest).
+
+    The run's algorithm (``[algorithm] name`` in its ``config.toml``, PPO without one) says
+    which: PPO's actor-critic or DQN's Q-network.
 
     Args:
         run_dir: The run folder.
@@ -115,8 +137,21 @@ def load_model(
             f"{run.path} has no policy '{policy_id}'; pass --policy with one of "
             f"{', '.join(policies)}"
         )
-    ppo = build(PPOSettings, spec.ppo_table(tables.get("ppo") or {}), None)
-    model = ActorCritic(spec.observation_space, spec.action_space, ppo.hidden, ppo.activation)
+    entry = run_algorithm(tables)
+    settings = build(entry.settings, spec.ppo_table(tables.get(entry.name) or {}), None)
+    model: ActorCritic | QNetwork
+    if isinstance(settings, DQNSettings):
+        model = QNetwork(
+            spec.observation_space,
+            spec.action_space,
+            settings.hidden,
+            settings.activation,
+            settings.dueling,
+        )
+    else:
+        model = ActorCritic(
+            spec.observation_space, spec.action_space, settings.hidden, settings.activation
+        )
     if checkpoint is None:
         folder = policy_paths(run.path, policy_id, is_flat(policies)).checkpoints
         files = checkpoints_in(folder)
@@ -129,6 +164,8 @@ def load_model(
         checkpoint = files[-1]
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     model.load_state_dict(state["model"])
+    if isinstance(model, QNetwork) and isinstance(settings, DQNSettings):
+        model.epsilon = settings.epsilon(int(state["counters"].get("env_steps_ingested", 0)))
     model.eval()
     return model, Path(checkpoint)
 
@@ -148,9 +185,21 @@ def export_onnx(
     name = "policy.onnx" if policy_id == DEFAULT_POLICY_ID else f"policy-{policy_id}.onnx"
     path = Path(output) if output is not None else Path(run_dir) / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    wrapper = _GreedyPolicy(model).eval()
-    dist = model.action_distribution
-    outputs = _outputs(dist)
+    wrapper: nn.Module
+    outputs: dict[str, dict[str, Any]]
+    if isinstance(model, QNetwork):
+        wrapper = _GreedyQ(model).eval()
+        dist = model.action_distribution
+        outputs = {
+            "action": {"shape": ["N"], "dtype": "int64"},
+            "q_values": {"shape": ["N", dist.param_dim], "dtype": "float32"},
+        }
+        spec = model.spec(model.epsilon).to_wire()
+    else:
+        wrapper = _GreedyPolicy(model).eval()
+        dist = model.action_distribution
+        outputs = _outputs(dist)
+        spec = model.spec().to_wire()
     example = torch.zeros(2, model.obs_dim)
     batch = torch.export.Dim("batch")
     torch.onnx.export(
@@ -170,7 +219,7 @@ def export_onnx(
         "checkpoint": str(source),
         "inputs": {"obs": {"shape": ["N", model.obs_dim], "dtype": "float32"}},
         "outputs": outputs,
-        "model": model.spec().to_wire(),
+        "model": spec,
     }
     Path(f"{path}.json").write_text(json.dumps(description, indent=2))
     return path

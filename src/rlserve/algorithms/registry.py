@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
+from rlserve.algorithms.dqn_config import DQNSettings
 from rlserve.algorithms.ppo_config import PPOSettings
-from rlserve.errors import ConfigError
+from rlserve.errors import ConfigError, UnsupportedSpaceError
 from rlserve.policy.distributions import check_learnable
 
 if TYPE_CHECKING:
@@ -102,6 +103,31 @@ def algorithm(name: str | None) -> AlgorithmEntry:
     return entry
 
 
+def algorithm_of_settings(settings: Any) -> AlgorithmEntry:
+    """The algorithm whose settings dataclass ``settings`` is an instance of.
+
+    Raises:
+        ConfigError: No registered algorithm has that settings class.
+    """
+    for entry in ALGORITHMS.values():
+        if type(settings) is entry.settings:
+            return entry
+    raise ConfigError(f"{type(settings).__name__} is the settings of no registered algorithm")
+
+
+def run_algorithm(tables: dict[str, Any]) -> AlgorithmEntry:
+    """The algorithm of a run folder's ``config.toml`` tables.
+
+    ``[algorithm] name``; PPO when absent, as in every run folder before other algorithms
+    existed. Its settings are the table named after it (``[ppo]``, ``[dqn]``).
+
+    Raises:
+        ConfigError: The run names an unknown algorithm.
+    """
+    table = tables.get("algorithm") or {}
+    return algorithm(table.get("name") if isinstance(table, dict) else None)
+
+
 register(
     AlgorithmEntry(
         name="ppo",
@@ -110,5 +136,32 @@ register(
         off_policy=False,
         summary="proximal policy optimisation; any action space",
         check_spaces=check_learnable,
+    )
+)
+
+
+def check_discrete(observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> Any:
+    """:func:`check_learnable`, and refuse every action space but ``Discrete``.
+
+    Raises:
+        UnsupportedSpaceError: The spaces cannot be learned, or the actions are not Discrete.
+    """
+    distribution = check_learnable(observation_space, action_space)
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise UnsupportedSpaceError(
+            f"dqn learns Discrete action spaces only, not {action_space}; choose another "
+            "algorithm (ppo learns any action space)"
+        )
+    return distribution
+
+
+register(
+    AlgorithmEntry(
+        name="dqn",
+        settings=DQNSettings,
+        learner="rlserve.algorithms.dqn:DQNLearner",
+        off_policy=True,
+        summary="deep Q-learning (double-Q, n-step, dueling, replay); Discrete actions",
+        check_spaces=check_discrete,
     )
 )

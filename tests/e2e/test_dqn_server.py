@@ -1,0 +1,130 @@
+"""DQN through the real server: ``rlserve serve --algo dqn`` learns CartPole from remote clients,
+and learns from nothing but ``log_action`` data of a noisy scripted controller."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from e2e_support import play_cartpole
+
+from rlserve import PolicyClient
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
+
+DQN_FLAGS = (
+    "--algo",
+    "dqn",
+    "--seed",
+    "0",
+    "--fragment-length",
+    "32",
+    "--dqn-learning-starts",
+    "500",
+    "--dqn-exploration-steps",
+    "5000",
+    "--dqn-epsilon-end",
+    "0.01",
+    "--dqn-updates-per-step",
+    "1.0",
+    "--dqn-target-update-interval",
+    "200",
+    # A shorter horizon, longer n-step sums and a smaller step keep the greedy policy steady
+    # when the clients outrun the learner (its data is then mostly off-policy).
+    "--dqn-gamma",
+    "0.97",
+    "--dqn-n-step",
+    "5",
+    "--dqn-lr",
+    "0.0005",
+)
+
+
+def scripted(obs: np.ndarray) -> int:
+    """A hand-written balancer: push the way the pole is falling (about 190 steps alone)."""
+    return int(obs[3] > 0)
+
+
+def _evaluate(address: str, episodes: int) -> float:
+    with PolicyClient(address, inference_mode="remote", client_name="eval", timeout=60) as client:
+        results = [
+            play_cartpole(client, seed=1000 + s, training_enabled=False) for s in range(episodes)
+        ]
+    return float(np.mean([r.episode_return for r in results]))
+
+
+def test_dqn_learns_cartpole_from_remote_clients(launch_server: Any) -> None:
+    server = launch_server(*DQN_FLAGS, spaces=("--spaces-from", "CartPole-v1"))
+    server.wait_for_weights(0)
+    steps = [0]
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def run(seed: int) -> None:
+        try:
+            with PolicyClient(
+                server.address, inference_mode="remote", client_name=f"cp-{seed}", timeout=60
+            ) as client:
+                episode = 0
+                while steps[0] < 14_000:
+                    result = play_cartpole(client, seed=seed * 10_000 + episode)
+                    episode += 1
+                    with lock:
+                        steps[0] += result.length
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(seed,)) for seed in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(350)
+    assert not errors, errors
+    # The clients outrun the learner (one gradient step per env step): let it catch up.
+    metrics = server.wait_until(
+        lambda m: m["learner/gradient_steps"] >= steps[0] - 500 - 64,
+        timeout=120,
+        what="the learner to train on the schedule",
+    )
+    assert metrics["learner/epsilon"] == pytest.approx(0.01)
+    assert _evaluate(server.address, 5) >= 150  # a random policy averages about 22
+
+
+def test_dqn_learns_from_log_action_data_alone(launch_server: Any) -> None:
+    server = launch_server(*DQN_FLAGS, spaces=("--spaces-from", "CartPole-v1"))
+    server.wait_for_weights(0)
+    rng = np.random.default_rng(0)
+    returns: list[float] = []
+    steps = 0
+    env = gym.make("CartPole-v1")
+    with PolicyClient(server.address, inference_mode="remote", client_name="logger") as client:
+        episode = 0
+        while steps < 14_000:
+            obs, _ = env.reset(seed=episode)
+            eid = client.start_episode()
+            total, done = 0.0, False
+            while not done:
+                noisy = rng.random() < 0.3
+                action = int(rng.integers(2)) if noisy else scripted(obs)
+                client.log_action(eid, obs, action)
+                obs, reward, terminated, truncated, _ = env.step(action)
+                client.log_returns(eid, float(reward))
+                total += float(reward)
+                steps += 1
+                done = terminated or truncated
+            client.end_episode(eid, obs, truncated=not terminated)
+            returns.append(total)
+            episode += 1
+    env.close()
+    server.wait_until(
+        # Every training round past the 500 warm-up steps (rounds of 64, one gradient step each).
+        lambda m: m["learner/gradient_steps"] >= steps - 500 - 64,
+        timeout=120,
+        what="the learner to train on every logged step",
+    )
+    behaviour = float(np.mean(returns))
+    learned = _evaluate(server.address, 5)
+    assert learned >= 1.5 * behaviour, (learned, behaviour)

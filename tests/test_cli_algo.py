@@ -1,0 +1,36 @@
+"""``rlserve serve --algo``: the algorithm's settings from its flags and tables, refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlserve.algorithms.dqn_config import DQNSettings
+from rlserve.algorithms.ppo_config import PPOSettings
+from rlserve.cli import _algorithm_settings, build_parser
+from rlserve.errors import ConfigError
+
+
+def _args(*flags: str) -> object:
+    return build_parser().parse_args(["serve", *flags])
+
+
+def test_algo_picks_the_settings_and_its_flags() -> None:
+    settings = _algorithm_settings(
+        _args("--algo", "dqn", "--dqn-n-step", "5", "--checkpoint-replay"), {}
+    )
+    assert isinstance(settings, DQNSettings)
+    assert settings.n_step == 5 and settings.checkpoint_replay
+    assert isinstance(_algorithm_settings(_args(), {}), PPOSettings)
+
+
+def test_the_config_file_names_the_algorithm_and_its_table() -> None:
+    tables = {"algorithm": {"name": "dqn"}, "dqn": {"buffer_size": 1000}}
+    settings = _algorithm_settings(_args(), tables)
+    assert isinstance(settings, DQNSettings) and settings.buffer_size == 1000
+
+
+def test_refusals_name_the_fix() -> None:
+    with pytest.raises(ConfigError, match="keeps no replay buffer"):
+        _algorithm_settings(_args("--checkpoint-replay"), {})
+    with pytest.raises(ConfigError, match="a run keeps its algorithm"):
+        _algorithm_settings(_args("--algo", "ppo"), {"algorithm": {"name": "dqn"}}, resumed=True)
