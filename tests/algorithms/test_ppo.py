@@ -439,6 +439,16 @@ def test_logged_steps_leave_the_surrogate_and_cut_the_trace(mode: str) -> None:
     assert ("learner/bc_loss" in metrics) is (mode == "bc")
 
 
+def test_logged_steps_are_never_stale() -> None:
+    learner = PPOLearner(OBS_SPACE, DISCRETE, _config(max_policy_lag=0))
+    learner.ingest(collect(learner, 64))
+    learner.update()
+    # Version 1, lag 0: version-0 steps are stale unless logged.
+    learner.ingest([_logged(_fragment([0] * 10), [2, 3, 4])])
+    assert learner.counters()["steps_dropped_stale"] == 7
+    assert learner.buffered_steps == 3
+
+
 def _logged_action_probability(learner: PPOLearner, fragment: Fragment) -> float:
     return float(np.exp(_current_logp(learner, fragment)).mean())
 

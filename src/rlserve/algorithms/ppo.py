@@ -22,7 +22,9 @@ and cuts the lambda trace at them (their rewards still count in the previous ste
 ``value`` does the same but trains the value function on them too; ``bc`` adds a behaviour-cloning
 term (``bc_coef`` times their mean negative log-likelihood) to ``value``; ``on_policy`` trains them
 as if the proximal policy had sampled them (weight 1, trace not cut; rlserve's treatment before
-these options). A finite behaviour log-probability sent with a logged step is ignored.
+these options). A finite behaviour log-probability sent with a logged step is ignored, and a
+logged step is never dropped as stale: no policy sampled it, so the version that was served when
+it was logged says nothing about it.
 
 The learner is robust on its own against hostile or broken experience (defence in depth behind the
 server's validation): a fragment with a malformed shape, a non-finite value, an impossible action
@@ -92,6 +94,11 @@ def clipped_policy_loss(
     if weights is not None:
         terms = terms * weights
     return terms.mean(), ratio
+
+
+def logged_mask(fragment: Fragment) -> np.ndarray:
+    """``[T]`` True at the fragment's logged steps (not chosen by the policy, or NaN logp)."""
+    return ~fragment.policy_chosen | np.isnan(fragment.behaviour_logp)
 
 
 def importance_log_ratio(proximal_logp: np.ndarray, behaviour_logp: np.ndarray) -> np.ndarray:
@@ -259,7 +266,9 @@ class PPOLearner(Learner):
         self._version = max(self._version, version)
 
     def _fresh_mask(self, fragment: Fragment) -> np.ndarray:
-        return fragment.weights_version >= self._version - self.config.max_policy_lag
+        """Steps recent enough to train on; a logged step is never stale (no policy sampled it)."""
+        recent = fragment.weights_version >= self._version - self.config.max_policy_lag
+        return recent | logged_mask(fragment)
 
     def ingest(self, fragments: list[Fragment]) -> None:
         """Buffer fragments; stale steps are counted as dropped at once.
@@ -440,7 +449,7 @@ class PPOLearner(Learner):
             prox = prox_np[step : step + steps]
             start += steps + 1
             step += steps
-            logged = ~f.policy_chosen | np.isnan(f.behaviour_logp)
+            logged = logged_mask(f)
             if mode == "on_policy":
                 log_ratio = importance_log_ratio(prox, np.where(logged, prox, f.behaviour_logp))
                 sampled = np.ones(steps, dtype=bool)
@@ -493,17 +502,17 @@ class PPOLearner(Learner):
             version_of = version_of[keep]
         if version_of.shape[0] == 0:
             return None
-        lag = np.maximum(self._version - version_of, 0)
-        self._batch_stats = {
-            "lag_0": float(np.mean(lag == 0)),
-            "lag_1": float(np.mean(lag == 1)),
-            "lag_2": float(np.mean(lag == 2)),
-            "lag_3plus": float(np.mean(lag >= 3)),
-        }
         log_ratio = arrays.pop("log_ratio")
         sampled = ~arrays["logged"]
         if sampled.any():
-            self._batch_stats["behaviour_kl"] = behaviour_kl(log_ratio[sampled])
+            lag = np.maximum(self._version - version_of[sampled], 0)
+            self._batch_stats = {
+                "lag_0": float(np.mean(lag == 0)),
+                "lag_1": float(np.mean(lag == 1)),
+                "lag_2": float(np.mean(lag == 2)),
+                "lag_3plus": float(np.mean(lag >= 3)),
+                "behaviour_kl": behaviour_kl(log_ratio[sampled]),
+            }
         policy_weights = arrays["weights"][arrays["policy"]]
         if policy_weights.size:
             self._batch_stats["importance_weight_mean"] = float(policy_weights.mean())
