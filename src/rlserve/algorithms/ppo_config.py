@@ -21,7 +21,9 @@ class PPOSettings:
     lr: float = option(1e-3, "Adam learning rate.")
     gamma: float = option(0.98, "Discount factor.")
     gae_lambda: float = option(0.8, "GAE lambda.")
-    clip_coef: float = option(0.2, "PPO ratio clip.")
+    clip_coef: float = option(
+        0.15, "PPO ratio clip (around the policy at the start of each update)."
+    )
     vf_coef: float = option(0.5, "Weight of the value loss.")
     ent_coef: float = option(0.0, "Weight of the entropy bonus.")
     max_grad_norm: float = option(0.5, "Global gradient norm clip.")
@@ -45,7 +47,7 @@ class PPOSettings:
         "rho-bar); pi_prox is the policy at the start of the update.",
     )
     truncated_traces: bool = option(
-        True,
+        False,
         "Cut GAE's lambda trace at each step by min(1, pi_prox / pi_behaviour) (Retrace's c); "
         "off: plain GAE over the behaviour policy's steps.",
     )
