@@ -12,9 +12,10 @@ weights, the *proximal* policy ``pi_prox``, which stays fixed through the update
 is clipped is ``pi / pi_prox`` (so it starts at exactly 1, ``approx_kl`` at 0, whatever the lag of
 the data), and each step's clipped term is weighted by its importance weight to the behaviour
 policy, truncated as V-trace does: ``w = min(pi_prox / pi_behaviour, importance_weight_cap)``.
-Advantages are GAE with the lambda trace cut by ``min(1, pi_prox / pi_behaviour)`` at each step
-(Retrace's ``c``; ``truncated_traces``), so the advantage of an action is not carried over later
-actions that ``pi_prox`` would rarely take.
+Advantages are GAE over the steps as taken; with ``truncated_traces`` the lambda trace is cut by
+``min(1, pi_prox / pi_behaviour)`` at each step (Retrace's ``c``), so the advantage of an action
+is not carried over later actions that ``pi_prox`` would rarely take (off by default: it was
+slower on CartPole with the demo's lag, docs/benchmarks.md).
 
 Steps logged with ``log_action`` (``policy_chosen`` false, or an unknown, NaN, behaviour
 log-probability) are treated as ``logged_steps`` says: ``exclude`` leaves them out of every loss
