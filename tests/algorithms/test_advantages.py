@@ -92,3 +92,34 @@ def test_single_step() -> None:
 def test_gamma_zero_ignores_the_future() -> None:
     adv, _ = gae(REWARDS, VALUES, 100.0, 0.0, 0.95)
     np.testing.assert_allclose(adv, REWARDS - VALUES)
+
+
+# -- traces cut the lambda trace step by step (Retrace's c) ----------------------------------
+
+
+def test_traces_by_hand() -> None:
+    # traces [t0, 0.5, 0.0], bootstrap 2.0, gamma * lam = 0.72; deltas [1.4, 2.35, 3.3]
+    # A2 = 3.3
+    # A1 = 2.35 + 0.72 * traces[2] * A2 = 2.35 + 0          = 2.35
+    # A0 = 1.4  + 0.72 * traces[1] * A1 = 1.4 + 0.36 * 2.35 = 2.246
+    # traces[0] scales nothing: step 0's own delta always counts in full.
+    for first in (1.0, 0.3, 0.0):
+        adv, ret = gae(REWARDS, VALUES, 2.0, GAMMA, LAM, np.array([first, 0.5, 0.0]))
+        np.testing.assert_allclose(adv, [2.246, 2.35, 3.3], rtol=1e-6)
+        np.testing.assert_allclose(ret, [2.746, 3.35, 4.8], rtol=1e-6)
+        assert adv.dtype == np.float32 and ret.dtype == np.float32
+
+
+def test_traces_of_one_are_plain_gae() -> None:
+    rng = np.random.default_rng(2)
+    rewards = rng.standard_normal(30).astype(np.float32)
+    values = rng.standard_normal(30).astype(np.float32)
+    plain = gae(rewards, values, 0.4, 0.99, 0.95)
+    traced = gae(rewards, values, 0.4, 0.99, 0.95, np.ones(30, np.float32))
+    np.testing.assert_allclose(traced[0], plain[0], rtol=1e-6)
+    np.testing.assert_allclose(traced[1], plain[1], rtol=1e-6)
+
+
+def test_traces_of_zero_are_td_errors() -> None:
+    adv, _ = gae(REWARDS, VALUES, 2.0, GAMMA, LAM, np.zeros(3))
+    np.testing.assert_allclose(adv, [1.4, 2.35, 3.3], rtol=1e-6)

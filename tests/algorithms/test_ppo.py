@@ -13,12 +13,17 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from rlserve.algorithms.advantages import gae
 from rlserve.algorithms.ppo import (
     WARN_INTERVAL_S,
     PPOLearner,
     PPOSettings,
+    behaviour_kl,
     clipped_policy_loss,
+    importance_log_ratio,
+    importance_weights,
     normalise_advantages,
+    trace_coefficients,
     value_loss,
 )
 from rlserve.episodes import EpisodeTable
@@ -110,6 +115,10 @@ def test_value_loss_by_hand() -> None:
         {"device": "tpu"},
         {"max_abs_input": 0.0},
         {"max_abs_input": float("nan")},
+        {"train_batch_size": 64, "minibatch_size": 16, "max_steps_per_update": 32},
+        {"importance_weight_cap": 0.0},
+        {"logged_steps": "ignore"},
+        {"bc_coef": -1.0},
     ],
     ids=str,
 )
@@ -250,6 +259,8 @@ def test_update_increments_version_and_returns_finite_metrics() -> None:
         "updates": 1,
         "steps_trained": 64,
         "steps_dropped_stale": 0,
+        "steps_dropped_cap": 0,
+        "steps_logged": 0,
         "fragments_excluded_invalid": 0,
         "steps_excluded_invalid": 0,
         "minibatches_skipped_nonfinite": 0,
@@ -339,25 +350,251 @@ def test_max_policy_lag_zero_drops_previous_version() -> None:
     assert learner.counters()["steps_dropped_stale"] == 5
 
 
-def test_unknown_behaviour_logp_takes_the_current_policy() -> None:
-    learner = PPOLearner(OBS_SPACE, DISCRETE, _config())
+def _logged(fragment: Fragment, steps: list[int], logp: float = float("nan")) -> Fragment:
+    """``fragment`` with ``steps`` logged: not chosen by the policy, behaviour ``logp``."""
+    chosen = fragment.policy_chosen.copy()
+    chosen[steps] = False
+    return _with(
+        fragment,
+        policy_chosen=chosen,
+        behaviour_logp=_set(fragment.behaviour_logp, steps, logp),
+    )
+
+
+def _current_logp(learner: PPOLearner, fragment: Fragment) -> np.ndarray:
+    with torch.no_grad():
+        logp, _ = learner.model.log_prob_entropy(
+            torch.as_tensor(fragment.obs[:-1]), torch.as_tensor(fragment.actions)
+        )
+    return logp.numpy()
+
+
+def _values(learner: PPOLearner, fragment: Fragment) -> np.ndarray:
+    with torch.no_grad():
+        return learner.model.value(torch.as_tensor(fragment.obs)).numpy()
+
+
+def test_logged_steps_on_policy_take_the_proximal_policy() -> None:
+    learner = PPOLearner(OBS_SPACE, DISCRETE, _config(logged_steps="on_policy"))
     fragments = [_fragment([0] * 16, logp=float("nan")) for _ in range(3)]
-    fragments.append(_fragment([0] * 16))
+    fragments.append(_logged(_fragment([0] * 16), [3], logp=-0.1))  # a finite one is ignored
     learner.ingest(fragments)
     assert learner.ready()
-    # The batch replaces NaN with the current policy's log-probability (first ratio 1).
     batch = learner._build_batch()
-    assert not torch.isnan(batch["logp"]).any()
-    with torch.no_grad():
-        current, _ = learner.model.log_prob_entropy(batch["obs"], batch["actions"])
-    np.testing.assert_allclose(batch["logp"][:48].numpy(), current[:48].numpy(), rtol=1e-6)
-    np.testing.assert_allclose(batch["logp"][48:].numpy(), -0.7)
+    assert batch is not None
+    assert batch["policy"].all() and batch["logged"][:48].all()
+    assert int(batch["logged"].sum()) == 49
+    # A logged step's weight is 1: its behaviour policy is taken to be the proximal one.
+    current = np.concatenate([_current_logp(learner, f) for f in fragments])
+    np.testing.assert_allclose(batch["prox_logp"].numpy(), current, rtol=1e-6)
+    np.testing.assert_allclose(batch["weights"][:48].numpy(), 1.0)
+    assert batch["weights"][48 + 3].item() == pytest.approx(1.0)
+    expected = np.minimum(np.exp(current[48:] - np.float32(-0.7)), 1.0)
+    expected[3] = 1.0
+    np.testing.assert_allclose(batch["weights"][48:].numpy(), expected, rtol=1e-5)
     # And a full update on such steps stays finite.
     learner.ingest(fragments)
     metrics = learner.update()
     _assert_metrics_finite(metrics)
-    for value in learner.model.state_dict().values():
-        assert torch.isfinite(value).all()
+    assert metrics["learner/steps_logged"] == 49 * 2
+    _assert_params_finite(learner)
+
+
+@pytest.mark.parametrize("mode", ["exclude", "value", "bc"])
+def test_logged_steps_leave_the_surrogate_and_cut_the_trace(mode: str) -> None:
+    config = _config(
+        logged_steps=mode, truncated_traces=False, train_batch_size=16, minibatch_size=16
+    )
+    learner = PPOLearner(OBS_SPACE, DISCRETE, config)
+    # Steps 5 and 6 logged (one with a finite log-probability, which changes nothing).
+    fragment = _logged(_fragment([0] * 16), [5, 6])
+    fragment.behaviour_logp[6] = -0.2
+    learner.ingest([fragment])
+    batch = learner._build_batch()
+    assert batch is not None
+    values = _values(learner, fragment)
+    traces = np.ones(16, np.float32)
+    traces[[5, 6]] = 0.0
+    advantages, returns = gae(
+        fragment.rewards, values[:16], float(values[16]), config.gamma, config.gae_lambda, traces
+    )
+    kept = np.ones(16, bool)
+    if mode == "exclude":
+        kept[[5, 6]] = False
+        assert not batch["logged"].any()
+        assert batch["policy"].all()
+    else:
+        np.testing.assert_array_equal(batch["logged"].numpy(), ~kept | np.isin(range(16), [5, 6]))
+        np.testing.assert_array_equal(batch["policy"].numpy(), ~batch["logged"].numpy())
+    np.testing.assert_allclose(batch["advantages"].numpy(), advantages[kept], rtol=1e-5)
+    np.testing.assert_allclose(batch["returns"].numpy(), returns[kept], rtol=1e-5)
+    # The step before a logged step has the one-step TD error as its advantage.
+    delta_4 = fragment.rewards[4] + config.gamma * values[5] - values[4]
+    assert advantages[4] == pytest.approx(delta_4, rel=1e-5)
+    learner.ingest([fragment])
+    metrics = learner.update()
+    _assert_metrics_finite(metrics)
+    assert metrics["learner/batch_steps"] == (14 if mode == "exclude" else 16)
+    assert metrics["learner/steps_logged"] == 4
+    assert ("learner/bc_loss" in metrics) is (mode == "bc")
+
+
+def test_logged_steps_are_never_stale() -> None:
+    learner = PPOLearner(OBS_SPACE, DISCRETE, _config(max_policy_lag=0))
+    learner.ingest(collect(learner, 64))
+    learner.update()
+    # Version 1, lag 0: version-0 steps are stale unless logged.
+    learner.ingest([_logged(_fragment([0] * 10), [2, 3, 4])])
+    assert learner.counters()["steps_dropped_stale"] == 7
+    assert learner.buffered_steps == 3
+
+
+def _logged_action_probability(learner: PPOLearner, fragment: Fragment) -> float:
+    return float(np.exp(_current_logp(learner, fragment)).mean())
+
+
+@pytest.mark.parametrize(("mode", "rises"), [("bc", True), ("value", False), ("exclude", False)])
+def test_behaviour_cloning_learns_the_logged_actions(mode: str, rises: bool) -> None:
+    learner = PPOLearner(OBS_SPACE, DISCRETE, _config(logged_steps=mode, bc_coef=1.0))
+    fragment = _logged(_fragment([0] * 64), list(range(64)))
+    fragment.actions[:] = 1
+    before = _logged_action_probability(learner, fragment)
+    for _ in range(3):
+        learner.ingest(
+            [
+                dataclasses.replace(
+                    fragment, weights_version=fragment.weights_version * 0 + learner.version
+                )
+            ]
+        )
+        learner.update()
+    after = _logged_action_probability(learner, fragment)
+    if rises:
+        assert after > before + 0.1
+    else:
+        assert after == pytest.approx(before, abs=1e-6)
+
+
+def _stale_learner(lag: int, **overrides: Any) -> tuple[PPOLearner, list[Fragment]]:
+    """A learner ``lag`` updates past the weights that collected the fragments it returns."""
+    learner = PPOLearner(OBS_SPACE, DISCRETE, _config(max_policy_lag=lag, lr=3e-2, **overrides))
+    stale = collect(learner, 64, seed=5)
+    for update in range(lag):
+        learner.ingest(collect(learner, 64, seed=update))
+        learner.update()
+    assert learner.version == lag
+    return learner, stale
+
+
+def test_decoupled_batch_is_centred_on_the_proximal_policy() -> None:
+    learner, stale = _stale_learner(2, importance_weight_cap=1.5)
+    learner.ingest(stale)
+    batch = learner._build_batch()
+    assert batch is not None
+    current = np.concatenate([_current_logp(learner, f) for f in stale])
+    behaviour = np.concatenate([f.behaviour_logp for f in stale])
+    np.testing.assert_allclose(batch["prox_logp"].numpy(), current, rtol=1e-6)
+    rho = np.exp(current.astype(np.float64) - behaviour)
+    assert rho.min() < 0.95 and rho.max() > 1.05  # the weights moved since
+    np.testing.assert_allclose(batch["weights"].numpy(), np.minimum(rho, 1.5), rtol=1e-5)
+    stats = learner._batch_stats
+    assert stats["lag_2"] == 1.0 and stats["lag_0"] == stats["lag_1"] == stats["lag_3plus"] == 0
+    kl = float(np.mean(rho - 1 - np.log(rho)))
+    assert stats["behaviour_kl"] == pytest.approx(kl, rel=1e-4)
+    assert stats["importance_weight_mean"] == pytest.approx(np.minimum(rho, 1.5).mean(), rel=1e-5)
+
+
+def test_approx_kl_is_zero_before_the_first_gradient_step_on_stale_data() -> None:
+    learner, stale = _stale_learner(2)
+    learner.ingest(stale)
+    batch = learner._build_batch()
+    assert batch is not None
+    stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy")}
+    stats.update(approx_kl=[], clip_frac=[], bc_loss=[])
+    order = torch.arange(64)
+    assert learner._minibatch(batch, order[:16], stats)
+    assert stats["approx_kl"][0] == pytest.approx(0.0, abs=1e-6)
+    assert stats["clip_frac"][0] == 0.0
+    assert learner._batch_stats["behaviour_kl"] > 1e-3  # against the behaviour it is not 0
+    # The classic (coupled) ratio against the behaviour policy starts far from 1.
+    _, classic = clipped_policy_loss(
+        batch["prox_logp"],
+        torch.as_tensor(np.concatenate([f.behaviour_logp for f in stale])),
+        batch["advantages"],
+        0.2,
+    )
+    assert ((classic - 1).abs() > 0.05).any()
+
+
+def test_update_reports_the_lag_histogram() -> None:
+    learner, stale = _stale_learner(1)
+    learner.ingest(stale)  # 64 steps of version 0 (lag 1)
+    learner.ingest(collect(learner, 32, seed=9))  # 32 steps of version 1 (lag 0)
+    metrics = learner.update()
+    assert metrics["learner/lag_0"] == pytest.approx(1 / 3)
+    assert metrics["learner/lag_1"] == pytest.approx(2 / 3)
+    assert metrics["learner/lag_2"] == metrics["learner/lag_3plus"] == 0.0
+    _assert_metrics_finite(metrics)
+
+
+def test_steps_beyond_the_cap_are_the_oldest_and_counted() -> None:
+    learner = PPOLearner(OBS_SPACE, DISCRETE, _config(max_steps_per_update=64))
+    learner.ingest(collect(learner, 64))
+    learner.update()
+    newer = _fragment([1] * 40)
+    older = _fragment([0] * 40)
+    older.obs[:] = 0.5
+    learner.ingest([newer, older])  # the newer arrive first: versions outrank arrival
+    batch = learner._build_batch()
+    assert batch is not None and batch["obs"].shape[0] == 64
+    np.testing.assert_array_equal(batch["obs"][:40].numpy(), newer.obs[:40])
+    np.testing.assert_array_equal(batch["obs"][40:].numpy(), older.obs[16:40])  # its newest 24
+    assert learner.counters()["steps_dropped_cap"] == 16
+    assert learner._batch_stats["lag_0"] == pytest.approx(40 / 64)
+    assert learner._batch_stats["lag_1"] == pytest.approx(24 / 64)
+    # Arrival decides between steps of one version: the last 64 of 80 stay.
+    first, second = _fragment([1] * 40), _fragment([1] * 40)
+    learner.ingest([first, second])
+    batch = learner._build_batch()
+    assert batch is not None
+    np.testing.assert_array_equal(batch["obs"][:24].numpy(), first.obs[16:40])
+    assert learner.counters()["steps_dropped_cap"] == 32
+    assert learner.buffered_steps == 0
+
+
+def test_default_cap_is_twice_the_batch() -> None:
+    assert _config().step_cap == 128
+    assert _config(max_steps_per_update=100).step_cap == 100
+
+
+def test_importance_weights_and_traces_by_hand() -> None:
+    log_ratio = np.log(np.array([0.5, 1.0, 1.5, 3.0], np.float32))
+    np.testing.assert_allclose(importance_weights(log_ratio, 2.0), [0.5, 1.0, 1.5, 2.0], rtol=1e-6)
+    np.testing.assert_allclose(importance_weights(log_ratio, 1.0), [0.5, 1.0, 1.0, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(trace_coefficients(log_ratio), [0.5, 1.0, 1.0, 1.0], rtol=1e-6)
+    # rho = 2 and 0.5: (1 - ln 2) + (-0.5 + ln 2) = 0.5, mean 0.25.
+    assert behaviour_kl(np.log(np.array([2.0, 0.5]))) == pytest.approx(0.25, rel=1e-9)
+    assert math.isnan(behaviour_kl(np.zeros(0)))
+    # The log-ratio is clamped, and unknown (NaN) behaviour stays NaN.
+    clamped = importance_log_ratio(np.array([0.0, 0.0, -1.0]), np.array([-1e30, 1e30, np.nan]))
+    np.testing.assert_array_equal(clamped[:2], [20.0, -20.0])
+    assert np.isnan(clamped[2])
+
+
+def test_decoupled_policy_loss_by_hand() -> None:
+    # r = pi / pi_prox = [1.1, 1.5, 0.5], A = [1, 1, -1], w = [0.5, 2, 1]:
+    # terms w * max(-A r, -A clip(r, 0.8, 1.2)) = 0.5 * -1.1, 2 * -1.2, 1 * 0.8
+    #       = -0.55, -2.4, 0.8 -> mean -2.15 / 3
+    prox = torch.tensor([-0.3, -1.2, -2.0], dtype=torch.float64)
+    logp = prox + torch.log(torch.tensor([1.1, 1.5, 0.5], dtype=torch.float64))
+    advantages = torch.tensor([1.0, 1.0, -1.0], dtype=torch.float64)
+    weights = torch.tensor([0.5, 2.0, 1.0], dtype=torch.float64)
+    loss, ratio = clipped_policy_loss(logp, prox, advantages, 0.2, weights)
+    assert loss.item() == pytest.approx(-2.15 / 3, rel=1e-9)
+    np.testing.assert_allclose(ratio.numpy(), [1.1, 1.5, 0.5], rtol=1e-12)
+    # Without weights it is classic PPO's loss: (-1.1 - 1.2 + 0.8) / 3.
+    unweighted, _ = clipped_policy_loss(logp, prox, advantages, 0.2)
+    assert unweighted.item() == pytest.approx(-1.5 / 3, rel=1e-9)
 
 
 def test_terminated_fragment_does_not_bootstrap() -> None:

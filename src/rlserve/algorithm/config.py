@@ -56,6 +56,7 @@ HOSTED_PPO_DEFAULTS: dict[str, Any] = {
     "lr": 1e-3,
     "gamma": 0.98,
     "gae_lambda": 0.8,
+    "clip_coef": 0.2,
     "max_policy_lag": 1,
 }
 """PPO defaults for hosted environments: sampling is synchronous, so smaller batches pay off."""

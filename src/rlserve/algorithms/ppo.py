@@ -1,11 +1,31 @@
-"""Proximal Policy Optimisation (clipped objective, GAE, value loss, entropy bonus).
+"""Proximal Policy Optimisation, decoupled (clipped objective, GAE, value loss, entropy bonus).
 
 Read top to bottom: the config, the learner that turns fragments into a batch, the loss, the
-update. Experience arrives as trajectory fragments from any source; a step collected by weights
-more than ``max_policy_lag`` versions old is dropped and counted, a step one version old is
-corrected by the importance ratio against its recorded behaviour log-probability (the clip keeps
-that bounded). Steps logged with ``log_action`` have no behaviour log-probability; they take the
-current policy's, so their first ratio is 1.
+update. Experience arrives as trajectory fragments from any source, usually taken by weights one
+or more versions older than the learner's (the server keeps acting while the learner trains). A
+step collected by weights more than ``max_policy_lag`` versions old is dropped and counted; an
+update trains on at most ``max_steps_per_update`` steps, the newest, and counts the rest.
+
+The update is *decoupled* PPO (Hilton et al. 2021, "Batch size-invariance for policy
+optimization"). At its start the learner computes each step's log-probability under its current
+weights, the *proximal* policy ``pi_prox``, which stays fixed through the update. The ratio that
+is clipped is ``pi / pi_prox`` (so it starts at exactly 1, ``approx_kl`` at 0, whatever the lag of
+the data), and each step's clipped term is weighted by its importance weight to the behaviour
+policy, truncated as V-trace does: ``w = min(pi_prox / pi_behaviour, importance_weight_cap)``.
+Advantages are GAE over the steps as taken; with ``truncated_traces`` the lambda trace is cut by
+``min(1, pi_prox / pi_behaviour)`` at each step (Retrace's ``c``), so the advantage of an action
+is not carried over later actions that ``pi_prox`` would rarely take (off by default: it was
+slower on CartPole with the demo's lag, docs/benchmarks.md).
+
+Steps logged with ``log_action`` (``policy_chosen`` false, or an unknown, NaN, behaviour
+log-probability) are treated as ``logged_steps`` says: ``exclude`` leaves them out of every loss
+and cuts the lambda trace at them (their rewards still count in the previous step's TD error);
+``value`` does the same but trains the value function on them too; ``bc`` adds a behaviour-cloning
+term (``bc_coef`` times their mean negative log-likelihood) to ``value``; ``on_policy`` trains them
+as if the proximal policy had sampled them (weight 1, trace not cut; rlserve's treatment before
+these options). A finite behaviour log-probability sent with a logged step is ignored, and a
+logged step is never dropped as stale: no policy sampled it, so the version that was served when
+it was logged says nothing about it.
 
 The learner is robust on its own against hostile or broken experience (defence in depth behind the
 server's validation): a fragment with a malformed shape, a non-finite value, an impossible action
@@ -51,20 +71,66 @@ WARN_INTERVAL_S = 60.0
 
 
 def clipped_policy_loss(
-    logp: torch.Tensor, behaviour_logp: torch.Tensor, advantages: torch.Tensor, clip_coef: float
+    logp: torch.Tensor,
+    proximal_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_coef: float,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO's clipped surrogate objective, as a loss to minimise.
+    """PPO's clipped surrogate objective, as a loss to minimise, optionally importance weighted.
 
     Returns:
-        ``(loss, ratio)``: ``mean(max(-A * r, -A * clip(r, 1 - c, 1 + c)))`` with
-        ``r = exp(logp - behaviour_logp)``, and ``r`` itself. The log-ratio is clamped to
-        ``[-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT]`` first, so an absurd behaviour log-probability
-        (say -1e30) gives a large finite ratio with no gradient instead of infinity.
+        ``(loss, ratio)``: ``mean(w * max(-A * r, -A * clip(r, 1 - c, 1 + c)))`` with
+        ``r = exp(logp - proximal_logp)`` (``w`` = 1 without ``weights``), and ``r`` itself.
+        The log-ratio is clamped to ``[-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT]`` first, so an absurd
+        reference log-probability (say -1e30) gives a large finite ratio with no gradient
+        instead of infinity. Classic PPO passes the behaviour log-probabilities as
+        ``proximal_logp``; decoupled PPO the policy's at the start of the update and
+        :func:`importance_weights` as ``weights``.
     """
-    ratio = (logp - behaviour_logp).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT).exp()
+    ratio = (logp - proximal_logp).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT).exp()
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef)
-    return torch.max(unclipped, clipped).mean(), ratio
+    terms = torch.max(unclipped, clipped)
+    if weights is not None:
+        terms = terms * weights
+    return terms.mean(), ratio
+
+
+def logged_mask(fragment: Fragment) -> np.ndarray:
+    """``[T]`` True at the fragment's logged steps (not chosen by the policy, or NaN logp)."""
+    return ~fragment.policy_chosen | np.isnan(fragment.behaviour_logp)
+
+
+def importance_log_ratio(proximal_logp: np.ndarray, behaviour_logp: np.ndarray) -> np.ndarray:
+    """``log(pi_prox / pi_behaviour)`` per step, clamped to ``[-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT]``.
+
+    NaN where the behaviour log-probability is unknown (NaN).
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.clip(proximal_logp - behaviour_logp, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+
+
+def importance_weights(log_ratio: np.ndarray, cap: float) -> np.ndarray:
+    """Truncated importance weights ``min(exp(log_ratio), cap)`` (V-trace's ``rho``), float32."""
+    return np.minimum(np.exp(log_ratio), np.float32(cap)).astype(np.float32)
+
+
+def trace_coefficients(log_ratio: np.ndarray) -> np.ndarray:
+    """Retrace's trace coefficients ``min(1, exp(log_ratio))``, float32."""
+    return np.minimum(np.exp(log_ratio), np.float32(1.0)).astype(np.float32)
+
+
+def behaviour_kl(log_ratio: np.ndarray) -> float:
+    """Estimate of ``KL(pi_behaviour || pi_prox)`` from steps sampled by the behaviour policy.
+
+    The mean of ``(rho - 1) - log rho`` with ``rho = pi_prox / pi_behaviour`` (non-negative per
+    step; NaN when there is no step).
+    """
+    if log_ratio.size == 0:
+        return float("nan")
+    log_ratio = log_ratio.astype(np.float64)
+    return float(np.mean(np.expm1(log_ratio) - log_ratio))
 
 
 def normalise_advantages(advantages: torch.Tensor) -> torch.Tensor:
@@ -179,11 +245,14 @@ class PPOLearner(Learner):
             "updates": 0,
             "steps_trained": 0,
             "steps_dropped_stale": 0,
+            "steps_dropped_cap": 0,
+            "steps_logged": 0,
             "fragments_excluded_invalid": 0,
             "steps_excluded_invalid": 0,
             "minibatches_skipped_nonfinite": 0,
             "updates_skipped_nonfinite": 0,
         }
+        self._batch_stats: dict[str, float] = {}
         self._warnings = RateLimitedWarning(
             "rlserve learner: experience or updates left out to keep the weights finite"
         )
@@ -198,7 +267,9 @@ class PPOLearner(Learner):
         self._version = max(self._version, version)
 
     def _fresh_mask(self, fragment: Fragment) -> np.ndarray:
-        return fragment.weights_version >= self._version - self.config.max_policy_lag
+        """Steps recent enough to train on; a logged step is never stale (no policy sampled it)."""
+        recent = fragment.weights_version >= self._version - self.config.max_policy_lag
+        return recent | logged_mask(fragment)
 
     def ingest(self, fragments: list[Fragment]) -> None:
         """Buffer fragments; stale steps are counted as dropped at once.
@@ -231,9 +302,17 @@ class PPOLearner(Learner):
         Values are checked after the cast: shapes must match the model, observations, rewards
         and Box actions must be finite and within ``max_abs_input``, Discrete actions whole
         choice indices, versions integers. An infinite behaviour log-probability becomes NaN
-        (unknown); a finite but absurd one is left to the clamp of the log-ratio.
+        (unknown); a finite but absurd one is left to the clamp of the log-ratio. ``policy_chosen``
+        becomes bool (non-zero: chosen).
         """
-        names = ("obs", "actions", "rewards", "behaviour_logp", "weights_version")
+        names = (
+            "obs",
+            "actions",
+            "rewards",
+            "behaviour_logp",
+            "policy_chosen",
+            "weights_version",
+        )
         try:
             arrays = {name: np.asarray(getattr(fragment, name)) for name in names}
         except (ValueError, TypeError) as exc:
@@ -247,6 +326,7 @@ class PPOLearner(Learner):
             "obs": (steps + 1, self.model.obs_dim),
             "actions": (steps,) if categorical else (steps, distribution.action_width),
             "behaviour_logp": (steps,),
+            "policy_chosen": (steps,),
             "weights_version": (steps,),
         }
         for name, shape in expected.items():
@@ -296,12 +376,16 @@ class PPOLearner(Learner):
             # infinite value is as unknown as NaN, and takes the current policy's log-prob.
             logp = np.where(infinite, np.float32(np.nan), logp)
         versions = arrays["weights_version"].astype(np.int64, copy=False)
+        chosen = arrays["policy_chosen"]
+        if chosen.dtype != np.bool_:
+            chosen = chosen != 0
         if (
             obs is fragment.obs
             and actions is fragment.actions
             and rewards is fragment.rewards
             and logp is fragment.behaviour_logp
             and versions is fragment.weights_version
+            and chosen is fragment.policy_chosen
         ):
             return fragment, ""  # already in the trained dtypes (the usual case)
         return (
@@ -311,6 +395,7 @@ class PPOLearner(Learner):
                 actions=actions,
                 rewards=rewards,
                 behaviour_logp=logp,
+                policy_chosen=chosen,
                 weights_version=versions,
             ),
             "",
@@ -331,49 +416,113 @@ class PPOLearner(Learner):
         return self._buffered_steps >= self.config.train_batch_size
 
     def _build_batch(self) -> dict[str, torch.Tensor] | None:
-        """Consume the buffer into one batch; ``None`` when no usable step is left in it."""
+        """Consume the buffer into one batch; ``None`` when no usable step is left in it.
+
+        The batch holds, per step: ``obs``, ``actions``, ``prox_logp`` (the current weights'
+        log-probability: the proximal policy), ``weights`` (truncated importance weights to the
+        behaviour policy), ``advantages``, ``returns``, ``values``, ``policy`` (whether the step
+        is in the surrogate) and ``logged`` (a logged step). Statistics of the batch (lag
+        histogram, behaviour KL...) go to ``_batch_stats``.
+        """
         fragments, self._buffer, self._buffered_steps = self._buffer, [], 0
+        self._batch_stats = {}
         if not fragments:
             return None
+        cfg = self.config
+        mode = cfg.logged_steps
         obs_all = torch.as_tensor(np.concatenate([f.obs for f in fragments]), device=self.device)
+        # Rows of obs_all that are steps: every row but the last of each fragment.
+        step_rows = np.ones(obs_all.shape[0], dtype=bool)
+        step_rows[np.cumsum([len(f) + 1 for f in fragments]) - 1] = False
+        actions_all = torch.as_tensor(
+            np.concatenate([f.actions for f in fragments]), device=self.device
+        )
         with torch.no_grad():
             values_all = self.model.value(obs_all).cpu().numpy()
+            prox_all, _ = self.model.log_prob_entropy(
+                obs_all[torch.as_tensor(step_rows, device=self.device)], actions_all
+            )
+        prox_np = prox_all.cpu().numpy()
+        names = ("obs", "actions", "prox_logp", "weights", "advantages", "returns", "values")
         parts: dict[str, list[np.ndarray]] = {
-            k: [] for k in ("obs", "actions", "logp", "advantages", "returns", "values")
+            k: [] for k in (*names, "policy", "logged", "log_ratio")
         }
-        start = 0
+        versions: list[np.ndarray] = []
+        start = step = 0
         for f in fragments:
             steps = len(f)
             values = values_all[start : start + steps + 1]
+            prox = prox_np[step : step + steps]
             start += steps + 1
+            step += steps
+            logged = logged_mask(f)
+            if mode == "on_policy":
+                log_ratio = importance_log_ratio(prox, np.where(logged, prox, f.behaviour_logp))
+                sampled = np.ones(steps, dtype=bool)
+            else:
+                log_ratio = np.where(logged, 0.0, importance_log_ratio(prox, f.behaviour_logp))
+                sampled = ~logged
+            traces: np.ndarray | None = None
+            if cfg.truncated_traces:
+                traces = trace_coefficients(log_ratio)
+            if mode != "on_policy" and logged.any():
+                traces = np.where(logged, 0.0, 1.0 if traces is None else traces)
             bootstrap = 0.0 if f.terminated else float(values[steps])
             with np.errstate(over="ignore", invalid="ignore"):
                 advantages, returns = gae(
-                    f.rewards, values[:steps], bootstrap, self.config.gamma, self.config.gae_lambda
+                    f.rewards,
+                    values[:steps],
+                    bootstrap,
+                    cfg.gamma,
+                    cfg.gae_lambda,
+                    traces,
                 )
             if not (np.isfinite(advantages).all() and np.isfinite(returns).all()):
                 self._exclude(steps, "its advantages or returns overflowed float32")
                 continue
             mask = self._fresh_mask(f)
+            self._counters["steps_logged"] += int((logged & mask).sum())
+            if mode == "exclude":
+                mask = mask & ~logged
             parts["obs"].append(f.obs[:steps][mask])
             parts["actions"].append(f.actions[mask])
-            parts["logp"].append(f.behaviour_logp[mask])
+            parts["prox_logp"].append(prox[mask])
+            parts["weights"].append(importance_weights(log_ratio[mask], cfg.importance_weight_cap))
             parts["advantages"].append(advantages[mask])
             parts["returns"].append(returns[mask])
             parts["values"].append(values[:steps][mask])
+            parts["policy"].append(sampled[mask])
+            parts["logged"].append(logged[mask])
+            parts["log_ratio"].append(log_ratio[mask])
+            versions.append(f.weights_version[mask])
         if not parts["obs"]:
             return None
-        tensors = {
-            k: torch.as_tensor(np.concatenate(v), device=self.device) for k, v in parts.items()
-        }
-        unknown = torch.isnan(tensors["logp"])
-        if unknown.any():
-            with torch.no_grad():
-                current, _ = self.model.log_prob_entropy(
-                    tensors["obs"][unknown], tensors["actions"][unknown]
-                )
-            tensors["logp"][unknown] = current
-        return tensors
+        arrays = {k: np.concatenate(v) for k, v in parts.items()}
+        version_of = np.concatenate(versions)
+        if version_of.shape[0] > cfg.step_cap:
+            # Keep the newest steps: by weights version, then by arrival.
+            order = np.lexsort((np.arange(version_of.shape[0]), version_of))
+            keep = np.sort(order[-cfg.step_cap :])
+            self._counters["steps_dropped_cap"] += version_of.shape[0] - keep.shape[0]
+            arrays = {k: v[keep] for k, v in arrays.items()}
+            version_of = version_of[keep]
+        if version_of.shape[0] == 0:
+            return None
+        log_ratio = arrays.pop("log_ratio")
+        sampled = ~arrays["logged"]
+        if sampled.any():
+            lag = np.maximum(self._version - version_of[sampled], 0)
+            self._batch_stats = {
+                "lag_0": float(np.mean(lag == 0)),
+                "lag_1": float(np.mean(lag == 1)),
+                "lag_2": float(np.mean(lag == 2)),
+                "lag_3plus": float(np.mean(lag >= 3)),
+                "behaviour_kl": behaviour_kl(log_ratio[sampled]),
+            }
+        policy_weights = arrays["weights"][arrays["policy"]]
+        if policy_weights.size:
+            self._batch_stats["importance_weight_mean"] = float(policy_weights.mean())
+        return {k: torch.as_tensor(v, device=self.device) for k, v in arrays.items()}
 
     def update(self) -> dict[str, float]:
         """One PPO update over the buffered steps.
@@ -396,13 +545,16 @@ class PPOLearner(Learner):
             "entropy": [],
             "approx_kl": [],
             "clip_frac": [],
+            "bc_loss": [],
         }
+        every_step_in_surrogate = batch is not None and bool(batch["policy"].all())
         skipped = 0
         for _ in range(cfg.num_epochs if batch is not None else 0):
             assert batch is not None
             order = torch.randperm(size, generator=self._generator).to(self.device)
             for lo in range(0, size, cfg.minibatch_size):
-                if not self._minibatch(batch, order[lo : lo + cfg.minibatch_size], stats):
+                idx = order[lo : lo + cfg.minibatch_size]
+                if not self._minibatch(batch, idx, stats, every_step_in_surrogate):
                     skipped += 1
             if (
                 cfg.target_kl is not None
@@ -417,6 +569,7 @@ class PPOLearner(Learner):
                 "minibatch steps skipped for a non-finite loss or gradient", count=skipped
             )
         metrics = {f"learner/{k}": float(np.mean(v)) for k, v in stats.items() if v}
+        metrics.update({f"learner/{k}": v for k, v in self._batch_stats.items()})
         if applied:
             self._version += 1
             self._counters["updates"] += 1
@@ -444,18 +597,45 @@ class PPOLearner(Learner):
         return metrics
 
     def _minibatch(
-        self, batch: dict[str, torch.Tensor], idx: torch.Tensor, stats: dict[str, list[float]]
+        self,
+        batch: dict[str, torch.Tensor],
+        idx: torch.Tensor,
+        stats: dict[str, list[float]],
+        every_step_in_surrogate: bool = True,
     ) -> bool:
-        """One gradient step on ``batch[idx]``; False (and no step) when it is not finite."""
+        """One gradient step on ``batch[idx]``; False (and no step) when it is not finite.
+
+        The surrogate is decoupled: its ratio is against ``prox_logp`` and each step's term is
+        weighted by ``weights``; steps whose ``policy`` is false (logged steps) are left out of
+        it, and with ``logged_steps = bc`` the logged ones make the behaviour-cloning term.
+        """
         cfg = self.config
-        logp, entropy = self.model.log_prob_entropy(batch["obs"][idx], batch["actions"][idx])
+        obs = batch["obs"][idx]
+        logp, entropy = self.model.log_prob_entropy(obs, batch["actions"][idx])
         adv = batch["advantages"][idx]
-        if cfg.norm_advantages and adv.numel() > 1:
-            adv = normalise_advantages(adv)
-        policy_loss, ratio = clipped_policy_loss(logp, batch["logp"][idx], adv, cfg.clip_coef)
-        v_loss = value_loss(self.model.value(batch["obs"][idx]), batch["returns"][idx])
+        prox = batch["prox_logp"][idx]
+        weights = batch["weights"][idx]
+        policy_logp = logp
+        if not every_step_in_surrogate:
+            in_surrogate = batch["policy"][idx]
+            policy_logp, adv = logp[in_surrogate], adv[in_surrogate]
+            prox, weights = prox[in_surrogate], weights[in_surrogate]
+        ratio: torch.Tensor | None = None
+        if policy_logp.numel():
+            if cfg.norm_advantages and adv.numel() > 1:
+                adv = normalise_advantages(adv)
+            policy_loss, ratio = clipped_policy_loss(policy_logp, prox, adv, cfg.clip_coef, weights)
+        else:
+            policy_loss = logp.new_zeros(())
+        v_loss = value_loss(self.model.value(obs), batch["returns"][idx])
         entropy_mean = entropy.mean()
         loss = policy_loss + cfg.vf_coef * v_loss - cfg.ent_coef * entropy_mean
+        bc_loss: torch.Tensor | None = None
+        if cfg.logged_steps == "bc":
+            logged = batch["logged"][idx]
+            if bool(logged.any()):
+                bc_loss = -logp[logged].mean()
+                loss = loss + cfg.bc_coef * bc_loss
         self.optimizer.zero_grad(set_to_none=True)
         if not torch.isfinite(loss):
             return False
@@ -466,10 +646,13 @@ class PPOLearner(Learner):
             self.optimizer.zero_grad(set_to_none=True)
             return False
         self.optimizer.step()
-        with torch.no_grad():
-            log_ratio = ratio.log()
-            stats["approx_kl"].append(float(((ratio - 1) - log_ratio).mean()))
-            stats["clip_frac"].append(float(((ratio - 1).abs() > cfg.clip_coef).float().mean()))
+        if ratio is not None:
+            with torch.no_grad():
+                log_ratio = ratio.log()
+                stats["approx_kl"].append(float(((ratio - 1) - log_ratio).mean()))
+                stats["clip_frac"].append(float(((ratio - 1).abs() > cfg.clip_coef).float().mean()))
+        if bc_loss is not None:
+            stats["bc_loss"].append(bc_loss.item())
         stats["policy_loss"].append(policy_loss.item())
         stats["value_loss"].append(v_loss.item())
         stats["entropy"].append(entropy_mean.item())

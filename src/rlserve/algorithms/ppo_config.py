@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from rlserve.config import option
 from rlserve.errors import ConfigError
 
+LOGGED_STEPS = ("exclude", "value", "bc", "on_policy")
+"""The treatments of logged steps (``PPOSettings.logged_steps``)."""
+
 
 @dataclass
 class PPOSettings:
@@ -18,7 +21,9 @@ class PPOSettings:
     lr: float = option(1e-3, "Adam learning rate.")
     gamma: float = option(0.98, "Discount factor.")
     gae_lambda: float = option(0.8, "GAE lambda.")
-    clip_coef: float = option(0.2, "PPO ratio clip.")
+    clip_coef: float = option(
+        0.15, "PPO ratio clip (around the policy at the start of each update)."
+    )
     vf_coef: float = option(0.5, "Weight of the value loss.")
     ent_coef: float = option(0.0, "Weight of the entropy bonus.")
     max_grad_norm: float = option(0.5, "Global gradient norm clip.")
@@ -31,6 +36,30 @@ class PPOSettings:
     max_policy_lag: int = option(
         1, "Drop steps collected by weights older than this many versions."
     )
+    max_steps_per_update: int | None = option(
+        None,
+        "Train on at most this many buffered steps per update, the newest; the older ones are "
+        "dropped and counted in learner/steps_dropped_cap (unset: 2 x train_batch_size).",
+    )
+    importance_weight_cap: float = option(
+        1.0,
+        "Truncate each step's importance weight pi_prox / pi_behaviour at this (V-trace's "
+        "rho-bar); pi_prox is the policy at the start of the update.",
+    )
+    truncated_traces: bool = option(
+        False,
+        "Cut GAE's lambda trace at each step by min(1, pi_prox / pi_behaviour) (Retrace's c); "
+        "off: plain GAE over the behaviour policy's steps.",
+    )
+    logged_steps: str = option(
+        "value",
+        "Steps logged with log_action (not chosen by the policy): exclude (left out, the lambda "
+        "trace cut at them), value (also value targets), bc (also a behaviour-cloning term, "
+        "bc_coef) or on_policy (trained as if the policy had sampled them).",
+    )
+    bc_coef: float = option(
+        1.0, "Weight of the behaviour-cloning term on logged steps (logged_steps = bc)."
+    )
     max_abs_input: float = option(
         1e9,
         "Exclude fragments holding an observation, reward or Box action of larger magnitude.",
@@ -40,6 +69,13 @@ class PPOSettings:
         1, "Torch intra-op threads; 1 keeps the learner off the serving core."
     )
     seed: int = option(0, "Seed of torch's generator.")
+
+    @property
+    def step_cap(self) -> int:
+        """The most steps one update trains on (``max_steps_per_update`` resolved)."""
+        if self.max_steps_per_update is None:
+            return 2 * self.train_batch_size
+        return self.max_steps_per_update
 
     def __post_init__(self) -> None:
         if self.minibatch_size <= 0 or self.train_batch_size <= 0:
@@ -51,6 +87,23 @@ class PPOSettings:
             )
         if not self.max_abs_input > 0:
             raise ConfigError(f"max_abs_input must be positive, got {self.max_abs_input}")
+        if self.max_steps_per_update is not None and (
+            self.max_steps_per_update < self.train_batch_size
+        ):
+            raise ConfigError(
+                f"max_steps_per_update {self.max_steps_per_update} is below train_batch_size "
+                f"{self.train_batch_size}; raise it or leave it unset"
+            )
+        if not self.importance_weight_cap > 0:
+            raise ConfigError(
+                f"importance_weight_cap must be positive, got {self.importance_weight_cap}"
+            )
+        if self.logged_steps not in LOGGED_STEPS:
+            raise ConfigError(
+                f"logged_steps must be one of {', '.join(LOGGED_STEPS)}, got '{self.logged_steps}'"
+            )
+        if not self.bc_coef >= 0:
+            raise ConfigError(f"bc_coef must be 0 or more, got {self.bc_coef}")
         if self.activation not in ("tanh", "relu"):
             raise ConfigError(f"activation must be tanh or relu, got '{self.activation}'")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
