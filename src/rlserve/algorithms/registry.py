@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 
 from rlserve.algorithms.ppo_config import PPOSettings
+from rlserve.algorithms.sac_config import SACSettings, check_sac_spaces
 from rlserve.errors import ConfigError
 from rlserve.policy.distributions import check_learnable
 
@@ -110,5 +111,16 @@ register(
         off_policy=False,
         summary="proximal policy optimisation; any action space",
         check_spaces=check_learnable,
+    )
+)
+
+register(
+    AlgorithmEntry(
+        name="sac",
+        settings=SACSettings,
+        learner="rlserve.algorithms.sac:SACLearner",
+        off_policy=True,
+        summary="soft actor-critic; bounded float Box actions",
+        check_spaces=check_sac_spaces,
     )
 )
