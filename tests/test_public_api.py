@@ -17,6 +17,7 @@ EXPECTED_ALL = {
     "CapacityError",
     "ConfigError",
     "ConnectionLostError",
+    "DQNConfig",
     "EpisodeError",
     "EpisodeLostError",
     "PPOConfig",
@@ -58,7 +59,7 @@ def test_version_matches_the_distribution() -> None:
     assert rlserve.__version__ == version("rlserve")
 
 
-NOT_ERRORS = {"AlgorithmConfig", "PPOConfig", "PolicyClient", "__version__"}
+NOT_ERRORS = {"AlgorithmConfig", "DQNConfig", "PPOConfig", "PolicyClient", "__version__"}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_ALL - NOT_ERRORS))

@@ -30,7 +30,7 @@ from rlserve.algorithm.config import AlgorithmConfig
 from rlserve.algorithm.runner_group import RunnerGroup, local_source
 from rlserve.algorithm.sources import make_source, source_policies
 from rlserve.algorithms.base import WeightsPackage
-from rlserve.algorithms.registry import algorithm
+from rlserve.algorithms.registry import DEFAULT_ALGORITHM, algorithm
 from rlserve.client.agent_values import PolicyTable
 from rlserve.collector import Collector
 from rlserve.config import to_table
@@ -121,7 +121,7 @@ class Algorithm:
             pid: entry.make_learner(
                 spec.observation_space,
                 spec.action_space,
-                config.ppo_settings({**spec.ppo, "seed": config.seed + index}),
+                config.algo_settings({**spec.ppo, "seed": config.seed + index}),
             )
             for index, (pid, spec) in enumerate(self.specs.items())
         }
@@ -513,7 +513,9 @@ class Algorithm:
         from rlserve.algorithm.saved_config import save_config
 
         tables, spaces = run_folder_form(self.specs, self.mapping)
-        tables["ppo"] = to_table(self.config.ppo_settings())
+        tables[self.config.algo_name] = to_table(self.config.algo_settings())
+        if self.config.algo_name != DEFAULT_ALGORITHM:
+            tables["algorithm"] = {"name": self.config.algo_name}
         run = RunFolder(folder)
         run.save(tables, spaces)
         save_config(self.config, folder)

@@ -1,5 +1,10 @@
 """The Algorithm API's settings, built by chaining: ``PPOConfig().environment(...).build()``.
 
+Each algorithm has its config class (``PPOConfig``, ``DQNConfig``), which only names the
+algorithm (:attr:`AlgorithmConfig.algo_name`); the settings ``training()`` takes are that
+algorithm's settings dataclass in :mod:`rlserve.algorithms.registry`, plus RLlib's names for
+them (:data:`RLLIB_NAMES`), and a hosted environment starts from :data:`HOSTED_DEFAULTS`.
+
 It keeps RLlib's method and setting names where they fit, so an RLlib script needs only its
 imports changed. Each method returns the config itself (chaining) and checks its arguments at
 once, naming the fix. Importable without torch; :meth:`AlgorithmConfig.build` imports the
@@ -13,7 +18,7 @@ import dataclasses
 import multiprocessing as mp
 from typing import TYPE_CHECKING, Any
 
-from rlserve.algorithms.ppo_config import PPOSettings
+from rlserve.algorithms.registry import algorithm
 from rlserve.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -32,6 +37,18 @@ RLLIB_TRAINING_NAMES = {
 }
 """RLlib's names for PPO settings -> rlserve's :class:`PPOSettings` fields."""
 
+RLLIB_DQN_NAMES = {
+    "train_batch_size": "batch_size",
+    "num_steps_sampled_before_learning_starts": "learning_starts",
+    "target_network_update_freq": "target_update_interval",
+    "grad_clip": "max_grad_norm",
+}
+"""RLlib's names for DQN settings -> rlserve's :class:`DQNSettings` fields (plus
+``replay_buffer_config={"capacity": N}`` for ``buffer_size``)."""
+
+RLLIB_NAMES: dict[str, dict[str, str]] = {"ppo": RLLIB_TRAINING_NAMES, "dqn": RLLIB_DQN_NAMES}
+"""Per algorithm, RLlib's names for its settings -> the settings dataclass's fields."""
+
 HOSTED_PPO_DEFAULTS: dict[str, Any] = {
     "train_batch_size": 512,
     "minibatch_size": 128,
@@ -42,6 +59,15 @@ HOSTED_PPO_DEFAULTS: dict[str, Any] = {
     "max_policy_lag": 1,
 }
 """PPO defaults for hosted environments: sampling is synchronous, so smaller batches pay off."""
+
+HOSTED_DQN_DEFAULTS: dict[str, Any] = {}
+"""DQN defaults for hosted environments (the settings' own defaults serve both)."""
+
+HOSTED_DEFAULTS: dict[str, dict[str, Any]] = {
+    "ppo": HOSTED_PPO_DEFAULTS,
+    "dqn": HOSTED_DQN_DEFAULTS,
+}
+"""Per algorithm, the defaults a hosted environment starts from (over its settings' own)."""
 
 
 class AlgorithmConfig:
@@ -62,7 +88,8 @@ class AlgorithmConfig:
         self.rollout_fragment_length = 200
         self.min_env_steps_per_iteration = 4000
         self.training_settings: dict[str, Any] = {}
-        """The PPO settings given (``training()``); :meth:`ppo_settings` adds the defaults."""
+        """The algorithm's settings given (``training()``); :meth:`algo_settings` adds the
+        defaults."""
         self.seed = 0
         self.device = "auto"
         self.evaluation_duration = 10
@@ -169,15 +196,19 @@ class AlgorithmConfig:
         return self
 
     def training(self, **settings: Any) -> AlgorithmConfig:
-        """PPO settings (checked at once).
+        """The algorithm's settings (checked at once).
 
-        Any :class:`~rlserve.algorithms.ppo_config.PPOSettings` field, RLlib's names for
-        them (``lambda_``, ``num_sgd_iter``, ``sgd_minibatch_size``, ``clip_param``,
-        ``vf_loss_coeff``, ``entropy_coeff``, ``grad_clip``, ``kl_target``),
-        ``model={"fcnet_hiddens": [...], "fcnet_activation": "tanh"}`` and
-        ``min_env_steps_per_iteration``.
+        Any field of the algorithm's settings dataclass (:class:`~rlserve.algorithms.
+        ppo_config.PPOSettings` for PPO, :class:`~rlserve.algorithms.dqn_config.DQNSettings`
+        for DQN), RLlib's names for them (:data:`RLLIB_NAMES`: for PPO ``lambda_``,
+        ``num_sgd_iter``, ``sgd_minibatch_size``, ``clip_param``, ``vf_loss_coeff``,
+        ``entropy_coeff``, ``grad_clip``, ``kl_target``), ``model={"fcnet_hiddens": [...],
+        "fcnet_activation": "tanh"}`` and ``min_env_steps_per_iteration``; for DQN also
+        ``replay_buffer_config={"capacity": N}``.
         """
-        known = {f.name for f in dataclasses.fields(PPOSettings)}
+        settings_class = algorithm(self.algo_name).settings
+        aliases = RLLIB_NAMES.get(self.algo_name, {})
+        known = {f.name for f in dataclasses.fields(settings_class)}
         for name, value in settings.items():
             if name == "model":
                 self._model(value)
@@ -185,16 +216,30 @@ class AlgorithmConfig:
             if name == "min_env_steps_per_iteration":
                 self.min_env_steps_per_iteration = int(value)
                 continue
-            field_name = RLLIB_TRAINING_NAMES.get(name, name)
+            if name == "replay_buffer_config" and "buffer_size" in known:
+                self._replay_buffer(value)
+                continue
+            field_name = aliases.get(name, name)
             if field_name not in known:
                 raise ConfigError(
-                    f"training() has no setting '{name}'; the settings are "
-                    f"{', '.join(sorted(known | set(RLLIB_TRAINING_NAMES)))}, model and "
+                    f"training() of {self.algo_name} has no setting '{name}'; the settings are "
+                    f"{', '.join(sorted(known | set(aliases)))}, model and "
                     "min_env_steps_per_iteration"
                 )
             self.training_settings[field_name] = value
-        self.ppo_settings()  # checks the values now, not at build()
+        self.algo_settings()  # checks the values now, not at build()
         return self
+
+    def _replay_buffer(self, config: Any) -> None:
+        if not isinstance(config, dict):
+            raise ConfigError(f"replay_buffer_config must be a dict, got {type(config).__name__}")
+        for key, value in config.items():
+            if key == "capacity":
+                self.training_settings["buffer_size"] = int(value)
+            elif key != "type":  # RLlib's buffer class: rlserve has one
+                raise ConfigError(
+                    f"replay_buffer_config setting '{key}' is not supported; use capacity"
+                )
 
     def _model(self, model: Any) -> None:
         if not isinstance(model, dict):
@@ -217,7 +262,7 @@ class AlgorithmConfig:
         policy_mapping_fn: Any = None,
         policy_mapping: Any = None,
     ) -> AlgorithmConfig:
-        """Several policies: ``policies`` (ids, or id -> PPO overrides) and which agent uses which.
+        """Several policies: ``policies`` (ids, or id -> settings overrides) and who uses which.
 
         A policy's value may also give its spaces, as RLlib's ``(None, observation_space,
         action_space, overrides)`` tuple or an rlserve ``PolicySpec``; an Algorithm without an
@@ -247,7 +292,7 @@ class AlgorithmConfig:
         return self
 
     def _policy_entry(self, policy_id: str, value: Any) -> dict[str, Any]:
-        """A policy's PPO overrides; its spaces, when given, go to :attr:`policy_specs`."""
+        """A policy's settings overrides; its spaces, when given, go to :attr:`policy_specs`."""
         from rlserve.server.policies import PolicySpec
 
         if isinstance(value, PolicySpec):
@@ -267,7 +312,7 @@ class AlgorithmConfig:
             return dict(overrides or {})
         if value is not None and not isinstance(value, dict):
             raise ConfigError(
-                f"policy '{policy_id}': give PPO overrides as a dict, a PolicySpec or "
+                f"policy '{policy_id}': give settings overrides as a dict, a PolicySpec or "
                 f"(None, observation_space, action_space, overrides); got {type(value).__name__}"
             )
         return dict(value or {})
@@ -282,7 +327,7 @@ class AlgorithmConfig:
         """The learner's torch device: ``auto`` (cuda when present), ``cpu`` or ``cuda[:N]``."""
         if device is not None:
             self.training_settings["device"] = device
-            self.ppo_settings()
+            self.algo_settings()
         return self
 
     def evaluation(self, *, evaluation_duration: int | None = None) -> AlgorithmConfig:
@@ -337,21 +382,27 @@ class AlgorithmConfig:
 
     # -- results -----------------------------------------------------------------------------
 
-    def ppo_settings(self, overrides: dict[str, Any] | None = None) -> PPOSettings:
-        """The PPO settings these calls give (plus a policy's ``overrides``).
+    def algo_settings(self, overrides: dict[str, Any] | None = None) -> Any:
+        """The algorithm's settings these calls give (plus a policy's ``overrides``).
 
-        Hosted environments start from :data:`HOSTED_PPO_DEFAULTS` (synchronous sampling
-        favours small batches); a network-only Algorithm from the server's PPO defaults.
+        An instance of the settings dataclass :attr:`algo_name` registers (``PPOSettings``
+        for PPO). Hosted environments start from :data:`HOSTED_DEFAULTS` (for PPO: synchronous
+        sampling favours small batches); a network-only Algorithm from the server's defaults.
         """
-        defaults = HOSTED_PPO_DEFAULTS if self.env is not None else {}
+        settings_class = algorithm(self.algo_name).settings
+        defaults = HOSTED_DEFAULTS.get(self.algo_name, {}) if self.env is not None else {}
         values = {**defaults, **self.training_settings, **(overrides or {})}
         values.setdefault("seed", self.seed)
         if isinstance(values.get("hidden"), list):
             values["hidden"] = tuple(values["hidden"])
         try:
-            return PPOSettings(**values)
+            return settings_class(**values)
         except TypeError as exc:
             raise ConfigError(f"invalid training settings: {exc}") from exc
+
+    def ppo_settings(self, overrides: dict[str, Any] | None = None) -> Any:
+        """The old name of :meth:`algo_settings` (kept for callers of the PPO-only API)."""
+        return self.algo_settings(overrides)
 
     def copy(self) -> AlgorithmConfig:
         """A deep copy (the environment itself is shared, not copied)."""
@@ -388,3 +439,36 @@ class PPOConfig(AlgorithmConfig):
     """Proximal Policy Optimisation (the learner of :mod:`rlserve.algorithms.ppo`)."""
 
     algo_name = "ppo"
+
+
+class DQNConfig(AlgorithmConfig):
+    """Deep Q-learning for Discrete actions (the learner of :mod:`rlserve.algorithms.dqn`).
+
+    Settings: :class:`~rlserve.algorithms.dqn_config.DQNSettings` through :meth:`training`.
+    An iteration of :meth:`Algorithm.train` samples at least 1000 env steps by default.
+    """
+
+    algo_name = "dqn"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.min_env_steps_per_iteration = 1000
+
+
+CONFIG_CLASSES: dict[str, type[AlgorithmConfig]] = {"ppo": PPOConfig, "dqn": DQNConfig}
+"""Per algorithm name, its config class (a saved config is loaded into it)."""
+
+
+def config_for(name: str | None) -> AlgorithmConfig:
+    """A fresh config of the algorithm called ``name`` (None: PPO, as runs before ``algo``).
+
+    Raises:
+        ConfigError: No algorithm has that name.
+    """
+    entry = algorithm(name)
+    cls = CONFIG_CLASSES.get(entry.name)
+    if cls is not None:
+        return cls()
+    config = AlgorithmConfig()
+    config.algo_name = entry.name
+    return config

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlserve.algorithm.config import AlgorithmConfig, PPOConfig
+from rlserve.algorithm.config import AlgorithmConfig, config_for
 from rlserve.errors import ConfigError
 
 CONFIG_FILE = "algorithm_config.json"
@@ -86,7 +86,7 @@ def load_config(folder: Path) -> AlgorithmConfig:
             f"the environment of {folder} cannot be found again (it was an instance or a "
             "lambda); pass config=... to Algorithm.from_checkpoint"
         )
-    config = PPOConfig()
+    config = config_for(plain.get("algo"))
     try:
         config.env = resolve_env(plain["env"])
     except (ImportError, AttributeError) as exc:

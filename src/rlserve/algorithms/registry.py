@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
+from rlserve.algorithms.dqn_config import DQNSettings
 from rlserve.algorithms.ppo_config import PPOSettings
 from rlserve.algorithms.sac_config import SACSettings, check_sac_spaces
-from rlserve.errors import ConfigError
+from rlserve.errors import ConfigError, UnsupportedSpaceError
 from rlserve.policy.distributions import check_learnable
 
 if TYPE_CHECKING:
@@ -111,6 +112,33 @@ register(
         off_policy=False,
         summary="proximal policy optimisation; any action space",
         check_spaces=check_learnable,
+    )
+)
+
+
+def check_discrete(observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> Any:
+    """:func:`check_learnable`, and refuse every action space but ``Discrete``.
+
+    Raises:
+        UnsupportedSpaceError: The spaces cannot be learned, or the actions are not Discrete.
+    """
+    distribution = check_learnable(observation_space, action_space)
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise UnsupportedSpaceError(
+            f"dqn learns Discrete action spaces only, not {action_space}; choose another "
+            "algorithm (ppo learns any action space)"
+        )
+    return distribution
+
+
+register(
+    AlgorithmEntry(
+        name="dqn",
+        settings=DQNSettings,
+        learner="rlserve.algorithms.dqn:DQNLearner",
+        off_policy=True,
+        summary="deep Q-learning (double-Q, n-step, dueling, replay); Discrete actions",
+        check_spaces=check_discrete,
     )
 )
 

@@ -1,0 +1,103 @@
+"""DQN's configuration, importable without torch (the serving process reads it, never trains).
+
+The training schedule is off-policy's: experience goes into a bounded replay buffer, and once
+``learning_starts`` transitions are stored the learner makes ``updates_per_step`` gradient steps
+per env step taken in, in rounds of at least ``train_every`` new env steps (one published weights
+version per round). Exploration is epsilon-greedy, its epsilon annealed linearly over the env
+steps taken in and shipped with each weights version, so whoever computes the action (the server,
+or a local-mode client's numpy policy) explores with the schedule's current value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlserve.config import option
+from rlserve.errors import ConfigError
+
+
+@dataclass
+class DQNSettings:
+    """DQN hyper-parameters (double-Q, n-step, optional dueling heads, Huber loss)."""
+
+    buffer_size: int = option(50_000, "Transitions the replay buffer holds (oldest dropped).")
+    learning_starts: int = option(1000, "Transitions stored before the first update (the warm-up).")
+    batch_size: int = option(64, "Transitions per gradient step.")
+    train_every: int = option(
+        64, "New env steps per training round; each round publishes one weights version."
+    )
+    updates_per_step: float = option(
+        0.5, "Gradient steps per env step taken in (a round makes new_steps * this)."
+    )
+    lr: float = option(1e-3, "Adam learning rate.")
+    gamma: float = option(0.99, "Discount factor.")
+    n_step: int = option(3, "Rewards summed per target before bootstrapping (n-step returns).")
+    double_q: bool = option(True, "Double-Q: the online network picks the next action.")
+    dueling: bool = option(False, "Dueling heads: Q = V + A - mean(A).")
+    target_update_interval: int = option(
+        250, "Gradient steps between copies of the online network into the target network."
+    )
+    tau: float = option(
+        1.0, "Share of the online weights mixed into the target at each copy (1: a hard copy)."
+    )
+    huber_delta: float = option(1.0, "Huber loss threshold between quadratic and linear.")
+    max_grad_norm: float = option(10.0, "Global gradient norm clip.")
+    epsilon_start: float = option(1.0, "Exploration epsilon at the start.")
+    epsilon_end: float = option(0.05, "Exploration epsilon after the schedule.")
+    exploration_steps: int = option(
+        10_000, "Env steps over which epsilon falls linearly from start to end."
+    )
+    hidden: tuple[int, ...] = option((64, 64), "Hidden layer sizes of the Q-network.")
+    activation: str = option("relu", "Activation: tanh or relu.")
+    max_abs_input: float = option(
+        1e9, "Exclude fragments holding an observation or reward of larger magnitude."
+    )
+    device: str = option("auto", "Torch device: auto (cuda when present), cpu or cuda.")
+    torch_threads: int = option(
+        1, "Torch intra-op threads; 1 keeps the learner off the serving core."
+    )
+    seed: int = option(0, "Seed of torch's generator and the replay sampling.")
+
+    def __post_init__(self) -> None:
+        for name in (
+            "buffer_size",
+            "batch_size",
+            "train_every",
+            "n_step",
+            "target_update_interval",
+        ):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.learning_starts < 0:
+            raise ConfigError(f"learning_starts must be >= 0, got {self.learning_starts}")
+        if self.batch_size > self.buffer_size:
+            raise ConfigError(
+                f"batch_size {self.batch_size} is larger than buffer_size {self.buffer_size}; "
+                "lower it"
+            )
+        if not self.updates_per_step > 0:
+            raise ConfigError(f"updates_per_step must be positive, got {self.updates_per_step}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ConfigError(f"gamma must be within [0, 1], got {self.gamma}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ConfigError(f"tau must be within (0, 1], got {self.tau}")
+        for name in ("epsilon_start", "epsilon_end"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"{name} must be within [0, 1], got {getattr(self, name)}")
+        if self.exploration_steps < 0:
+            raise ConfigError(f"exploration_steps must be >= 0, got {self.exploration_steps}")
+        if not self.huber_delta > 0:
+            raise ConfigError(f"huber_delta must be positive, got {self.huber_delta}")
+        if not self.max_abs_input > 0:
+            raise ConfigError(f"max_abs_input must be positive, got {self.max_abs_input}")
+        if self.activation not in ("tanh", "relu"):
+            raise ConfigError(f"activation must be tanh or relu, got '{self.activation}'")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"device must be auto, cpu or cuda[:N], got '{self.device}'")
+
+    def epsilon(self, env_steps: int) -> float:
+        """The exploration epsilon after ``env_steps`` env steps (linear, then constant)."""
+        if self.exploration_steps == 0 or env_steps >= self.exploration_steps:
+            return float(self.epsilon_end)
+        share = max(env_steps, 0) / self.exploration_steps
+        return float(self.epsilon_start + share * (self.epsilon_end - self.epsilon_start))
