@@ -65,6 +65,11 @@ class SACSettings:
         for name, value in positive.items():
             if value < 1:
                 raise ConfigError(f"{name} must be at least 1, got {value}")
+        if self.batch_size > self.buffer_size:
+            raise ConfigError(
+                f"batch_size {self.batch_size} is larger than buffer_size {self.buffer_size}; "
+                "lower it"
+            )
         if self.learning_starts < 0:
             raise ConfigError(f"learning_starts must be 0 or more, got {self.learning_starts}")
         if not self.updates_per_step > 0:
