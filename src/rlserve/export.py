@@ -22,6 +22,12 @@ Box values clipped; int64 when no part is a Box, else float32), ``params`` ``[N,
 actor's outputs: logits, bit logits and means, part after part) and, when a part is a Box,
 ``log_std`` ``[G]``. The ``model`` entry of the JSON lists the parts (``action_parts``).
 
+A SAC run (``[algorithm] name = "sac"`` in its config) exports its tanh-squashed Gaussian:
+``action`` ``[N, A]`` float32 is the deterministic action ``low + (tanh(mean) + 1) / 2 *
+(high - low)``, ``mean`` ``[N, A]`` and ``log_std`` ``[N, A]`` (state-dependent, clamped to
+``[-20, 2]``) the Gaussian before the squashing; an engine samples ``u ~ N(mean, exp(log_std))``
+and scales ``tanh(u)`` the same way.
+
 The file is self-contained (the weights are inside it): copy ``policy.onnx`` alone.
 
 The checkpoint is loaded with ``torch.load(weights_only=True)``.
@@ -38,6 +44,9 @@ from torch import nn
 
 from rlserve.algorithms.models import ActorCritic
 from rlserve.algorithms.ppo_config import PPOSettings
+from rlserve.algorithms.registry import algorithm
+from rlserve.algorithms.sac_config import SACSettings
+from rlserve.algorithms.sac_models import SquashedGaussianActor
 from rlserve.config import build
 from rlserve.errors import ConfigError
 from rlserve.policy.distributions import ActionDistribution
@@ -91,11 +100,30 @@ class _GreedyPolicy(nn.Module):
         return action, out, self.log_std * 1.0
 
 
+class _SquashedPolicy(nn.Module):
+    """A SAC actor with its deterministic action, as exported."""
+
+    low: torch.Tensor
+    high: torch.Tensor
+
+    def __init__(self, actor: SquashedGaussianActor):
+        super().__init__()
+        self.actor = actor
+        dist = actor.action_distribution
+        self.register_buffer("low", torch.tensor(dist.low, dtype=torch.float32))
+        self.register_buffer("high", torch.tensor(dist.high, dtype=torch.float32))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        mean, log_std = self.actor.params(obs)
+        action = self.low + (torch.tanh(mean) + 1.0) * 0.5 * (self.high - self.low)
+        return action, mean, log_std
+
+
 def load_model(
     run_dir: str | Path,
     checkpoint: str | Path | None = None,
     policy_id: str = DEFAULT_POLICY_ID,
-) -> tuple[ActorCritic, Path]:
+) -> tuple[ActorCritic | SquashedGaussianActor, Path]:
     """Rebuild a run's model from its configuration and a checkpoint (default: the newest).
 
     Args:
@@ -115,8 +143,16 @@ def load_model(
             f"{run.path} has no policy '{policy_id}'; pass --policy with one of "
             f"{', '.join(policies)}"
         )
-    ppo = build(PPOSettings, spec.ppo_table(tables.get("ppo") or {}), None)
-    model = ActorCritic(spec.observation_space, spec.action_space, ppo.hidden, ppo.activation)
+    algo = algorithm((tables.get("algorithm") or {}).get("name")).name
+    model: ActorCritic | SquashedGaussianActor
+    if algo == "sac":
+        sac = build(SACSettings, spec.ppo_table(tables.get("sac") or {}), None)
+        model = SquashedGaussianActor(
+            spec.observation_space, spec.action_space, sac.hidden, sac.activation
+        )
+    else:
+        ppo = build(PPOSettings, spec.ppo_table(tables.get("ppo") or {}), None)
+        model = ActorCritic(spec.observation_space, spec.action_space, ppo.hidden, ppo.activation)
     if checkpoint is None:
         folder = policy_paths(run.path, policy_id, is_flat(policies)).checkpoints
         files = checkpoints_in(folder)
@@ -128,7 +164,10 @@ def load_model(
             )
         checkpoint = files[-1]
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    model.load_state_dict(state["model"])
+    if isinstance(model, SquashedGaussianActor):
+        model.load_state_dict(state["model"]["actor"])
+    else:
+        model.load_state_dict(state["model"])
     model.eval()
     return model, Path(checkpoint)
 
@@ -148,7 +187,11 @@ def export_onnx(
     name = "policy.onnx" if policy_id == DEFAULT_POLICY_ID else f"policy-{policy_id}.onnx"
     path = Path(output) if output is not None else Path(run_dir) / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    wrapper = _GreedyPolicy(model).eval()
+    wrapper: nn.Module
+    if isinstance(model, SquashedGaussianActor):
+        wrapper = _SquashedPolicy(model).eval()
+    else:
+        wrapper = _GreedyPolicy(model).eval()
     dist = model.action_distribution
     outputs = _outputs(dist)
     example = torch.zeros(2, model.obs_dim)
@@ -178,6 +221,9 @@ def export_onnx(
 
 def _outputs(dist: ActionDistribution) -> dict[str, dict[str, Any]]:
     """The ONNX model's outputs for ``dist``: name to shape and dtype."""
+    if dist.kind == "squashed_gaussian":
+        per_value = {"shape": ["N", dist.action_width], "dtype": "float32"}
+        return {"action": per_value, "mean": per_value, "log_std": per_value}
     params = {"shape": ["N", dist.param_dim], "dtype": "float32"}
     log_std = {"log_std": {"shape": [dist.gaussian_dim], "dtype": "float32"}}
     if dist.kind == "categorical":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from rlserve.errors import ConfigError, UnsupportedSpaceError
 from rlserve.policy import NumpyPolicy
 from rlserve.samples import Fragment
 
+METRICS_DOC = Path(__file__).parents[2] / "docs" / "metrics.md"
 OBS = spaces.Box(-np.inf, np.inf, (2,), np.float32)
 WIDE = spaces.Box(-100.0, 100.0, (1,), np.float32)
 
@@ -190,3 +192,16 @@ def test_learns_the_best_action_of_a_wide_box() -> None:
         obs, explore=False
     )
     assert greedy.actions[0, 0] == pytest.approx(60.0, abs=10.0)
+
+
+def test_every_metric_of_an_update_is_documented() -> None:
+    text = METRICS_DOC.read_text()
+    ppo, _, others = text.partition("\n## `learner/` names of other algorithms")
+    sac = others.partition("\n### SAC")[2]
+    row = re.compile(r"^\| `(learner/[a-z_0-9]+)` \|", re.M)
+    documented = set(row.findall(ppo)) | set(row.findall(sac))
+    learner = SACLearner(OBS, WIDE, _settings())
+    learner.ingest([_fragment(30)])
+    metrics = learner.update()
+    assert set(metrics) <= documented, set(metrics) - documented
+    assert set(row.findall(sac)) <= set(metrics)  # and the SAC table holds no stray name
