@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from rlserve import SACConfig
@@ -35,9 +34,10 @@ def test_hosted_pendulum_learns_within_a_short_budget() -> None:
     returns = [r["env_runners"]["episode_return_mean"] for r in results]
     # A random policy scores about -1200 an episode; the first 1000 steps are near that.
     assert returns[0] < -900
-    newest = list(algo._returns)[-5:]
-    # About -125 here (seed 0) at 5000 steps; -200 is the target at 20,000.
-    assert np.mean(newest) > -400, (returns, newest)
+    greedy = algo.evaluate()["evaluation"]["env_runners"]
+    # The greedy policy (tanh of the mean, scaled) after 5000 steps; -200 is the issue's
+    # target for the training episodes at 20,000.
+    assert greedy["episode_return_mean"] > -400, (returns, greedy)
 
 
 def test_a_sac_run_restores_as_sac(tmp_path: Path) -> None:
