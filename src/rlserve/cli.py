@@ -58,9 +58,38 @@ def _declared_policies(args: argparse.Namespace, tables: dict[str, Any], server:
     return policies, mapping
 
 
+def _algorithm_settings(
+    args: argparse.Namespace, tables: dict[str, Any], resumed: bool = False
+) -> Any:
+    """The chosen algorithm's settings: its table of --config (or the run), then its flags.
+
+    The algorithm is ``--algo``, else the ``[algorithm] name`` of --config or the resumed run,
+    else PPO. ``--checkpoint-replay`` sets an off-policy algorithm's ``checkpoint_replay``.
+    """
+    from rlserve.algorithms.registry import algorithm, run_algorithm
+
+    run_algo = run_algorithm(tables).name
+    chosen = args.algo or run_algo
+    if resumed and args.algo and args.algo != run_algo:
+        raise ConfigError(
+            f"--algo {args.algo}: the run was started with {run_algo}; a run keeps its "
+            "algorithm (drop --algo, or start a new run)"
+        )
+    entry = algorithm(chosen)
+    settings = build(entry.settings, tables.get(entry.name), args, prefix=f"{entry.name}_")
+    if args.checkpoint_replay is not None:
+        if not hasattr(settings, "checkpoint_replay"):
+            raise ConfigError(
+                f"--checkpoint-replay: {entry.name} keeps no replay buffer; it applies to "
+                "off-policy algorithms (--algo dqn)"
+            )
+        settings.checkpoint_replay = bool(args.checkpoint_replay)
+    return settings
+
+
 def _serve(args: argparse.Namespace) -> int:
     from rlserve.algorithm.network import NetworkAlgorithm, serving_config
-    from rlserve.algorithms.ppo_config import PPOSettings
+    from rlserve.algorithms.registry import ALGORITHMS, algorithm_of_settings
     from rlserve.policies_config import check_policies
     from rlserve.server.config import ServerConfig, with_token_from_env
     from rlserve.server.policies import policies_from_run
@@ -75,22 +104,23 @@ def _serve(args: argparse.Namespace) -> int:
                 f"the run in {run.path} was started with a token, which is not saved in the run "
                 "folder: pass it again with RLSERVE_TOKEN=... or --token"
             )
-        ppo_config = build(PPOSettings, tables.get("ppo"), args, prefix="ppo_")
+        ppo_config = _algorithm_settings(args, tables, resumed=True)
         policies, mapping = policies_from_run(tables, spaces)
     else:
         tables = {}
         if args.config:
             tables = load_config_file(
                 args.config,
-                {"server": ServerConfig, "ppo": PPOSettings},
-                free_tables=("policies", "mapping"),
+                {"server": ServerConfig, **{n: e.settings for n, e in ALGORITHMS.items()}},
+                free_tables=("policies", "mapping", "algorithm"),
             )
         server_config = build(ServerConfig, with_token_from_env(tables.get("server")), args)
-        ppo_config = build(PPOSettings, tables.get("ppo"), args, prefix="ppo_")
+        ppo_config = _algorithm_settings(args, tables)
         policies, mapping = _declared_policies(args, tables, server_config)
     # Loaded now, so a bad certificate or key stops the command before anything is created.
     server_config.ssl_context()
-    check_policies(policies, to_table(ppo_config))  # not in the learner, after listening
+    algo_name = algorithm_of_settings(ppo_config).name
+    check_policies(policies, to_table(ppo_config), algo_name)  # not in the learner, after listening
     _check_ports_free(server_config)
     created = not args.resume and not _run_exists(server_config)
     # The Algorithm API with a server attached and no environment: its run folder is created
@@ -221,7 +251,7 @@ def _check_env(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``rlserve`` command."""
-    from rlserve.algorithms.ppo_config import PPOSettings
+    from rlserve.algorithms.registry import ALGORITHMS
     from rlserve.demo import DemoConfig
     from rlserve.server.config import ServerConfig
 
@@ -245,9 +275,27 @@ def build_parser() -> argparse.ArgumentParser:
         "for several policies",
     )
     serve.add_argument("--resume", metavar="RUN_DIR", help="continue the run in this folder")
+    serve.add_argument(
+        "--algo",
+        choices=list(ALGORITHMS),
+        default=None,
+        help="the learning algorithm (also [algorithm] name = ... in --config; a resumed run "
+        "keeps its own); default ppo. "
+        + "; ".join(f"{e.name}: {e.summary}" for e in ALGORITHMS.values()),
+    )
+    serve.add_argument(
+        "--checkpoint-replay",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="save an off-policy algorithm's replay buffer in its checkpoints, so a resumed run "
+        "does not start with an empty one (default: off)",
+    )
     add_arguments(serve, ServerConfig)
-    ppo = serve.add_argument_group("PPO (also the [ppo] table of --config)")
-    add_arguments(ppo, PPOSettings, prefix="ppo_")  # type: ignore[arg-type]
+    for entry in ALGORITHMS.values():
+        group = serve.add_argument_group(
+            f"{entry.name.upper()} (--algo {entry.name}; also the [{entry.name}] table of --config)"
+        )
+        add_arguments(group, entry.settings, prefix=f"{entry.name}_")  # type: ignore[arg-type]
     status = commands.add_parser(
         "status",
         help="show a running server's progress, clients, episodes and learner",

@@ -22,11 +22,16 @@ Box values clipped; int64 when no part is a Box, else float32), ``params`` ``[N,
 actor's outputs: logits, bit logits and means, part after part) and, when a part is a Box,
 ``log_std`` ``[G]``. The ``model`` entry of the JSON lists the parts (``action_parts``).
 
-A SAC run (``[algorithm] name = "sac"`` in its config) exports its tanh-squashed Gaussian:
-``action`` ``[N, A]`` float32 is the deterministic action ``low + (tanh(mean) + 1) / 2 *
-(high - low)``, ``mean`` ``[N, A]`` and ``log_std`` ``[N, A]`` (state-dependent, clamped to
-``[-20, 2]``) the Gaussian before the squashing; an engine samples ``u ~ N(mean, exp(log_std))``
-and scales ``tanh(u)`` the same way.
+A DQN run (Discrete actions) gives ``action`` ``[N]`` int64, the choice of highest Q-value plus
+the space's ``start``, and ``q_values`` ``[N, n]`` float32 (a dueling network's heads combined);
+the JSON's ``model`` entry has ``distribution`` ``epsilon_greedy`` and the ``epsilon`` of the
+checkpoint's schedule, for an engine that wants to explore as training did.
+
+A SAC run (``[algorithm] name = "sac"``) exports its tanh-squashed Gaussian: ``action``
+``[N, A]`` float32 is the deterministic action ``low + (tanh(mean) + 1) / 2 * (high - low)``,
+``mean`` ``[N, A]`` and ``log_std`` ``[N, A]`` (state-dependent, clamped to ``[-20, 2]``) the
+Gaussian before the squashing; an engine samples ``u ~ N(mean, exp(log_std))`` and scales
+``tanh(u)`` the same way.
 
 The file is self-contained (the weights are inside it): copy ``policy.onnx`` alone.
 
@@ -42,9 +47,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlserve.algorithms.models import ActorCritic
-from rlserve.algorithms.ppo_config import PPOSettings
-from rlserve.algorithms.registry import algorithm
+from rlserve.algorithms.dqn_config import DQNSettings
+from rlserve.algorithms.models import ActorCritic, QNetwork
+from rlserve.algorithms.registry import run_algorithm
 from rlserve.algorithms.sac_config import SACSettings
 from rlserve.algorithms.sac_models import SquashedGaussianActor
 from rlserve.config import build
@@ -100,6 +105,19 @@ class _GreedyPolicy(nn.Module):
         return action, out, self.log_std * 1.0
 
 
+class _GreedyQ(nn.Module):
+    """A Q-network with its greedy choice, as exported."""
+
+    def __init__(self, model: QNetwork):
+        super().__init__()
+        self.model = model
+        self.start = int(model.action_distribution.offsets[0])
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q_values = self.model(obs)
+        return q_values.argmax(dim=1) + self.start, q_values
+
+
 class _SquashedPolicy(nn.Module):
     """A SAC actor with its deterministic action, as exported."""
 
@@ -123,8 +141,11 @@ def load_model(
     run_dir: str | Path,
     checkpoint: str | Path | None = None,
     policy_id: str = DEFAULT_POLICY_ID,
-) -> tuple[ActorCritic | SquashedGaussianActor, Path]:
+) -> tuple[ActorCritic | QNetwork | SquashedGaussianActor, Path]:
     """Rebuild a run's model from its configuration and a checkpoint (default: the newest).
+
+    The run's algorithm (``[algorithm] name`` in its ``config.toml``, PPO without one) says
+    which: PPO's actor-critic, DQN's Q-network or SAC's actor.
 
     Args:
         run_dir: The run folder.
@@ -143,16 +164,25 @@ def load_model(
             f"{run.path} has no policy '{policy_id}'; pass --policy with one of "
             f"{', '.join(policies)}"
         )
-    algo = algorithm((tables.get("algorithm") or {}).get("name")).name
-    model: ActorCritic | SquashedGaussianActor
-    if algo == "sac":
-        sac = build(SACSettings, spec.ppo_table(tables.get("sac") or {}), None)
+    entry = run_algorithm(tables)
+    settings = build(entry.settings, spec.ppo_table(tables.get(entry.name) or {}), None)
+    model: ActorCritic | QNetwork | SquashedGaussianActor
+    if isinstance(settings, DQNSettings):
+        model = QNetwork(
+            spec.observation_space,
+            spec.action_space,
+            settings.hidden,
+            settings.activation,
+            settings.dueling,
+        )
+    elif isinstance(settings, SACSettings):
         model = SquashedGaussianActor(
-            spec.observation_space, spec.action_space, sac.hidden, sac.activation
+            spec.observation_space, spec.action_space, settings.hidden, settings.activation
         )
     else:
-        ppo = build(PPOSettings, spec.ppo_table(tables.get("ppo") or {}), None)
-        model = ActorCritic(spec.observation_space, spec.action_space, ppo.hidden, ppo.activation)
+        model = ActorCritic(
+            spec.observation_space, spec.action_space, settings.hidden, settings.activation
+        )
     if checkpoint is None:
         folder = policy_paths(run.path, policy_id, is_flat(policies)).checkpoints
         files = checkpoints_in(folder)
@@ -165,9 +195,11 @@ def load_model(
         checkpoint = files[-1]
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     if isinstance(model, SquashedGaussianActor):
-        model.load_state_dict(state["model"]["actor"])
+        model.load_state_dict(state["model"]["actor"])  # a SAC checkpoint holds its critics too
     else:
         model.load_state_dict(state["model"])
+    if isinstance(model, QNetwork) and isinstance(settings, DQNSettings):
+        model.epsilon = settings.epsilon(int(state["counters"].get("env_steps_ingested", 0)))
     model.eval()
     return model, Path(checkpoint)
 
@@ -188,12 +220,25 @@ def export_onnx(
     path = Path(output) if output is not None else Path(run_dir) / name
     path.parent.mkdir(parents=True, exist_ok=True)
     wrapper: nn.Module
-    if isinstance(model, SquashedGaussianActor):
+    outputs: dict[str, dict[str, Any]]
+    if isinstance(model, QNetwork):
+        wrapper = _GreedyQ(model).eval()
+        dist = model.action_distribution
+        outputs = {
+            "action": {"shape": ["N"], "dtype": "int64"},
+            "q_values": {"shape": ["N", dist.param_dim], "dtype": "float32"},
+        }
+        spec = model.spec(model.epsilon).to_wire()
+    elif isinstance(model, SquashedGaussianActor):
         wrapper = _SquashedPolicy(model).eval()
+        dist = model.action_distribution
+        outputs = _outputs(dist)
+        spec = model.spec().to_wire()
     else:
         wrapper = _GreedyPolicy(model).eval()
-    dist = model.action_distribution
-    outputs = _outputs(dist)
+        dist = model.action_distribution
+        outputs = _outputs(dist)
+        spec = model.spec().to_wire()
     example = torch.zeros(2, model.obs_dim)
     batch = torch.export.Dim("batch")
     torch.onnx.export(
@@ -213,7 +258,7 @@ def export_onnx(
         "checkpoint": str(source),
         "inputs": {"obs": {"shape": ["N", model.obs_dim], "dtype": "float32"}},
         "outputs": outputs,
-        "model": model.spec().to_wire(),
+        "model": spec,
     }
     Path(f"{path}.json").write_text(json.dumps(description, indent=2))
     return path

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from rlserve.algorithms.ppo_config import PPOSettings
+from rlserve.algorithms.registry import algorithm
 from rlserve.config import build, check_table, line_of_key
 from rlserve.errors import ConfigError, RLServeError
 from rlserve.multiagent import PolicyMapping
-from rlserve.policy.distributions import check_learnable
 from rlserve.server.policies import PolicySpec, check_policy_id
 from rlserve.spaces import from_description
 from rlserve.spaces_file import load_spaces_file, spaces_of_env
@@ -199,12 +199,15 @@ def read_mapping(path: str | None, table: Any, policies: dict[str, PolicySpec]) 
         raise where.error("mapping", "", str(exc)) from None
 
 
-def check_policies(policies: dict[str, PolicySpec], ppo: dict[str, Any]) -> None:
-    """Refuse, before anything listens, a policy PPO cannot train or whose PPO table is wrong.
+def check_policies(
+    policies: dict[str, PolicySpec], ppo: dict[str, Any], algo: str | None = None
+) -> None:
+    """Refuse, before anything listens, a policy the algorithm cannot train or a wrong table.
 
     Args:
         policies: The declared policies.
-        ppo: The top ``[ppo]`` table (flags applied).
+        ppo: The top settings table of the algorithm (``[ppo]``, ``[dqn]``; flags applied).
+        algo: The algorithm's name (None: PPO).
 
     Raises:
         ConfigError, UnsupportedSpaceError: The message names the policy (when there are
@@ -213,8 +216,9 @@ def check_policies(policies: dict[str, PolicySpec], ppo: dict[str, Any]) -> None
     for spec in policies.values():
         label = "" if spec.plain else f"policy '{spec.policy_id}': "
         try:
-            build(PPOSettings, spec.ppo_table(ppo), None)
-            check_learnable(spec.observation_space, spec.action_space)
+            entry = algorithm(algo)
+            build(entry.settings, spec.ppo_table(ppo), None)
+            entry.check_spaces(spec.observation_space, spec.action_space)
         except RLServeError as exc:
             if not label:
                 raise

@@ -20,7 +20,6 @@ from rlserve.client.local import LocalConfig
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 METRICS_DOC = Path(__file__).parents[2] / "docs" / "metrics.md"
-OTHER_ALGORITHMS = "\n## `learner/` names of other algorithms"
 SMALL_PPO = (
     "--ppo-train-batch-size",
     "64",
@@ -35,9 +34,7 @@ SMALL_PPO = (
 
 def documented_metrics() -> set[str]:
     """The names in the first column of the tables of docs/metrics.md."""
-    # The server of these tests runs PPO: the other algorithms' names are not its.
-    text = METRICS_DOC.read_text().split(OTHER_ALGORITHMS)[0]
-    return set(re.findall(r"^\| `([a-z_]+/[a-z_0-9]+)` \|", text, re.M))
+    return set(re.findall(r"^\| `([a-z_]+/[a-z_0-9]+)` \|", METRICS_DOC.read_text(), re.M))
 
 
 def prometheus_names(text: str) -> set[str]:

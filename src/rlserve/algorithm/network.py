@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 
 from rlserve.algorithm.algorithm import Algorithm
-from rlserve.algorithm.config import AlgorithmConfig, PPOConfig
+from rlserve.algorithm.config import AlgorithmConfig, config_for
 from rlserve.algorithm.server_thread import ServerThread
 from rlserve.algorithm.serving import ServingSettings
-from rlserve.algorithms.ppo_config import PPOSettings
+from rlserve.algorithms.registry import DEFAULT_ALGORITHM, algorithm_of_settings, run_algorithm
 from rlserve.config import build, to_table
 from rlserve.errors import ConfigError
 from rlserve.multiagent import PolicyMapping
@@ -129,11 +129,15 @@ def server_config_of(config: AlgorithmConfig) -> ServerConfig:
 
 def serving_config(
     server: ServerConfig,
-    ppo: PPOSettings,
+    ppo: Any,
     policies: dict[str, PolicySpec],
     mapping: PolicyMapping | None,
 ) -> AlgorithmConfig:
-    """The AlgorithmConfig of a server configuration (``rlserve serve``'s flags and file)."""
+    """The AlgorithmConfig of a server configuration (``rlserve serve``'s flags and file).
+
+    ``ppo`` is the algorithm's settings (``PPOSettings``, ``DQNSettings``...): its type picks
+    the algorithm.
+    """
     own = {f.name for f in dataclasses.fields(ServingSettings)} - {
         "server",
         "max_queued_steps_per_source",
@@ -145,7 +149,7 @@ def serving_config(
         if f.name not in skip and getattr(server, f.name) != getattr(SERVER_DEFAULTS, f.name)
     }
     config = (
-        PPOConfig()
+        config_for(algorithm_of_settings(ppo).name)
         .multi_agent(policies=dict(policies))
         .training(**dataclasses.asdict(ppo))
         .env_runners(rollout_fragment_length=server.fragment_length)
@@ -177,7 +181,9 @@ def run_folder_config(folder: Path) -> AlgorithmConfig:
             "folder: set RLSERVE_TOKEN, or pass a config with .serving(token=...)"
         )
     policies, mapping = policies_from_run(tables, spaces)
-    return serving_config(server, build(PPOSettings, tables.get("ppo"), None), policies, mapping)
+    entry = run_algorithm(tables)
+    settings = build(entry.settings, tables.get(entry.name), None)
+    return serving_config(server, settings, policies, mapping)
 
 
 class NetworkAlgorithm(Algorithm):
@@ -202,8 +208,9 @@ class NetworkAlgorithm(Algorithm):
         self.time_total_s = 0.0
         self.specs, self.mapping = network_policies(config)
         self.server_config = server_config_of(config)
-        ppo_table = to_table(config.ppo_settings())
-        check_policies(self.specs, ppo_table)
+        algo = config.algo_name
+        ppo_table = to_table(config.algo_settings())
+        check_policies(self.specs, ppo_table, algo)
         if resume is not None:
             folder = RunFolder.existing(resume)
         else:
@@ -212,7 +219,10 @@ class NetworkAlgorithm(Algorithm):
         """The run folder (the same as :attr:`run`, never None here)."""
         self.run = folder
         tables, spaces = run_folder_form(self.specs, self.mapping)
-        folder.save({"server": to_table(self.server_config), "ppo": ppo_table, **tables}, spaces)
+        own = {algo: ppo_table}
+        if algo != DEFAULT_ALGORITHM:
+            own["algorithm"] = {"name": algo}
+        folder.save({"server": to_table(self.server_config), **own, **tables}, spaces)
         self.policy_server = PolicyServer(
             self.server_config,
             ppo_table,
@@ -220,6 +230,7 @@ class NetworkAlgorithm(Algorithm):
             folder,
             mapping=self.mapping,
             resume=resume is not None,
+            algo=algo,
         )
         self.server = None  # no attached in-process server: the policy server is the source
         self._thread: ServerThread | None = None

@@ -47,6 +47,9 @@ class DQNSettings:
     exploration_steps: int = option(
         10_000, "Env steps over which epsilon falls linearly from start to end."
     )
+    checkpoint_replay: bool = option(
+        False, "Save the replay buffer's contents in checkpoints, so a resumed run has them."
+    )
     hidden: tuple[int, ...] = option((64, 64), "Hidden layer sizes of the Q-network.")
     activation: str = option("relu", "Activation: tanh or relu.")
     max_abs_input: float = option(

@@ -1,7 +1,13 @@
-"""Torch actor-critic networks whose actor matches :class:`rlserve.policy.NumpyPolicy`."""
+"""Torch networks whose acting part matches :class:`rlserve.policy.NumpyPolicy`.
+
+:class:`ActorCritic` (PPO) publishes its actor; :class:`QNetwork` (DQN) publishes its Q-values,
+a dueling head folded into one linear layer, so the numpy policy and the ONNX export run a plain
+MLP either way.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import gymnasium as gym
@@ -10,7 +16,7 @@ import torch
 from torch import nn
 
 from rlserve.policy import ModelSpec
-from rlserve.policy.distributions import check_learnable
+from rlserve.policy.distributions import check_learnable, epsilon_greedy
 from rlserve.spaces import flat_dim
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -133,3 +139,96 @@ class ActorCritic(nn.Module):
             column += part.action_width
             param += part.size
         return logp, entropy
+
+
+class QNetwork(nn.Module):
+    """Action values of a Discrete action space: an MLP trunk and a linear head.
+
+    With ``dueling`` the head is two linear layers on the trunk, a state value ``V`` and
+    advantages ``A``, combined as ``Q = V + A - mean(A)``. That is linear in the trunk's output,
+    so :meth:`q_arrays` publishes it folded into one layer ``head`` (``W = W_A + W_V -
+    mean_rows(W_A)``, ``b = b_A + b_V - mean(b_A)``): the numpy policy and the export see the
+    same plain MLP as without dueling.
+
+    Args:
+        observation_space: Any space ``gymnasium.spaces.flatten`` handles.
+        action_space: A Discrete space.
+        hidden: Hidden layer sizes of the trunk.
+        activation: ``tanh`` or ``relu``.
+        dueling: Separate value and advantage heads.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        hidden: tuple[int, ...] = (64, 64),
+        activation: str = "relu",
+        dueling: bool = False,
+    ):
+        super().__init__()
+        check_learnable(observation_space, action_space)
+        self.action_distribution = epsilon_greedy(action_space)
+        self.obs_dim = flat_dim(observation_space)
+        self.action_dim = self.action_distribution.param_dim
+        self.activation = activation
+        self.dueling = dueling
+        self.epsilon = 0.0
+        """The exploration epsilon of a loaded checkpoint's schedule (set by the export)."""
+        layers: list[nn.Module] = []
+        width = self.obs_dim
+        for size in hidden:
+            layers += [nn.Linear(width, size), _ACTIVATIONS[activation]()]
+            width = size
+        self.trunk = nn.Sequential(*layers)
+        if dueling:
+            self.value_head = nn.Linear(width, 1)
+            self.advantage_head = nn.Linear(width, self.action_dim)
+        else:
+            self.head = nn.Linear(width, self.action_dim)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Q-values, ``[N, n]``."""
+        features = self.trunk(obs)
+        if not self.dueling:
+            out: torch.Tensor = self.head(features)
+            return out
+        advantages = self.advantage_head(features)
+        value = self.value_head(features)
+        return value + advantages - advantages.mean(dim=1, keepdim=True)
+
+    def layer_names(self) -> tuple[str, ...]:
+        """The published linear layers in order: the trunk's, then ``head``."""
+        trunk = tuple(
+            f"trunk.{i}" for i, layer in enumerate(self.trunk) if isinstance(layer, nn.Linear)
+        )
+        return (*trunk, "head")
+
+    def spec(self, epsilon: float) -> ModelSpec:
+        """The Q-network's architecture for numpy inference, acting epsilon-greedily."""
+        distribution = dataclasses.replace(self.action_distribution, epsilon=float(epsilon))
+        return ModelSpec.for_distribution(
+            self.obs_dim, self.layer_names(), self.activation, distribution
+        )
+
+    def head_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The head as one linear layer's ``(weight [n, h], bias [n])`` (dueling: folded)."""
+        with torch.no_grad():
+            if not self.dueling:
+                return self.head.weight.detach().clone(), self.head.bias.detach().clone()
+            wa, ba = self.advantage_head.weight, self.advantage_head.bias
+            wv, bv = self.value_head.weight, self.value_head.bias
+            weight = wa + wv - wa.mean(dim=0, keepdim=True)
+            bias = ba + bv - ba.mean()
+            return weight.detach().clone(), bias.detach().clone()
+
+    def q_arrays(self) -> dict[str, np.ndarray]:
+        """The published layers as named float32 numpy arrays."""
+        arrays = {
+            f"trunk.{name}": p.detach().float().cpu().numpy().copy()
+            for name, p in self.trunk.named_parameters()
+        }
+        weight, bias = self.head_weights()
+        arrays["head.weight"] = weight.float().cpu().numpy()
+        arrays["head.bias"] = bias.float().cpu().numpy()
+        return arrays

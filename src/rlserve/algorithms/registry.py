@@ -104,6 +104,31 @@ def algorithm(name: str | None) -> AlgorithmEntry:
     return entry
 
 
+def algorithm_of_settings(settings: Any) -> AlgorithmEntry:
+    """The algorithm whose settings dataclass ``settings`` is an instance of.
+
+    Raises:
+        ConfigError: No registered algorithm has that settings class.
+    """
+    for entry in ALGORITHMS.values():
+        if type(settings) is entry.settings:
+            return entry
+    raise ConfigError(f"{type(settings).__name__} is the settings of no registered algorithm")
+
+
+def run_algorithm(tables: dict[str, Any]) -> AlgorithmEntry:
+    """The algorithm of a run folder's ``config.toml`` tables.
+
+    ``[algorithm] name``; PPO when absent, as in every run folder before other algorithms
+    existed. Its settings are the table named after it (``[ppo]``, ``[dqn]``).
+
+    Raises:
+        ConfigError: The run names an unknown algorithm.
+    """
+    table = tables.get("algorithm") or {}
+    return algorithm(table.get("name") if isinstance(table, dict) else None)
+
+
 register(
     AlgorithmEntry(
         name="ppo",

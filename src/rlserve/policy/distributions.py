@@ -14,7 +14,14 @@ action space           ``kind``            parts (in order)
 ``Dict`` / ``Tuple``   ``composite``       the parts of each member, in the space's order
 ``Box`` (SAC)          ``squashed_gaussian``  one tanh-squashed Gaussian over ``prod(shape)``
                                            values (:func:`squashed_gaussian_distribution`)
+``Discrete(n)`` (DQN)  ``epsilon_greedy``  one categorical part over ``n`` choices
 =====================  ==================  ===================================================
+
+An ``epsilon_greedy`` distribution (:func:`epsilon_greedy`, the value-based learners') reads its
+part's outputs as action values, not logits: it takes the best choice with probability
+``1 - epsilon + epsilon / n`` and each other choice with ``epsilon / n`` (a uniformly random
+choice with probability ``epsilon``, else the best); its mode is the best choice. ``epsilon``
+travels with the weights (the model spec's ``epsilon``), as the learner's schedule moves it.
 
 Every part reads ``size`` consecutive outputs of the actor (``params``): a categorical part's
 logits, a Bernoulli part's logits, a Gaussian part's means (its standard deviations come from
@@ -61,6 +68,7 @@ DISTRIBUTION_KINDS = (
     "bernoulli",
     "composite",
     "squashed_gaussian",
+    "epsilon_greedy",
 )
 """The values of :attr:`ActionDistribution.kind` (and of the model spec's ``distribution``)."""
 
@@ -114,6 +122,7 @@ class ActionDistribution:
         low: Per action column, the lower bound the environment's value is clipped to
             (``-inf`` for discrete columns and unbounded Box values).
         high: Per action column, the upper bound, as ``low``.
+        epsilon: ``epsilon_greedy`` only: the probability of a uniformly random choice.
     """
 
     kind: str
@@ -121,6 +130,7 @@ class ActionDistribution:
     offsets: tuple[int, ...]
     low: tuple[float, ...]
     high: tuple[float, ...]
+    epsilon: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in DISTRIBUTION_KINDS:
@@ -152,6 +162,12 @@ class ActionDistribution:
                     "a squashed Gaussian scales to the Box's bounds: they must be finite with "
                     "low < high"
                 )
+        if self.kind == "epsilon_greedy" and (
+            len(self.parts) != 1 or self.parts[0].kind != "categorical"
+        ):
+            raise SpaceError("an epsilon_greedy distribution has one categorical part")
+        if not 0.0 <= self.epsilon <= 1.0:
+            raise SpaceError(f"epsilon must be within [0, 1], got {self.epsilon}")
         if self.param_dim > MAX_ACTION_PARAMS:
             raise SpaceError(
                 f"the action space needs {self.param_dim} actor outputs; the limit is "
@@ -176,7 +192,7 @@ class ActionDistribution:
     @property
     def scalar(self) -> bool:
         """True when actions are ``[T]`` int64 choice indices rather than ``[T, A]`` float32."""
-        return self.kind == "categorical"
+        return self.kind in ("categorical", "epsilon_greedy")
 
     @property
     def discrete(self) -> bool:
@@ -246,6 +262,10 @@ class ActionDistribution:
         if self.kind == "squashed_gaussian":
             return squashed_sample(params, self.low, self.high, rng, explore)
         n = params.shape[0]
+        if self.kind == "epsilon_greedy":
+            choices = epsilon_greedy_choices(params, self.epsilon, rng, explore)
+            actions = choices.astype(np.float32)[:, None]
+            return actions, self.log_prob(params, log_std, actions)
         actions = np.empty((n, self.action_width), dtype=np.float32)
         column = param = gauss = 0
         for part in self.parts:
@@ -279,6 +299,8 @@ class ActionDistribution:
         if self.kind == "squashed_gaussian":
             return squashed_log_prob(params, self.low, self.high, actions)
         n = params.shape[0]
+        if self.kind == "epsilon_greedy":
+            return epsilon_greedy_log_prob(params, self.epsilon, actions.reshape(n))
         total = np.zeros(n, dtype=np.float64)
         column = param = gauss = 0
         for part in self.parts:
@@ -365,6 +387,54 @@ def squashed_log_prob(
     squashed = np.clip((x - lo) / half_range - 1.0, -1.0 + SQUASH_EPS, 1.0 - SQUASH_EPS)
     noise = (np.arctanh(squashed) - mean) / np.exp(log_std)
     return _squashed_logp(noise, log_std, squashed, half_range).astype(np.float32)
+
+
+def epsilon_greedy_choices(
+    values: np.ndarray, epsilon: float, rng: np.random.Generator, explore: bool
+) -> np.ndarray:
+    """``[N]`` int64 choices from ``[N, n]`` action values, epsilon-greedily.
+
+    The best choice, or (exploring) with probability ``epsilon`` a uniformly random one.
+    Exploring always draws ``2 N`` numbers from ``rng`` (whatever ``epsilon`` is), so a seeded
+    generator gives the same stream for every schedule.
+    """
+    greedy = values.argmax(axis=1).astype(np.int64)
+    if not explore:
+        return greedy
+    rows, choices = values.shape
+    explored = rng.random(rows) < epsilon
+    random = rng.integers(0, choices, size=rows)
+    return np.where(explored, random, greedy)
+
+
+def epsilon_greedy_log_prob(values: np.ndarray, epsilon: float, choices: np.ndarray) -> np.ndarray:
+    """``[N]`` float32 log-probabilities of ``choices`` under epsilon-greedy over ``values``.
+
+    ``log(1 - epsilon + epsilon / n)`` for the best choice (the first of equal best ones),
+    ``log(epsilon / n)`` for any other (``-inf`` when ``epsilon`` is 0).
+    """
+    n = values.shape[1]
+    best = values.argmax(axis=1) == np.asarray(choices).astype(np.int64)
+    greedy = math.log(1.0 - epsilon + epsilon / n)
+    other = math.log(epsilon / n) if epsilon > 0 else -math.inf
+    return np.where(best, greedy, other).astype(np.float32)
+
+
+def epsilon_greedy(space: spaces.Space[Any], epsilon: float = 0.0) -> ActionDistribution:
+    """The epsilon-greedy distribution over a Discrete space's choices.
+
+    Raises:
+        UnsupportedSpaceError: ``space`` is not Discrete (value-based learners need one set of
+            choices to rank).
+    """
+    if not isinstance(space, spaces.Discrete):
+        raise UnsupportedSpaceError(
+            f"epsilon-greedy acting needs a Discrete action space, not {space}"
+        )
+    part = ActionPart("categorical", int(space.n))
+    return ActionDistribution(
+        "epsilon_greedy", (part,), (int(space.start),), (-math.inf,), (math.inf,), float(epsilon)
+    )
 
 
 def _float_bounds(values: np.ndarray) -> list[float]:

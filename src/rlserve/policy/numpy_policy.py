@@ -16,7 +16,13 @@ from typing import Any
 import numpy as np
 
 from rlserve.errors import ConfigError, SpaceError
-from rlserve.policy.distributions import DISTRIBUTION_KINDS, ActionDistribution, ActionPart
+from rlserve.policy.distributions import (
+    DISTRIBUTION_KINDS,
+    ActionDistribution,
+    ActionPart,
+    epsilon_greedy_choices,
+    epsilon_greedy_log_prob,
+)
 
 _ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     # In place: the forward pass owns every intermediate array.
@@ -54,8 +60,10 @@ class ModelSpec:
         actor_layers: Names of the actor's linear layers in order; layer ``name`` has the arrays
             ``name.weight`` (``[out, in]``) and ``name.bias``.
         activation: Activation between layers (``tanh`` or ``relu``); none after the last.
-        distribution: ``categorical`` (logits over ``action_dim`` choices) or ``gaussian``
-            (mean of ``action_dim`` values; std from the array ``log_std``).
+        distribution: ``categorical`` (logits over ``action_dim`` choices), ``gaussian``
+            (mean of ``action_dim`` values; std from the array ``log_std``),
+            ``epsilon_greedy`` (action values of ``action_dim`` choices; see ``epsilon``) or
+            one of the multi-part kinds (``action_parts``).
         action_dim: Number of logits, or of action dimensions.
         action_low: Lower bounds to clip Gaussian actions to before sending (may be empty).
         action_high: Upper bounds, as ``action_low``.
@@ -66,6 +74,9 @@ class ModelSpec:
             ``action_dim`` implies); see :mod:`rlserve.policy.distributions`.
         action_offsets: Per action column, the value added to give the environment's value
             (the ``start`` of Discrete and MultiDiscrete members), with ``action_parts``.
+        epsilon: ``epsilon_greedy`` only: the probability that an exploring policy takes a
+            uniformly random choice (the learner's schedule, shipped with each version). On the
+            wire only for ``epsilon_greedy``; absent means 0.
     """
 
     obs_dim: int
@@ -78,6 +89,7 @@ class ModelSpec:
     action_start: int = 0
     action_parts: tuple[tuple[str, int], ...] = field(default=())
     action_offsets: tuple[int, ...] = field(default=())
+    epsilon: float = 0.0
 
     @classmethod
     def for_distribution(
@@ -92,6 +104,8 @@ class ModelSpec:
         base = cls(obs_dim, actor_layers, activation, distribution.kind, dim)
         if distribution.kind == "categorical":
             return replace(base, action_start=distribution.offsets[0])
+        if distribution.kind == "epsilon_greedy":
+            return replace(base, action_start=distribution.offsets[0], epsilon=distribution.epsilon)
         if distribution.kind == "gaussian":
             return replace(base, action_low=distribution.low, action_high=distribution.high)
         return replace(
@@ -109,11 +123,16 @@ class ModelSpec:
             ConfigError: The action fields do not describe a valid distribution.
         """
         try:
-            if self.distribution == "categorical":
+            if self.distribution in ("categorical", "epsilon_greedy"):
                 part = ActionPart("categorical", self.action_dim)
                 inf = (math.inf,)
                 return ActionDistribution(
-                    "categorical", (part,), (self.action_start,), (-math.inf,), inf
+                    self.distribution,
+                    (part,),
+                    (self.action_start,),
+                    (-math.inf,),
+                    inf,
+                    self.epsilon if self.distribution == "epsilon_greedy" else 0.0,
                 )
             if self.distribution == "gaussian":
                 dim = self.action_dim
@@ -144,11 +163,13 @@ class ModelSpec:
         """Return the spec as a plain map."""
         data = asdict(self)
         data["actor_layers"] = list(self.actor_layers)
-        if self.distribution in ("categorical", "gaussian"):
+        if self.distribution in ("categorical", "gaussian", "epsilon_greedy"):
             del data["action_parts"], data["action_offsets"]
         else:
             data["action_parts"] = [{"kind": k, "size": n} for k, n in self.action_parts]
             data["action_offsets"] = list(self.action_offsets)
+        if self.distribution != "epsilon_greedy":
+            del data["epsilon"]  # the wire form of the other kinds is as it always was
         # JSON has no infinity: an unbounded side is written as null, as in space descriptions.
         data["action_low"] = [v if math.isfinite(v) else None for v in self.action_low]
         data["action_high"] = [v if math.isfinite(v) else None for v in self.action_high]
@@ -179,6 +200,7 @@ class ModelSpec:
                     (str(p["kind"]), int(p["size"])) for p in raw.get("action_parts", ())
                 ),
                 action_offsets=tuple(int(v) for v in raw.get("action_offsets", ())),
+                epsilon=float(raw.get("epsilon", 0.0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"malformed model spec: {exc!r}") from exc
@@ -198,9 +220,9 @@ class PolicyOutput:
     """Actions for a batch of observations.
 
     Attributes:
-        actions: ``[N]`` int64 (categorical) or ``[N, A]`` float32 (every other distribution,
-            in the layout of :mod:`rlserve.policy.distributions`; Gaussian values unclipped:
-            this is what was sampled and what the learner trains on).
+        actions: ``[N]`` int64 (categorical, epsilon_greedy) or ``[N, A]`` float32 (every
+            other distribution, in the layout of :mod:`rlserve.policy.distributions`; Gaussian
+            values unclipped: this is what was sampled and what the learner trains on).
         logp: ``[N]`` float32 log-probability of each action.
     """
 
@@ -306,6 +328,8 @@ class NumpyPolicy:
             explore: Sample from the distribution when True; take its mode when False.
         """
         out = self.forward(obs)
+        if self.spec.distribution == "epsilon_greedy":
+            return self._epsilon_greedy(out, explore)
         if self.spec.distribution == "categorical":
             if obs.shape[0] == 1 and out.shape[1] <= _SMALL_CHOICE:
                 return self._sample_one(out[0].tolist(), explore)
@@ -344,6 +368,28 @@ class NumpyPolicy:
         logp = -0.5 * (noise**2).sum(axis=1) - self._log_std.sum() - 0.5 * LOG_2PI * out.shape[1]
         return PolicyOutput(actions.astype(np.float32), logp.astype(np.float32))
 
+    def _epsilon_greedy(self, values: np.ndarray, explore: bool) -> PolicyOutput:
+        """The best choice by ``values`` or, exploring, a random one with probability epsilon."""
+        epsilon = self.spec.epsilon
+        if values.shape[0] == 1 and values.shape[1] <= _SMALL_CHOICE:
+            # One decision (a local client's common case): plain floats, as _sample_one.
+            row = values[0].tolist()
+            action = row.index(max(row))
+            greedy = action
+            if explore:
+                explored = self._rng.random() < epsilon
+                random = int(self._rng.integers(0, len(row)))
+                action = random if explored else greedy
+            n = len(row)
+            logp = (
+                math.log(1.0 - epsilon + epsilon / n) if action == greedy else math.log(epsilon / n)
+            )
+            return PolicyOutput(
+                np.array([action], dtype=np.int64), np.array([logp], dtype=np.float32)
+            )
+        actions = epsilon_greedy_choices(values, epsilon, self._rng, explore)
+        return PolicyOutput(actions, epsilon_greedy_log_prob(values, epsilon, actions))
+
     def _row_index(self, rows: int) -> np.ndarray:
         """``np.arange(rows)``, made once per (small) batch size."""
         index = self._rows.get(rows)
@@ -375,6 +421,8 @@ class NumpyPolicy:
     def log_prob(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
         """Log-probability of given actions under this policy, ``[N]`` float32."""
         out = self.forward(obs)
+        if self.spec.distribution == "epsilon_greedy":
+            return epsilon_greedy_log_prob(out, self.spec.epsilon, actions)
         if self.spec.distribution == "categorical":
             shifted = out - out.max(axis=1, keepdims=True)
             log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
@@ -389,11 +437,11 @@ class NumpyPolicy:
     def to_env_actions(self, actions: np.ndarray) -> np.ndarray:
         """Flat actions as the environment takes them: offset by ``start``, Box values clipped.
 
-        Categorical: ``[N]`` int64; Gaussian: ``[N, A]`` float32; other distributions:
-        ``[N, A]`` float64 (see :func:`rlserve.policy.distributions.actions_to_space` for the
-        space's own form).
+        Categorical and epsilon-greedy: ``[N]`` int64; Gaussian: ``[N, A]`` float32; other
+        distributions: ``[N, A]`` float64 (see
+        :func:`rlserve.policy.distributions.actions_to_space` for the space's own form).
         """
-        if self.spec.distribution == "categorical":
+        if self.spec.distribution in ("categorical", "epsilon_greedy"):
             return actions + self.spec.action_start if self.spec.action_start else actions
         if self.spec.distribution != "gaussian":
             return self.distribution.to_env(actions)

@@ -24,6 +24,7 @@ import gymnasium as gym
 import uvicorn
 
 from rlserve.algorithms.base import WeightsPackage
+from rlserve.algorithms.registry import DEFAULT_ALGORITHM
 from rlserve.multiagent import PolicyMapping
 from rlserve.policy.distributions import check_learnable
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
@@ -108,6 +109,7 @@ class PolicyServer:
         mapping: Which policy acts for which agent (None: every agent maps to the only policy,
             when there is one).
         resume: Continue the run in ``run`` (its weights, counters and experience log).
+        algo: The learning algorithm's name (the registry's; its settings are ``ppo``).
     """
 
     config: ServerConfig
@@ -128,6 +130,8 @@ class PolicyServer:
     learner_factory: Callable[[PolicyServer], LearnerSide] | None = None
     """Builds the learner side from the server (its config, stats, store and opened-later log);
     None: a :class:`LearnerLink` with a supervised learner process (``rlserve serve``)."""
+    algo: str = DEFAULT_ALGORITHM
+    """The algorithm the learner process trains (``--algo``)."""
 
     @classmethod
     def single(
@@ -204,6 +208,7 @@ class PolicyServer:
         """A policy's plain-value set-up for the learner process (seeded apart by its index)."""
         return {
             "policy_id": spec.policy_id,
+            "algo": self.algo,
             "ppo": {**spec.ppo_table(self.ppo), "seed": self.config.seed + index},
             **spec.spaces(),
             "frozen": spec.frozen,
