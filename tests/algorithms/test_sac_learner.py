@@ -129,12 +129,12 @@ def test_published_weights_act_within_the_box() -> None:
 
 
 def test_a_checkpoint_resumes_the_same_training(tmp_path: Path) -> None:
-    first = SACLearner(OBS, WIDE, _settings(seed=3))
+    first = SACLearner(OBS, WIDE, _settings(seed=3, checkpoint_replay=True))
     first.ingest([_fragment(30)])
     first.update()
     path = tmp_path / "sac.pt"
     first.save(path, {"note": "x"})
-    second = SACLearner(OBS, WIDE, _settings(seed=99))
+    second = SACLearner(OBS, WIDE, _settings(seed=99, checkpoint_replay=True))
     assert second.load(path) == {"note": "x"}
     assert second.counters() == first.counters() and len(second.replay) == 30
     for learner in (first, second):
@@ -196,12 +196,13 @@ def test_learns_the_best_action_of_a_wide_box() -> None:
 
 def test_every_metric_of_an_update_is_documented() -> None:
     text = METRICS_DOC.read_text()
-    ppo, _, others = text.partition("\n## `learner/` names of other algorithms")
-    sac = others.partition("\n### SAC")[2]
+    ppo = text.partition("\n### DQN's learner")[0]
+    sac = text.partition("\n### SAC's learner")[2].partition("\n## ")[0]
     row = re.compile(r"^\| `(learner/[a-z_0-9]+)` \|", re.M)
-    documented = set(row.findall(ppo)) | set(row.findall(sac))
+    item = re.compile(r"^- `(learner/[a-z_0-9]+)`:", re.M)
+    documented = set(row.findall(ppo)) | set(item.findall(sac))
     learner = SACLearner(OBS, WIDE, _settings())
     learner.ingest([_fragment(30)])
     metrics = learner.update()
     assert set(metrics) <= documented, set(metrics) - documented
-    assert set(row.findall(sac)) <= set(metrics)  # and the SAC table holds no stray name
+    assert set(item.findall(sac)) <= set(metrics)  # and the SAC list holds no stray name

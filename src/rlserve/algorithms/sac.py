@@ -300,7 +300,7 @@ class SACLearner(Learner):
         started = time.perf_counter()
         count = min(int(self._owed), self.config.updates_per_hand_off)
         self._owed -= count
-        self._new_steps = 0
+        new_steps, self._new_steps = self._new_steps, 0
         stats: dict[str, list[float]] = {
             "critic_loss": [],
             "actor_loss": [],
@@ -321,7 +321,7 @@ class SACLearner(Learner):
             self._version += 1
             self._counters["updates"] += 1
             self._counters["gradient_steps"] += applied
-            self._counters["steps_trained"] += applied * self.config.batch_size
+            self._counters["steps_trained"] += new_steps
         else:
             self._counters["updates_skipped_nonfinite"] += 1
             self._warnings.add("updates that applied no step (version kept)")
@@ -330,7 +330,7 @@ class SACLearner(Learner):
             {
                 "learner/alpha": self.alpha,
                 "learner/replay_size": float(len(self.replay)),
-                "learner/batch_steps": float(applied * self.config.batch_size),
+                "learner/batch_steps": float(new_steps),
                 "learner/update_seconds": time.perf_counter() - started,
                 "learner/weights_version": float(self._version),
             }
@@ -413,8 +413,8 @@ class SACLearner(Learner):
     def save(self, path: Path, extra: dict[str, Any]) -> None:
         """Write a checkpoint loadable with ``torch.load(weights_only=True)``.
 
-        With ``save_replay`` the replay buffer's contents go in too (as tensors), so a resumed
-        run trains on the same experience.
+        With ``checkpoint_replay`` the replay buffer's contents go in too (as tensors), so a
+        resumed run trains on the same experience.
         """
         state: dict[str, Any] = {
             "model": self._model_state(),
@@ -428,7 +428,7 @@ class SACLearner(Learner):
             "torch_rng": self._generator.get_state(),
             "extra": extra,
         }
-        if self.config.save_replay:
+        if self.config.checkpoint_replay:
             state["replay"] = {
                 name: torch.from_numpy(np.ascontiguousarray(array))
                 for name, array in self.replay.state().items()

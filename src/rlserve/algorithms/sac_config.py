@@ -44,7 +44,9 @@ class SACSettings:
     )
     hidden: tuple[int, ...] = option((256, 256), "Hidden layer sizes of actor and critics.")
     activation: str = option("relu", "Activation: tanh or relu.")
-    save_replay: bool = option(True, "Write the replay buffer into checkpoints.")
+    checkpoint_replay: bool = option(
+        False, "Save the replay buffer's contents in checkpoints, so a resumed run has them."
+    )
     max_abs_input: float = option(
         1e9,
         "Exclude fragments holding an observation, reward or action of larger magnitude.",
