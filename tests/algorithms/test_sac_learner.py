@@ -206,3 +206,17 @@ def test_every_metric_of_an_update_is_documented() -> None:
     metrics = learner.update()
     assert set(metrics) <= documented, set(metrics) - documented
     assert set(item.findall(sac)) <= set(metrics)  # and the SAC list holds no stray name
+
+
+def test_non_finite_losses_skip_their_gradient_steps_and_keep_the_version() -> None:
+    learner = SACLearner(OBS, WIDE, _settings(learning_starts=0, max_abs_input=3e38))
+    fragment = _fragment(10)
+    fragment.rewards[:] = 2e38  # finite in float32; its squared error is not
+    learner.ingest([fragment])
+    before = [p.detach().clone() for p in learner.critic.parameters()]
+    metrics = learner.update()
+    assert metrics["learner/gradient_steps_skipped_nonfinite"] == 10
+    assert metrics["learner/updates_skipped_nonfinite"] == 1
+    assert learner.version == 0 and metrics["learner/gradient_steps"] == 0
+    for a, b in zip(before, learner.critic.parameters(), strict=True):
+        torch.testing.assert_close(a, b)

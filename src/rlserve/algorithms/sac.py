@@ -18,7 +18,9 @@ the target critics by ``tau``. The temperature used in a step is the one before 
 
 As PPO's learner, it is robust on its own against hostile or broken experience: a fragment with
 a malformed shape, a non-finite value or a magnitude beyond ``max_abs_input`` is excluded whole
-and counted, and a gradient step whose losses are not finite applies nothing and is counted.
+and counted, and a gradient step whose critic or temperature loss is not finite applies nothing
+and is counted (one whose actor loss, computed after the critics' step, is not finite keeps that
+step and skips the actor's, the temperature's and the target's).
 """
 
 from __future__ import annotations
@@ -293,7 +295,7 @@ class SACLearner(Learner):
     def update(self) -> dict[str, float]:
         """Pay owed gradient steps, at most ``train_every * updates_per_step`` of them.
 
-        A gradient step whose losses are not finite applies nothing and is counted in
+        A gradient step whose losses are not finite is skipped (see the module) and counted in
         ``learner/gradient_steps_skipped_nonfinite``; when none applies the version does not
         advance (``learner/updates_skipped_nonfinite``).
         """
@@ -339,7 +341,7 @@ class SACLearner(Learner):
         return metrics
 
     def _gradient_step(self, stats: dict[str, list[float]]) -> bool:
-        """One SAC gradient step on a sampled batch; False (and no change) when not finite."""
+        """One SAC gradient step on a sampled batch; False when a loss is not finite."""
         batch = self.replay.sample(self.config.batch_size)
         device = self.device
         obs = torch.as_tensor(batch.obs, device=device)
