@@ -21,6 +21,7 @@ EXPECTED_ALL = {
     "EpisodeError",
     "EpisodeLostError",
     "PPOConfig",
+    "SACConfig",
     "PolicyClient",
     "ProtocolError",
     "RLServeError",
@@ -59,7 +60,14 @@ def test_version_matches_the_distribution() -> None:
     assert rlserve.__version__ == version("rlserve")
 
 
-NOT_ERRORS = {"AlgorithmConfig", "DQNConfig", "PPOConfig", "PolicyClient", "__version__"}
+NOT_ERRORS = {
+    "AlgorithmConfig",
+    "DQNConfig",
+    "PPOConfig",
+    "PolicyClient",
+    "SACConfig",
+    "__version__",
+}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_ALL - NOT_ERRORS))

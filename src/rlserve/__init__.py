@@ -5,7 +5,7 @@ The public surface is re-exported here; ``import rlserve`` never imports torch.
 
 __version__ = "0.1.0"
 
-from rlserve.algorithm.config import AlgorithmConfig, DQNConfig, PPOConfig
+from rlserve.algorithm.config import AlgorithmConfig, DQNConfig, PPOConfig, SACConfig
 from rlserve.client.policy_client import PolicyClient
 from rlserve.errors import (
     AuthenticationError,
@@ -37,6 +37,7 @@ __all__ = [
     "ProtocolError",
     "RLServeError",
     "RequestTimeoutError",
+    "SACConfig",
     "ServerError",
     "SpaceError",
     "TLSError",

@@ -27,6 +27,12 @@ the space's ``start``, and ``q_values`` ``[N, n]`` float32 (a dueling network's 
 the JSON's ``model`` entry has ``distribution`` ``epsilon_greedy`` and the ``epsilon`` of the
 checkpoint's schedule, for an engine that wants to explore as training did.
 
+A SAC run (``[algorithm] name = "sac"``) exports its tanh-squashed Gaussian: ``action``
+``[N, A]`` float32 is the deterministic action ``low + (tanh(mean) + 1) / 2 * (high - low)``,
+``mean`` ``[N, A]`` and ``log_std`` ``[N, A]`` (state-dependent, clamped to ``[-20, 2]``) the
+Gaussian before the squashing; an engine samples ``u ~ N(mean, exp(log_std))`` and scales
+``tanh(u)`` the same way.
+
 The file is self-contained (the weights are inside it): copy ``policy.onnx`` alone.
 
 The checkpoint is loaded with ``torch.load(weights_only=True)``.
@@ -44,6 +50,8 @@ from torch import nn
 from rlserve.algorithms.dqn_config import DQNSettings
 from rlserve.algorithms.models import ActorCritic, QNetwork
 from rlserve.algorithms.registry import run_algorithm
+from rlserve.algorithms.sac_config import SACSettings
+from rlserve.algorithms.sac_models import SquashedGaussianActor
 from rlserve.config import build
 from rlserve.errors import ConfigError
 from rlserve.policy.distributions import ActionDistribution
@@ -110,15 +118,34 @@ class _GreedyQ(nn.Module):
         return q_values.argmax(dim=1) + self.start, q_values
 
 
+class _SquashedPolicy(nn.Module):
+    """A SAC actor with its deterministic action, as exported."""
+
+    low: torch.Tensor
+    high: torch.Tensor
+
+    def __init__(self, actor: SquashedGaussianActor):
+        super().__init__()
+        self.actor = actor
+        dist = actor.action_distribution
+        self.register_buffer("low", torch.tensor(dist.low, dtype=torch.float32))
+        self.register_buffer("high", torch.tensor(dist.high, dtype=torch.float32))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        mean, log_std = self.actor.params(obs)
+        action = self.low + (torch.tanh(mean) + 1.0) * 0.5 * (self.high - self.low)
+        return action, mean, log_std
+
+
 def load_model(
     run_dir: str | Path,
     checkpoint: str | Path | None = None,
     policy_id: str = DEFAULT_POLICY_ID,
-) -> tuple[ActorCritic | QNetwork, Path]:
+) -> tuple[ActorCritic | QNetwork | SquashedGaussianActor, Path]:
     """Rebuild a run's model from its configuration and a checkpoint (default: the newest).
 
     The run's algorithm (``[algorithm] name`` in its ``config.toml``, PPO without one) says
-    which: PPO's actor-critic or DQN's Q-network.
+    which: PPO's actor-critic, DQN's Q-network or SAC's actor.
 
     Args:
         run_dir: The run folder.
@@ -139,7 +166,7 @@ def load_model(
         )
     entry = run_algorithm(tables)
     settings = build(entry.settings, spec.ppo_table(tables.get(entry.name) or {}), None)
-    model: ActorCritic | QNetwork
+    model: ActorCritic | QNetwork | SquashedGaussianActor
     if isinstance(settings, DQNSettings):
         model = QNetwork(
             spec.observation_space,
@@ -147,6 +174,10 @@ def load_model(
             settings.hidden,
             settings.activation,
             settings.dueling,
+        )
+    elif isinstance(settings, SACSettings):
+        model = SquashedGaussianActor(
+            spec.observation_space, spec.action_space, settings.hidden, settings.activation
         )
     else:
         model = ActorCritic(
@@ -163,7 +194,10 @@ def load_model(
             )
         checkpoint = files[-1]
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    model.load_state_dict(state["model"])
+    if isinstance(model, SquashedGaussianActor):
+        model.load_state_dict(state["model"]["actor"])  # a SAC checkpoint holds its critics too
+    else:
+        model.load_state_dict(state["model"])
     if isinstance(model, QNetwork) and isinstance(settings, DQNSettings):
         model.epsilon = settings.epsilon(int(state["counters"].get("env_steps_ingested", 0)))
     model.eval()
@@ -195,6 +229,11 @@ def export_onnx(
             "q_values": {"shape": ["N", dist.param_dim], "dtype": "float32"},
         }
         spec = model.spec(model.epsilon).to_wire()
+    elif isinstance(model, SquashedGaussianActor):
+        wrapper = _SquashedPolicy(model).eval()
+        dist = model.action_distribution
+        outputs = _outputs(dist)
+        spec = model.spec().to_wire()
     else:
         wrapper = _GreedyPolicy(model).eval()
         dist = model.action_distribution
@@ -227,6 +266,9 @@ def export_onnx(
 
 def _outputs(dist: ActionDistribution) -> dict[str, dict[str, Any]]:
     """The ONNX model's outputs for ``dist``: name to shape and dtype."""
+    if dist.kind == "squashed_gaussian":
+        per_value = {"shape": ["N", dist.action_width], "dtype": "float32"}
+        return {"action": per_value, "mean": per_value, "log_std": per_value}
     params = {"shape": ["N", dist.param_dim], "dtype": "float32"}
     log_std = {"log_std": {"shape": [dist.gaussian_dim], "dtype": "float32"}}
     if dist.kind == "categorical":

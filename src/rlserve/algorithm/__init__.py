@@ -6,9 +6,9 @@ first used.
 
 from typing import Any
 
-from rlserve.algorithm.config import AlgorithmConfig, DQNConfig, PPOConfig
+from rlserve.algorithm.config import AlgorithmConfig, DQNConfig, PPOConfig, SACConfig
 
-__all__ = ["Algorithm", "AlgorithmConfig", "DQNConfig", "PPOConfig"]
+__all__ = ["Algorithm", "AlgorithmConfig", "DQNConfig", "PPOConfig", "SACConfig"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,9 +1,9 @@
 """The Algorithm API's settings, built by chaining: ``PPOConfig().environment(...).build()``.
 
-Each algorithm has its config class (``PPOConfig``, ``DQNConfig``), which only names the
-algorithm (:attr:`AlgorithmConfig.algo_name`); the settings ``training()`` takes are that
-algorithm's settings dataclass in :mod:`rlserve.algorithms.registry`, plus RLlib's names for
-them (:data:`RLLIB_NAMES`), and a hosted environment starts from :data:`HOSTED_DEFAULTS`.
+Each algorithm has its config class (``PPOConfig``, ``DQNConfig``, ``SACConfig``), which only
+names the algorithm (:attr:`AlgorithmConfig.algo_name`); the settings ``training()`` takes are
+that algorithm's settings dataclass in :mod:`rlserve.algorithms.registry`, plus RLlib's names
+for them (:data:`RLLIB_NAMES`), and a hosted environment starts from :data:`HOSTED_DEFAULTS`.
 
 It keeps RLlib's method and setting names where they fit, so an RLlib script needs only its
 imports changed. Each method returns the config itself (chaining) and checks its arguments at
@@ -46,7 +46,18 @@ RLLIB_DQN_NAMES = {
 """RLlib's names for DQN settings -> rlserve's :class:`DQNSettings` fields (plus
 ``replay_buffer_config={"capacity": N}`` for ``buffer_size``)."""
 
-RLLIB_NAMES: dict[str, dict[str, str]] = {"ppo": RLLIB_TRAINING_NAMES, "dqn": RLLIB_DQN_NAMES}
+RLLIB_SAC_NAMES = {
+    "train_batch_size": "batch_size",
+    "num_steps_sampled_before_learning_starts": "learning_starts",
+}
+"""RLlib's names for SAC settings -> rlserve's :class:`SACSettings` fields (plus
+``replay_buffer_config={"capacity": N}`` for ``buffer_size``)."""
+
+RLLIB_NAMES: dict[str, dict[str, str]] = {
+    "ppo": RLLIB_TRAINING_NAMES,
+    "dqn": RLLIB_DQN_NAMES,
+    "sac": RLLIB_SAC_NAMES,
+}
 """Per algorithm, RLlib's names for its settings -> the settings dataclass's fields."""
 
 HOSTED_PPO_DEFAULTS: dict[str, Any] = {
@@ -64,9 +75,13 @@ HOSTED_PPO_DEFAULTS: dict[str, Any] = {
 HOSTED_DQN_DEFAULTS: dict[str, Any] = {}
 """DQN defaults for hosted environments (the settings' own defaults serve both)."""
 
+HOSTED_SAC_DEFAULTS: dict[str, Any] = {}
+"""SAC defaults for hosted environments (the settings' own defaults serve both)."""
+
 HOSTED_DEFAULTS: dict[str, dict[str, Any]] = {
     "ppo": HOSTED_PPO_DEFAULTS,
     "dqn": HOSTED_DQN_DEFAULTS,
+    "sac": HOSTED_SAC_DEFAULTS,
 }
 """Per algorithm, the defaults a hosted environment starts from (over its settings' own)."""
 
@@ -201,11 +216,12 @@ class AlgorithmConfig:
 
         Any field of the algorithm's settings dataclass (:class:`~rlserve.algorithms.
         ppo_config.PPOSettings` for PPO, :class:`~rlserve.algorithms.dqn_config.DQNSettings`
-        for DQN), RLlib's names for them (:data:`RLLIB_NAMES`: for PPO ``lambda_``,
-        ``num_sgd_iter``, ``sgd_minibatch_size``, ``clip_param``, ``vf_loss_coeff``,
-        ``entropy_coeff``, ``grad_clip``, ``kl_target``), ``model={"fcnet_hiddens": [...],
-        "fcnet_activation": "tanh"}`` and ``min_env_steps_per_iteration``; for DQN also
-        ``replay_buffer_config={"capacity": N}``.
+        for DQN, :class:`~rlserve.algorithms.sac_config.SACSettings` for SAC), RLlib's names for
+        them (:data:`RLLIB_NAMES`: for PPO ``lambda_``, ``num_sgd_iter``,
+        ``sgd_minibatch_size``, ``clip_param``, ``vf_loss_coeff``, ``entropy_coeff``,
+        ``grad_clip``, ``kl_target``), ``model={"fcnet_hiddens": [...],
+        "fcnet_activation": "tanh"}`` and ``min_env_steps_per_iteration``; for DQN and SAC
+        also ``replay_buffer_config={"capacity": N}``.
         """
         settings_class = algorithm(self.algo_name).settings
         aliases = RLLIB_NAMES.get(self.algo_name, {})
@@ -456,7 +472,25 @@ class DQNConfig(AlgorithmConfig):
         self.min_env_steps_per_iteration = 1000
 
 
-CONFIG_CLASSES: dict[str, type[AlgorithmConfig]] = {"ppo": PPOConfig, "dqn": DQNConfig}
+class SACConfig(AlgorithmConfig):
+    """Soft Actor-Critic for bounded Box actions (the learner of :mod:`rlserve.algorithms.sac`).
+
+    Settings: :class:`~rlserve.algorithms.sac_config.SACSettings` through :meth:`training`.
+    An iteration of :meth:`Algorithm.train` samples at least 1000 env steps by default.
+    """
+
+    algo_name = "sac"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.min_env_steps_per_iteration = 1000
+
+
+CONFIG_CLASSES: dict[str, type[AlgorithmConfig]] = {
+    "ppo": PPOConfig,
+    "dqn": DQNConfig,
+    "sac": SACConfig,
+}
 """Per algorithm name, its config class (a saved config is loaded into it)."""
 
 

@@ -20,6 +20,7 @@ import gymnasium as gym
 
 from rlserve.algorithms.dqn_config import DQNSettings
 from rlserve.algorithms.ppo_config import PPOSettings
+from rlserve.algorithms.sac_config import SACSettings, check_sac_spaces
 from rlserve.errors import ConfigError, UnsupportedSpaceError
 from rlserve.policy.distributions import check_learnable
 
@@ -163,5 +164,16 @@ register(
         off_policy=True,
         summary="deep Q-learning (double-Q, n-step, dueling, replay); Discrete actions",
         check_spaces=check_discrete,
+    )
+)
+
+register(
+    AlgorithmEntry(
+        name="sac",
+        settings=SACSettings,
+        learner="rlserve.algorithms.sac:SACLearner",
+        off_policy=True,
+        summary="soft actor-critic; bounded float Box actions",
+        check_spaces=check_sac_spaces,
     )
 )

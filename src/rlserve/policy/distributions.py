@@ -12,6 +12,8 @@ action space           ``kind``            parts (in order)
 ``MultiDiscrete``      ``multi_categorical``  one categorical part per element (C order)
 ``MultiBinary``        ``bernoulli``       one Bernoulli part over ``prod(n)`` bits
 ``Dict`` / ``Tuple``   ``composite``       the parts of each member, in the space's order
+``Box`` (SAC)          ``squashed_gaussian``  one tanh-squashed Gaussian over ``prod(shape)``
+                                           values (:func:`squashed_gaussian_distribution`)
 ``Discrete(n)`` (DQN)  ``epsilon_greedy``  one categorical part over ``n`` choices
 =====================  ==================  ===================================================
 
@@ -25,6 +27,14 @@ Every part reads ``size`` consecutive outputs of the actor (``params``): a categ
 logits, a Bernoulli part's logits, a Gaussian part's means (its standard deviations come from
 the array ``log_std``, one per Gaussian value, in part order). The log-probability of an action
 is the sum over parts.
+
+A ``squashed_gaussian`` part (SAC's) reads ``2 * size`` outputs: ``size`` means, then ``size``
+log standard deviations (state-dependent, clamped to ``[SQUASHED_LOG_STD_MIN,
+SQUASHED_LOG_STD_MAX]``). It samples ``u ~ N(mean, std)``, squashes ``a = tanh(u)`` and scales
+to the Box: ``low + (a + 1) / 2 * (high - low)``; its column holds that value, in the space's
+units (as the environment takes it), and its log-density is that of the scaled action:
+``sum log N(u) - sum log(1 - tanh(u)^2 + SQUASH_EPS) - sum log((high - low) / 2)``. Its mode is
+``tanh(mean)``, scaled.
 
 An action travels inside rlserve (fragments, ``report_samples``, the learner) in one of two
 layouts. A ``categorical`` distribution uses ``[T]`` int64 choice indices (the value minus the
@@ -48,7 +58,7 @@ from gymnasium import spaces
 
 from rlserve.errors import SpaceError, UnsupportedSpaceError
 
-PART_KINDS = ("categorical", "bernoulli", "gaussian")
+PART_KINDS = ("categorical", "bernoulli", "gaussian", "squashed_gaussian")
 """The kinds of part a distribution is made of."""
 
 DISTRIBUTION_KINDS = (
@@ -57,6 +67,7 @@ DISTRIBUTION_KINDS = (
     "multi_categorical",
     "bernoulli",
     "composite",
+    "squashed_gaussian",
     "epsilon_greedy",
 )
 """The values of :attr:`ActionDistribution.kind` (and of the model spec's ``distribution``)."""
@@ -66,19 +77,32 @@ MAX_ACTION_PARAMS = 65_536
 
 LOG_2PI = float(np.log(2.0 * np.pi))
 
+SQUASHED_LOG_STD_MIN = -20.0
+"""Lowest log standard deviation of a squashed Gaussian (the actor's output is clamped)."""
+
+SQUASHED_LOG_STD_MAX = 2.0
+"""Highest log standard deviation of a squashed Gaussian."""
+
+SQUASH_EPS = 1e-6
+"""Added to ``1 - tanh(u)^2`` in a squashed Gaussian's log-density (SAC's convention)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ActionPart:
     """One independent factor of an action distribution.
 
     Attributes:
-        kind: ``categorical``, ``bernoulli`` or ``gaussian``.
-        size: Choices (categorical), bits (Bernoulli) or values (Gaussian); also the number of
-            actor outputs the part reads.
+        kind: ``categorical``, ``bernoulli``, ``gaussian`` or ``squashed_gaussian``.
+        size: Choices (categorical), bits (Bernoulli) or values (Gaussian, squashed Gaussian).
     """
 
     kind: str
     size: int
+
+    @property
+    def param_size(self) -> int:
+        """Actor outputs the part reads: ``size``, twice that for a squashed Gaussian."""
+        return 2 * self.size if self.kind == "squashed_gaussian" else self.size
 
     @property
     def action_width(self) -> int:
@@ -124,6 +148,20 @@ class ActionDistribution:
                 f"offsets, low and high need {width} values each (one per action column); got "
                 f"{len(self.offsets)}, {len(self.low)}, {len(self.high)}"
             )
+        squashed = [p.kind == "squashed_gaussian" for p in self.parts]
+        if any(squashed) and (self.kind != "squashed_gaussian" or len(self.parts) != 1):
+            raise SpaceError(
+                "a squashed_gaussian part stands alone, in a squashed_gaussian distribution"
+            )
+        if self.kind == "squashed_gaussian" and not all(squashed):
+            raise SpaceError("a squashed_gaussian distribution has one squashed_gaussian part")
+        if self.kind == "squashed_gaussian":
+            low, high = np.asarray(self.low), np.asarray(self.high)
+            if not (np.isfinite(low).all() and np.isfinite(high).all() and (low < high).all()):
+                raise SpaceError(
+                    "a squashed Gaussian scales to the Box's bounds: they must be finite with "
+                    "low < high"
+                )
         if self.kind == "epsilon_greedy" and (
             len(self.parts) != 1 or self.parts[0].kind != "categorical"
         ):
@@ -139,7 +177,7 @@ class ActionDistribution:
     @property
     def param_dim(self) -> int:
         """Width of the actor's output."""
-        return sum(p.size for p in self.parts)
+        return sum(p.param_size for p in self.parts)
 
     @property
     def action_width(self) -> int:
@@ -159,7 +197,7 @@ class ActionDistribution:
     @property
     def discrete(self) -> bool:
         """True when no part is Gaussian (every column holds a whole number)."""
-        return self.gaussian_dim == 0
+        return all(p.kind in ("categorical", "bernoulli") for p in self.parts)
 
     def column_kinds(self) -> list[tuple[str, int]]:
         """Per action column, its part's kind and the number of values it may take (0: real)."""
@@ -170,7 +208,7 @@ class ActionDistribution:
             elif part.kind == "bernoulli":
                 columns.extend([("bernoulli", 2)] * part.size)
             else:
-                columns.extend([("gaussian", 0)] * part.size)
+                columns.extend([(part.kind, 0)] * part.size)
         return columns
 
     def check_actions(self, actions: np.ndarray, steps: int) -> str:
@@ -190,7 +228,7 @@ class ActionDistribution:
         for part in self.parts:
             block = values[:, column : column + part.action_width]
             column += part.action_width
-            if part.kind == "gaussian":
+            if part.kind in ("gaussian", "squashed_gaussian"):
                 continue
             top = part.size - 1 if part.kind == "categorical" else 1
             bad = (block != np.round(block)) | (block < 0) | (block > top)
@@ -221,6 +259,8 @@ class ActionDistribution:
             rng: The sampling generator.
             explore: Sample when True; take each part's mode when False.
         """
+        if self.kind == "squashed_gaussian":
+            return squashed_sample(params, self.low, self.high, rng, explore)
         n = params.shape[0]
         if self.kind == "epsilon_greedy":
             choices = epsilon_greedy_choices(params, self.epsilon, rng, explore)
@@ -256,6 +296,8 @@ class ActionDistribution:
         self, params: np.ndarray, log_std: np.ndarray | None, actions: np.ndarray
     ) -> np.ndarray:
         """Log-probability (density for Gaussian parts) of ``[N, A]`` actions, ``[N]`` float32."""
+        if self.kind == "squashed_gaussian":
+            return squashed_log_prob(params, self.low, self.high, actions)
         n = params.shape[0]
         if self.kind == "epsilon_greedy":
             return epsilon_greedy_log_prob(params, self.epsilon, actions.reshape(n))
@@ -279,6 +321,72 @@ class ActionDistribution:
             column += part.action_width
             param += part.size
         return total.astype(np.float32)
+
+
+def _squashed_params(params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Means and clamped log standard deviations (float64) of ``[N, 2A]`` actor outputs."""
+    half = params.shape[1] // 2
+    mean = params[:, :half].astype(np.float64)
+    log_std = np.clip(
+        params[:, half:].astype(np.float64), SQUASHED_LOG_STD_MIN, SQUASHED_LOG_STD_MAX
+    )
+    return mean, log_std
+
+
+def _squashed_logp(
+    noise: np.ndarray, log_std: np.ndarray, squashed: np.ndarray, half_range: np.ndarray
+) -> np.ndarray:
+    """Log-density of scaled actions given the standard noise, the log-std and ``tanh(u)``."""
+    gauss = -0.5 * (noise**2).sum(axis=1) - log_std.sum(axis=1) - 0.5 * LOG_2PI * noise.shape[1]
+    jacobian = np.log(1.0 - squashed**2 + SQUASH_EPS).sum(axis=1) + np.log(half_range).sum()
+    return gauss - jacobian
+
+
+def squashed_sample(
+    params: np.ndarray,
+    low: tuple[float, ...],
+    high: tuple[float, ...],
+    rng: np.random.Generator,
+    explore: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sample (or take the mode of) a squashed Gaussian.
+
+    Args:
+        params: ``[N, 2A]`` actor outputs: means, then log standard deviations (clamped here).
+        low: The Box's lower bounds, one per value.
+        high: Its upper bounds.
+        rng: The sampling generator.
+        explore: Sample when True; take ``tanh(mean)`` when False.
+
+    Returns:
+        ``[N, A]`` float32 actions in the space's units and their ``[N]`` float32
+        log-densities.
+    """
+    mean, log_std = _squashed_params(params)
+    noise = rng.standard_normal(mean.shape) if explore else np.zeros_like(mean)
+    squashed = np.tanh(mean + np.exp(log_std) * noise)
+    lo, hi = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+    half_range = (hi - lo) / 2.0
+    actions = np.clip(lo + (squashed + 1.0) * half_range, lo, hi)
+    logp = _squashed_logp(noise, log_std, squashed, half_range)
+    return actions.astype(np.float32), logp.astype(np.float32)
+
+
+def squashed_log_prob(
+    params: np.ndarray, low: tuple[float, ...], high: tuple[float, ...], actions: np.ndarray
+) -> np.ndarray:
+    """Log-density of ``[N, A]`` actions (in the space's units) under a squashed Gaussian.
+
+    Actions are clipped into the Box and their squashed value to ``+-(1 - SQUASH_EPS)`` first,
+    so a value on a bound has a finite (very low) density.
+    """
+    mean, log_std = _squashed_params(params)
+    lo, hi = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+    half_range = (hi - lo) / 2.0
+    x = np.clip(actions.astype(np.float64), lo, hi)
+    squashed = np.clip((x - lo) / half_range - 1.0, -1.0 + SQUASH_EPS, 1.0 - SQUASH_EPS)
+    noise = (np.arctanh(squashed) - mean) / np.exp(log_std)
+    return _squashed_logp(noise, log_std, squashed, half_range).astype(np.float32)
 
 
 def epsilon_greedy_choices(
@@ -421,6 +529,41 @@ def action_distribution(space: spaces.Space[Any]) -> ActionDistribution:
         raise UnsupportedSpaceError(f"action space {space}: {exc}") from exc
 
 
+def squashed_gaussian_distribution(space: spaces.Space[Any]) -> ActionDistribution:
+    """The tanh-squashed Gaussian (SAC's distribution) over a float Box with finite bounds.
+
+    Raises:
+        UnsupportedSpaceError: ``space`` is not a float Box, or a bound is infinite or not above
+            the other; the message names the fix.
+    """
+    if not isinstance(space, spaces.Box) or space.dtype.kind != "f":
+        raise UnsupportedSpaceError(
+            f"SAC acts in float Box action spaces only, got {space}; use PPO (any action space) "
+            "or DQN (Discrete actions)"
+        )
+    low = _float_bounds(space.low)
+    high = _float_bounds(space.high)
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        raise UnsupportedSpaceError(
+            f"SAC scales its actions to the Box's bounds, and {space} has an infinite bound; "
+            "give the action space finite low and high (e.g. Box(-1, 1)), or use PPO"
+        )
+    if not all(lo < hi for lo, hi in zip(low, high, strict=True)):
+        raise UnsupportedSpaceError(
+            f"SAC needs low < high for every action value of {space}; widen the bounds"
+        )
+    size = len(low)
+    if size == 0:
+        raise UnsupportedSpaceError(f"action space {space} has no values to act on")
+    part = ActionPart("squashed_gaussian", size)
+    try:
+        return ActionDistribution(
+            "squashed_gaussian", (part,), (0,) * size, tuple(low), tuple(high)
+        )
+    except SpaceError as exc:
+        raise UnsupportedSpaceError(f"action space {space}: {exc}") from exc
+
+
 def check_learnable(
     observation_space: spaces.Space[Any], action_space: spaces.Space[Any]
 ) -> ActionDistribution:
@@ -431,6 +574,16 @@ def check_learnable(
     Raises:
         UnsupportedSpaceError: The observation space cannot be flattened (or flattens to
             nothing), or the action space has no distribution (:func:`action_distribution`).
+    """
+    check_observations(observation_space)
+    return action_distribution(action_space)
+
+
+def check_observations(observation_space: spaces.Space[Any]) -> int:
+    """Refuse, with the reason, an observation space a network cannot read; return its width.
+
+    Raises:
+        UnsupportedSpaceError: The space cannot be flattened, or flattens to nothing.
     """
     try:
         obs_dim = int(spaces.flatdim(observation_space))
@@ -444,7 +597,7 @@ def check_learnable(
             f"observation space {observation_space} flattens to no values; give the policy "
             "something to observe"
         )
-    return action_distribution(action_space)
+    return obs_dim
 
 
 def encode_action(space: spaces.Space[Any], value: Any) -> Any:
