@@ -44,14 +44,17 @@ class WeightsPackage:
 class Learner(abc.ABC):
     """An algorithm's update step, fed with trajectory fragments."""
 
+    _version: int
+    """The weights version; each learner sets it (0 when fresh) and advances it per update."""
+
     @property
-    @abc.abstractmethod
     def version(self) -> int:
         """Version of the current weights (one more after each update that changed them)."""
+        return self._version
 
-    @abc.abstractmethod
     def continue_versions_from(self, version: int) -> None:
         """Number later weights after ``version`` if it is ahead (weights never go back)."""
+        self._version = max(self._version, version)
 
     @abc.abstractmethod
     def ingest(self, fragments: list[Fragment]) -> None:

@@ -166,16 +166,7 @@ class DQNLearner(Learner):
             "rlserve learner: experience or updates left out to keep the weights finite"
         )
 
-    # -- versions ----------------------------------------------------------------------------
-
-    @property
-    def version(self) -> int:
-        """Version of the current weights; unchanged by an update that applied no step."""
-        return self._version
-
-    def continue_versions_from(self, version: int) -> None:
-        """Number the next update's weights after ``version`` when it is ahead of ours."""
-        self._version = max(self._version, version)
+    # -- exploration -------------------------------------------------------------------------
 
     @property
     def epsilon(self) -> float:

@@ -257,15 +257,6 @@ class PPOLearner(Learner):
             "rlserve learner: experience or updates left out to keep the weights finite"
         )
 
-    @property
-    def version(self) -> int:
-        """Version of the current weights; unchanged by an update that applied no step."""
-        return self._version
-
-    def continue_versions_from(self, version: int) -> None:
-        """Number the next update's weights after ``version`` when it is ahead of ours."""
-        self._version = max(self._version, version)
-
     def _fresh_mask(self, fragment: Fragment) -> np.ndarray:
         """Steps recent enough to train on; a logged step is never stale (no policy sampled it)."""
         recent = fragment.weights_version >= self._version - self.config.max_policy_lag

@@ -188,15 +188,6 @@ class SACLearner(Learner):
     # -- versions and experience -------------------------------------------------------------
 
     @property
-    def version(self) -> int:
-        """Version of the current weights; unchanged by an update that applied no step."""
-        return self._version
-
-    def continue_versions_from(self, version: int) -> None:
-        """Number the next update's weights after ``version`` when it is ahead of ours."""
-        self._version = max(self._version, version)
-
-    @property
     def alpha(self) -> float:
         """The current entropy temperature."""
         return float(self.log_alpha.detach().exp())
