@@ -136,3 +136,28 @@ def test_env_runner_processes_from_the_command_line(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     state = json.loads((tmp_path / "runners" / "algorithm.json").read_text())
     assert state["env_steps_sampled"] >= 1024
+
+
+@pytest.mark.timeout(200)
+def test_algo_picks_the_learner_and_its_own_flags(tmp_path: Path) -> None:
+    done = _rlserve(
+        "train", "--env", "CartPole-v1", "--algo", "dqn", "--dqn-lr", "0.0005",
+        "--stop-steps", "1024", "--run-dir", str(tmp_path), "--name", "dqn", *SMALL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = json.loads((tmp_path / "dqn" / "algorithm_config.json").read_text())
+    assert saved["algo"] == "dqn" and saved["training_settings"]["lr"] == 0.0005
+    resumed = _rlserve(
+        "train", "--resume", str(tmp_path / "dqn"), "--algo", "ppo", "--no-progress",
+    )  # fmt: skip
+    assert resumed.returncode == 2 and "a run keeps its algorithm" in resumed.stderr
+
+
+@pytest.mark.timeout(120)
+def test_another_algorithms_flags_and_unlearnable_spaces_are_refused(tmp_path: Path) -> None:
+    mixed = _rlserve("train", "--env", "CartPole-v1", "--dqn-lr", "0.001", "--no-progress")
+    assert mixed.returncode == 2 and "pass --algo dqn" in mixed.stderr
+    sac = _rlserve(
+        "train", "--env", "CartPole-v1", "--algo", "sac", "--run-dir", str(tmp_path), *SMALL
+    )
+    assert sac.returncode == 2 and "Box" in sac.stderr, sac.stderr[-2000:]

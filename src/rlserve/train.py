@@ -23,6 +23,9 @@ class TrainConfig:
     """Options of ``rlserve train``."""
 
     env: str = option("", "A registered env id (CartPole-v1) or module:Name of a class/creator.")
+    algo: str | None = option(
+        None, "The learning algorithm: ppo (default), dqn (Discrete actions) or sac (Box)."
+    )
     env_config: str = option("{}", "JSON object handed to the env's creator.")
     num_envs: int = option(8, "Copies of the environment, acted on in one forward pass.")
     env_runners: int = option(
@@ -44,18 +47,27 @@ class TrainConfig:
     progress: bool = option(True, "Show the progress line.")
 
     def __post_init__(self) -> None:
+        from rlserve.algorithms.registry import algorithm
+
+        algorithm(self.algo)  # an unknown name is refused with the list
         if not self.env and not self.resume:
             raise ConfigError("rlserve train needs --env ENV (e.g. CartPole-v1) or --resume RUN")
 
 
-def run_training(config: TrainConfig, ppo_overrides: dict[str, Any]) -> int:
+def run_training(config: TrainConfig, overrides: dict[str, Any]) -> int:
     """Train until a stop condition; return the exit code."""
-    from rlserve.algorithm import PPOConfig
     from rlserve.algorithm.algorithm import Algorithm
+    from rlserve.algorithm.config import config_for
     from rlserve.env.locate import locate_env
 
     if config.resume:
         algo = Algorithm.from_checkpoint(config.resume)
+        if config.algo is not None and config.algo != algo.config.algo_name:
+            algo.stop()
+            raise ConfigError(
+                f"--algo {config.algo}: the run in {config.resume} trains "
+                f"{algo.config.algo_name}; a run keeps its algorithm (drop --algo)"
+            )
         algo.use_run_folder(config.resume, progress=config.progress)
         print(
             f"rlserve: resuming {config.resume}: {algo.env_steps_sampled:,} env steps, "
@@ -70,7 +82,7 @@ def run_training(config: TrainConfig, ppo_overrides: dict[str, Any]) -> int:
         if not isinstance(env_config, dict):
             raise ConfigError("--env-config must be a JSON object, e.g. '{\"size\": 5}'")
         algo_config = (
-            PPOConfig()
+            config_for(config.algo)
             .environment(locate_env(config.env), env_config=env_config)
             .env_runners(
                 num_env_runners=config.env_runners,
@@ -78,7 +90,7 @@ def run_training(config: TrainConfig, ppo_overrides: dict[str, Any]) -> int:
                 remote_worker_envs=config.remote_envs,
                 envs_per_process=config.envs_per_process,
             )
-            .training(min_env_steps_per_iteration=config.iteration_steps, **ppo_overrides)
+            .training(min_env_steps_per_iteration=config.iteration_steps, **overrides)
             .debugging(seed=config.seed)
             .reporting(
                 run_dir=config.run_dir,
@@ -123,31 +135,45 @@ def run_training(config: TrainConfig, ppo_overrides: dict[str, Any]) -> int:
 
 def add_train_parser(commands: Any) -> None:
     """Add ``rlserve train`` to the command's sub-parsers."""
-    from rlserve.algorithms.ppo_config import PPOSettings
+    from rlserve.algorithms.registry import ALGORITHMS
     from rlserve.config import add_arguments
 
     train = commands.add_parser(
         "train",
-        help="train PPO on a hosted environment (vectorised, optionally in sub-processes)",
+        help="train a policy on a hosted environment (vectorised, optionally in sub-processes)",
         description="Train on a hosted environment; same run folder, metrics, checkpoints, "
-        "--resume and export as 'rlserve serve'.",
+        "--resume and export as 'rlserve serve'. Unset settings take the hosted defaults of "
+        "the algorithm (not the server's).",
     )
     add_arguments(train, TrainConfig)
-    ppo = train.add_argument_group("PPO")
-    add_arguments(ppo, PPOSettings, prefix="ppo_")
+    for entry in ALGORITHMS.values():
+        group = train.add_argument_group(f"{entry.name.upper()} (--algo {entry.name})")
+        add_arguments(group, entry.settings, prefix=f"{entry.name}_")
 
 
 def train_command(args: argparse.Namespace) -> int:
     """Run ``rlserve train`` from parsed arguments."""
     import dataclasses
 
-    from rlserve.algorithms.ppo_config import PPOSettings
+    from rlserve.algorithms.registry import ALGORITHMS, algorithm
     from rlserve.config import build
 
     config = build(TrainConfig, None, args)
+    entry = algorithm(config.algo)
+    for other in ALGORITHMS.values():
+        given = [
+            f"--{other.name}-{f.name.replace('_', '-')}"
+            for f in dataclasses.fields(other.settings)
+            if getattr(args, f"{other.name}_{f.name}", None) is not None
+        ]
+        if other is not entry and given:
+            raise ConfigError(
+                f"{', '.join(given)} set {other.name} settings, but the algorithm is "
+                f"{entry.name}; pass --algo {other.name}, or --{entry.name}-* settings"
+            )
     overrides = {
-        f.name: getattr(args, f"ppo_{f.name}")
-        for f in dataclasses.fields(PPOSettings)
-        if getattr(args, f"ppo_{f.name}", None) is not None
+        f.name: getattr(args, f"{entry.name}_{f.name}")
+        for f in dataclasses.fields(entry.settings)
+        if getattr(args, f"{entry.name}_{f.name}", None) is not None
     }
     return run_training(config, overrides)
