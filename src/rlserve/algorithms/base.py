@@ -46,6 +46,22 @@ class Learner(abc.ABC):
 
     _version: int
     """The weights version; each learner sets it (0 when fresh) and advances it per update."""
+    _counters: dict[str, int]
+    """The learner's counters (``fragments_excluded_invalid``, ``steps_excluded_invalid``...)."""
+    _warnings: Any
+    """Its rate-limited warning (``RateLimitedWarning``): ``add(kind, example=...)``."""
+
+    def _exclude(self, steps: int, problem: str) -> None:
+        """Count a fragment of ``steps`` steps left out whole, and warn (rate-limited) why."""
+        self._counters["fragments_excluded_invalid"] += 1
+        self._counters["steps_excluded_invalid"] += steps
+        self._warnings.add("fragments excluded", example=problem)
+
+    def _exclude_fragment(self, fragment: Fragment, problem: str) -> None:
+        """:meth:`_exclude` a fragment as received (its steps, when its rewards say how many)."""
+        rewards = fragment.rewards
+        valid = isinstance(rewards, np.ndarray) and rewards.ndim == 1
+        self._exclude(len(rewards) if valid else 0, problem)
 
     @property
     def version(self) -> int:

@@ -186,12 +186,7 @@ class DQNLearner(Learner):
                 fragment, self.model.obs_dim, self.model.action_dim, self.config.max_abs_input
             )
             if checked is None:
-                rewards = fragment.rewards
-                ndarray = isinstance(rewards, np.ndarray)
-                steps = len(rewards) if ndarray and rewards.ndim == 1 else 0
-                self._counters["fragments_excluded_invalid"] += 1
-                self._counters["steps_excluded_invalid"] += steps
-                self._warnings.add("fragments excluded", example=problem)
+                self._exclude_fragment(fragment, problem)
                 continue
             obs, actions, rewards = checked
             before = self.replay.added

@@ -271,9 +271,7 @@ class PPOLearner(Learner):
         for raw in fragments:
             fragment, problem = self.sanitise(raw)
             if fragment is None:
-                rewards = raw.rewards
-                ndarray = isinstance(rewards, np.ndarray)
-                self._exclude(len(rewards) if ndarray and rewards.ndim == 1 else 0, problem)
+                self._exclude_fragment(raw, problem)
                 continue
             fresh = int(self._fresh_mask(fragment).sum())
             self._counters["steps_dropped_stale"] += len(fragment) - fresh
@@ -281,11 +279,6 @@ class PPOLearner(Learner):
                 self._buffer.append(fragment)
                 self._buffered_steps += fresh
         self._warnings.flush()
-
-    def _exclude(self, steps: int, problem: str) -> None:
-        self._counters["fragments_excluded_invalid"] += 1
-        self._counters["steps_excluded_invalid"] += steps
-        self._warnings.add("fragments excluded", example=problem)
 
     def sanitise(self, fragment: Fragment) -> tuple[Fragment | None, str]:
         """Return the fragment in the dtypes trained on, or ``None`` and why it cannot be used.

@@ -201,9 +201,7 @@ class SACLearner(Learner):
         for raw in fragments:
             fragment, problem = self.sanitise(raw)
             if fragment is None:
-                rewards = raw.rewards
-                ndarray = isinstance(rewards, np.ndarray)
-                self._exclude(len(rewards) if ndarray and rewards.ndim == 1 else 0, problem)
+                self._exclude_fragment(raw, problem)
                 continue
             before = self.replay.added
             squashed = to_squashed(fragment.actions, self._low, self._high)
@@ -213,11 +211,6 @@ class SACLearner(Learner):
             self._owed += warm * self.config.updates_per_step
             self._new_steps += steps
         self._warnings.flush()
-
-    def _exclude(self, steps: int, problem: str) -> None:
-        self._counters["fragments_excluded_invalid"] += 1
-        self._counters["steps_excluded_invalid"] += steps
-        self._warnings.add("fragments excluded", example=problem)
 
     def sanitise(self, fragment: Fragment) -> tuple[Fragment | None, str]:
         """Return the fragment in float32, or ``None`` and why it cannot be used.
