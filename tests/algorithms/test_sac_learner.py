@@ -55,7 +55,7 @@ def test_sac_is_registered_off_policy_and_refuses_discrete_actions() -> None:
     entry = algorithm("sac")
     assert entry.off_policy and entry.settings is SACSettings
     assert isinstance(entry.make_learner(OBS, WIDE, _settings()), SACLearner)
-    with pytest.raises(UnsupportedSpaceError, match="use PPO"):
+    with pytest.raises(UnsupportedSpaceError, match="learn these spaces: ppo, dqn"):
         entry.make_learner(OBS, spaces.Discrete(3), _settings())
 
 

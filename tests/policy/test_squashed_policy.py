@@ -7,6 +7,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from rlserve.algorithms.registry import algorithm
 from rlserve.algorithms.sac import to_squashed
 from rlserve.algorithms.sac_config import check_sac_spaces
 from rlserve.algorithms.sac_models import SquashedGaussianActor
@@ -122,10 +123,13 @@ def test_spec_round_trips_the_wire_and_needs_no_log_std_array() -> None:
 
 
 def test_sac_refuses_spaces_it_cannot_act_in() -> None:
-    with pytest.raises(UnsupportedSpaceError, match=r"use PPO .* or DQN"):
+    with pytest.raises(UnsupportedSpaceError, match=r"float Box action spaces only, not Discrete"):
         check_sac_spaces(OBS_SPACE, spaces.Discrete(3))
     with pytest.raises(UnsupportedSpaceError, match="infinite bound"):
         check_sac_spaces(OBS_SPACE, spaces.Box(-np.inf, np.inf, (2,), np.float32))
     with pytest.raises(UnsupportedSpaceError, match="float Box"):
         check_sac_spaces(OBS_SPACE, spaces.Box(0, 5, (2,), np.int64))
+    # The registry's check adds the algorithms that learn the spaces instead.
+    with pytest.raises(UnsupportedSpaceError, match=r"learn these spaces: ppo, dqn$"):
+        algorithm("sac").check(OBS_SPACE, spaces.Discrete(3))
     assert check_sac_spaces(OBS_SPACE, BOX).kind == "squashed_gaussian"

@@ -123,3 +123,44 @@ def test_the_log_is_cleaned_only_past_every_policys_checkpoints() -> None:
     asyncio.run(scenario())
     assert cleaned == [0, 20, 20, 80, 90, 95]
     assert link.last_checkpoints == {"red": "red/ckpt", "blue": "blue/ckpt"}
+
+
+def test_each_algorithms_names_are_listed_from_the_start() -> None:
+    """DQN's and SAC's metric names are there before the first update, as PPO's are."""
+    single = ServerStats()
+    single.configure_policies(["default"], {"default": "dqn"})
+    names = set(single.snapshot())
+    for name in ("learner/q_loss", "learner/epsilon", "learner/gradient_steps"):
+        assert name in names, name
+    assert math.isnan(single.snapshot()["learner/epsilon"])
+    assert single.snapshot()["learner/gradient_steps"] == 0
+    assert "learner/alpha" not in names  # SAC's: no policy of this server is SAC's
+    # Beyond a PPO server's names (which it keeps as they were): DQN's own.
+    assert names - set(ServerStats().snapshot()) == {
+        "learner/q_loss",
+        "learner/q_mean",
+        "learner/epsilon",
+        "learner/replay_size",
+        "learner/gradient_steps",
+        "learner/env_steps_ingested",
+        "learner/gradient_steps_skipped_nonfinite",
+    }
+
+    stats = ServerStats()
+    stats.configure_policies(["red", "green", "blue"], {"green": "dqn", "blue": "sac"})
+    start = stats.snapshot()
+    assert math.isnan(start["policies/green/learner/q_loss"])
+    assert math.isnan(start["policies/blue/learner/alpha"])
+    assert "policies/red/learner/q_loss" not in start  # red is PPO's (None: the default)
+    assert "policies/green/learner/alpha" not in start
+    assert math.isnan(start["policies/red/learner/policy_loss"])  # every policy has PPO's
+    for total in ("learner/q_loss", "learner/alpha", "learner/gradient_steps"):
+        assert total in start, total
+    stats.update_learner("green", {"learner/q_loss": 0.5, "learner/gradient_steps": 7.0})
+    stats.update_learner("blue", {"learner/alpha": 0.2, "learner/gradient_steps": 5.0})
+    stats.update_learner("green", {"learner/q_loss": 0.25, "learner/gradient_steps": 9.0})
+    now = stats.snapshot()
+    assert now["learner/q_loss"] == 0.25  # the newest update's
+    assert now["learner/alpha"] == 0.2
+    assert now["learner/gradient_steps"] == 14  # summed over green and blue
+    assert now["policies/green/learner/gradient_steps"] == 9

@@ -21,7 +21,7 @@ import gymnasium as gym
 from rlserve.algorithms.dqn_config import DQNSettings
 from rlserve.algorithms.ppo_config import PPOSettings
 from rlserve.algorithms.sac_config import SACSettings, check_sac_spaces
-from rlserve.errors import ConfigError, UnsupportedSpaceError
+from rlserve.errors import ConfigError, RLServeError, UnsupportedSpaceError
 from rlserve.policy.distributions import check_learnable
 
 if TYPE_CHECKING:
@@ -44,7 +44,13 @@ class AlgorithmEntry:
             algorithms weight stale or logged steps instead.
         summary: One line for ``--help`` and errors.
         check_spaces: Raises :class:`~rlserve.errors.UnsupportedSpaceError` (or
-            :class:`ConfigError`), naming the fix, for spaces it cannot learn.
+            :class:`ConfigError`) for spaces it cannot learn; :meth:`check` adds the
+            algorithms that can.
+        update_metrics: Names (``learner/<name>`` without the prefix) of the statistics of
+            one update it reports: NaN until its first update; with several policies the
+            server's total is the newest update's.
+        counter_metrics: Names of the counters it reports: 0 until its first update; with
+            several policies the server's total is their sum.
     """
 
     name: str
@@ -53,6 +59,39 @@ class AlgorithmEntry:
     off_policy: bool
     summary: str
     check_spaces: Callable[[gym.Space[Any], gym.Space[Any]], Any]
+    update_metrics: tuple[str, ...] = ()
+    counter_metrics: tuple[str, ...] = ()
+
+    def fits(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> bool:
+        """Whether it can learn these spaces."""
+        try:
+            self.check_spaces(observation_space, action_space)
+        except RLServeError:
+            return False
+        return True
+
+    def check(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> Any:
+        """Refuse spaces it cannot learn, naming the algorithms that can (the fix).
+
+        Returns:
+            What ``check_spaces`` returns (the action distribution).
+
+        Raises:
+            UnsupportedSpaceError: It cannot learn these spaces.
+        """
+        try:
+            return self.check_spaces(observation_space, action_space)
+        except UnsupportedSpaceError as exc:
+            others = [
+                e.name
+                for e in ALGORITHMS.values()
+                if e is not self and e.fits(observation_space, action_space)
+            ]
+            if others:
+                hint = f"the algorithms that learn these spaces: {', '.join(others)}"
+            else:
+                hint = "no algorithm of rlserve learns these spaces"
+            raise UnsupportedSpaceError(f"{exc}; {hint}") from None
 
     def learner_class(self) -> type[Learner]:
         """Import and return the learner class (this imports torch)."""
@@ -73,7 +112,7 @@ class AlgorithmEntry:
             raise ConfigError(
                 f"{self.name} takes {self.settings.__name__}, got {type(settings).__name__}"
             )
-        self.check_spaces(observation_space, action_space)
+        self.check(observation_space, action_space)
         cls: Any = self.learner_class()  # concrete learners take (spaces, settings)
         learner: Learner = cls(observation_space, action_space, settings)
         return learner
@@ -137,6 +176,27 @@ register(
         off_policy=False,
         summary="proximal policy optimisation; any action space",
         check_spaces=check_learnable,
+        update_metrics=(
+            "policy_loss",
+            "value_loss",
+            "entropy",
+            "approx_kl",
+            "clip_frac",
+            "bc_loss",
+            "behaviour_kl",
+            "importance_weight_mean",
+            "lag_0",
+            "lag_1",
+            "lag_2",
+            "lag_3plus",
+            "explained_variance",
+        ),
+        counter_metrics=(
+            "steps_dropped_stale",
+            "steps_dropped_cap",
+            "steps_logged",
+            "minibatches_skipped_nonfinite",
+        ),
     )
 )
 
@@ -149,10 +209,7 @@ def check_discrete(observation_space: gym.Space[Any], action_space: gym.Space[An
     """
     distribution = check_learnable(observation_space, action_space)
     if not isinstance(action_space, gym.spaces.Discrete):
-        raise UnsupportedSpaceError(
-            f"dqn learns Discrete action spaces only, not {action_space}; choose another "
-            "algorithm (ppo learns any action space)"
-        )
+        raise UnsupportedSpaceError(f"dqn learns Discrete action spaces only, not {action_space}")
     return distribution
 
 
@@ -164,6 +221,13 @@ register(
         off_policy=True,
         summary="deep Q-learning (double-Q, n-step, dueling, replay); Discrete actions",
         check_spaces=check_discrete,
+        update_metrics=("q_loss", "q_mean", "epsilon"),
+        counter_metrics=(
+            "replay_size",
+            "gradient_steps",
+            "env_steps_ingested",
+            "gradient_steps_skipped_nonfinite",
+        ),
     )
 )
 
@@ -175,5 +239,7 @@ register(
         off_policy=True,
         summary="soft actor-critic; bounded float Box actions",
         check_spaces=check_sac_spaces,
+        update_metrics=("critic_loss", "actor_loss", "alpha_loss", "alpha", "entropy", "q_mean"),
+        counter_metrics=("replay_size", "gradient_steps", "gradient_steps_skipped_nonfinite"),
     )
 )

@@ -8,7 +8,7 @@ from typing import Any
 from gymnasium import spaces
 
 from rlserve.config import option
-from rlserve.errors import ConfigError
+from rlserve.errors import ConfigError, UnsupportedSpaceError
 from rlserve.policy.distributions import (
     ActionDistribution,
     check_observations,
@@ -102,7 +102,12 @@ def check_sac_spaces(
 
     Raises:
         UnsupportedSpaceError: The observation space cannot be flattened, or the action space
-            is not a float Box with finite bounds (PPO learns any action space, DQN Discrete).
+            is not a float Box with finite bounds (the registry's check names the algorithms
+            that learn it: PPO any action space, DQN Discrete ones).
     """
     check_observations(observation_space)
+    if not isinstance(action_space, spaces.Box) or action_space.dtype.kind != "f":
+        raise UnsupportedSpaceError(
+            f"sac learns float Box action spaces only, not {action_space}"
+        )
     return squashed_gaussian_distribution(action_space)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, deque
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -56,8 +57,31 @@ LEARNER_INITIAL: dict[str, float] = {
 
 Statistics of an update (losses, KL...) are NaN until there is one (``null`` in
 ``GET /v1/metrics``, ``NaN`` in Prometheus, not written to TensorBoard); counters start at 0 and
-the learner replaces them with its restored values (``--resume``) as soon as it is ready.
+the learner replaces them with its restored values (``--resume``) as soon as it is ready. These
+are the names of every server (the table of docs/metrics.md: PPO's and the ones every learner
+reports); :func:`learner_initial` adds the names of the other algorithms a server trains.
 """
+
+
+def learner_initial(algorithms: Iterable[str | None], base: dict[str, float]) -> dict[str, float]:
+    """``base`` with the metric names each of ``algorithms`` declares in the registry.
+
+    Statistics of an update start NaN, counters 0 (see :data:`LEARNER_INITIAL`).
+
+    Raises:
+        ConfigError: An algorithm is not registered.
+    """
+    from rlserve.algorithms.registry import algorithm
+
+    initial = dict(base)
+    for name in algorithms:
+        entry = algorithm(name)
+        for metric in entry.update_metrics:
+            initial.setdefault(f"learner/{metric}", float("nan"))
+        for metric in entry.counter_metrics:
+            initial.setdefault(f"learner/{metric}", 0.0)
+    return initial
+
 
 POLICY_LEARNER_INITIAL: dict[str, float] = {
     **LEARNER_INITIAL,
@@ -85,7 +109,8 @@ LATEST_UPDATE_KEYS = frozenset(
         "batch_steps",
     )
 )
-"""Statistics of one update: with several policies their total is the newest update's."""
+"""Statistics of one update: with several policies their total is the newest update's (and so
+are those of every algorithm's ``update_metrics``)."""
 
 SUMMED_KEYS = frozenset(
     key
@@ -144,19 +169,41 @@ class ServerStats:
         self.errors: Counter[str] = Counter()
         self.returns: deque[float] = deque(maxlen=RETURN_WINDOW)
         self.lengths: deque[int] = deque(maxlen=RETURN_WINDOW)
-        self.learner: dict[str, float] = dict(LEARNER_INITIAL)
         self._rate_mark = (time.monotonic(), 0)
         self.actions_per_s = 0.0
         self.configure_policies(policy_ids)
 
-    def configure_policies(self, policy_ids: tuple[str, ...] | list[str]) -> None:
-        """Say which policies the server hosts (before it starts); resets their metrics."""
+    def configure_policies(
+        self,
+        policy_ids: tuple[str, ...] | list[str],
+        algorithms: dict[str, str | None] | None = None,
+    ) -> None:
+        """Say which policies the server hosts (before it starts); resets their metrics.
+
+        Args:
+            policy_ids: The policies, in order.
+            algorithms: Each policy's algorithm (None, or a policy left out: PPO): the
+                learner metric names it declares are listed from the start.
+        """
+        from rlserve.algorithms.registry import ALGORITHMS
+
         self.policy_ids = tuple(policy_ids)
         self.several = self.policy_ids != (DEFAULT_POLICY_ID,)
         """Whether per-policy metrics (``policies/<id>/...``) are kept."""
+        algos = {pid: (algorithms or {}).get(pid) for pid in self.policy_ids}
+        self.learner = learner_initial(algos.values(), LEARNER_INITIAL)
+        self._latest = LATEST_UPDATE_KEYS | {
+            f"learner/{name}" for e in ALGORITHMS.values() for name in e.update_metrics
+        }
+        self._summed = [
+            key
+            for key in self.learner
+            if key not in self._latest
+            and key not in ("learner/weights_version", "learner/steps_consumed")
+        ]
         self.policy_versions: dict[str, int] = {pid: -1 for pid in self.policy_ids}
         self.policy_learner: dict[str, dict[str, float]] = {
-            pid: dict(POLICY_LEARNER_INITIAL) for pid in self.policy_ids
+            pid: learner_initial([algos[pid]], POLICY_LEARNER_INITIAL) for pid in self.policy_ids
         }
         self.policy_returns: dict[str, deque[float]] = {
             pid: deque(maxlen=RETURN_WINDOW) for pid in self.policy_ids
@@ -172,8 +219,10 @@ class ServerStats:
         if mine is None:
             return
         mine.update(metrics)
-        self.learner.update({k: v for k, v in metrics.items() if k in LATEST_UPDATE_KEYS})
-        for key in SUMMED_KEYS:
+        self.learner.update(
+            {k: v for k, v in metrics.items() if k in self._latest and k in self.learner}
+        )
+        for key in self._summed:
             self.learner[key] = sum(p.get(key, 0.0) for p in self.policy_learner.values())
         self.learner["learner/weights_version"] = max(
             p["learner/weights_version"] for p in self.policy_learner.values()
