@@ -6,7 +6,7 @@ import pytest
 
 from rlserve.algorithms.dqn_config import DQNSettings
 from rlserve.algorithms.ppo_config import PPOSettings
-from rlserve.cli import _algorithm_settings, build_parser
+from rlserve.cli import _algorithm_settings, _settings_of, build_parser
 from rlserve.errors import ConfigError
 
 
@@ -34,3 +34,16 @@ def test_refusals_name_the_fix() -> None:
         _algorithm_settings(_args("--checkpoint-replay"), {})
     with pytest.raises(ConfigError, match="a run keeps its algorithm"):
         _algorithm_settings(_args("--algo", "ppo"), {"algorithm": {"name": "dqn"}}, resumed=True)
+
+
+def test_each_algorithm_a_policy_names_has_its_table_and_flags() -> None:
+    tables = {"dqn": {"buffer_size": 1000}}
+    settings = _settings_of(
+        ["ppo", "dqn"], _args("--dqn-n-step", "5", "--checkpoint-replay"), tables
+    )
+    assert isinstance(settings["ppo"], PPOSettings)
+    dqn = settings["dqn"]
+    assert isinstance(dqn, DQNSettings)
+    assert (dqn.buffer_size, dqn.n_step, dqn.checkpoint_replay) == (1000, 5, True)
+    with pytest.raises(ConfigError, match="or a policy with algo = 'dqn'"):
+        _settings_of(["ppo"], _args("--checkpoint-replay"), {})

@@ -132,7 +132,7 @@ def test_export_picks_one_policy_of_a_run_with_several(tmp_path: Path) -> None:
     from rlserve.server.policies import PolicySpec, policy_paths, run_folder_form
 
     wide = PolicySpec(
-        "wide", gym.spaces.Box(-1.0, 1.0, (3,), np.float32), DISCRETE_2, ppo={"hidden": [32]}
+        "wide", gym.spaces.Box(-1.0, 1.0, (3,), np.float32), DISCRETE_2, config={"hidden": [32]}
     )
     narrow = PolicySpec("narrow", gym.spaces.Box(-1.0, 1.0, (5,), np.float32), DISCRETE_2)
     top = to_table(PPOSettings(hidden=(16, 16), device="cpu"))

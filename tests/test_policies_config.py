@@ -3,6 +3,7 @@ as one line naming file, line and key, and the round trip through the run folder
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,13 @@ import numpy as np
 import pytest
 
 from rlserve.algorithms.ppo_config import PPOSettings
+from rlserve.algorithms.registry import ALGORITHMS
 from rlserve.config import load_config_file
-from rlserve.errors import ConfigError
+from rlserve.errors import ConfigError, UnsupportedSpaceError
 from rlserve.policies_config import check_policies, read_mapping, read_policies
 from rlserve.server.config import ServerConfig
 from rlserve.server.policies import (
+    check_same_algorithms,
     policies_from_run,
     policy_paths,
     run_folder_form,
@@ -225,3 +228,162 @@ def test_the_shipped_example_declares_two_policies(monkeypatch: pytest.MonkeyPat
     mapping = read_mapping(str(example), tables["mapping"], policies)
     assert mapping.resolve("blue_7") == "blue"
     check_policies(policies, tables["ppo"])
+
+
+MIXED = """\
+[ppo]
+train_batch_size = 256
+minibatch_size = 64
+
+[dqn]
+learning_starts = 300
+lr = 0.002
+
+[policies.red]
+spaces_from = "CartPole-v1"
+
+[policies.red.ppo]
+lr = 0.0005
+
+[policies.green]
+spaces_from = "CartPole-v1"
+algo = "dqn"
+
+[policies.green.dqn]
+buffer_size = 5000
+"""
+
+
+def load_mixed(tmp_path: Path, text: str, algo: str | None = None) -> Any:
+    path = tmp_path / "mixed.toml"
+    path.write_text(text)
+    classes = {name: entry.settings for name, entry in ALGORITHMS.items()}
+    tables = load_config_file(str(path), classes, free_tables=("policies", "mapping"))
+    return tables, read_policies(str(path), tables["policies"], algo)
+
+
+def test_a_policy_names_its_algorithm_and_overrides_that_algorithms_table(
+    tmp_path: Path,
+) -> None:
+    tables, policies = load_mixed(tmp_path, MIXED)
+    red, green = policies["red"], policies["green"]
+    assert (red.algo, red.algorithm_of(None), red.config) == (None, "ppo", {"lr": 0.0005})
+    assert (green.algo, green.config) == ("dqn", {"buffer_size": 5000})
+    # A policy's settings: its algorithm's defaults, that algorithm's top table, its overrides.
+    settings = green.settings_table(tables["dqn"])
+    assert settings == {"learning_starts": 300, "lr": 0.002, "buffer_size": 5000}
+    check_policies(policies, tables["ppo"], "ppo", {"dqn": tables["dqn"]})
+    # The run's algorithm is that of a policy that names none.
+    _, under_dqn = load_mixed(tmp_path, MIXED.replace("[policies.red.ppo]\nlr = 0.0005\n", ""))
+    assert under_dqn["red"].algorithm_of("dqn") == "dqn"
+
+
+MIXED_MISTAKES = {
+    "an unknown algorithm": (
+        MIXED.replace('algo = "dqn"', 'algo = "a2c"'),
+        None,
+        ["mixed.toml, line 17", "[policies.green]", "unknown algorithm 'a2c'", "ppo ("],
+    ),
+    "an algorithm that is no string": (
+        MIXED.replace('algo = "dqn"', "algo = 3"),
+        None,
+        ["line 17", "[policies.green]", "'algo' must be a string"],
+    ),
+    "the table of another algorithm than the policy's own": (
+        MIXED.replace("[policies.green.dqn]", "[policies.green.ppo]"),
+        None,
+        [
+            "mixed.toml, line 19",
+            "[policies.green.ppo] sets ppo settings",
+            "trained by dqn (algo = 'dqn')",
+            "rename the table [policies.green.dqn], or set algo = 'ppo' in [policies.green]",
+        ],
+    ),
+    "a ppo table when the run's algorithm is dqn": (
+        MIXED,
+        "dqn",
+        [
+            "line 12",
+            "[policies.red.ppo] sets ppo settings",
+            "trained by dqn (the run's algorithm, dqn)",
+            "[policies.red.dqn]",
+        ],
+    ),
+    "a key the policy's algorithm does not have": (
+        MIXED.replace("buffer_size = 5000", "clip_coef = 0.2"),
+        None,
+        ["line 20", "[policies.green.dqn]", "'clip_coef'"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MIXED_MISTAKES))
+def test_a_mixed_policies_mistake_is_one_line_naming_the_fix(case: str, tmp_path: Path) -> None:
+    text, algo, fragments = MIXED_MISTAKES[case]
+    with pytest.raises(ConfigError) as caught:
+        load_mixed(tmp_path, text, algo)
+    message = str(caught.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_each_policys_spaces_are_checked_against_its_own_algorithm(tmp_path: Path) -> None:
+    text = MIXED.replace(
+        'spaces_from = "CartPole-v1"\nalgo = "dqn"', 'spaces_from = "Pendulum-v1"\nalgo = "dqn"'
+    )
+    tables, policies = load_mixed(tmp_path, text)
+    with pytest.raises(UnsupportedSpaceError) as caught:
+        check_policies(policies, tables["ppo"], "ppo", {"dqn": tables["dqn"]})
+    message = str(caught.value)
+    assert message.startswith("policy 'green': dqn learns Discrete action spaces only"), message
+    assert message.endswith("the algorithms that learn these spaces: ppo, sac"), message
+    # Each policy's whole table of its own algorithm is checked too.
+    _, policies = load_mixed(tmp_path, MIXED.replace("buffer_size = 5000", "buffer_size = 8"))
+    with pytest.raises(ConfigError, match=r"^policy 'green': batch_size 64 is larger"):
+        check_policies(policies, tables["ppo"], "ppo", {"dqn": {}})
+
+
+def test_the_run_folder_records_each_policys_algorithm(tmp_path: Path) -> None:
+    tables, policies = load_mixed(tmp_path, MIXED)
+    run = RunFolder.create(str(tmp_path), "mixed")
+    extra, spaces = run_folder_form(policies, None, "ppo")
+    assert extra["policies"]["red"] == {"frozen": False, "algo": "ppo", "ppo": {"lr": 0.0005}}
+    assert extra["policies"]["green"]["dqn"] == {"buffer_size": 5000}
+    run.save({"server": {}, "ppo": tables["ppo"], "dqn": tables["dqn"], **extra}, spaces)
+    saved, saved_spaces = RunFolder.existing(run.path).load()
+    again, _ = policies_from_run(saved, saved_spaces)
+    assert {pid: (s.algo, s.config) for pid, s in again.items()} == {
+        "red": ("ppo", {"lr": 0.0005}),
+        "green": ("dqn", {"buffer_size": 5000}),
+    }
+    check_same_algorithms(saved, again, "ppo")
+    # A resumed policy whose algorithm changed is refused: its checkpoints are another's.
+    changed = dict(again)
+    changed["green"] = dataclasses.replace(again["green"], algo="sac")
+    with pytest.raises(
+        ConfigError,
+        match=r"policy 'green' of this run is trained by dqn.*"
+        r"declare it with algo = 'dqn'.*or start a new run",
+    ):
+        check_same_algorithms(saved, changed, "ppo")
+    # A policy that names none takes the run's: resumed under another, it is refused too.
+    again["red"].algo = None
+    with pytest.raises(ConfigError, match="policy 'red' of this run is trained by ppo"):
+        check_same_algorithms(saved, again, "dqn")
+
+
+def test_an_older_run_folder_is_read_as_ppo_policies(tmp_path: Path) -> None:
+    """Run folders from before policies named their algorithm: [policies.<id>.ppo] only."""
+    tables = {
+        "algorithm": {"name": "ppo"},
+        "policies": {"red": {"frozen": False, "ppo": {"lr": 0.001}}},
+    }
+    box = {"type": "Box", "shape": [2], "low": -1.0, "high": 1.0}
+    spaces = {
+        "policies": {
+            "red": {"observation_space": box, "action_space": {"type": "Discrete", "n": 2}}
+        }
+    }
+    policies, _ = policies_from_run(tables, spaces)
+    assert (policies["red"].algo, policies["red"].config) == ("ppo", {"lr": 0.001})

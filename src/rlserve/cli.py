@@ -15,8 +15,8 @@ from rlserve.config import add_arguments, build, load_config_file, to_table
 from rlserve.errors import ConfigError, RLServeError
 
 DESCRIPTION = """\
-Train a reinforcement-learning policy (PPO) from simulators that run their own loop and talk to
-this server over the network. 'rlserve COMMAND --help' describes each command's options.
+Train reinforcement-learning policies (PPO, DQN, SAC) from simulators that run their own loop
+and talk to this server over the network. 'rlserve COMMAND --help' describes each command's options.
 """
 
 
@@ -38,8 +38,13 @@ def _spaces(config: Any) -> tuple[Any, Any]:
     )
 
 
-def _declared_policies(args: argparse.Namespace, tables: dict[str, Any], server: Any) -> Any:
-    """The policies and mapping of a new run: ``[policies]`` of --config, or the one policy."""
+def _declared_policies(
+    args: argparse.Namespace, tables: dict[str, Any], server: Any, algo: str
+) -> Any:
+    """The policies and mapping of a new run: ``[policies]`` of --config, or the one policy.
+
+    ``algo`` is the run's algorithm, that of the declared policies that name none.
+    """
     from rlserve.policies_config import read_mapping, read_policies
     from rlserve.server.policies import single_policy
 
@@ -49,7 +54,7 @@ def _declared_policies(args: argparse.Namespace, tables: dict[str, Any], server:
                 f"{args.config}: [policies] gives each policy its spaces; drop spaces_from and "
                 "spaces_file ([server] table and --spaces-from / --spaces-file)"
             )
-        policies = read_policies(args.config, tables["policies"])
+        policies = read_policies(args.config, tables["policies"], algo)
     else:
         policies = single_policy(*_spaces(server))
     mapping = None
@@ -58,38 +63,64 @@ def _declared_policies(args: argparse.Namespace, tables: dict[str, Any], server:
     return policies, mapping
 
 
-def _algorithm_settings(
-    args: argparse.Namespace, tables: dict[str, Any], resumed: bool = False
-) -> Any:
-    """The chosen algorithm's settings: its table of --config (or the run), then its flags.
+def _run_algorithm(args: argparse.Namespace, tables: dict[str, Any], resumed: bool) -> str:
+    """The run's algorithm: ``--algo``, else ``[algorithm] name`` (of --config or the run).
 
-    The algorithm is ``--algo``, else the ``[algorithm] name`` of --config or the resumed run,
-    else PPO. ``--checkpoint-replay`` sets an off-policy algorithm's ``checkpoint_replay``.
+    PPO when neither names one; a resumed run keeps its own.
     """
     from rlserve.algorithms.registry import algorithm, run_algorithm
 
     run_algo = run_algorithm(tables).name
-    chosen = args.algo or run_algo
     if resumed and args.algo and args.algo != run_algo:
         raise ConfigError(
             f"--algo {args.algo}: the run was started with {run_algo}; a run keeps its "
             "algorithm (drop --algo, or start a new run)"
         )
-    entry = algorithm(chosen)
-    settings = build(entry.settings, tables.get(entry.name), args, prefix=f"{entry.name}_")
+    return algorithm(args.algo or run_algo).name
+
+
+def _settings_of(names: list[str], args: argparse.Namespace, tables: dict[str, Any]) -> Any:
+    """Each named algorithm's settings: its table of --config (or the run), then its flags.
+
+    ``--checkpoint-replay`` sets ``checkpoint_replay`` of each of them that keeps a replay
+    buffer (off-policy algorithms).
+
+    Raises:
+        ConfigError: ``--checkpoint-replay`` and none of them keeps a replay buffer.
+    """
+    from rlserve.algorithms.registry import algorithm
+
+    settings = {}
+    for name in names:
+        entry = algorithm(name)
+        settings[name] = build(entry.settings, tables.get(name), args, prefix=f"{name}_")
     if args.checkpoint_replay is not None:
-        if not hasattr(settings, "checkpoint_replay"):
+        replaying = [s for s in settings.values() if hasattr(s, "checkpoint_replay")]
+        if not replaying:
             raise ConfigError(
-                f"--checkpoint-replay: {entry.name} keeps no replay buffer; it applies to "
-                "off-policy algorithms (--algo dqn)"
+                f"--checkpoint-replay: {', '.join(names)} keeps no replay buffer; it applies to "
+                "off-policy algorithms (--algo dqn, or a policy with algo = 'dqn')"
             )
-        settings.checkpoint_replay = bool(args.checkpoint_replay)
+        for one in replaying:
+            one.checkpoint_replay = bool(args.checkpoint_replay)
     return settings
+
+
+def _algorithm_settings(
+    args: argparse.Namespace, tables: dict[str, Any], resumed: bool = False
+) -> Any:
+    """The run's algorithm's settings: its table of --config (or the run), then its flags.
+
+    The algorithm is ``--algo``, else the ``[algorithm] name`` of --config or the resumed run,
+    else PPO. ``--checkpoint-replay`` sets an off-policy algorithm's ``checkpoint_replay``.
+    """
+    name = _run_algorithm(args, tables, resumed)
+    return _settings_of([name], args, tables)[name]
 
 
 def _serve(args: argparse.Namespace) -> int:
     from rlserve.algorithm.network import NetworkAlgorithm, serving_config
-    from rlserve.algorithms.registry import ALGORITHMS, algorithm_of_settings
+    from rlserve.algorithms.registry import ALGORITHMS
     from rlserve.policies_config import check_policies
     from rlserve.server.config import ServerConfig, with_token_from_env
     from rlserve.server.policies import policies_from_run
@@ -104,7 +135,7 @@ def _serve(args: argparse.Namespace) -> int:
                 f"the run in {run.path} was started with a token, which is not saved in the run "
                 "folder: pass it again with RLSERVE_TOKEN=... or --token"
             )
-        ppo_config = _algorithm_settings(args, tables, resumed=True)
+        algo_name = _run_algorithm(args, tables, resumed=True)
         policies, mapping = policies_from_run(tables, spaces)
     else:
         tables = {}
@@ -115,18 +146,30 @@ def _serve(args: argparse.Namespace) -> int:
                 free_tables=("policies", "mapping", "algorithm"),
             )
         server_config = build(ServerConfig, with_token_from_env(tables.get("server")), args)
-        ppo_config = _algorithm_settings(args, tables)
-        policies, mapping = _declared_policies(args, tables, server_config)
+        algo_name = _run_algorithm(args, tables, resumed=False)
+        policies, mapping = _declared_policies(args, tables, server_config, algo_name)
+    # The run's algorithm, then every other one a policy names (each with its own settings).
+    names = [algo_name]
+    for spec in policies.values():
+        if spec.algorithm_of(algo_name) not in names:
+            names.append(spec.algorithm_of(algo_name))
+    settings = _settings_of(names, args, tables)
+    ppo_config = settings.pop(algo_name)
     # Loaded now, so a bad certificate or key stops the command before anything is created.
     server_config.ssl_context()
-    algo_name = algorithm_of_settings(ppo_config).name
-    check_policies(policies, to_table(ppo_config), algo_name)  # not in the learner, after listening
+    # Not in the learner, after listening: every policy with its own algorithm and settings.
+    check_policies(
+        policies,
+        to_table(ppo_config),
+        algo_name,
+        {name: to_table(one) for name, one in settings.items()},
+    )
     _check_ports_free(server_config)
     created = not args.resume and not _run_exists(server_config)
     # The Algorithm API with a server attached and no environment: its run folder is created
     # (or, resuming, reopened) here; it serves on this thread until SIGINT/SIGTERM.
     algo = NetworkAlgorithm(
-        serving_config(server_config, ppo_config, policies, mapping),
+        serving_config(server_config, ppo_config, policies, mapping, settings),
         resume=run.path if args.resume else None,
         background=False,
     )
@@ -271,8 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--config",
-        help="TOML file with [server] and [ppo] tables, and [policies.<id>] and [mapping] tables "
-        "for several policies",
+        help="TOML file with [server] and [ppo] (or [dqn], [sac]) tables, and [policies.<id>] "
+        "and [mapping] tables for several policies (each may name its own algo)",
     )
     serve.add_argument("--resume", metavar="RUN_DIR", help="continue the run in this folder")
     serve.add_argument(
@@ -280,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=list(ALGORITHMS),
         default=None,
         help="the learning algorithm (also [algorithm] name = ... in --config; a resumed run "
-        "keeps its own); default ppo. "
+        "keeps its own; a [policies.<id>] table may name its own with algo = ...); default ppo. "
         + "; ".join(f"{e.name}: {e.summary}" for e in ALGORITHMS.values()),
     )
     serve.add_argument(

@@ -49,7 +49,7 @@ from torch import nn
 
 from rlserve.algorithms.dqn_config import DQNSettings
 from rlserve.algorithms.models import ActorCritic, QNetwork
-from rlserve.algorithms.registry import run_algorithm
+from rlserve.algorithms.registry import algorithm, run_algorithm
 from rlserve.algorithms.sac_config import SACSettings
 from rlserve.algorithms.sac_models import SquashedGaussianActor
 from rlserve.config import build
@@ -144,8 +144,8 @@ def load_model(
 ) -> tuple[ActorCritic | QNetwork | SquashedGaussianActor, Path]:
     """Rebuild a run's model from its configuration and a checkpoint (default: the newest).
 
-    The run's algorithm (``[algorithm] name`` in its ``config.toml``, PPO without one) says
-    which: PPO's actor-critic, DQN's Q-network or SAC's actor.
+    The policy's algorithm (its ``algo``, else the run's ``[algorithm] name``, PPO without one)
+    says which: PPO's actor-critic, DQN's Q-network or SAC's actor.
 
     Args:
         run_dir: The run folder.
@@ -164,8 +164,8 @@ def load_model(
             f"{run.path} has no policy '{policy_id}'; pass --policy with one of "
             f"{', '.join(policies)}"
         )
-    entry = run_algorithm(tables)
-    settings = build(entry.settings, spec.ppo_table(tables.get(entry.name) or {}), None)
+    entry = algorithm(spec.algorithm_of(run_algorithm(tables).name))  # the policy's own
+    settings = build(entry.settings, spec.settings_table(tables.get(entry.name) or {}), None)
     model: ActorCritic | QNetwork | SquashedGaussianActor
     if isinstance(settings, DQNSettings):
         model = QNetwork(

@@ -8,6 +8,12 @@
     [policies.red.ppo]                   # overrides of the top [ppo] table
     lr = 0.0005
 
+    [policies.green]
+    spaces_from = "CartPole-v1"
+    algo = "dqn"                         # its own algorithm (default: the run's, --algo)
+    [policies.green.dqn]                 # overrides of the top [dqn] table
+    learning_starts = 500
+
     [policies.blue]
     spaces_file = "blue_spaces.json"
     frozen = true                        # never trained: serves its weights as they are
@@ -17,9 +23,12 @@
     "red_*" = "red"
     "blue_*" = "blue"
 
-Every mistake is one :class:`~rlserve.errors.ConfigError` naming the file, the line where it can
-tell, the key, and the fix, as for the other tables. Paths are relative to the working folder,
-as everywhere in the file; ``init_checkpoint`` is saved absolute in the run folder.
+A policy's settings are its algorithm's defaults, then the top table of that algorithm
+(``[dqn]``), then the policy's sub-table named after its algorithm; a sub-table of another
+algorithm is refused. Every mistake is one :class:`~rlserve.errors.ConfigError` naming the file,
+the line where it can tell, the key, and the fix, as for the other tables. Paths are relative to
+the working folder, as everywhere in the file; ``init_checkpoint`` is saved absolute in the run
+folder.
 """
 
 from __future__ import annotations
@@ -29,8 +38,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rlserve.algorithms.ppo_config import PPOSettings
-from rlserve.algorithms.registry import algorithm
+from rlserve.algorithms.registry import ALGORITHMS, algorithm
 from rlserve.config import build, check_table, line_of_key
 from rlserve.errors import ConfigError, RLServeError
 from rlserve.multiagent import PolicyMapping
@@ -45,7 +53,14 @@ POLICY_KEYS: dict[str, str] = {
     "action_space": "inline action space description (with observation_space)",
     "frozen": "true: never trained, its weights are served as they are (default false)",
     "init_checkpoint": "checkpoint (e.g. of another run) whose weights the policy starts from",
-    "ppo": "sub-table [policies.<id>.ppo] overriding keys of the top [ppo] table",
+    "algo": "the policy's algorithm: "
+    + ", ".join(ALGORITHMS)
+    + " (default: the run's, --algo or [algorithm] name)",
+    **{
+        name: f"sub-table [policies.<id>.{name}] overriding keys of the top [{name}] table, "
+        f"for a policy trained by {name}"
+        for name in ALGORITHMS
+    },
 }
 """The keys of a ``[policies.<id>]`` table, with what each means."""
 
@@ -67,8 +82,14 @@ class _Where:
         return error
 
 
-def read_policies(path: str, table: Any) -> dict[str, PolicySpec]:
+def read_policies(path: str, table: Any, algo: str | None = None) -> dict[str, PolicySpec]:
     """The policies a ``[policies]`` table of the file ``path`` declares, in file order.
+
+    Args:
+        path: The file (named in errors).
+        table: Its ``[policies]`` table.
+        algo: The run's algorithm (``--algo``, ``[algorithm] name``; None: PPO), that of the
+            policies that name none.
 
     Raises:
         ConfigError: A policy id, key, value, space or checkpoint is wrong (file, line, key).
@@ -89,11 +110,13 @@ def read_policies(path: str, table: Any) -> dict[str, PolicySpec]:
             raise where.error(
                 "policies", policy_id, f"'{policy_id}' must be a table ([{name}] with keys)"
             )
-        policies[policy_id] = _read_policy(where, name, policy_id, entry)
+        policies[policy_id] = _read_policy(where, name, policy_id, entry, algo)
     return policies
 
 
-def _read_policy(where: _Where, name: str, policy_id: str, entry: dict[str, Any]) -> PolicySpec:
+def _read_policy(
+    where: _Where, name: str, policy_id: str, entry: dict[str, Any], run_algo: str | None
+) -> PolicySpec:
     for key in entry:
         if key not in POLICY_KEYS:
             close = difflib.get_close_matches(key, list(POLICY_KEYS), n=1)
@@ -101,21 +124,36 @@ def _read_policy(where: _Where, name: str, policy_id: str, entry: dict[str, Any]
             raise where.error(
                 name, key, f"unknown key '{key}'; {hint}a policy takes {', '.join(POLICY_KEYS)}"
             )
-    for key in ("spaces_from", "spaces_file", "init_checkpoint"):
+    for key in ("spaces_from", "spaces_file", "init_checkpoint", "algo"):
         if key in entry and not isinstance(entry[key], str):
             raise where.error(name, key, f"'{key}' must be a string, got {entry[key]!r}")
-    for key in ("observation_space", "action_space", "ppo"):
+    for key in ("observation_space", "action_space", *ALGORITHMS):
         if key in entry and not isinstance(entry[key], dict):
             raise where.error(name, key, f"'{key}' must be a table, got {entry[key]!r}")
     frozen = entry.get("frozen", False)
     if not isinstance(frozen, bool):
         raise where.error(name, "frozen", f"'frozen' must be true or false, got {frozen!r}")
-    observation_space, action_space = _spaces(where, name, entry)
-    ppo = dict(entry.get("ppo", {}))
     try:
-        check_table(PPOSettings, ppo)
+        own = None if "algo" not in entry else algorithm(entry["algo"]).name
+        policy_algo = own or algorithm(run_algo).name
     except ConfigError as exc:
-        raise where.error(f"{name}.ppo", exc.key or "", str(exc)) from None
+        raise where.error(name, "algo", str(exc)) from None
+    for other in ALGORITHMS:
+        if other in entry and other != policy_algo:
+            trained_by = f"algo = '{own}'" if own else f"the run's algorithm, {policy_algo}"
+            raise where.error(
+                f"{name}.{other}",
+                "",
+                f"sets {other} settings, but the policy '{policy_id}' is trained by "
+                f"{policy_algo} ({trained_by}); rename the table [{name}.{policy_algo}], or "
+                f"set algo = '{other}' in [{name}]",
+            )
+    observation_space, action_space = _spaces(where, name, entry)
+    overrides = dict(entry.get(policy_algo, {}))
+    try:
+        check_table(algorithm(policy_algo).settings, overrides)
+    except ConfigError as exc:
+        raise where.error(f"{name}.{policy_algo}", exc.key or "", str(exc)) from None
     init = entry.get("init_checkpoint")
     if init is not None:
         if not os.path.isfile(init) or not os.access(init, os.R_OK):
@@ -130,9 +168,10 @@ def _read_policy(where: _Where, name: str, policy_id: str, entry: dict[str, Any]
         policy_id,
         observation_space,
         action_space,
-        ppo={k: tuple(v) if isinstance(v, list) else v for k, v in ppo.items()},
+        config={k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()},
         frozen=frozen,
         init_checkpoint=init,
+        algo=own,
     )
 
 
@@ -200,25 +239,36 @@ def read_mapping(path: str | None, table: Any, policies: dict[str, PolicySpec]) 
 
 
 def check_policies(
-    policies: dict[str, PolicySpec], ppo: dict[str, Any], algo: str | None = None
+    policies: dict[str, PolicySpec],
+    ppo: dict[str, Any],
+    algo: str | None = None,
+    tables: dict[str, dict[str, Any]] | None = None,
 ) -> None:
-    """Refuse, before anything listens, a policy the algorithm cannot train or a wrong table.
+    """Refuse, before anything listens, a policy its algorithm cannot train or a wrong table.
+
+    Each policy is checked with its own algorithm (its ``algo``, else the run's) and settings
+    (that algorithm's top table with the policy's overrides).
 
     Args:
         policies: The declared policies.
-        ppo: The top settings table of the algorithm (``[ppo]``, ``[dqn]``; flags applied).
-        algo: The algorithm's name (None: PPO).
+        ppo: The top settings table of the run's algorithm (``[ppo]``, ``[dqn]``; flags
+            applied).
+        algo: The run's algorithm (None: PPO).
+        tables: The top settings tables of the other algorithms, by name (missing: their
+            defaults).
 
     Raises:
         ConfigError, UnsupportedSpaceError: The message names the policy (when there are
-            several, or it is not ``default``).
+            several, or it is not ``default``) and, for spaces, the algorithms that fit.
     """
+    run_algo = algorithm(algo).name
     for spec in policies.values():
         label = "" if spec.plain else f"policy '{spec.policy_id}': "
         try:
-            entry = algorithm(algo)
-            build(entry.settings, spec.ppo_table(ppo), None)
-            entry.check_spaces(spec.observation_space, spec.action_space)
+            entry = algorithm(spec.algorithm_of(run_algo))
+            base = ppo if entry.name == run_algo else (tables or {}).get(entry.name, {})
+            build(entry.settings, spec.settings_table(base), None)
+            entry.check(spec.observation_space, spec.action_space)
         except RLServeError as exc:
             if not label:
                 raise

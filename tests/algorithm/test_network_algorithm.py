@@ -15,6 +15,7 @@ from rlserve import PolicyClient
 from rlserve.algorithm import Algorithm, PPOConfig
 from rlserve.algorithm.algorithm import RESULT_KEYS
 from rlserve.algorithm.network import NetworkAlgorithm, server_config_of, serving_config
+from rlserve.algorithms.dqn_config import DQNSettings
 from rlserve.algorithms.ppo_config import PPOSettings
 from rlserve.errors import ConfigError
 from rlserve.multiagent import PolicyMapping
@@ -173,6 +174,33 @@ def test_a_server_config_survives_the_trip_through_the_algorithm_config(tmp_path
     assert config.ppo_settings() == ppo
     assert config.policy_mapping == mapping.rules
     assert config.policies == {"red": {"lr": 3e-4}, "blue": {}}
+
+
+def test_a_server_config_of_mixed_policies_keeps_each_policys_algorithm() -> None:
+    """``rlserve serve`` with a PPO and a DQN policy: each keeps its algorithm and settings (its
+    algorithm's top table, then its overrides) through the Algorithm config."""
+    ppo = PPOSettings(lr=1e-4, train_batch_size=1024)
+    dqn = DQNSettings(learning_starts=300, lr=2e-3)
+    policies = {
+        "red": PolicySpec("red", OBS, ACT, {"lr": 3e-4}),
+        "green": PolicySpec("green", OBS, ACT, {"buffer_size": 5000}, algo="dqn"),
+    }
+    config = serving_config(ServerConfig(), ppo, policies, None, {"dqn": dqn})
+    assert config.algorithm_of("red") == "ppo" and config.algorithm_of("green") == "dqn"
+    assert config.used_algorithms() == ["ppo", "dqn"]
+    assert config.policy_settings("ppo", config.policies["red"]).lr == 3e-4
+    green = config.policy_settings("dqn", config.policies["green"])
+    assert isinstance(green, DQNSettings)
+    assert (green.lr, green.learning_starts, green.buffer_size) == (2e-3, 300, 5000)
+    # RLlib's tuple form: the overrides dict names the algorithm.
+    tuples = PPOConfig().multi_agent(
+        policies={"red": (None, OBS, ACT, {}), "green": (None, OBS, ACT, {"algo": "dqn"})}
+    )
+    assert tuples.policy_specs["green"].algo == "dqn" and tuples.policies["green"] == {}
+    with pytest.raises(ConfigError, match="disagree; name the algorithm once"):
+        PPOConfig().multi_agent(
+            policies={"g": PolicySpec("g", OBS, ACT, {"algo": "sac"}, algo="dqn")}
+        )
 
 
 def test_rllib_style_policy_tuples_declare_a_multi_policy_server(tmp_path: Path) -> None:

@@ -150,7 +150,8 @@ def test_two_policies_train_apart_and_resume(launch_server: Any, tmp_path: Path)
         assert (run / "policies" / pid / "weights.npz").is_file()
     assert not (run / "checkpoints").exists() and not (run / "weights").exists()
     saved = tomllib.loads((run / "config.toml").read_text())
-    assert saved["policies"]["red"] == {"frozen": False, "ppo": {"lr": 0.0005}}
+    # Each policy's algorithm is recorded (the run's, here), its overrides in its table.
+    assert saved["policies"]["red"] == {"frozen": False, "algo": "ppo", "ppo": {"lr": 0.0005}}
     assert saved["mapping"] == {"red_*": "red", "blue_*": "blue"}
     assert set(json.loads((run / "spaces.json").read_text())["policies"]) == {"red", "blue"}
     versions = {pid: metrics[f"policies/{pid}/weights_version"] for pid in ("red", "blue")}

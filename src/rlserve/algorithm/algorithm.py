@@ -1,13 +1,19 @@
 """The Algorithm: env runners, a collector and learners in one object (RLlib's ``Algorithm``).
 
-``train()`` is synchronous, as on-policy PPO wants it: sample ``train_batch_size`` steps with
-the current weights, cut every open episode there (so the batch holds only those weights'
-steps), update each policy's learner, and hand the new weights to the collector; repeat until
+``train()`` is synchronous, as on-policy PPO wants it: sample a round of steps with the current
+weights, cut every open episode there (so a batch holds only those weights' steps), update each
+policy's learner that is ready, and hand the new weights to the collector; repeat until
 ``min_env_steps_per_iteration`` steps were sampled, then return the result dict
-(:data:`RESULT_KEYS` documents it). With ``.serving(...)`` a network server is attached: the
-fragments its clients produce join each update's batch (taken fairly across clients), and every
-new version is published to them. With ``env_runners(num_env_runners=N)`` the sampling happens in
-N env-runner processes instead (:mod:`rlserve.algorithm.runner_group`), each round in parallel.
+(:data:`RESULT_KEYS` documents it). A round is the shortest of the learners' schedules
+(``sample_steps``: PPO's ``train_batch_size``, DQN's and SAC's ``train_every``), so in a run
+that mixes algorithms each policy trains on its own schedule: a PPO policy once its batch is
+full (its weights stay the same until then, so the batch is still on-policy), an off-policy one
+each time its round of steps came in (and again while a backlog keeps it ready).
+
+With ``.serving(...)`` a network server is attached: the fragments its clients produce join each
+update's batch (taken fairly across clients), and every new version is published to them. With
+``env_runners(num_env_runners=N)`` the sampling happens in N env-runner processes instead
+(:mod:`rlserve.algorithm.runner_group`), each round in parallel.
 
 The run folder (``.reporting(run_dir=...)``, or the folder :meth:`Algorithm.save` writes) has
 the server's layout: ``config.toml``, ``spaces.json``, ``checkpoints/ckpt_*.pt`` per policy,
@@ -54,6 +60,10 @@ logger = logging.getLogger("rlserve.algorithm")
 
 RETURN_WINDOW = 100
 """Episodes in the moving window of ``episode_return_mean``."""
+
+MAX_UPDATES_PER_ROUND = 64
+"""Updates of one learner after one round of sampling at most: an off-policy learner that is
+still ready after an update has a backlog (more steps came in than one round trains on)."""
 
 STATE_FILE = "algorithm.json"
 """The Algorithm's own counters in a checkpoint folder (next to the learners' files)."""
@@ -116,12 +126,17 @@ class Algorithm:
         else:
             self.source = make_source(config, seed=config.seed)
         self.specs, self.mapping = source_policies(config, self.source)
-        entry = algorithm(config.algo_name)
+        self.algorithms = {
+            pid: spec.algorithm_of(config.algo_name) for pid, spec in self.specs.items()
+        }
+        """Each policy's algorithm, by id."""
         self.learners = {
-            pid: entry.make_learner(
+            pid: algorithm(self.algorithms[pid]).make_learner(
                 spec.observation_space,
                 spec.action_space,
-                config.algo_settings({**spec.ppo, "seed": config.seed + index}),
+                config.policy_settings(
+                    self.algorithms[pid], {**spec.config, "seed": config.seed + index}
+                ),
             )
             for index, (pid, spec) in enumerate(self.specs.items())
         }
@@ -163,7 +178,7 @@ class Algorithm:
         self._episodes_this_iter = 0
         sampled = 0
         network_steps = 0
-        batch = max(learner.sample_steps for learner in self.learners.values())
+        batch = min(learner.sample_steps for learner in self.learners.values())
         while sampled < self.config.min_env_steps_per_iteration:
             if self.runners is not None:
                 round_ = self.runners.sample(batch, self._packages)
@@ -212,8 +227,13 @@ class Algorithm:
             if learner is not None:
                 learner.ingest(own)
         for pid, learner in self.learners.items():
-            if learner.ready():
+            updated = False
+            for _ in range(MAX_UPDATES_PER_ROUND):
+                if not learner.ready():
+                    break
                 self._learner_metrics[pid] = learner.update()
+                updated = True
+            if updated:
                 self._packages[pid] = learner.weights()
                 self._publish(pid, self._packages[pid])
 
@@ -426,6 +446,7 @@ class Algorithm:
             "lengths": list(self._lengths),
             "episodes_failed": self._episodes_failed,
             "checkpoints": files,
+            "algorithms": dict(self.algorithms),
             "log_trained_through": self._log_trained_through,
         }
         atomic_write_bytes(folder / STATE_FILE, json.dumps(state, indent=2).encode())
@@ -447,11 +468,21 @@ class Algorithm:
                 f"{folder} is not an Algorithm checkpoint ({STATE_FILE} unreadable: {exc}); "
                 "pass the folder algo.save() returned"
             ) from exc
-        for pid, learner in self.learners.items():
+        saved_algorithms = state.get("algorithms") or {}
+        for pid in self.learners:
             relative = state["checkpoints"].get(pid)
             if relative is None:
                 raise ConfigError(f"{folder} has no checkpoint of the policy '{pid}'")
-            learner.load(folder / relative)
+            before = saved_algorithms.get(pid, self.algorithms[pid])
+            if before != self.algorithms[pid]:
+                raise ConfigError(
+                    f"the checkpoint of policy '{pid}' in {folder} is {before}'s, and this "
+                    f"Algorithm trains it with {self.algorithms[pid]}, which cannot continue "
+                    f"it; declare the policy with algo='{before}' (or restore without a config: "
+                    "Algorithm.from_checkpoint(folder)), or start a new run"
+                )
+        for pid, learner in self.learners.items():
+            learner.load(folder / state["checkpoints"][pid])
         self.iteration = int(state["iteration"])
         self.env_steps_sampled = int(state["env_steps_sampled"])
         self.episodes_total = int(state["episodes_total"])
@@ -512,8 +543,9 @@ class Algorithm:
     def _write_run_files(self, folder: Path) -> None:
         from rlserve.algorithm.saved_config import save_config
 
-        tables, spaces = run_folder_form(self.specs, self.mapping)
-        tables[self.config.algo_name] = to_table(self.config.algo_settings())
+        tables, spaces = run_folder_form(self.specs, self.mapping, self.config.algo_name)
+        for name in sorted(set(self.algorithms.values()) | {self.config.algo_name}):
+            tables[name] = to_table(self.config.policy_settings(name))
         if self.config.algo_name != DEFAULT_ALGORITHM:
             tables["algorithm"] = {"name": self.config.algo_name}
         run = RunFolder(folder)
@@ -546,6 +578,7 @@ class Algorithm:
             fragment_length=self.config.rollout_fragment_length,
             seed=self.config.seed,
             resume=resume,
+            algo=self.config.algo_name,
         )
         self.server.start()
         for pid, learner in self.learners.items():

@@ -86,6 +86,77 @@ HOSTED_DEFAULTS: dict[str, dict[str, Any]] = {
 """Per algorithm, the defaults a hosted environment starts from (over its settings' own)."""
 
 
+def settings_fields(
+    algo: str, settings: dict[str, Any], where: str, iteration: bool = False
+) -> dict[str, Any]:
+    """``settings`` as fields of ``algo``'s settings dataclass.
+
+    A setting may be a field, RLlib's name for one (:data:`RLLIB_NAMES`),
+    ``model={"fcnet_hiddens": ..., "fcnet_activation": ...}`` or, for DQN and SAC,
+    ``replay_buffer_config={"capacity": N}``.
+
+    Args:
+        algo: The algorithm's name.
+        settings: The settings as given.
+        where: Where they were given, for errors (``training()``, ``policy 'red'``).
+        iteration: ``min_env_steps_per_iteration`` is a setting there (listed in errors).
+
+    Raises:
+        ConfigError: A name is not one of the algorithm's settings, or has no rlserve
+            counterpart; the message lists the settings or names what to set instead.
+    """
+    entry = algorithm(algo)
+    aliases = RLLIB_NAMES.get(entry.name, {})
+    known = {f.name for f in dataclasses.fields(entry.settings)}
+    fields: dict[str, Any] = {}
+    for name, value in settings.items():
+        if name == "model":
+            fields.update(_model(value))
+            continue
+        if name == "replay_buffer_config" and "buffer_size" in known:
+            fields.update(_replay_buffer(value))
+            continue
+        field_name = aliases.get(name, name)
+        if field_name not in known:
+            extra = ", min_env_steps_per_iteration" if iteration else ""
+            raise ConfigError(
+                f"{where} of {entry.name} has no setting '{name}'; the settings are "
+                f"{', '.join(sorted(known | set(aliases)))}, model{extra}"
+            )
+        fields[field_name] = value
+    return fields
+
+
+def _replay_buffer(config: Any) -> dict[str, Any]:
+    if not isinstance(config, dict):
+        raise ConfigError(f"replay_buffer_config must be a dict, got {type(config).__name__}")
+    fields: dict[str, Any] = {}
+    for key, value in config.items():
+        if key == "capacity":
+            fields["buffer_size"] = int(value)
+        elif key != "type":  # RLlib's buffer class: rlserve has one
+            raise ConfigError(
+                f"replay_buffer_config setting '{key}' is not supported; use capacity"
+            )
+    return fields
+
+
+def _model(model: Any) -> dict[str, Any]:
+    if not isinstance(model, dict):
+        raise ConfigError(f"model must be a dict, got {type(model).__name__}")
+    fields: dict[str, Any] = {}
+    for key, value in model.items():
+        if key == "fcnet_hiddens":
+            fields["hidden"] = tuple(int(v) for v in value)
+        elif key == "fcnet_activation":
+            fields["activation"] = str(value)
+        else:
+            raise ConfigError(
+                f"model setting '{key}' is not supported; use fcnet_hiddens and fcnet_activation"
+            )
+    return fields
+
+
 class AlgorithmConfig:
     """Settings of an :class:`~rlserve.algorithm.Algorithm`, built by chained method calls."""
 
@@ -110,6 +181,12 @@ class AlgorithmConfig:
         self.device = "auto"
         self.evaluation_duration = 10
         self.policies: dict[str, dict[str, Any]] | None = None
+        """Each policy's settings overrides (of its algorithm's settings), by id."""
+        self.policy_algorithms: dict[str, str] = {}
+        """The policies that name their own algorithm (``"algo"``): id -> algorithm name."""
+        self.algorithm_settings: dict[str, dict[str, Any]] = {}
+        """The settings of every policy of another algorithm than :attr:`algo_name` (the top
+        ``[dqn]`` table of a config file), by algorithm name."""
         self.policy_specs: dict[str, Any] = {}
         """Policies declared with their spaces (``PolicySpec`` or RLlib's 4-tuples), by id."""
         self.policy_mapping: list[tuple[str, str]] = []
@@ -219,58 +296,21 @@ class AlgorithmConfig:
         for DQN, :class:`~rlserve.algorithms.sac_config.SACSettings` for SAC), RLlib's names for
         them (:data:`RLLIB_NAMES`: for PPO ``lambda_``, ``num_sgd_iter``,
         ``sgd_minibatch_size``, ``clip_param``, ``vf_loss_coeff``, ``entropy_coeff``,
-        ``grad_clip``, ``kl_target``), ``model={"fcnet_hiddens": [...],
-        "fcnet_activation": "tanh"}`` and ``min_env_steps_per_iteration``; for DQN and SAC
-        also ``replay_buffer_config={"capacity": N}``.
+        ``grad_clip``, ``kl_target``), ``model={"fcnet_hiddens": [...], "fcnet_activation":
+        "tanh"}`` and ``min_env_steps_per_iteration``; for DQN and SAC also
+        ``replay_buffer_config={"capacity": N}``.
+
+        They are the settings of every policy that names no other algorithm (see
+        :meth:`multi_agent`).
         """
-        settings_class = algorithm(self.algo_name).settings
-        aliases = RLLIB_NAMES.get(self.algo_name, {})
-        known = {f.name for f in dataclasses.fields(settings_class)}
-        for name, value in settings.items():
-            if name == "model":
-                self._model(value)
-                continue
-            if name == "min_env_steps_per_iteration":
-                self.min_env_steps_per_iteration = int(value)
-                continue
-            if name == "replay_buffer_config" and "buffer_size" in known:
-                self._replay_buffer(value)
-                continue
-            field_name = aliases.get(name, name)
-            if field_name not in known:
-                raise ConfigError(
-                    f"training() of {self.algo_name} has no setting '{name}'; the settings are "
-                    f"{', '.join(sorted(known | set(aliases)))}, model and "
-                    "min_env_steps_per_iteration"
-                )
-            self.training_settings[field_name] = value
+        settings = dict(settings)
+        if "min_env_steps_per_iteration" in settings:
+            self.min_env_steps_per_iteration = int(settings.pop("min_env_steps_per_iteration"))
+        self.training_settings.update(
+            settings_fields(self.algo_name, settings, "training()", iteration=True)
+        )
         self.algo_settings()  # checks the values now, not at build()
         return self
-
-    def _replay_buffer(self, config: Any) -> None:
-        if not isinstance(config, dict):
-            raise ConfigError(f"replay_buffer_config must be a dict, got {type(config).__name__}")
-        for key, value in config.items():
-            if key == "capacity":
-                self.training_settings["buffer_size"] = int(value)
-            elif key != "type":  # RLlib's buffer class: rlserve has one
-                raise ConfigError(
-                    f"replay_buffer_config setting '{key}' is not supported; use capacity"
-                )
-
-    def _model(self, model: Any) -> None:
-        if not isinstance(model, dict):
-            raise ConfigError(f"model must be a dict, got {type(model).__name__}")
-        for key, value in model.items():
-            if key == "fcnet_hiddens":
-                self.training_settings["hidden"] = tuple(int(v) for v in value)
-            elif key == "fcnet_activation":
-                self.training_settings["activation"] = str(value)
-            else:
-                raise ConfigError(
-                    f"model setting '{key}' is not supported; use fcnet_hiddens and "
-                    "fcnet_activation"
-                )
 
     def multi_agent(
         self,
@@ -278,6 +318,7 @@ class AlgorithmConfig:
         policies: Any = None,
         policy_mapping_fn: Any = None,
         policy_mapping: Any = None,
+        algorithm_settings: dict[str, dict[str, Any]] | None = None,
     ) -> AlgorithmConfig:
         """Several policies: ``policies`` (ids, or id -> settings overrides) and who uses which.
 
@@ -287,11 +328,42 @@ class AlgorithmConfig:
         policy_id`` (RLlib's form) or ``policy_mapping={agent id or pattern: policy id}``
         (rlserve's, the server's rules; a ``PolicyMapping`` is taken as its rules). Without
         either, every agent maps to the only policy.
+
+        Policies may mix algorithms: ``"algo": "dqn"`` in a policy's overrides dict (plain, or
+        the tuple's fourth item), or ``PolicySpec(..., algo="dqn")``, has DQN train it, with
+        DQN's defaults (hosted or the server's), then ``algorithm_settings["dqn"]``, then the
+        policy's own overrides; a policy that names no algorithm is this config's
+        (:attr:`algo_name`), with the settings of :meth:`training`. Each trains on its own
+        schedule (PPO's batches, DQN's and SAC's rounds of ``train_every`` steps).
+
+        Args:
+            policies: Ids, or id -> overrides / tuple / ``PolicySpec``.
+            policy_mapping_fn: RLlib's mapping function (environments' agents only).
+            policy_mapping: rlserve's mapping rules.
+            algorithm_settings: Per algorithm name, the settings every policy of that
+                algorithm starts from (RLlib's names work too), as the top ``[dqn]`` table of
+                a config file does for ``rlserve serve``.
         """
+        if algorithm_settings is not None:
+            if not isinstance(algorithm_settings, dict):
+                raise ConfigError(
+                    "algorithm_settings must map an algorithm name to its settings, e.g. "
+                    '{"dqn": {"lr": 5e-4}}'
+                )
+            for name, values in algorithm_settings.items():
+                entry = algorithm(name)
+                if not isinstance(values, dict):
+                    raise ConfigError(
+                        f"algorithm_settings['{name}'] must be a dict of {name} settings, got "
+                        f"{type(values).__name__}"
+                    )
+                where = f"algorithm_settings['{entry.name}']"
+                self.algorithm_settings[entry.name] = settings_fields(entry.name, values, where)
         if policies is not None:
+            self.policy_specs = {}
+            self.policy_algorithms = {}
             if isinstance(policies, dict):
                 self.policies = {}
-                self.policy_specs = {}
                 for key, value in policies.items():
                     self.policies[str(key)] = self._policy_entry(str(key), value)
             else:
@@ -309,30 +381,61 @@ class AlgorithmConfig:
         return self
 
     def _policy_entry(self, policy_id: str, value: Any) -> dict[str, Any]:
-        """A policy's settings overrides; its spaces, when given, go to :attr:`policy_specs`."""
+        """A policy's settings overrides.
+
+        Its algorithm goes to :attr:`policy_algorithms`, its spaces, when given, to
+        :attr:`policy_specs`.
+        """
         from rlserve.server.policies import PolicySpec
 
         if isinstance(value, PolicySpec):
+            overrides = self._policy_overrides(policy_id, dict(value.config), value.algo)
             self.policy_specs[policy_id] = value
-            return dict(value.ppo)
+            return overrides
         if isinstance(value, tuple | list):
             if len(value) != 4:
                 raise ConfigError(
                     f"policy '{policy_id}': a tuple must be (None, observation_space, "
                     f"action_space, overrides), RLlib's PolicySpec form; got {len(value)} items"
                 )
-            _, obs_space, act_space, overrides = value
+            _, obs_space, act_space, given = value
+            overrides = self._policy_overrides(policy_id, dict(given or {}), None)
             if obs_space is not None and act_space is not None:
                 self.policy_specs[policy_id] = PolicySpec(
-                    policy_id, obs_space, act_space, dict(overrides or {})
+                    policy_id,
+                    obs_space,
+                    act_space,
+                    overrides,
+                    algo=self.policy_algorithms.get(policy_id),
                 )
-            return dict(overrides or {})
+            return overrides
         if value is not None and not isinstance(value, dict):
             raise ConfigError(
                 f"policy '{policy_id}': give settings overrides as a dict, a PolicySpec or "
                 f"(None, observation_space, action_space, overrides); got {type(value).__name__}"
             )
-        return dict(value or {})
+        return self._policy_overrides(policy_id, dict(value or {}), None)
+
+    def _policy_overrides(
+        self, policy_id: str, overrides: dict[str, Any], algo: str | None
+    ) -> dict[str, Any]:
+        """The overrides as settings fields of the policy's algorithm (``"algo"`` taken out)."""
+        named = overrides.pop("algo", None)
+        if named is not None and not isinstance(named, str):
+            raise ConfigError(
+                f"policy '{policy_id}': 'algo' must name an algorithm (a string), got {named!r}"
+            )
+        if named is not None and algo is not None and algorithm(named).name != algo:
+            raise ConfigError(
+                f"policy '{policy_id}': PolicySpec(algo='{algo}') and the override "
+                f"'algo': '{named}' disagree; name the algorithm once"
+            )
+        chosen = algo or named
+        if chosen is not None:
+            self.policy_algorithms[policy_id] = algorithm(chosen).name
+        name = self.policy_algorithms.get(policy_id, self.algo_name)
+        fields: dict[str, Any] = settings_fields(name, overrides, f"policy '{policy_id}'")
+        return fields
 
     def debugging(self, *, seed: int | None = None) -> AlgorithmConfig:
         """The seed of environments, sampling and the learner."""
@@ -406,16 +509,47 @@ class AlgorithmConfig:
         for PPO). Hosted environments start from :data:`HOSTED_DEFAULTS` (for PPO: synchronous
         sampling favours small batches); a network-only Algorithm from the server's defaults.
         """
-        settings_class = algorithm(self.algo_name).settings
-        defaults = HOSTED_DEFAULTS.get(self.algo_name, {}) if self.env is not None else {}
-        values = {**defaults, **self.training_settings, **(overrides or {})}
+        return self.policy_settings(None, overrides)
+
+    def policy_settings(self, algo: str | None, overrides: dict[str, Any] | None = None) -> Any:
+        """The settings of a policy trained by ``algo`` (None: :attr:`algo_name`).
+
+        That algorithm's defaults (:data:`HOSTED_DEFAULTS` over its own with an environment),
+        then :meth:`training`'s settings for :attr:`algo_name` or ``algorithm_settings`` of
+        :meth:`multi_agent` for another algorithm (and the device of :meth:`resources`), then
+        ``overrides`` (settings fields); the seed is :meth:`debugging`'s unless set.
+
+        Raises:
+            ConfigError: An unknown algorithm, or a setting's value is refused.
+        """
+        entry = algorithm(algo or self.algo_name)
+        defaults = HOSTED_DEFAULTS.get(entry.name, {}) if self.env is not None else {}
+        if entry.name == self.algo_name:
+            shared = self.training_settings
+        else:
+            shared = dict(self.algorithm_settings.get(entry.name, {}))
+            if "device" in self.training_settings:
+                shared.setdefault("device", self.training_settings["device"])
+        values = {**defaults, **shared, **(overrides or {})}
         values.setdefault("seed", self.seed)
         if isinstance(values.get("hidden"), list):
             values["hidden"] = tuple(values["hidden"])
         try:
-            return settings_class(**values)
+            return entry.settings(**values)
         except TypeError as exc:
-            raise ConfigError(f"invalid training settings: {exc}") from exc
+            raise ConfigError(f"invalid {entry.name} settings: {exc}") from exc
+
+    def algorithm_of(self, policy_id: str) -> str:
+        """The algorithm that trains ``policy_id`` (its own, else :attr:`algo_name`)."""
+        return self.policy_algorithms.get(policy_id, self.algo_name)
+
+    def used_algorithms(self) -> list[str]:
+        """:attr:`algo_name` and every other algorithm a declared policy names, in order."""
+        names = [self.algo_name]
+        for name in self.policy_algorithms.values():
+            if name not in names:
+                names.append(name)
+        return names
 
     def ppo_settings(self, overrides: dict[str, Any] | None = None) -> Any:
         """The old name of :meth:`algo_settings` (kept for callers of the PPO-only API)."""

@@ -31,7 +31,12 @@ from rlserve.algorithm.algorithm import Algorithm
 from rlserve.algorithm.config import AlgorithmConfig, config_for
 from rlserve.algorithm.server_thread import ServerThread
 from rlserve.algorithm.serving import ServingSettings
-from rlserve.algorithms.registry import DEFAULT_ALGORITHM, algorithm_of_settings, run_algorithm
+from rlserve.algorithms.registry import (
+    DEFAULT_ALGORITHM,
+    algorithm,
+    algorithm_of_settings,
+    run_algorithm,
+)
 from rlserve.config import build, to_table
 from rlserve.errors import ConfigError
 from rlserve.multiagent import PolicyMapping
@@ -43,6 +48,7 @@ from rlserve.server.config import ServerConfig
 from rlserve.server.policies import (
     PolicySpec,
     check_policy_id,
+    check_same_algorithms,
     policies_from_run,
     run_folder_form,
     single_policy,
@@ -92,7 +98,12 @@ def network_policies(config: AlgorithmConfig) -> tuple[dict[str, PolicySpec], Po
                 "action_space, overrides) in multi_agent(policies=...)"
             )
         specs = {
-            pid: dataclasses.replace(spec, policy_id=check_policy_id(pid), ppo=dict(declared[pid]))
+            pid: dataclasses.replace(
+                spec,
+                policy_id=check_policy_id(pid),
+                config=dict(declared[pid]),
+                algo=config.policy_algorithms.get(pid),
+            )
             for pid, spec in config.policy_specs.items()
         }
     elif config.observation_space is not None and config.action_space is not None:
@@ -103,8 +114,14 @@ def network_policies(config: AlgorithmConfig) -> tuple[dict[str, PolicySpec], Po
             )
         pid = check_policy_id(next(iter(declared), DEFAULT_POLICY_ID))
         specs = single_policy(config.observation_space, config.action_space)
-        specs = {pid: dataclasses.replace(specs[DEFAULT_POLICY_ID], policy_id=pid)}
-        specs[pid].ppo = dict(declared.get(pid, {}))
+        specs = {
+            pid: dataclasses.replace(
+                specs[DEFAULT_POLICY_ID],
+                policy_id=pid,
+                config=dict(declared.get(pid, {})),
+                algo=config.policy_algorithms.get(pid),
+            )
+        }
     else:
         raise ConfigError(
             "an Algorithm without an environment needs the policy's spaces: "
@@ -135,11 +152,13 @@ def serving_config(
     ppo: Any,
     policies: dict[str, PolicySpec],
     mapping: PolicyMapping | None,
+    others: dict[str, Any] | None = None,
 ) -> AlgorithmConfig:
     """The AlgorithmConfig of a server configuration (``rlserve serve``'s flags and file).
 
     ``ppo`` is the algorithm's settings (``PPOSettings``, ``DQNSettings``...): its type picks
-    the algorithm.
+    the algorithm, that of the policies that name none. ``others`` holds the settings of the
+    other algorithms the policies name (their top tables), by name.
     """
     own = {f.name for f in dataclasses.fields(ServingSettings)} - {
         "server",
@@ -153,7 +172,12 @@ def serving_config(
     }
     config = (
         config_for(algorithm_of_settings(ppo).name)
-        .multi_agent(policies=dict(policies))
+        .multi_agent(
+            policies=dict(policies),
+            algorithm_settings={
+                name: dataclasses.asdict(settings) for name, settings in (others or {}).items()
+            },
+        )
         .training(**dataclasses.asdict(ppo))
         .env_runners(rollout_fragment_length=server.fragment_length)
         .debugging(seed=server.seed)
@@ -186,7 +210,11 @@ def run_folder_config(folder: Path) -> AlgorithmConfig:
     policies, mapping = policies_from_run(tables, spaces)
     entry = run_algorithm(tables)
     settings = build(entry.settings, tables.get(entry.name), None)
-    return serving_config(server, settings, policies, mapping)
+    others = {
+        name: build(algorithm(name).settings, tables.get(name), None)
+        for name in {spec.algorithm_of(entry.name) for spec in policies.values()} - {entry.name}
+    }
+    return serving_config(server, settings, policies, mapping, others)
 
 
 class NetworkAlgorithm(Algorithm):
@@ -213,16 +241,20 @@ class NetworkAlgorithm(Algorithm):
         self.server_config = server_config_of(config)
         algo = config.algo_name
         ppo_table = to_table(config.algo_settings())
-        check_policies(self.specs, ppo_table, algo)
+        used = {spec.algorithm_of(algo) for spec in self.specs.values()} - {algo}
+        others = {name: to_table(config.policy_settings(name)) for name in sorted(used)}
+        check_policies(self.specs, ppo_table, algo, others)
         if resume is not None:
             folder = RunFolder.existing(resume)
+            saved, _ = folder.load()
+            check_same_algorithms(saved, self.specs, algo)
         else:
             folder = RunFolder.create(self.server_config.run_dir, self.server_config.name)
         self.folder = folder
         """The run folder (the same as :attr:`run`, never None here)."""
         self.run = folder
-        tables, spaces = run_folder_form(self.specs, self.mapping)
-        own = {algo: ppo_table}
+        tables, spaces = run_folder_form(self.specs, self.mapping, algo)
+        own = {algo: ppo_table, **others}
         if algo != DEFAULT_ALGORITHM:
             own["algorithm"] = {"name": algo}
         folder.save({"server": to_table(self.server_config), **own, **tables}, spaces)
@@ -234,6 +266,7 @@ class NetworkAlgorithm(Algorithm):
             mapping=self.mapping,
             resume=resume is not None,
             algo=algo,
+            algo_tables=others,
         )
         self.server = None  # no attached in-process server: the policy server is the source
         self._thread: ServerThread | None = None

@@ -33,6 +33,8 @@ _PLAIN = (
     "seed",
     "evaluation_duration",
     "policies",
+    "policy_algorithms",
+    "algorithm_settings",
     "policy_mapping",
 )
 
@@ -65,6 +67,10 @@ def save_config(config: AlgorithmConfig, folder: Path) -> None:
     plain: dict[str, Any] = {name: getattr(config, name) for name in _PLAIN}
     plain["training_settings"] = {
         k: list(v) if isinstance(v, tuple) else v for k, v in config.training_settings.items()
+    }
+    plain["algorithm_settings"] = {
+        name: {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+        for name, values in config.algorithm_settings.items()
     }
     plain["algo"] = config.algo_name
     plain["env"] = env_reference(config.env)

@@ -43,6 +43,7 @@ from typing import Any
 
 from rlserve.algorithm.server_thread import ServerThread
 from rlserve.algorithms.base import WeightsPackage
+from rlserve.algorithms.registry import algorithm
 from rlserve.config import TOKEN_ENV, option
 from rlserve.episodes import EpisodeSummary
 from rlserve.errors import ConfigError, EpisodeError
@@ -524,6 +525,7 @@ class AttachedServer:
         resume: ``run`` holds an earlier run of this server: continue its counters, weights,
             batch ledger and experience log (:meth:`requeue_after` hands its untrained
             records on again).
+        algo: The Algorithm's algorithm, that of the policies that name none (None: PPO).
     """
 
     def __init__(
@@ -535,6 +537,7 @@ class AttachedServer:
         fragment_length: int = 200,
         seed: int = 0,
         resume: bool = False,
+        algo: str | None = None,
     ):
         self.settings = settings
         self.config = settings.server_config(fragment_length, seed)
@@ -550,6 +553,7 @@ class AttachedServer:
             resume=resume,
             stats=stats,
             learner_factory=lambda server: AttachedLearner(server, self._queues),
+            algo=algorithm(algo).name,
         )
         self._thread = ServerThread(self.server, name="rlserve-attached-server")
 

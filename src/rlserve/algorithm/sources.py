@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from rlserve.algorithm.config import AlgorithmConfig
+from rlserve.algorithms.registry import algorithm
 from rlserve.env.base import SINGLE_AGENT, EnvSource
 from rlserve.env.convert import to_source
-from rlserve.errors import ConfigError
+from rlserve.errors import ConfigError, RLServeError
 from rlserve.multiagent import PolicyMapping
-from rlserve.policy.distributions import check_learnable
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.server.policies import PolicySpec
 
@@ -46,7 +46,12 @@ def source_policies(
     A single-agent source has the one policy ``default``. A multi-agent source without
     ``multi_agent(policies=...)`` shares ``default`` among all its agents; with it, each
     agent's policy comes from ``policy_mapping`` rules or ``policy_mapping_fn`` (asked once per
-    agent id the source declares).
+    agent id the source declares). Each policy's spaces are checked against its algorithm.
+
+    Raises:
+        ConfigError, UnsupportedSpaceError: A policy has no agent, agents of different spaces,
+            or spaces its algorithm cannot learn (the message names the policy and the
+            algorithms that can).
     """
     agents = list(source.observation_spaces)
     declared = config.policies or {DEFAULT_POLICY_ID: {}}
@@ -89,7 +94,15 @@ def source_policies(
                     f"the agents '{users[0]}' and '{other}' both map to the policy '{pid}' but "
                     "have different spaces; give them separate policies"
                 )
-        check_learnable(obs_space, act_space)
-        specs[pid] = PolicySpec(pid, obs_space, act_space, ppo=dict(overrides))
+        spec = PolicySpec(
+            pid, obs_space, act_space, dict(overrides), algo=config.policy_algorithms.get(pid)
+        )
+        try:
+            algorithm(spec.algorithm_of(config.algo_name)).check(obs_space, act_space)
+        except RLServeError as exc:
+            if spec.plain:
+                raise
+            raise type(exc)(f"policy '{pid}': {exc}") from None
+        specs[pid] = spec
     mapping_out = PolicyMapping(rules, declared) if source.multi_agent else None
     return specs, mapping_out

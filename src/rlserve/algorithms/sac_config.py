@@ -107,7 +107,5 @@ def check_sac_spaces(
     """
     check_observations(observation_space)
     if not isinstance(action_space, spaces.Box) or action_space.dtype.kind != "f":
-        raise UnsupportedSpaceError(
-            f"sac learns float Box action spaces only, not {action_space}"
-        )
+        raise UnsupportedSpaceError(f"sac learns float Box action spaces only, not {action_space}")
     return squashed_gaussian_distribution(action_space)

@@ -24,9 +24,8 @@ import gymnasium as gym
 import uvicorn
 
 from rlserve.algorithms.base import WeightsPackage
-from rlserve.algorithms.registry import DEFAULT_ALGORITHM
+from rlserve.algorithms.registry import DEFAULT_ALGORITHM, algorithm
 from rlserve.multiagent import PolicyMapping
-from rlserve.policy.distributions import check_learnable
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.samples import Fragment
 from rlserve.server import json_body
@@ -102,14 +101,17 @@ class PolicyServer:
 
     Args:
         config: Server configuration.
-        ppo: The top PPO configuration table (plain values, passed to the learner process);
-            each policy's own overrides apply on top of it.
+        ppo: The top settings table of the server's algorithm (``algo``; plain values, passed
+            to the learner process); each policy's own overrides apply on top of it.
         policies: The policies served, by id, in order.
         run: The run folder.
         mapping: Which policy acts for which agent (None: every agent maps to the only policy,
             when there is one).
         resume: Continue the run in ``run`` (its weights, counters and experience log).
-        algo: The learning algorithm's name (the registry's; its settings are ``ppo``).
+        algo: The learning algorithm's name (the registry's; its settings are ``ppo``): that of
+            every policy that names none.
+        algo_tables: The top settings tables of the other algorithms the policies name, by
+            algorithm name (an algorithm left out: its defaults).
     """
 
     config: ServerConfig
@@ -131,7 +133,9 @@ class PolicyServer:
     """Builds the learner side from the server (its config, stats, store and opened-later log);
     None: a :class:`LearnerLink` with a supervised learner process (``rlserve serve``)."""
     algo: str = DEFAULT_ALGORITHM
-    """The algorithm the learner process trains (``--algo``)."""
+    """The algorithm the learner process trains (``--algo``) for the policies that name none."""
+    algo_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The top settings tables of the other algorithms the policies name, by name."""
 
     @classmethod
     def single(
@@ -150,9 +154,11 @@ class PolicyServer:
         if not self.policies:
             raise ValueError("a server needs at least one policy")
         # A space the learner cannot train in is refused here, before anything listens.
-        for spec in self.policies.values():
-            check_learnable(spec.observation_space, spec.action_space)
-        self.stats.configure_policies(list(self.policies))
+        self.algorithms = {pid: s.algorithm_of(self.algo) for pid, s in self.policies.items()}
+        """Each policy's algorithm, by id."""
+        for pid, spec in self.policies.items():
+            algorithm(self.algorithms[pid]).check(spec.observation_space, spec.action_space)
+        self.stats.configure_policies(list(self.policies), dict(self.algorithms))
         self.flat = is_flat(self.policies)
         """Whether the run folder has the single-policy layout (see :func:`is_flat`)."""
         self.paths = {pid: policy_paths(self.run.path, pid, self.flat) for pid in self.policies}
@@ -205,11 +211,16 @@ class PolicyServer:
         return list(self.policies.values())
 
     def _learner_setup(self, index: int, spec: PolicySpec) -> dict[str, Any]:
-        """A policy's plain-value set-up for the learner process (seeded apart by its index)."""
+        """A policy's plain-value set-up for the learner process (seeded apart by its index).
+
+        Its algorithm, and its settings: that algorithm's top table with its overrides.
+        """
+        name = self.algorithms[spec.policy_id]
+        base = self.ppo if name == algorithm(self.algo).name else self.algo_tables.get(name, {})
         return {
             "policy_id": spec.policy_id,
-            "algo": self.algo,
-            "ppo": {**spec.ppo_table(self.ppo), "seed": self.config.seed + index},
+            "algo": name,
+            "settings": {**spec.settings_table(base), "seed": self.config.seed + index},
             **spec.spaces(),
             "frozen": spec.frozen,
             "init_checkpoint": spec.init_checkpoint,

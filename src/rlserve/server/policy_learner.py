@@ -61,9 +61,10 @@ class PolicyLearner:
     """One policy's learner, its log position and its checkpoints.
 
     Args:
-        setup: The policy's plain-value set-up: ``policy_id``, ``ppo`` (its whole PPOSettings
-            table), ``observation_space``, ``action_space`` (descriptions), ``frozen``,
-            ``init_checkpoint`` (a path or None), ``checkpoint_dir``.
+        setup: The policy's plain-value set-up: ``policy_id``, ``algo`` (its algorithm's name;
+            absent: PPO), ``settings`` (that algorithm's whole settings table; ``ppo`` in the
+            set-up of an older server), ``observation_space``, ``action_space`` (descriptions),
+            ``frozen``, ``init_checkpoint`` (a path or None), ``checkpoint_dir``.
         learner: Its learner, restored or fresh.
         extra: The ``extra`` of the checkpoint it was restored from ({}: none).
         keep_checkpoints: How many of its checkpoints to keep.
@@ -108,7 +109,7 @@ class PolicyLearner:
         from rlserve.spaces import from_description
 
         entry = algorithm(setup.get("algo"))
-        config = build(entry.settings, setup["ppo"], None)
+        config = build(entry.settings, setup.get("settings", setup.get("ppo")), None)
         obs_space = from_description(setup["observation_space"])
         act_space = from_description(setup["action_space"])
         folder = Path(setup["checkpoint_dir"])
