@@ -31,6 +31,7 @@ from rlserve.episodes import Episode, EpisodeSummary, EpisodeTable
 from rlserve.errors import EpisodeError, SpaceError
 from rlserve.multiagent import ALL_AGENTS
 from rlserve.policy import NumpyPolicy
+from rlserve.policy.acting import compute_actions, explores, greedy_in_evaluation
 from rlserve.policy.distributions import actions_to_space, encode_action
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.samples import Fragment
@@ -83,7 +84,9 @@ class Collector:
         self._checks: dict[tuple[str, int], Callable[[Any], np.ndarray]] = {}
         self.table = EpisodeTable(fragment_length, max_episodes, max_episodes, sink)
         self.explore = True
-        """Sample actions (True) or take each policy's most likely action (evaluation)."""
+        """Sample actions (True) or take each policy's most likely action (evaluation). Even
+        when True, episodes with ``training_enabled=False`` of an epsilon-greedy (DQN) policy
+        act greedily (:mod:`rlserve.policy.acting`)."""
 
     # -- weights -----------------------------------------------------------------------------
 
@@ -123,7 +126,7 @@ class Collector:
         space = spaces_.observation_space
         batch = np.asarray(observation)[None] if isinstance(space, spaces.Box) else [observation]
         obs = check_batch(space, batch, 1, "observation")
-        out = policy.compute_actions(obs, self.explore)
+        out = policy.compute_actions(obs, explores(policy, episode.training_enabled, self.explore))
         self.table.observe(episode, obs[0], None)
         action = out.actions[0]
         discrete = spaces_.discrete
@@ -148,7 +151,11 @@ class Collector:
             raise EpisodeError("one get_action may only name episodes of the same policy")
         policy, spaces_ = self._single(episodes[0])
         obs = check_batch(spaces_.observation_space, observations, len(episodes), "observation")
-        out = policy.compute_actions(obs, self.explore)
+        if self.explore and greedy_in_evaluation(policy):
+            evaluation = np.asarray([not e.training_enabled for e in episodes], dtype=bool)
+            out = compute_actions(policy, obs, evaluation)
+        else:
+            out = policy.compute_actions(obs, self.explore)
         discrete = spaces_.discrete
         actions = out.actions.tolist() if discrete else list(out.actions)
         self.table.observe_act_many(episodes, obs, actions, out.logp.tolist(), policy.version)
@@ -233,7 +240,7 @@ class Collector:
         if check is None:
             check = self._vector_check(policy_id, rollout.num_envs)
         obs = check(observations)
-        out = policy.compute_actions(obs, self.explore)
+        out = policy.compute_actions(obs, explores(policy, rollout.training_enabled, self.explore))
         rollout.record(obs, out.actions, out.logp, policy.version)
         sent = policy.to_env_actions(out.actions)
         spaces_ = self.table_of_policies.policies[policy_id]
@@ -289,7 +296,8 @@ class Collector:
                 zip(grouping.groups, blocks, strict=True)
             ):
                 policy = self._policies[policy_id]
-                computed = policy.compute_actions(block, self.explore)
+                explore = explores(policy, episode.training_enabled, self.explore)
+                computed = policy.compute_actions(block, explore)
                 space = self.table_of_policies.policies[policy_id].action_space
                 sent = policy.to_env_actions(computed.actions)
                 self.table.act_agents(

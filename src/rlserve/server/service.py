@@ -39,6 +39,7 @@ from rlserve.errors import (
 )
 from rlserve.multiagent import PolicyMapping
 from rlserve.policy import NumpyPolicy
+from rlserve.policy.acting import compute_actions, greedy_in_evaluation
 from rlserve.policy.distributions import actions_to_space, encode_action
 from rlserve.protocol.limits import PROTOCOL_VERSION, Limits
 from rlserve.protocol.messages import (
@@ -143,6 +144,18 @@ class _AgentsPending:
     results: list[tuple[_AgentPart, Any, np.ndarray, Any, int]] = field(default_factory=list)
     """Per part: (part, actions as trained, log-probabilities, actions as sent, version)."""
     joined: list[tuple[GetAction, Respond]] = field(default_factory=list)
+
+
+def _evaluation_rows(pending: list[_Pending], parts: list[_AgentPart]) -> np.ndarray:
+    """Which rows of a slot's forward pass are of evaluation episodes.
+
+    Episodes started with ``training_enabled=False``; in the order
+    :meth:`Service._flush_slot` stacks the rows (pending single-agent calls, then agent parts).
+    """
+    rows = [not ep.training_enabled for item in pending for ep in item.episodes]
+    for part in parts:
+        rows += [not part.owner.episode.training_enabled] * len(part.idx)
+    return np.asarray(rows, dtype=bool)
 
 
 def identity_key(client_id: str) -> str:
@@ -682,7 +695,11 @@ class Service:
             )
         discrete = isinstance(slot.action_space, gym.spaces.Discrete)
         try:
-            out = policy.compute_actions(blocks[0] if len(blocks) == 1 else np.concatenate(blocks))
+            obs = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+            if greedy_in_evaluation(policy):
+                out = compute_actions(policy, obs, _evaluation_rows(pending, parts))
+            else:
+                out = policy.compute_actions(obs)
             env_actions = policy.to_env_actions(out.actions)
             if not discrete:
                 # In the space's own form: [N, *shape] arrays, or a list of maps / tuples.
