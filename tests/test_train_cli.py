@@ -161,3 +161,35 @@ def test_another_algorithms_flags_and_unlearnable_spaces_are_refused(tmp_path: P
         "train", "--env", "CartPole-v1", "--algo", "sac", "--run-dir", str(tmp_path), *SMALL
     )
     assert sac.returncode == 2 and "Box" in sac.stderr, sac.stderr[-2000:]
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn", "sac"])
+def test_train_help_shows_the_defaults_train_applies(algo: str) -> None:
+    """The hosted defaults (PPO's batch of 512...), not the server's; each shown default is the
+    value ``rlserve train --algo ALGO`` builds when the flag is left out."""
+    import argparse
+    import dataclasses
+
+    from rlserve.algorithm.config import config_for
+    from rlserve.cli import build_parser
+
+    parser = build_parser()
+    train = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[
+        "train"
+    ]
+    helps = {action.dest: action.help or "" for action in train._actions}
+    applied = config_for(algo).environment("CartPole-v1").algo_settings()
+    for field in dataclasses.fields(applied):
+        shown = helps[f"{algo}_{field.name}"]
+        if field.name == "seed":
+            assert shown.endswith("(default: that of --seed)"), shown
+            continue
+        value = getattr(applied, field.name)
+        assert shown.endswith(f"(default: {value})"), (field.name, shown, value)
+    if algo == "ppo":
+        assert helps["ppo_train_batch_size"].endswith("(default: 512)")
+        serve = next(
+            a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+        ).choices["serve"]
+        served = {action.dest: action.help or "" for action in serve._actions}
+        assert served["ppo_train_batch_size"].endswith("(default: 1024)")  # the server's

@@ -42,13 +42,24 @@ def _base_type(tp: Any) -> Any:
     return tp
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "") -> None:
-    """Add one ``--flag`` per field of the dataclass ``cls``; defaults stay None (unset)."""
+def add_arguments(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    prefix: str = "",
+    defaults: dict[str, Any] | None = None,
+) -> None:
+    """Add one ``--flag`` per field of the dataclass ``cls``; defaults stay None (unset).
+
+    ``defaults`` are the values that apply to the command where they differ from the
+    dataclass's own (shown in the help; the command applies them itself).
+    """
     hints = typing.get_type_hints(cls)
+    shown = defaults or {}
     for f in dataclasses.fields(cls):
         flag = "--" + (prefix + f.name).replace("_", "-")
         tp = _base_type(hints[f.name])
-        help_text = f"{f.metadata.get('help', '')} (default: {_default_of(f)})"
+        default = shown[f.name] if f.name in shown else _default_of(f)
+        help_text = f"{f.metadata.get('help', '')} (default: {default})"
         if tp is bool:
             parser.add_argument(
                 flag, dest=prefix + f.name, action=argparse.BooleanOptionalAction, help=help_text

@@ -147,8 +147,23 @@ def add_train_parser(commands: Any) -> None:
     )
     add_arguments(train, TrainConfig)
     for entry in ALGORITHMS.values():
-        group = train.add_argument_group(f"{entry.name.upper()} (--algo {entry.name})")
-        add_arguments(group, entry.settings, prefix=f"{entry.name}_")
+        group = train.add_argument_group(
+            f"{entry.name.upper()} (--algo {entry.name}; defaults for hosted environments)"
+        )
+        add_arguments(
+            group, entry.settings, prefix=f"{entry.name}_", defaults=train_defaults(entry.name)
+        )
+
+
+def train_defaults(algo: str) -> dict[str, Any]:
+    """The defaults of ``algo``'s settings that ``rlserve train`` applies unlike the server.
+
+    The hosted defaults (:data:`~rlserve.algorithm.config.HOSTED_DEFAULTS`), and the seed of
+    ``--seed``; shown in ``rlserve train --help``.
+    """
+    from rlserve.algorithm.config import HOSTED_DEFAULTS
+
+    return {**HOSTED_DEFAULTS.get(algo, {}), "seed": "that of --seed"}
 
 
 def train_command(args: argparse.Namespace) -> int:
