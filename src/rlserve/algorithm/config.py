@@ -42,6 +42,7 @@ RLLIB_DQN_NAMES = {
     "num_steps_sampled_before_learning_starts": "learning_starts",
     "target_network_update_freq": "target_update_interval",
     "grad_clip": "max_grad_norm",
+    "store_buffer_in_checkpoints": "checkpoint_replay",
 }
 """RLlib's names for DQN settings -> rlserve's :class:`DQNSettings` fields (plus
 ``replay_buffer_config={"capacity": N}`` for ``buffer_size``)."""
@@ -49,9 +50,45 @@ RLLIB_DQN_NAMES = {
 RLLIB_SAC_NAMES = {
     "train_batch_size": "batch_size",
     "num_steps_sampled_before_learning_starts": "learning_starts",
+    "store_buffer_in_checkpoints": "checkpoint_replay",
 }
 """RLlib's names for SAC settings -> rlserve's :class:`SACSettings` fields (plus
-``replay_buffer_config={"capacity": N}`` for ``buffer_size``)."""
+``replay_buffer_config={"capacity": N}`` for ``buffer_size``; ``tau``, ``initial_alpha``,
+``target_entropy`` (``"auto"``: unset), ``n_step``, ``gamma`` and ``lr`` have the same names;
+``actor_lr``, ``critic_lr`` and ``alpha_lr`` all with one value are ``lr``, and ``twin_q=True``
+is what rlserve does anyway)."""
+
+RLLIB_SAC_REFUSED: dict[str, str] = {
+    "training_intensity": (
+        "is not supported; rlserve's SAC sets the gradient steps per env step, "
+        "updates_per_step (RLlib's training_intensity / train_batch_size)"
+    ),
+    "target_network_update_freq": (
+        "is not supported; rlserve's SAC moves its target critics by tau after every "
+        "gradient step (set tau)"
+    ),
+    "grad_clip": "is not supported: rlserve's SAC does not clip gradients; drop it",
+    "optimization_config": (
+        "is not supported; rlserve's SAC has one learning rate for the actor, the critics and "
+        "the temperature: lr"
+    ),
+    "q_model_config": (
+        "is not supported; actor and critics share hidden and activation (or "
+        'model={"fcnet_hiddens": [...], "fcnet_activation": ...})'
+    ),
+    "policy_model_config": (
+        "is not supported; actor and critics share hidden and activation (or "
+        'model={"fcnet_hiddens": [...], "fcnet_activation": ...})'
+    ),
+    "_deterministic_loss": "is not supported",
+    "_use_beta_distribution": (
+        "is not supported: rlserve's SAC acts with a tanh-squashed Gaussian"
+    ),
+}
+"""RLlib's SAC settings that have no rlserve counterpart, with what to do instead."""
+
+SAC_LEARNING_RATES = ("actor_lr", "critic_lr", "alpha_lr")
+"""RLlib's three SAC learning rates; rlserve's SAC has one, ``lr``."""
 
 RLLIB_NAMES: dict[str, dict[str, str]] = {
     "ppo": RLLIB_TRAINING_NAMES,
@@ -91,7 +128,8 @@ def settings_fields(
 ) -> dict[str, Any]:
     """``settings`` as fields of ``algo``'s settings dataclass.
 
-    A setting may be a field, RLlib's name for one (:data:`RLLIB_NAMES`),
+    A setting may be a field, RLlib's name for one (:data:`RLLIB_NAMES`; for SAC also the
+    three learning rates with one value, ``twin_q=True`` and ``target_entropy="auto"``),
     ``model={"fcnet_hiddens": ..., "fcnet_activation": ...}`` or, for DQN and SAC,
     ``replay_buffer_config={"capacity": N}``.
 
@@ -109,6 +147,7 @@ def settings_fields(
     aliases = RLLIB_NAMES.get(entry.name, {})
     known = {f.name for f in dataclasses.fields(entry.settings)}
     fields: dict[str, Any] = {}
+    rates = {k: settings[k] for k in SAC_LEARNING_RATES if k in settings}
     for name, value in settings.items():
         if name == "model":
             fields.update(_model(value))
@@ -116,6 +155,22 @@ def settings_fields(
         if name == "replay_buffer_config" and "buffer_size" in known:
             fields.update(_replay_buffer(value))
             continue
+        if entry.name == "sac":
+            refused = RLLIB_SAC_REFUSED.get(name)
+            if refused is not None:
+                raise ConfigError(f"{where}: sac setting '{name}' {refused}")
+            if name in rates:
+                continue
+            if name == "twin_q":
+                if value is not True:
+                    raise ConfigError(
+                        f"{where}: twin_q={value!r} is not supported: rlserve's SAC always "
+                        "learns twin critics; drop twin_q"
+                    )
+                continue
+            if name == "target_entropy" and value == "auto":
+                fields["target_entropy"] = None  # unset: minus the number of action values
+                continue
         field_name = aliases.get(name, name)
         if field_name not in known:
             extra = ", min_env_steps_per_iteration" if iteration else ""
@@ -124,6 +179,15 @@ def settings_fields(
                 f"{', '.join(sorted(known | set(aliases)))}, model{extra}"
             )
         fields[field_name] = value
+    if rates:
+        if len(rates) != len(SAC_LEARNING_RATES) or len(set(rates.values())) != 1:
+            shown = ", ".join(f"{k}={v}" for k, v in rates.items())
+            raise ConfigError(
+                f"{where}: rlserve's SAC has one learning rate for the actor, the critics and "
+                f"the temperature, lr (got {shown}); pass lr=..., or actor_lr, critic_lr and "
+                "alpha_lr all with one value"
+            )
+        fields["lr"] = next(iter(rates.values()))
     return fields
 
 
@@ -296,9 +360,11 @@ class AlgorithmConfig:
         for DQN, :class:`~rlserve.algorithms.sac_config.SACSettings` for SAC), RLlib's names for
         them (:data:`RLLIB_NAMES`: for PPO ``lambda_``, ``num_sgd_iter``,
         ``sgd_minibatch_size``, ``clip_param``, ``vf_loss_coeff``, ``entropy_coeff``,
-        ``grad_clip``, ``kl_target``), ``model={"fcnet_hiddens": [...], "fcnet_activation":
-        "tanh"}`` and ``min_env_steps_per_iteration``; for DQN and SAC also
-        ``replay_buffer_config={"capacity": N}``.
+        ``grad_clip``, ``kl_target``; for SAC also ``actor_lr``/``critic_lr``/``alpha_lr``
+        with one value, ``twin_q=True``, ``target_entropy="auto"``; RLlib settings rlserve has
+        no counterpart for are refused naming what to set instead), ``model={"fcnet_hiddens":
+        [...], "fcnet_activation": "tanh"}`` and ``min_env_steps_per_iteration``; for DQN and SAC
+        also ``replay_buffer_config={"capacity": N}`` and ``store_buffer_in_checkpoints``.
 
         They are the settings of every policy that names no other algorithm (see
         :meth:`multi_agent`).
