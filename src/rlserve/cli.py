@@ -247,7 +247,7 @@ def _check_ports_free(config: Any) -> None:
 def _demo(args: argparse.Namespace) -> int:
     from rlserve.demo import DemoConfig, run_demo
 
-    return run_demo(build(DemoConfig, None, args))
+    return run_demo(build(DemoConfig, None, args), args.task)
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -295,7 +295,7 @@ def _check_env(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``rlserve`` command."""
     from rlserve.algorithms.registry import ALGORITHMS
-    from rlserve.demo import DemoConfig
+    from rlserve.demo import TASKS, DemoConfig
     from rlserve.server.config import ServerConfig
 
     parser = argparse.ArgumentParser(
@@ -364,9 +364,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_train_parser(commands)
     demo = commands.add_parser(
-        "demo", help="train CartPole from 4 external client processes and stop when solved"
+        "demo",
+        help="train CartPole (PPO or DQN) or Pendulum (SAC) from 4 external client processes "
+        "and stop when solved",
     )
-    demo.add_argument("task", choices=["cartpole"], help="the demo to run")
+    demo.add_argument(
+        "task", choices=list(TASKS), help="the demo to run: cartpole (PPO, DQN), pendulum (SAC)"
+    )
     add_arguments(demo, DemoConfig)
     export = commands.add_parser(
         "export", help="export a run's policy to run it in a simulator (ONNX)"

@@ -128,3 +128,59 @@ def test_dqn_learns_from_log_action_data_alone(launch_server: Any) -> None:
     behaviour = float(np.mean(returns))
     learned = _evaluate(server.address, 5)
     assert learned >= 1.5 * behaviour, (learned, behaviour)
+
+
+def test_a_fast_client_is_held_to_the_learner(launch_server: Any) -> None:
+    """A client far faster than the learner's schedule steps no further ahead than the bound.
+
+    Four gradient steps per env step against a client that only asks for actions: unpaced,
+    the learner's lag would grow with every step (thousands of steps by the end).
+    """
+    bound = 200
+    server = launch_server(
+        "--algo",
+        "dqn",
+        "--seed",
+        "0",
+        "--fragment-length",
+        "32",
+        "--max-learner-lag-steps",
+        str(bound),
+        "--dqn-learning-starts",
+        "200",
+        "--dqn-train-every",
+        "32",
+        "--dqn-updates-per-step",
+        "4",
+        "--dqn-hidden",
+        "256",
+        "256",
+        spaces=("--spaces-from", "CartPole-v1"),
+    )
+    server.wait_for_weights(0)
+    env = gym.make("CartPole-v1")
+    lags: list[float] = []
+    with PolicyClient(server.address, inference_mode="remote", client_name="fast") as client:
+        steps, episode = 0, 0
+        while steps < 3000:
+            obs, _ = env.reset(seed=episode)
+            eid = client.start_episode()
+            done = False
+            while not done:
+                action = client.get_action(eid, obs)
+                obs, reward, terminated, truncated, _ = env.step(action)
+                client.log_returns(eid, float(reward))
+                steps += 1
+                done = terminated or truncated
+                if steps % 250 == 0:
+                    # Right after a reply: the lag was within the bound when it was sent, and
+                    # the learner only shortens it while this client waits for the metrics.
+                    lags.append(server.metrics()["samples/learner_lag_steps"])
+            client.end_episode(eid, obs, truncated=not terminated)
+            episode += 1
+    env.close()
+    metrics = server.metrics()
+    assert metrics["samples/replies_held"] > 0
+    assert metrics["samples/holds_timed_out"] == 0
+    # A fragment of 32 steps may be cut after the reply that let its last step happen.
+    assert max(lags) <= bound + 32, lags

@@ -82,6 +82,16 @@ class Learner(abc.ABC):
         """Steps taken in but not yet trained on."""
 
     @property
+    def owed_steps(self) -> int:
+        """Env steps taken in whose scheduled training is still to do (0: trains what it has).
+
+        Off-policy learners train on a schedule and may owe gradient steps for steps they have
+        already stored; the server holds its clients while this and the unread log are over the
+        bound (:mod:`rlserve.server.pacing`).
+        """
+        return 0
+
+    @property
     @abc.abstractmethod
     def sample_steps(self) -> int:
         """Env steps a synchronous sampler collects between two looks at :meth:`ready`."""

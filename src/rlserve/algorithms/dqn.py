@@ -204,6 +204,11 @@ class DQNLearner(Learner):
         return self._new_steps
 
     @property
+    def owed_steps(self) -> int:
+        """Env steps past the warm-up whose gradient steps are still to make."""
+        return self._scheduled_steps
+
+    @property
     def sample_steps(self) -> int:
         """One training round: ``train_every`` env steps."""
         return self.config.train_every

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -266,6 +267,11 @@ class SACLearner(Learner):
     def buffered_steps(self) -> int:
         """Steps taken in since the last update (they are in the replay buffer already)."""
         return self._new_steps
+
+    @property
+    def owed_steps(self) -> int:
+        """Env steps whose gradient steps are still to make (owed gradient steps, in env steps)."""
+        return math.ceil(self._owed / self.config.updates_per_step)
 
     @property
     def sample_steps(self) -> int:

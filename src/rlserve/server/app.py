@@ -35,6 +35,7 @@ from rlserve.server.http import BrowserPolicy, build_http_app
 from rlserve.server.http_deadline import protocol_kwargs, shared_port_protocol
 from rlserve.server.learner_link import LearnerLink
 from rlserve.server.metrics import MetricsWriter, ProgressLine
+from rlserve.server.pacing import LearnerPace, max_lag_steps
 from rlserve.server.policies import PolicySpec, is_flat, policy_paths, single_policy
 from rlserve.server.run_folder import RunFolder, endpoints
 from rlserve.server.service import Service
@@ -171,6 +172,15 @@ class PolicyServer:
             self.run.path, {pid: paths.weights for pid, paths in self.paths.items()}
         )
         self.log = ExperienceLog(self.run.path / "experience")
+        # Off-policy learners among the policies (mixed runs: any of them) pace the clients of
+        # a learner process; an in-process learner side (an Algorithm's) paces itself.
+        bound = max_lag_steps(
+            self.config.max_learner_lag_steps, sorted(set(self.algorithms.values()))
+        )
+        self.pace = LearnerPace(bound if self.learner_factory is None else 0)
+        """Holds clients while the learner process is too far behind (off-policy learners)."""
+        if self.pace.enabled:
+            self.stats.metric_sources.append(self.pace.metrics)
         self.learner: LearnerSide = (
             self.learner_factory(self) if self.learner_factory is not None else self._learner_link()
         )
@@ -183,6 +193,7 @@ class PolicyServer:
             self.stats,
             seed=self.config.seed,
             mapping=self.mapping,
+            pace=self.pace,
         )
         self._metrics: MetricsWriter | None = None
         self._progress = ProgressLine(self.config.progress)
@@ -203,6 +214,7 @@ class PolicyServer:
             self._on_checkpointed,
             lambda: dict(self.stats.policy_versions),
             sync_reports=self.config.sync_reports,
+            pace=self.pace,
         )
 
     @property

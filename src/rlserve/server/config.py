@@ -53,6 +53,11 @@ class ServerConfig:
     max_sample_queue_steps: int = option(
         20_000, "Steps waiting for the learner; past it the oldest fragments are dropped."
     )
+    max_learner_lag_steps: int | None = option(
+        None,
+        "Hold the clients' next steps while the learner is this many env steps behind (unread "
+        "plus owed training); 0: never hold; default: 500 for off-policy algorithms, 0 for PPO.",
+    )
     checkpoint_every: int = option(20, "Learner updates between checkpoints (0: only at shutdown).")
     keep_checkpoints: int = option(3, "How many checkpoints to keep in the run folder.")
     metrics_interval: float = option(2.0, "Seconds between metric writes and progress lines.")
@@ -121,6 +126,11 @@ class ServerConfig:
             )
         if self.fragment_length < 1:
             raise ConfigError("fragment_length must be at least 1")
+        if self.max_learner_lag_steps is not None and self.max_learner_lag_steps < 0:
+            raise ConfigError(
+                f"max_learner_lag_steps must be >= 0 (0: never hold clients), got "
+                f"{self.max_learner_lag_steps}"
+            )
         if self.idle_timeout <= 0:
             raise ConfigError("idle_timeout must be positive")
         for name in ("max_connections", "http_max_connections", "pre_hello_frame_bytes"):

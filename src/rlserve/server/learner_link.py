@@ -50,6 +50,7 @@ from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.samples import Fragment
 from rlserve.server.experience_log import ExperienceLog, encode_payload
 from rlserve.server.learner_worker import IPC_LIMITS
+from rlserve.server.pacing import LearnerPace
 from rlserve.server.stats import ServerStats
 from rlserve.server.throttled_log import SERVER_LOG
 
@@ -116,6 +117,8 @@ class LearnerLink:
             position every policy's kept checkpoints have trained through (log clean-up).
         published_versions: Returns the version the server serves now, per policy (-1: none).
         sync_reports: Acknowledge a report only once it is fsynced, not once it is written.
+        pace: Told the learner's lag (unread logged steps, owed training), to hold replies while
+            it is too far behind (None: no pacing).
     """
 
     def __init__(
@@ -127,8 +130,10 @@ class LearnerLink:
         on_checkpointed: Callable[[dict[str, Any]], Awaitable[None]],
         published_versions: Callable[[], dict[str, int]],
         sync_reports: bool = False,
+        pace: LearnerPace | None = None,
     ):
         self._sync_reports = sync_reports
+        self._pace = pace
         self._setup = setup
         self._policy_ids = [str(p["policy_id"]) for p in setup.get("policies", ())] or [
             DEFAULT_POLICY_ID
@@ -216,6 +221,8 @@ class LearnerLink:
         self._unread.append((seq, steps))
         self._stats.steps_logged += steps
         self._stats.steps_queued += steps
+        if self._pace is not None:
+            self._pace.update(unread_steps=self._stats.steps_queued)
         self._unsynced.set()
         if self._loop is not None:
             self._schedule_notify(urgent=kind == "report")
@@ -324,6 +331,8 @@ class LearnerLink:
         finally:
             self._writer = None
             self._waiting_budget = 0  # nothing more is handed to a learner that is gone
+            if self._pace is not None:
+                self._pace.update(connected=False)  # serving goes on unpaced meanwhile
             writer.close()
             self._checkpointed.set()  # nobody may wait for a checkpoint that cannot come
             await loop.run_in_executor(None, _wait, process, 2.0)
@@ -362,11 +371,20 @@ class LearnerLink:
         elif kind == "consumed":
             self._consumed(int(message["through"]), message["dropped"])
             self._stats.learner["learner/steps_consumed"] = float(message["steps_consumed"])
+        elif kind == "owed":
+            if self._pace is not None:
+                self._pace.update(owed_steps=int(message["steps"]))
         elif kind == "ready":
             self.device = str(message["device"])
             self.failure = None
             self._stats.learner["learner/steps_consumed"] = float(message["steps_consumed"])
             self._announce_ready(message["policies"])
+            if self._pace is not None:
+                self._pace.update(
+                    unread_steps=self._stats.steps_queued,
+                    owed_steps=int(message.get("owed_steps", 0)),
+                    connected=True,
+                )
             self._send({"type": "available", "through": self.log.last_seq})
         elif kind == "checkpointed":
             await self._checkpoint_written(message)
@@ -427,6 +445,8 @@ class LearnerLink:
         if lost_now:
             self._warn_dropped(lost_now)
         self._consumed_through = max(self._consumed_through, through)
+        if self._pace is not None:
+            self._pace.update(unread_steps=self._stats.steps_queued)
         self._settle_tickets()
 
     def _warn_dropped(self, lost_now: int) -> None:
@@ -456,6 +476,8 @@ class LearnerLink:
         holds every acknowledged step and the next learner reads on from its last checkpoint.
         """
         self._stopping = True
+        if self._pace is not None:
+            self._pace.close()  # nothing waits for a learner that is stopping
         if self._notify_handle is not None:
             self._notify_handle.cancel()
             self._notify()  # the learner hears of every record before its final checkpoint

@@ -187,6 +187,7 @@ class _LearnerLoop:
         self.checkpoint_requested = False
         self.policies: dict[str, PolicyLearner] = {}
         self.unknown_policies: set[str] = set()
+        self.reported_owed = 0
 
     def run(self) -> None:
         published = self.setup.get("published_versions") or {}
@@ -205,9 +206,11 @@ class _LearnerLoop:
                 "pid": os.getpid(),
                 "device": str(getattr(first, "device", "cpu")),
                 "steps_consumed": self.consumed_steps,
+                "owed_steps": self.owed_steps(),
                 "policies": {pid: p.ready_info() for pid, p in self.policies.items()},
             }
         )
+        self.reported_owed = self.owed_steps()
         # Their counters at once (restored ones after --resume), so the server's learner keys
         # are true before the first update; with the first weights when they have new ones.
         for policy in self.policies.values():
@@ -240,6 +243,7 @@ class _LearnerLoop:
                 metrics = policy.learner.update()
                 policy.settle(self.position, self.consumed_steps)
                 self.pipe.send(policy.publication(metrics))
+                self.report_owed()
                 if every and policy.updates % every == 0:
                     self.pipe.send(policy.save("interval"))
                     self.save_idle()
@@ -313,6 +317,18 @@ class _LearnerLoop:
                 "steps_consumed": self.consumed_steps,
             }
         )
+        self.report_owed()
+
+    def owed_steps(self) -> int:
+        """Env steps read whose scheduled training the policies still owe (off-policy)."""
+        return sum(p.learner.owed_steps for p in self.policies.values() if not p.frozen)
+
+    def report_owed(self) -> None:
+        """Tell the server the owed steps when they changed (it paces clients by them)."""
+        owed = self.owed_steps()
+        if owed != self.reported_owed:
+            self.reported_owed = owed
+            self.pipe.send({"type": "owed", "steps": owed})
 
     def _unknown_policy(self, policy_id: str) -> None:
         if policy_id not in self.unknown_policies:

@@ -57,6 +57,7 @@ from rlserve.protocol.messages import (
     error_reply,
 )
 from rlserve.samples import Fragment
+from rlserve.server.pacing import LearnerPace
 from rlserve.server.reports import BatchLedger, FragmentChecker, check_summaries
 from rlserve.server.stats import ServerStats
 from rlserve.server.throttled_log import SERVER_LOG
@@ -71,6 +72,10 @@ INTERNAL_ERROR = "internal"
 
 INFERENCE_MODES = ("remote", "local")
 """Inference modes this server offers."""
+
+PACED = (GetAction, LogAction, ReportSamples)
+"""Requests whose reply lets a client take its next step: held while the learner is behind
+(:mod:`~rlserve.server.pacing`)."""
 
 _session_ids = itertools.count(1)
 
@@ -198,6 +203,8 @@ class Service:
         seed: Seed of action sampling.
         mapping: Which policy acts for which agent of a multi-agent episode (None: every agent
             maps to the only policy, when there is one).
+        pace: Holds the replies that let a client step on while the learner is too far behind
+            (None: never held).
     """
 
     def __init__(
@@ -210,8 +217,10 @@ class Service:
         stats: ServerStats,
         seed: int = 0,
         mapping: PolicyMapping | None = None,
+        pace: LearnerPace | None = None,
     ):
         self.limits = limits
+        self.pace = pace
         self.mapping = mapping if mapping is not None else PolicyMapping([], policies)
         self.multi_agent = bool(self.mapping.rules) or len(policies) > 1
         """Whether the server was declared multi-agent (a mapping, or several policies); told
@@ -273,13 +282,10 @@ class Service:
                 raise AuthenticationError(
                     "the first message on a connection must be 'hello' with a valid token"
                 )
-            if isinstance(request, GetAction):
-                return self._get_action(request, session, respond)
-            if isinstance(request, ReportSamples):
-                return self._report_samples(request, session, respond)
-            if isinstance(request, GetWeights):
-                return self._get_weights(request, respond)
-            respond(self._simple(request, session))
+            if self.pace is not None and self.pace.enabled and isinstance(request, PACED):
+                paced = self.pace.paced(respond)
+                return self._dispatch(request, session, paced) or paced.held
+            return self._dispatch(request, session, respond)
         except RLServeError as exc:
             self.stats.count_error(exc.code)
             respond(error_reply(request.id, exc.code, str(exc)))
@@ -299,6 +305,16 @@ class Service:
                         f"{exc}); it may be partly applied; the connection stays usable",
                     )
                 )
+        return False
+
+    def _dispatch(self, request: Request, session: Session, respond: Respond) -> bool:
+        if isinstance(request, GetAction):
+            return self._get_action(request, session, respond)
+        if isinstance(request, ReportSamples):
+            return self._report_samples(request, session, respond)
+        if isinstance(request, GetWeights):
+            return self._get_weights(request, respond)
+        respond(self._simple(request, session))
         return False
 
     def _simple(self, request: Request, session: Session) -> dict[str, Any]:

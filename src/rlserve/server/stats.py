@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -167,6 +167,8 @@ class ServerStats:
         self.degraded: dict[str, str] = {}
         """What is not working now, by part (``/v1/health`` shows it); empty when healthy."""
         self.errors: Counter[str] = Counter()
+        self.metric_sources: list[Callable[[], dict[str, float]]] = []
+        """Other parts' metrics, added to every snapshot (e.g. the learner pace's)."""
         self.returns: deque[float] = deque(maxlen=RETURN_WINDOW)
         self.lengths: deque[int] = deque(maxlen=RETURN_WINDOW)
         self._rate_mark = (time.monotonic(), 0)
@@ -341,6 +343,8 @@ class ServerStats:
             "server/degraded": float(bool(self.degraded)),
             "server/errors": sum(self.errors.values()),
         }
+        for source in self.metric_sources:
+            metrics.update(source())
         metrics.update(self.learner)
         if self.several:
             for pid in self.policy_ids:

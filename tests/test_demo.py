@@ -1,0 +1,47 @@
+"""``rlserve demo``: its tasks and algorithms, and a short run through the real server."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from rlserve.demo import TASKS, DemoConfig, demo_result, demo_task
+from rlserve.errors import ConfigError
+
+
+def test_each_demo_trains_its_own_algorithms() -> None:
+    assert demo_task("cartpole", None)[1] == "ppo"
+    assert demo_task("cartpole", "dqn")[1] == "dqn"
+    assert demo_task("pendulum", None)[1] == "sac"
+    with pytest.raises(ConfigError, match="pass --algo sac"):
+        demo_task("pendulum", "dqn")
+    with pytest.raises(ConfigError, match="choose one of: cartpole, pendulum"):
+        demo_task("mountaincar", None)
+    assert TASKS["pendulum"].window == 20
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(180)
+def test_a_dqn_demo_runs_its_budget_through_the_server(tmp_path: Path) -> None:
+    config = DemoConfig(
+        seed=0,
+        clients=2,
+        algo="dqn",
+        max_env_steps=1500,
+        run_dir=str(tmp_path),
+        progress=False,
+        stop_when_solved=False,
+        target_return=10_000.0,
+    )
+    result = demo_result(config, "cartpole")
+    assert result.failure is None
+    assert result.solved_at_steps is None  # an unreachable target
+    assert result.env_steps >= 1500
+    assert result.algo == "dqn"
+    assert result.checkpoint is not None and result.checkpoint.exists()
+    run = result.checkpoint.parents[1]
+    tables = tomllib.loads((run / "config.toml").read_text())
+    assert tables["algorithm"] == {"name": "dqn"}
+    assert "NOT solved (budget)" in result.summary()
