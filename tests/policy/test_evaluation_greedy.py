@@ -10,6 +10,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 from rlserve.algorithm.algorithm import _policy_table
 from rlserve.algorithms.base import WeightsPackage
@@ -30,11 +31,13 @@ STEPS = 60
 
 def _dqn_package() -> WeightsPackage:
     """Q-values whose greedy choice depends on the observation; epsilon 1: exploring is random."""
+    torch.manual_seed(0)
     model = QNetwork(OBS, ACT, (8,), "relu", False)
     return WeightsPackage(1, model.spec(1.0), model.q_arrays())
 
 
 def _ppo_package() -> WeightsPackage:
+    torch.manual_seed(0)
     model = ActorCritic(OBS, ACT, (8,), "tanh")
     return WeightsPackage(1, model.spec(), model.actor_arrays())
 
