@@ -309,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve = commands.add_parser(
         "serve",
-        help="run a policy server that trains PPO from external clients",
+        help="run a policy server that trains policies (PPO, DQN, SAC) from external clients",
         description="Run a policy server. Flags override the tables of --config.",
     )
     serve.add_argument(
