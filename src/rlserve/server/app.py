@@ -179,8 +179,7 @@ class PolicyServer:
         )
         self.pace = LearnerPace(bound if self.learner_factory is None else 0)
         """Holds clients while the learner process is too far behind (off-policy learners)."""
-        if self.pace.enabled:
-            self.stats.metric_sources.append(self.pace.metrics)
+        self.stats.metric_sources.append(self.pace.metrics)
         self.learner: LearnerSide = (
             self.learner_factory(self) if self.learner_factory is not None else self._learner_link()
         )
