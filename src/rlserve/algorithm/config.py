@@ -53,6 +53,9 @@ RLLIB_SAC_NAMES = {
 """RLlib's names for SAC settings -> rlserve's :class:`SACSettings` fields (plus
 ``replay_buffer_config={"capacity": N}`` for ``buffer_size``)."""
 
+OBSERVATION_FILTERS = {"MeanStdFilter": True, "NoFilter": False}
+"""RLlib's ``observation_filter`` values -> the algorithm's ``normalize_observations``."""
+
 RLLIB_NAMES: dict[str, dict[str, str]] = {
     "ppo": RLLIB_TRAINING_NAMES,
     "dqn": RLLIB_DQN_NAMES,
@@ -167,6 +170,7 @@ class AlgorithmConfig:
         envs_per_process: int | None = None,
         rollout_fragment_length: int | None = None,
         sample_timeout_s: float | None = None,
+        observation_filter: str | None = None,
     ) -> AlgorithmConfig:
         """How experience is sampled.
 
@@ -184,7 +188,12 @@ class AlgorithmConfig:
             rollout_fragment_length: Steps of an episode per fragment.
             sample_timeout_s: Seconds a sub-process copy (or an env-runner process) may take
                 for one step before it is counted as hung and restarted.
+            observation_filter: RLlib's name for observation normalisation: ``"MeanStdFilter"``
+                sets the algorithm's ``normalize_observations`` (running statistics kept by
+                the learner and shipped with each weights version), ``"NoFilter"`` clears it.
         """
+        if observation_filter is not None:
+            self._observation_filter(observation_filter)
         for name, value in (
             ("num_env_runners", num_env_runners),
             ("num_envs_per_env_runner", num_envs_per_env_runner),
@@ -220,8 +229,9 @@ class AlgorithmConfig:
         them (:data:`RLLIB_NAMES`: for PPO ``lambda_``, ``num_sgd_iter``,
         ``sgd_minibatch_size``, ``clip_param``, ``vf_loss_coeff``, ``entropy_coeff``,
         ``grad_clip``, ``kl_target``), ``model={"fcnet_hiddens": [...],
-        "fcnet_activation": "tanh"}`` and ``min_env_steps_per_iteration``; for DQN and SAC
-        also ``replay_buffer_config={"capacity": N}``.
+        "fcnet_activation": "tanh"}``, ``observation_filter`` (``"MeanStdFilter"`` or
+        ``"NoFilter"``, as :meth:`env_runners` takes it) and ``min_env_steps_per_iteration``;
+        for DQN and SAC also ``replay_buffer_config={"capacity": N}``.
         """
         settings_class = algorithm(self.algo_name).settings
         aliases = RLLIB_NAMES.get(self.algo_name, {})
@@ -236,6 +246,9 @@ class AlgorithmConfig:
             if name == "replay_buffer_config" and "buffer_size" in known:
                 self._replay_buffer(value)
                 continue
+            if name == "observation_filter":
+                self._observation_filter(value)
+                continue
             field_name = aliases.get(name, name)
             if field_name not in known:
                 raise ConfigError(
@@ -246,6 +259,14 @@ class AlgorithmConfig:
             self.training_settings[field_name] = value
         self.algo_settings()  # checks the values now, not at build()
         return self
+
+    def _observation_filter(self, value: Any) -> None:
+        if value not in OBSERVATION_FILTERS:
+            raise ConfigError(
+                f"observation_filter must be one of {', '.join(OBSERVATION_FILTERS)}, got {value!r}"
+            )
+        self.training_settings["normalize_observations"] = OBSERVATION_FILTERS[value]
+        self.algo_settings()
 
     def _replay_buffer(self, config: Any) -> None:
         if not isinstance(config, dict):
