@@ -10,6 +10,10 @@ stored (the warm-up), then rounds of at least ``train_every`` new env steps, eac
 weights version. The published weights carry the exploration epsilon of the schedule at that
 point (``ModelSpec.epsilon``), so the server, or a local client's numpy policy, explores with it.
 
+With ``normalize_observations`` the observations go into the replay buffer raw and into the
+running statistics as they arrive; each round freezes the statistics, normalises the sampled
+observations (and bootstrap observations) with them, and publishes them with its weights.
+
 Like PPO's learner it defends itself against broken experience: a fragment with a malformed
 shape, a non-finite value, an impossible action or a magnitude beyond ``max_abs_input`` is
 excluded whole and counted; a gradient step whose loss or gradient norm is non-finite is skipped

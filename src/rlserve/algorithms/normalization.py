@@ -13,6 +13,9 @@ applies no step (the version does not advance) puts the previous frozen values b
 
 A checkpoint holds both: the running statistics and the frozen values of the current version
 (:meth:`ObservationNormalization.state`, plain tensors for ``torch.load(weights_only=True)``).
+Weights and the inputs they were trained on go together: a learner that loads a checkpoint (to
+resume, or to start from another run's weights) takes the checkpoint's normalisation, or none
+when it has none, whatever its own settings say (:func:`restore_observation_normalization`).
 """
 
 from __future__ import annotations

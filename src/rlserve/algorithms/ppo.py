@@ -27,6 +27,17 @@ these options). A finite behaviour log-probability sent with a logged step is ig
 logged step is never dropped as stale: no policy sampled it, so the version that was served when
 it was logged says nothing about it.
 
+Normalisation (:mod:`rlserve.algorithms.normalization`). With ``normalize_observations`` an update
+first takes the buffered steps' observations into the running statistics and freezes them: the
+proximal log-probabilities, the values and every gradient step read observations normalised with
+the frozen values, which are published with the update's weights (so ``pi_prox`` already has the
+new statistics, and the importance weights account for the change from the behaviour policy's).
+With ``normalize_rewards`` the buffered rewards also feed the running variance of each episode's
+discounted return, and GAE sees the rewards divided by its square root (clipped to
+``reward_clip``); the value function learns in those units. With ``normalize_actions`` (the
+default) a bounded Box's Gaussian works in units of its bounds: action columns stay in the
+space's units and :meth:`ActorCritic.log_prob_entropy` maps them back before the density.
+
 The learner is robust on its own against hostile or broken experience (defence in depth behind the
 server's validation): a fragment with a malformed shape, a non-finite value, an impossible action
 or a magnitude beyond ``max_abs_input`` is excluded whole at ingest and counted (its GAE would

@@ -16,6 +16,11 @@ temperature ``alpha = exp(log_alpha)`` towards the target entropy; step both cri
 target critics ``Q'``; step the actor on ``mean(alpha * log pi(a|s) - min_i Q_i(s, a))``; move
 the target critics by ``tau``. The temperature used in a step is the one before its update.
 
+With ``normalize_observations`` the observations go into the replay buffer raw and into the
+running statistics as they arrive; each update freezes the statistics, normalises the sampled
+observations (and next observations) with them for actor and critics alike, and publishes them
+with its weights.
+
 As PPO's learner, it is robust on its own against hostile or broken experience: a fragment with
 a malformed shape, a non-finite value or a magnitude beyond ``max_abs_input`` is excluded whole
 and counted, and a gradient step whose critic or temperature loss is not finite applies nothing
