@@ -226,7 +226,11 @@ def array_vectors() -> list[dict[str, Any]]:
 
 
 def tiny_policies() -> list[dict[str, Any]]:
-    """A categorical and a gaussian policy small enough to check by hand (section 14.4)."""
+    """Tiny policies small enough to check by hand (section 14.4).
+
+    A categorical one, a gaussian one, and a gaussian one with observation normalisation and
+    normalised actions.
+    """
     out = []
     rng = np.random.default_rng(7)
     for distribution, action_dim in (("categorical", 3), ("gaussian", 2)):
@@ -293,7 +297,60 @@ def tiny_policies() -> list[dict[str, Any]]:
                 }
             )
         out.append(case)
+    out.append(tiny_normalized_gaussian(rng))
     return out
+
+
+def tiny_normalized_gaussian(rng: np.random.Generator) -> dict[str, Any]:
+    """A gaussian policy that normalises its observations and acts in units of its Box's bounds.
+
+    The observation's last element is beyond ``obs_clip``; the given action's first value is
+    beyond the Box, so it is clipped on its way to the simulator.
+    """
+    spec = ModelSpec(
+        obs_dim=3,
+        actor_layers=("actor.0", "actor.2"),
+        activation="tanh",
+        distribution="gaussian",
+        action_dim=2,
+        action_low=(-100.0, 0.0),
+        action_high=(100.0, 10.0),
+        obs_mean=(1.0, -2.0, 100.0),
+        obs_std=(0.5, 4.0, 25.0),
+        obs_clip=3.0,
+        action_scale=(100.0, 5.0),
+        action_bias=(0.0, 5.0),
+    )
+    arrays = {
+        "actor.0.weight": np.round(rng.uniform(-1, 1, (4, 3)) * 64) / 64,
+        "actor.0.bias": np.round(rng.uniform(-0.5, 0.5, 4) * 64) / 64,
+        "actor.2.weight": np.round(rng.uniform(-1, 1, (2, 4)) * 64) / 64,
+        "actor.2.bias": np.round(rng.uniform(-0.5, 0.5, 2) * 64) / 64,
+        "log_std": np.array([-0.5, 0.25]),
+    }
+    arrays = {k: (v + 0.0).astype(np.float32) for k, v in arrays.items()}
+    policy = NumpyPolicy(spec, arrays, version=0)
+    obs = np.array([[1.75, 2.0, 0.0]], np.float32)
+    x = policy.normalize(obs)
+    hidden = np.tanh(x @ arrays["actor.0.weight"].T + arrays["actor.0.bias"])
+    mean = policy.forward(obs)
+    greedy = policy.compute_actions(obs, explore=False).actions
+    action = np.array([[130.0, 4.0]], np.float32)
+    return {
+        "name": "tiny_gaussian_normalized",
+        "model": spec.to_wire(),
+        "arrays": {k: to_tagged(v) for k, v in arrays.items()},
+        "observation": obs[0].tolist(),
+        "normalized_observation": [float(v) for v in x[0]],
+        "hidden": [float(v) for v in hidden[0]],
+        "mean": [float(v) for v in mean[0]],
+        "log_std": [float(v) for v in arrays["log_std"]],
+        "greedy_action": [float(v) for v in greedy[0]],
+        "action": action[0].tolist(),
+        "normalized_action": [float(v) for v in (action[0] - [0.0, 5.0]) / [100.0, 5.0]],
+        "action_log_probability": float(policy.log_prob(obs, action)[0]),
+        "clipped_action": [float(v) for v in policy.to_env_actions(action)[0]],
+    }
 
 
 def dump(data: Any) -> str:

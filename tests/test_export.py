@@ -25,8 +25,10 @@ pytestmark = pytest.mark.timeout(300)
 DISCRETE_2 = gym.spaces.Discrete(2)
 
 
-def make_run(tmp_path: Path, obs: gym.Space[Any], act: gym.Space[Any]) -> tuple[Path, NumpyPolicy]:
-    config = PPOSettings(hidden=(16, 16), device="cpu", seed=3)
+def make_run(
+    tmp_path: Path, obs: gym.Space[Any], act: gym.Space[Any], **settings: Any
+) -> tuple[Path, NumpyPolicy]:
+    config = PPOSettings(hidden=(16, 16), device="cpu", seed=3, **settings)
     run = RunFolder.create(str(tmp_path), "run")
     run.save(
         {"server": {}, "ppo": to_table(config)},
@@ -55,16 +57,50 @@ def test_discrete_policy_exports_to_the_same_actions(tmp_path: Path) -> None:
     assert set(description["outputs"]) == {"action", "logits"}
 
 
-def test_box_policy_exports_mean_clipped_action_and_log_std(tmp_path: Path) -> None:
+def env_params(policy: NumpyPolicy, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The actor's outputs with Gaussian means in the space's units, and their log-stds."""
+    out = policy.forward(x).astype(np.float64)
+    dist = policy.distribution
+    log_std: list[float] = []
+    param = column = gauss = 0
+    for part in dist.parts:
+        if part.kind == "gaussian":
+            cols = slice(column, column + part.size)
+            scale = np.asarray(dist.scale[cols] or (1.0,) * part.size)
+            bias = np.asarray(dist.bias[cols] or (0.0,) * part.size)
+            out[:, param : param + part.size] = out[:, param : param + part.size] * scale + bias
+            log_std.extend(np.log(scale) + policy._log_std[gauss : gauss + part.size])
+            gauss += part.size
+        param += part.size
+        column += part.action_width
+    return out, np.asarray(log_std)
+
+
+@pytest.mark.parametrize("normalize_actions", [True, False])
+def test_box_policy_exports_mean_clipped_action_and_log_std(
+    tmp_path: Path, normalize_actions: bool
+) -> None:
+    """The mean and log-std are in the space's units, with normalised actions or without."""
     act_space = gym.spaces.Box(-0.01, 0.01, (2,), np.float32)
-    run, policy = make_run(tmp_path, gym.spaces.Box(-1.0, 1.0, (3,), np.float32), act_space)
+    run, policy = make_run(
+        tmp_path,
+        gym.spaces.Box(-1.0, 1.0, (3,), np.float32),
+        act_space,
+        normalize_actions=normalize_actions,
+    )
+    scale = np.float32(0.01) if normalize_actions else np.float32(1.0)
+    assert policy.distribution.scaled is normalize_actions
     path = export_onnx(run, output=tmp_path / "p.onnx")
     session = ort.InferenceSession(str(path))
     x = np.random.default_rng(1).uniform(-1, 1, (32, 3)).astype(np.float32)
     action, mean, log_std = session.run(["action", "mean", "log_std"], {"obs": x})
-    np.testing.assert_allclose(mean, policy.forward(x), atol=1e-5)
-    np.testing.assert_allclose(action, np.clip(policy.forward(x), -0.01, 0.01), atol=1e-6)
-    np.testing.assert_allclose(log_std, np.zeros(2), atol=1e-6)
+    np.testing.assert_allclose(mean, policy.forward(x) * scale, atol=1e-6)
+    greedy = policy.to_env_actions(policy.compute_actions(x, explore=False).actions)
+    np.testing.assert_allclose(action, greedy, atol=1e-7)
+    np.testing.assert_allclose(action, np.clip(policy.forward(x) * scale, -0.01, 0.01), atol=1e-7)
+    np.testing.assert_allclose(log_std, np.full(2, np.log(scale)), atol=1e-6)
+    description = json.loads(Path(f"{path}.json").read_text())
+    assert ("action_scale" in description["model"]) is normalize_actions
 
 
 def test_export_needs_a_checkpoint(tmp_path: Path) -> None:
@@ -118,13 +154,16 @@ def test_every_action_space_exports_to_the_numpy_greedy_action(tmp_path: Path, n
     x = np.random.default_rng(3).uniform(-3, 3, (32, 4)).astype(np.float32)
     outputs = dict(zip(description["outputs"], session.run(None, {"obs": x}), strict=True))
     params = outputs.get("params", outputs.get("mean"))
-    np.testing.assert_allclose(params, policy.forward(x), atol=1e-5)
+    expected_params, expected_log_std = env_params(policy, x)
+    np.testing.assert_allclose(params, expected_params, atol=1e-5)
     greedy = policy.to_env_actions(policy.compute_actions(x, explore=False).actions)
     action = outputs["action"]
     assert str(action.dtype) == description["outputs"]["action"]["dtype"]
     np.testing.assert_allclose(action.reshape(len(x), -1), greedy.reshape(len(x), -1), atol=1e-6)
     if "log_std" in outputs:
-        np.testing.assert_allclose(outputs["log_std"], np.zeros(policy.distribution.gaussian_dim))
+        np.testing.assert_allclose(outputs["log_std"], expected_log_std, atol=1e-6)
+    # The Box values act in units of their bounds (normalize_actions' default).
+    assert policy.distribution.scaled is (name in ("box_2d", "dict"))
 
 
 def test_export_picks_one_policy_of_a_run_with_several(tmp_path: Path) -> None:

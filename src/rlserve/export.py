@@ -33,6 +33,16 @@ A SAC run (``[algorithm] name = "sac"``) exports its tanh-squashed Gaussian: ``a
 Gaussian before the squashing; an engine samples ``u ~ N(mean, exp(log_std))`` and scales
 ``tanh(u)`` the same way.
 
+The input ``obs`` is always the raw flattened observation. A policy trained with
+``normalize_observations`` has its statistics baked in: the model computes
+``clip((obs - obs_mean) / obs_std, -obs_clip, obs_clip)`` before its first layer, with the
+values of the checkpoint's weights version (the JSON's ``model`` entry lists them, for
+reference only: do not normalise again). A PPO policy whose Gaussian acts in normalised units
+(``normalize_actions``, a bounded Box) gives ``mean`` and ``log_std`` in the space's units
+(``action_bias + action_scale * mean`` and ``log_std + log(action_scale)``, so sampling
+``mean + exp(log_std) * e`` and clipping is the same rule with or without it), and so does
+``params`` for its Gaussian values.
+
 The file is self-contained (the weights are inside it): copy ``policy.onnx`` alone.
 
 The checkpoint is loaded with ``torch.load(weights_only=True)``.
@@ -49,16 +59,26 @@ from torch import nn
 
 from rlserve.algorithms.dqn_config import DQNSettings
 from rlserve.algorithms.models import ActorCritic, QNetwork
+from rlserve.algorithms.normalization import (
+    ObservationNormalizer,
+    load_normalizer,
+    with_observation_normalization,
+)
 from rlserve.algorithms.registry import algorithm, run_algorithm
 from rlserve.algorithms.sac_config import SACSettings
 from rlserve.algorithms.sac_models import SquashedGaussianActor
 from rlserve.config import build
 from rlserve.errors import ConfigError
+from rlserve.policy import ModelSpec
 from rlserve.policy.distributions import ActionDistribution
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.server.checkpoints import checkpoints_in
 from rlserve.server.policies import is_flat, policies_from_run, policy_paths
 from rlserve.server.run_folder import RunFolder
+
+
+def _normalized(normalizer: ObservationNormalizer | None, obs: torch.Tensor) -> torch.Tensor:
+    return obs if normalizer is None else normalizer(obs)
 
 
 class _GreedyPolicy(nn.Module):
@@ -67,28 +87,48 @@ class _GreedyPolicy(nn.Module):
     low: torch.Tensor
     high: torch.Tensor
     offsets: torch.Tensor
+    scale: torch.Tensor
+    bias: torch.Tensor
+    log_scale: torch.Tensor
 
-    def __init__(self, model: ActorCritic):
+    def __init__(self, model: ActorCritic, normalizer: ObservationNormalizer | None):
         super().__init__()
         self.actor = model.actor
+        self.normalizer = normalizer
         self.distribution = model.action_distribution
         self.log_std = model.log_std
         dist = self.distribution
         self.register_buffer("low", torch.tensor(dist.low, dtype=torch.float32))
         self.register_buffer("high", torch.tensor(dist.high, dtype=torch.float32))
         self.register_buffer("offsets", torch.tensor(dist.offsets, dtype=torch.float32))
+        # Gaussian values from normalised units to the space's (1 and 0 without).
+        width = dist.action_width
+        scale = torch.tensor(dist.scale or (1.0,) * width, dtype=torch.float32)
+        bias = torch.tensor(dist.bias or (0.0,) * width, dtype=torch.float32)
+        self.scaled = dist.scaled
+        self.register_buffer("scale", scale)
+        self.register_buffer("bias", bias)
+        gaussian = [i for i, (kind, _) in enumerate(dist.column_kinds()) if kind == "gaussian"]
+        self.register_buffer("log_scale", torch.log(scale[gaussian]))
+
+    def _log_std(self) -> torch.Tensor:
+        if self.scaled:  # the standard deviation in the space's units
+            return self.log_std + self.log_scale
+        return self.log_std * 1.0
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        out = self.actor(obs)
+        out = self.actor(_normalized(self.normalizer, obs))
         kind = self.distribution.kind
         if kind == "categorical":
             return out.argmax(dim=1) + int(self.distribution.offsets[0]), out
         if kind == "gaussian":
-            action = torch.maximum(torch.minimum(out, self.high), self.low)
-            return action, out, self.log_std * 1.0
+            mean = out * self.scale + self.bias if self.scaled else out
+            action = torch.maximum(torch.minimum(mean, self.high), self.low)
+            return action, mean, self._log_std()
         # Each part's mode, in the flat action layout, then offset and clipped.
         columns: list[torch.Tensor] = []
-        param = 0
+        params: list[torch.Tensor] = []
+        param = column = 0
         for part in self.distribution.parts:
             x = out[:, param : param + part.size]
             param += part.size
@@ -97,24 +137,30 @@ class _GreedyPolicy(nn.Module):
             elif part.kind == "bernoulli":
                 columns.append((x > 0).to(out.dtype))
             else:
+                if self.scaled:
+                    cols = slice(column, column + part.size)
+                    x = x * self.scale[cols] + self.bias[cols]
                 columns.append(x)
+            params.append(x)
+            column += part.action_width
         action = torch.cat(columns, dim=1) + self.offsets
         action = torch.maximum(torch.minimum(action, self.high), self.low)
         if self.distribution.discrete:
             return (action.to(torch.int64), out)
-        return action, out, self.log_std * 1.0
+        return action, torch.cat(params, dim=1), self._log_std()
 
 
 class _GreedyQ(nn.Module):
     """A Q-network with its greedy choice, as exported."""
 
-    def __init__(self, model: QNetwork):
+    def __init__(self, model: QNetwork, normalizer: ObservationNormalizer | None):
         super().__init__()
         self.model = model
+        self.normalizer = normalizer
         self.start = int(model.action_distribution.offsets[0])
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        q_values = self.model(obs)
+        q_values = self.model(_normalized(self.normalizer, obs))
         return q_values.argmax(dim=1) + self.start, q_values
 
 
@@ -124,15 +170,16 @@ class _SquashedPolicy(nn.Module):
     low: torch.Tensor
     high: torch.Tensor
 
-    def __init__(self, actor: SquashedGaussianActor):
+    def __init__(self, actor: SquashedGaussianActor, normalizer: ObservationNormalizer | None):
         super().__init__()
         self.actor = actor
+        self.normalizer = normalizer
         dist = actor.action_distribution
         self.register_buffer("low", torch.tensor(dist.low, dtype=torch.float32))
         self.register_buffer("high", torch.tensor(dist.high, dtype=torch.float32))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        mean, log_std = self.actor.params(obs)
+        mean, log_std = self.actor.params(_normalized(self.normalizer, obs))
         action = self.low + (torch.tanh(mean) + 1.0) * 0.5 * (self.high - self.low)
         return action, mean, log_std
 
@@ -141,11 +188,14 @@ def load_model(
     run_dir: str | Path,
     checkpoint: str | Path | None = None,
     policy_id: str = DEFAULT_POLICY_ID,
-) -> tuple[ActorCritic | QNetwork | SquashedGaussianActor, Path]:
+) -> tuple[ActorCritic | QNetwork | SquashedGaussianActor, ObservationNormalizer | None, Path]:
     """Rebuild a run's model from its configuration and a checkpoint (default: the newest).
 
     The policy's algorithm (its ``algo``, else the run's ``[algorithm] name``, PPO without one)
-    says which: PPO's actor-critic, DQN's Q-network or SAC's actor.
+    says which: PPO's actor-critic, DQN's Q-network or SAC's actor. The checkpoint says how its
+    weights read observations and (PPO) act: the observation normaliser of its weights version
+    (None when it has none) comes back with the model, and a PPO model acts in normalised Box
+    units when the checkpoint was trained so.
 
     Args:
         run_dir: The run folder.
@@ -198,10 +248,15 @@ def load_model(
         model.load_state_dict(state["model"]["actor"])  # a SAC checkpoint holds its critics too
     else:
         model.load_state_dict(state["model"])
+    if isinstance(model, ActorCritic):
+        # A checkpoint without the flag predates normalised actions: its Gaussian is in the
+        # Box's units.
+        model.set_action_normalization(bool(state.get("normalize_actions", False)))
     if isinstance(model, QNetwork) and isinstance(settings, DQNSettings):
         model.epsilon = settings.epsilon(int(state["counters"].get("env_steps_ingested", 0)))
     model.eval()
-    return model, Path(checkpoint)
+    normalizer = load_normalizer(state.get("obs_normalization"))
+    return model, normalizer, Path(checkpoint)
 
 
 def export_onnx(
@@ -215,30 +270,36 @@ def export_onnx(
     The default output is ``RUN_DIR/policy.onnx``, or ``RUN_DIR/policy-<id>.onnx`` for a policy
     other than ``default``.
     """
-    model, source = load_model(run_dir, checkpoint, policy_id)
+    model, normalizer, source = load_model(run_dir, checkpoint, policy_id)
     name = "policy.onnx" if policy_id == DEFAULT_POLICY_ID else f"policy-{policy_id}.onnx"
     path = Path(output) if output is not None else Path(run_dir) / name
     path.parent.mkdir(parents=True, exist_ok=True)
     wrapper: nn.Module
     outputs: dict[str, dict[str, Any]]
+    model_spec: ModelSpec
     if isinstance(model, QNetwork):
-        wrapper = _GreedyQ(model).eval()
+        wrapper = _GreedyQ(model, normalizer).eval()
         dist = model.action_distribution
         outputs = {
             "action": {"shape": ["N"], "dtype": "int64"},
             "q_values": {"shape": ["N", dist.param_dim], "dtype": "float32"},
         }
-        spec = model.spec(model.epsilon).to_wire()
+        model_spec = model.spec(model.epsilon)
     elif isinstance(model, SquashedGaussianActor):
-        wrapper = _SquashedPolicy(model).eval()
+        wrapper = _SquashedPolicy(model, normalizer).eval()
         dist = model.action_distribution
         outputs = _outputs(dist)
-        spec = model.spec().to_wire()
+        model_spec = model.spec()
     else:
-        wrapper = _GreedyPolicy(model).eval()
+        wrapper = _GreedyPolicy(model, normalizer).eval()
         dist = model.action_distribution
         outputs = _outputs(dist)
-        spec = model.spec().to_wire()
+        model_spec = model.spec()
+    if normalizer is not None:
+        model_spec = with_observation_normalization(
+            model_spec, normalizer.mean.numpy(), normalizer.std.numpy(), normalizer.clip
+        )
+    spec = model_spec.to_wire()
     example = torch.zeros(2, model.obs_dim)
     batch = torch.export.Dim("batch")
     torch.onnx.export(

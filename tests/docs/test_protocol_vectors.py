@@ -129,6 +129,45 @@ def test_gaussian_forward_pass_vector():
     assert math.isclose(by_hand, case["action_log_probability"], abs_tol=1e-5)
 
 
+def test_normalized_gaussian_forward_pass_vector():
+    case = POLICIES["tiny_gaussian_normalized"]
+    policy, obs = _policy(case)
+    model = case["model"]
+    assert policy.spec.obs_mean == tuple(model["obs_mean"])
+    assert policy.spec.action_scale == tuple(model["action_scale"])
+    assert policy.normalize(obs)[0].tolist() == case["normalized_observation"]
+    assert policy.forward(obs)[0].tolist() == case["mean"]
+    greedy = policy.compute_actions(obs, explore=False).actions
+    assert greedy[0].tolist() == case["greedy_action"]
+    action = np.array([case["action"]], np.float32)
+    assert float(policy.log_prob(obs, action)[0]) == case["action_log_probability"]
+    assert policy.to_env_actions(action)[0].tolist() == case["clipped_action"]
+
+
+def test_normalized_gaussian_vector_by_hand():
+    """Section 14.4's normalisation, forward pass and scaled Gaussian in plain float64."""
+    case = POLICIES["tiny_gaussian_normalized"]
+    model = case["model"]
+    arrays = {k: from_tagged(v).astype(np.float64) for k, v in case["arrays"].items()}
+    o = np.array(case["observation"])
+    clip = model["obs_clip"]
+    x = np.clip((o - model["obs_mean"]) / np.array(model["obs_std"]), -clip, clip)
+    assert x.tolist() == case["normalized_observation"] == [1.5, 1.0, -3.0]
+    h = np.tanh(arrays["actor.0.weight"] @ x + arrays["actor.0.bias"])
+    y = arrays["actor.2.weight"] @ h + arrays["actor.2.bias"]
+    assert np.allclose(y, case["mean"], atol=1e-6)
+    scale, bias = np.array(model["action_scale"]), np.array(model["action_bias"])
+    assert np.allclose(bias + scale * y, case["greedy_action"], atol=1e-4)
+    u = (np.array(case["action"]) - bias) / scale
+    assert np.allclose(u, case["normalized_action"], atol=1e-12)
+    log_std = np.array(case["log_std"])
+    e = (u - y) / np.exp(log_std)
+    by_hand = -0.5 * (e**2).sum() - log_std.sum() - 0.5 * len(e) * math.log(2 * math.pi)
+    assert math.isclose(by_hand, case["action_log_probability"], abs_tol=1e-5)
+    low, high = np.array(model["action_low"]), np.array(model["action_high"])
+    assert np.clip(case["action"], low, high).tolist() == case["clipped_action"]
+
+
 def test_multi_agent_vectors_have_their_forms():
     by_name = {v["name"]: from_tagged(v["value"]) for v in MESSAGES}
     assert by_name["welcome_mapping"]["mapping"] and by_name["welcome_mapping"]["multi_agent"]

@@ -90,6 +90,23 @@ RLLIB_SAC_REFUSED: dict[str, str] = {
 SAC_LEARNING_RATES = ("actor_lr", "critic_lr", "alpha_lr")
 """RLlib's three SAC learning rates; rlserve's SAC has one, ``lr``."""
 
+OBSERVATION_FILTERS = {"MeanStdFilter": True, "NoFilter": False}
+"""RLlib's ``observation_filter`` values -> the algorithm's ``normalize_observations``."""
+
+
+def observation_filter(value: Any) -> bool:
+    """RLlib's ``observation_filter`` as ``normalize_observations``.
+
+    Raises:
+        ConfigError: Not one of :data:`OBSERVATION_FILTERS`.
+    """
+    if value not in OBSERVATION_FILTERS:
+        raise ConfigError(
+            f"observation_filter must be one of {', '.join(OBSERVATION_FILTERS)}, got {value!r}"
+        )
+    return OBSERVATION_FILTERS[value]
+
+
 RLLIB_NAMES: dict[str, dict[str, str]] = {
     "ppo": RLLIB_TRAINING_NAMES,
     "dqn": RLLIB_DQN_NAMES,
@@ -151,6 +168,9 @@ def settings_fields(
     for name, value in settings.items():
         if name == "model":
             fields.update(_model(value))
+            continue
+        if name == "observation_filter":
+            fields["normalize_observations"] = observation_filter(value)
             continue
         if name == "replay_buffer_config" and "buffer_size" in known:
             fields.update(_replay_buffer(value))
@@ -308,6 +328,7 @@ class AlgorithmConfig:
         envs_per_process: int | None = None,
         rollout_fragment_length: int | None = None,
         sample_timeout_s: float | None = None,
+        observation_filter: str | None = None,
     ) -> AlgorithmConfig:
         """How experience is sampled.
 
@@ -325,7 +346,12 @@ class AlgorithmConfig:
             rollout_fragment_length: Steps of an episode per fragment.
             sample_timeout_s: Seconds a sub-process copy (or an env-runner process) may take
                 for one step before it is counted as hung and restarted.
+            observation_filter: RLlib's name for observation normalisation: ``"MeanStdFilter"``
+                sets the algorithm's ``normalize_observations`` (running statistics kept by
+                the learner and shipped with each weights version), ``"NoFilter"`` clears it.
         """
+        if observation_filter is not None:
+            self._observation_filter(observation_filter)
         for name, value in (
             ("num_env_runners", num_env_runners),
             ("num_envs_per_env_runner", num_envs_per_env_runner),
@@ -363,8 +389,10 @@ class AlgorithmConfig:
         ``grad_clip``, ``kl_target``; for SAC also ``actor_lr``/``critic_lr``/``alpha_lr``
         with one value, ``twin_q=True``, ``target_entropy="auto"``; RLlib settings rlserve has
         no counterpart for are refused naming what to set instead), ``model={"fcnet_hiddens":
-        [...], "fcnet_activation": "tanh"}`` and ``min_env_steps_per_iteration``; for DQN and SAC
-        also ``replay_buffer_config={"capacity": N}`` and ``store_buffer_in_checkpoints``.
+        [...], "fcnet_activation": "tanh"}``, ``observation_filter`` (``"MeanStdFilter"`` or
+        ``"NoFilter"``, as :meth:`env_runners` takes it) and ``min_env_steps_per_iteration``; for
+        DQN and SAC also ``replay_buffer_config={"capacity": N}`` and
+        ``store_buffer_in_checkpoints``.
 
         They are the settings of every policy that names no other algorithm (see
         :meth:`multi_agent`).
@@ -377,6 +405,10 @@ class AlgorithmConfig:
         )
         self.algo_settings()  # checks the values now, not at build()
         return self
+
+    def _observation_filter(self, value: Any) -> None:
+        self.training_settings["normalize_observations"] = observation_filter(value)
+        self.algo_settings()
 
     def multi_agent(
         self,

@@ -10,6 +10,10 @@ stored (the warm-up), then rounds of at least ``train_every`` new env steps, eac
 weights version. The published weights carry the exploration epsilon of the schedule at that
 point (``ModelSpec.epsilon``), so the server, or a local client's numpy policy, explores with it.
 
+With ``normalize_observations`` the observations go into the replay buffer raw and into the
+running statistics as they arrive; each round freezes the statistics, normalises the sampled
+observations (and bootstrap observations) with them, and publishes them with its weights.
+
 Like PPO's learner it defends itself against broken experience: a fragment with a malformed
 shape, a non-finite value, an impossible action or a magnitude beyond ``max_abs_input`` is
 excluded whole and counted; a gradient step whose loss or gradient norm is non-finite is skipped
@@ -35,6 +39,10 @@ from torch.nn import functional
 from rlserve.algorithms.base import Learner, WeightsPackage
 from rlserve.algorithms.dqn_config import DQNSettings
 from rlserve.algorithms.models import QNetwork
+from rlserve.algorithms.normalization import (
+    ObservationNormalization,
+    restore_observation_normalization,
+)
 from rlserve.algorithms.ppo import RateLimitedWarning, resolve_device
 from rlserve.algorithms.replay import ReplayBuffer
 from rlserve.durable import atomic_write_bytes
@@ -145,6 +153,11 @@ class DQNLearner(Learner):
         self.replay = ReplayBuffer(
             config.buffer_size, self.model.obs_dim, config.gamma, config.n_step, seed=config.seed
         )
+        self.obs_normalization: ObservationNormalization | None = None
+        """Observation statistics (``normalize_observations``): raw observations are stored
+        in the replay buffer and normalised when sampled, with the values frozen per round."""
+        if config.normalize_observations:
+            self.obs_normalization = ObservationNormalization(self.model.obs_dim, config.obs_clip)
         self._version = 0
         self._new_steps = 0
         """Env steps taken in since the last update (:attr:`buffered_steps`)."""
@@ -189,6 +202,8 @@ class DQNLearner(Learner):
                 self._exclude_fragment(fragment, problem)
                 continue
             obs, actions, rewards = checked
+            if self.obs_normalization is not None:
+                self.obs_normalization.observe(obs[:-1])
             before = self.replay.added
             steps = self.replay.add(obs, actions, rewards, bool(fragment.terminated))
             self._counters["env_steps_ingested"] += steps
@@ -248,6 +263,8 @@ class DQNLearner(Learner):
         losses: list[float] = []
         q_means: list[float] = []
         skipped = 0
+        if self.obs_normalization is not None:
+            self.obs_normalization.freeze()  # this round's gradient steps and its weights
         if len(self.replay) >= cfg.batch_size:
             for _ in range(count):
                 if self._gradient_step(losses, q_means):
@@ -267,6 +284,8 @@ class DQNLearner(Learner):
         else:
             self._counters["updates_skipped_nonfinite"] += 1
             self._warnings.add("updates that applied no step (version kept)")
+            if self.obs_normalization is not None:
+                self.obs_normalization.revert()  # the published version keeps its statistics
         self._warnings.flush()
         metrics.update(
             {
@@ -284,11 +303,15 @@ class DQNLearner(Learner):
         """One step on a sampled batch; False (and no step) when it is not finite."""
         cfg = self.config
         batch = self.replay.sample(cfg.batch_size)
-        obs = torch.as_tensor(batch.obs, device=self.device)
+        obs_np, next_obs_np = batch.obs, batch.next_obs
+        if self.obs_normalization is not None:
+            obs_np = self.obs_normalization.numpy(obs_np)
+            next_obs_np = self.obs_normalization.numpy(next_obs_np)
+        obs = torch.as_tensor(obs_np, device=self.device)
         actions = torch.as_tensor(batch.actions, device=self.device)
         rewards = torch.as_tensor(batch.rewards, device=self.device)
         discounts = torch.as_tensor(batch.discounts, device=self.device)
-        next_obs = torch.as_tensor(batch.next_obs, device=self.device)
+        next_obs = torch.as_tensor(next_obs_np, device=self.device)
         with torch.no_grad():
             next_target = self.target(next_obs)
             next_online = self.model(next_obs) if cfg.double_q else None
@@ -328,8 +351,24 @@ class DQNLearner(Learner):
     # -- publishing and checkpoints ----------------------------------------------------------
 
     def weights(self) -> WeightsPackage:
-        """The Q-network, folded to a plain MLP, with the schedule's epsilon in its spec."""
-        return WeightsPackage(self._version, self.model.spec(self.epsilon), self.model.q_arrays())
+        """The Q-network, folded to a plain MLP, with the schedule's epsilon in its spec.
+
+        The spec carries the frozen observation statistics when the learner normalises.
+        """
+        spec = self.model.spec(self.epsilon)
+        if self.obs_normalization is not None:
+            spec = self.obs_normalization.spec(spec)
+        return WeightsPackage(self._version, spec, self.model.q_arrays())
+
+    def normalized_observations(self, obs: np.ndarray) -> np.ndarray:
+        """``[N, D]`` raw observations as the Q-network reads them.
+
+        Normalised with the published version's statistics; without normalisation, the
+        observations themselves as float32.
+        """
+        if self.obs_normalization is None:
+            return np.asarray(obs, dtype=np.float32)
+        return self.obs_normalization.numpy(obs)
 
     def counters(self) -> dict[str, int]:
         """Updates, trained steps, gradient steps, steps taken in, exclusions and the version."""
@@ -352,6 +391,8 @@ class DQNLearner(Learner):
             },
             "extra": extra,
         }
+        if self.obs_normalization is not None:
+            state["obs_normalization"] = self.obs_normalization.state()
         if self.config.checkpoint_replay:
             state["replay"] = {k: torch.from_numpy(v) for k, v in self.replay.state().items()}
         buffer = io.BytesIO()
@@ -361,12 +402,18 @@ class DQNLearner(Learner):
     def load(self, path: Path) -> dict[str, Any]:
         """Restore networks, optimiser, counters, schedule (and the replay buffer, if saved).
 
+        The observation normalisation is the checkpoint's, whatever the settings say
+        (:func:`~rlserve.algorithms.normalization.restore_observation_normalization`).
+
         A saved replay buffer that does not fit this learner's ``gamma`` / ``n_step`` is left
         out with a warning: the run resumes with an empty buffer.
         """
         state = torch.load(path, map_location=self.device, weights_only=True)
         self.model.load_state_dict(state["model"])
         self.target.load_state_dict(state["target"])
+        self.obs_normalization = restore_observation_normalization(
+            self.obs_normalization, state.get("obs_normalization"), self.model.obs_dim, str(path)
+        )
         self.optimizer.load_state_dict(state["optimizer"])
         counters = dict(state["counters"])
         self._version = int(counters.pop("version"))
@@ -397,4 +444,7 @@ class DQNLearner(Learner):
                 f"{path} holds no Q-network of this policy's shape (its spaces, hidden sizes, "
                 f"activation and dueling must be the same): {exc}"
             ) from exc
+        self.obs_normalization = restore_observation_normalization(
+            self.obs_normalization, state.get("obs_normalization"), self.model.obs_dim, str(path)
+        )
         self.sync_target()

@@ -10,6 +10,7 @@ or a local-mode client's numpy policy) explores with the schedule's current valu
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from rlserve.config import option
@@ -52,6 +53,12 @@ class DQNSettings:
     )
     hidden: tuple[int, ...] = option((64, 64), "Hidden layer sizes of the Q-network.")
     activation: str = option("relu", "Activation: tanh or relu.")
+    normalize_observations: bool = option(
+        False,
+        "Normalise observations by running mean and std (RLlib's MeanStdFilter), shipped with "
+        "each weights version.",
+    )
+    obs_clip: float = option(10.0, "Normalised observations are clipped to +-this.")
     max_abs_input: float = option(
         1e9, "Exclude fragments holding an observation or reward of larger magnitude."
     )
@@ -93,6 +100,8 @@ class DQNSettings:
             raise ConfigError(f"huber_delta must be positive, got {self.huber_delta}")
         if not self.max_abs_input > 0:
             raise ConfigError(f"max_abs_input must be positive, got {self.max_abs_input}")
+        if not (math.isfinite(self.obs_clip) and self.obs_clip > 0):
+            raise ConfigError(f"obs_clip must be a finite positive number, got {self.obs_clip}")
         if self.activation not in ("tanh", "relu"):
             raise ConfigError(f"activation must be tanh or relu, got '{self.activation}'")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):

@@ -16,7 +16,11 @@ import torch
 from torch import nn
 
 from rlserve.policy import ModelSpec
-from rlserve.policy.distributions import check_learnable, epsilon_greedy
+from rlserve.policy.distributions import (
+    check_learnable,
+    epsilon_greedy,
+    normalized_box_actions,
+)
 from rlserve.spaces import flat_dim
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -46,7 +50,16 @@ class ActorCritic(nn.Module):
             takes (Discrete, MultiDiscrete, MultiBinary, float Box, Dict/Tuple of those).
         hidden: Hidden layer sizes of both networks.
         activation: ``tanh`` or ``relu``.
+        normalize_actions: Gaussian values of bounded Box actions in units of their bounds
+            (:func:`~rlserve.policy.distributions.normalized_box_actions`): the actor's means
+            and ``log_std`` are in ``[-1, 1]`` units, the action columns (fragments, the learner's
+            input) in the space's units.
+
+    The networks read observations as given: a learner that normalises them does so before.
     """
+
+    action_scale: torch.Tensor
+    action_bias: torch.Tensor
 
     def __init__(
         self,
@@ -54,9 +67,14 @@ class ActorCritic(nn.Module):
         action_space: gym.Space[Any],
         hidden: tuple[int, ...] = (64, 64),
         activation: str = "tanh",
+        normalize_actions: bool = False,
     ):
         super().__init__()
-        self.action_distribution = check_learnable(observation_space, action_space)
+        self._raw_distribution = check_learnable(observation_space, action_space)
+        self.action_distribution = self._raw_distribution
+        self.register_buffer("action_scale", torch.ones(0), persistent=False)
+        self.register_buffer("action_bias", torch.zeros(0), persistent=False)
+        self.set_action_normalization(normalize_actions)
         self.obs_dim = flat_dim(observation_space)
         self.activation = activation
         self.distribution = self.action_distribution.kind
@@ -69,6 +87,35 @@ class ActorCritic(nn.Module):
         legacy = self.distribution in ("categorical", "gaussian")
         log_std_size = self.action_dim if legacy else self.action_distribution.gaussian_dim
         self.log_std = nn.Parameter(torch.zeros(log_std_size))
+
+    def set_action_normalization(self, enabled: bool) -> None:
+        """Act in normalised Box units (see the class) or in the space's own units.
+
+        The weights mean different actions either way: a checkpoint says which it was trained
+        with, and a learner that loads one follows it.
+        """
+        distribution = self._raw_distribution
+        if enabled:
+            distribution = normalized_box_actions(distribution)
+        self.action_distribution = distribution
+        device = self.action_scale.device
+        self.action_scale = torch.tensor(distribution.scale, dtype=torch.float32, device=device)
+        self.action_bias = torch.tensor(distribution.bias, dtype=torch.float32, device=device)
+
+    @property
+    def normalizes_actions(self) -> bool:
+        """True when a Gaussian value is scaled from normalised units to the Box's."""
+        return self.action_distribution.scaled
+
+    def normalized_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """``[N, A]`` action columns in the actor's units, ``(a - bias) / scale``.
+
+        Unscaled columns (discrete ones, unbounded values) come back as they are. Without
+        normalised actions (or ``[N]`` choice indices) ``actions`` itself.
+        """
+        if not self.action_distribution.scaled or actions.ndim != 2:
+            return actions
+        return (actions - self.action_bias) / self.action_scale
 
     def spec(self) -> ModelSpec:
         """The actor's architecture for numpy inference."""
@@ -108,8 +155,11 @@ class ActorCritic(nn.Module):
         """Log-probabilities of ``actions`` and the entropies, each ``[N]``.
 
         ``actions`` are in the layout of :mod:`rlserve.policy.distributions`: ``[N]`` choice
-        indices for a categorical policy, ``[N, A]`` otherwise.
+        indices for a categorical policy, ``[N, A]`` otherwise, Gaussian values in the space's
+        units (mapped to the actor's normalised units here, when it has them: the
+        log-probability and entropy are those of the normalised values, as the numpy policy's).
         """
+        actions = self.normalized_actions(actions)
         if self.distribution in ("categorical", "gaussian"):
             dist = self.distribution_for(obs)
             if self.distribution == "categorical":

@@ -27,6 +27,17 @@ these options). A finite behaviour log-probability sent with a logged step is ig
 logged step is never dropped as stale: no policy sampled it, so the version that was served when
 it was logged says nothing about it.
 
+Normalisation (:mod:`rlserve.algorithms.normalization`). With ``normalize_observations`` an update
+first takes the buffered steps' observations into the running statistics and freezes them: the
+proximal log-probabilities, the values and every gradient step read observations normalised with
+the frozen values, which are published with the update's weights (so ``pi_prox`` already has the
+new statistics, and the importance weights account for the change from the behaviour policy's).
+With ``normalize_rewards`` the buffered rewards also feed the running variance of each episode's
+discounted return, and GAE sees the rewards divided by its square root (clipped to
+``reward_clip``); the value function learns in those units. With ``normalize_actions`` (the
+default) a bounded Box's Gaussian works in units of its bounds: action columns stay in the
+space's units and :meth:`ActorCritic.log_prob_entropy` maps them back before the density.
+
 The learner is robust on its own against hostile or broken experience (defence in depth behind the
 server's validation): a fragment with a malformed shape, a non-finite value, an impossible action
 or a magnitude beyond ``max_abs_input`` is excluded whole at ingest and counted (its GAE would
@@ -56,7 +67,12 @@ from torch import nn
 from rlserve.algorithms.advantages import gae
 from rlserve.algorithms.base import Learner, WeightsPackage
 from rlserve.algorithms.models import ActorCritic
+from rlserve.algorithms.normalization import (
+    ObservationNormalization,
+    restore_observation_normalization,
+)
 from rlserve.algorithms.ppo_config import PPOSettings
+from rlserve.algorithms.running_stats import ReturnScaler, scale_rewards
 from rlserve.durable import atomic_write_bytes
 from rlserve.samples import Fragment
 from rlserve.values import indices_within, within
@@ -235,8 +251,23 @@ class PPOLearner(Learner):
         self._generator = torch.Generator()
         self._generator.manual_seed(config.seed)
         self.device = resolve_device(config.device)
-        self.model = ActorCritic(observation_space, action_space, config.hidden, config.activation)
+        self.model = ActorCritic(
+            observation_space,
+            action_space,
+            config.hidden,
+            config.activation,
+            normalize_actions=config.normalize_actions,
+        )
         self.model.to(self.device)
+        self.obs_normalization: ObservationNormalization | None = None
+        """Observation statistics (``normalize_observations``), frozen per weights version."""
+        if config.normalize_observations:
+            self.obs_normalization = ObservationNormalization(self.model.obs_dim, config.obs_clip)
+        self.return_scaler: ReturnScaler | None = None
+        """Reward scaling by the discounted return's running std (``normalize_rewards``)."""
+        if config.normalize_rewards:
+            self.return_scaler = ReturnScaler(config.gamma, config.reward_clip)
+        self._reward_divisor = 1.0
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, eps=1e-5)
         self._version = 0
         self._buffer: list[Fragment] = []
@@ -414,7 +445,10 @@ class PPOLearner(Learner):
             return None
         cfg = self.config
         mode = cfg.logged_steps
-        obs_all = torch.as_tensor(np.concatenate([f.obs for f in fragments]), device=self.device)
+        obs_np = np.concatenate([f.obs for f in fragments])
+        if self.obs_normalization is not None:
+            obs_np = self.obs_normalization.numpy(obs_np)
+        obs_all = torch.as_tensor(obs_np, device=self.device)
         # Rows of obs_all that are steps: every row but the last of each fragment.
         step_rows = np.ones(obs_all.shape[0], dtype=bool)
         step_rows[np.cumsum([len(f) + 1 for f in fragments]) - 1] = False
@@ -436,6 +470,7 @@ class PPOLearner(Learner):
         for f in fragments:
             steps = len(f)
             values = values_all[start : start + steps + 1]
+            obs_rows = obs_np[start : start + steps]
             prox = prox_np[step : step + steps]
             start += steps + 1
             step += steps
@@ -452,9 +487,12 @@ class PPOLearner(Learner):
             if mode != "on_policy" and logged.any():
                 traces = np.where(logged, 0.0, 1.0 if traces is None else traces)
             bootstrap = 0.0 if f.terminated else float(values[steps])
+            rewards = f.rewards
+            if self.return_scaler is not None:
+                rewards = scale_rewards(rewards, self._reward_divisor, cfg.reward_clip)
             with np.errstate(over="ignore", invalid="ignore"):
                 advantages, returns = gae(
-                    f.rewards,
+                    rewards,
                     values[:steps],
                     bootstrap,
                     cfg.gamma,
@@ -468,7 +506,7 @@ class PPOLearner(Learner):
             self._counters["steps_logged"] += int((logged & mask).sum())
             if mode == "exclude":
                 mask = mask & ~logged
-            parts["obs"].append(f.obs[:steps][mask])
+            parts["obs"].append(obs_rows[mask])
             parts["actions"].append(f.actions[mask])
             parts["prox_logp"].append(prox[mask])
             parts["weights"].append(importance_weights(log_ratio[mask], cfg.importance_weight_cap))
@@ -521,6 +559,7 @@ class PPOLearner(Learner):
         """
         started = time.perf_counter()
         cfg = self.config
+        self._update_normalization()
         batch = self._build_batch()
         size = 0 if batch is None else int(batch["obs"].shape[0])
         stats: dict[str, list[float]] = {
@@ -569,7 +608,11 @@ class PPOLearner(Learner):
         else:
             self._counters["updates_skipped_nonfinite"] += 1
             self._warnings.add("updates that applied no step (version kept)")
+            if self.obs_normalization is not None:
+                self.obs_normalization.revert()  # the published version keeps its statistics
         self._warnings.flush()
+        if self.return_scaler is not None:
+            metrics["learner/reward_scale"] = self._reward_divisor
         metrics.update(
             {
                 "learner/batch_steps": float(size),
@@ -579,6 +622,28 @@ class PPOLearner(Learner):
         )
         metrics.update({f"learner/{k}": float(v) for k, v in self._counters.items()})
         return metrics
+
+    def _update_normalization(self) -> None:
+        """Take the buffered steps into the running statistics and freeze them for the update.
+
+        Observations: every step's (``obs[:T]`` of each buffered fragment); rewards: each
+        fragment's, continuing its episode's discounted return. The frozen observation
+        statistics are what this update trains with and what its weights are published with.
+        """
+        if self.obs_normalization is None and self.return_scaler is None:
+            return
+        for fragment in self._buffer:
+            steps = len(fragment)
+            if self.obs_normalization is not None:
+                self.obs_normalization.observe(fragment.obs[:steps])
+            if self.return_scaler is not None:
+                ended = bool(fragment.terminated or fragment.truncated)
+                key = (fragment.episode_id, fragment.agent_id)
+                self.return_scaler.observe(key, fragment.rewards, ended)
+        if self.obs_normalization is not None:
+            self.obs_normalization.freeze()
+        if self.return_scaler is not None:
+            self._reward_divisor = self.return_scaler.scale()
 
     def _minibatch(
         self,
@@ -643,8 +708,21 @@ class PPOLearner(Learner):
         return True
 
     def weights(self) -> WeightsPackage:
-        """The current actor as named numpy arrays."""
-        return WeightsPackage(self._version, self.model.spec(), self.model.actor_arrays())
+        """The current actor as named numpy arrays, with its observation statistics."""
+        spec = self.model.spec()
+        if self.obs_normalization is not None:
+            spec = self.obs_normalization.spec(spec)
+        return WeightsPackage(self._version, spec, self.model.actor_arrays())
+
+    def normalized_observations(self, obs: np.ndarray) -> np.ndarray:
+        """``[N, D]`` raw observations as the model reads them.
+
+        Normalised with the published version's statistics; without normalisation, the
+        observations themselves as float32.
+        """
+        if self.obs_normalization is None:
+            return np.asarray(obs, dtype=np.float32)
+        return self.obs_normalization.numpy(obs)
 
     def counters(self) -> dict[str, int]:
         """Updates, trained steps and dropped stale steps."""
@@ -652,21 +730,37 @@ class PPOLearner(Learner):
 
     def save(self, path: Path, extra: dict[str, Any]) -> None:
         """Write a checkpoint loadable with ``torch.load(weights_only=True)``."""
-        state = {
+        state: dict[str, Any] = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "counters": self.counters(),
             "torch_rng": self._generator.get_state(),
             "extra": extra,
+            "normalize_actions": self.model.normalizes_actions,
         }
+        if self.obs_normalization is not None:
+            state["obs_normalization"] = self.obs_normalization.state()
+        if self.return_scaler is not None:
+            state["reward_normalization"] = {
+                k: torch.from_numpy(v) for k, v in self.return_scaler.state().items()
+            }
+            state["reward_divisor"] = self._reward_divisor
         buffer = io.BytesIO()
         torch.save(state, buffer)
         atomic_write_bytes(path, buffer.getvalue())
 
     def load(self, path: Path) -> dict[str, Any]:
-        """Restore model, optimiser, counters and RNG from ``path``."""
+        """Restore model, optimiser, counters, RNG and normalisation from ``path``.
+
+        The weights' observation and action normalisation are the checkpoint's (a checkpoint of
+        an rlserve without them: none), whatever the settings say (:meth:`_take_normalization`).
+        """
         state = torch.load(path, map_location=self.device, weights_only=True)
         self.model.load_state_dict(state["model"])
+        self._take_normalization(state, path)
+        if self.return_scaler is not None and "reward_normalization" in state:
+            self.return_scaler.load_state(state["reward_normalization"])
+            self._reward_divisor = float(state.get("reward_divisor", 1.0))
         self.optimizer.load_state_dict(state["optimizer"])
         counters = dict(state["counters"])
         self._version = int(counters.pop("version"))
@@ -692,3 +786,27 @@ class PPOLearner(Learner):
                 f"{path} holds no model of this policy's shape (its spaces, hidden sizes and "
                 f"activation must be the same): {exc}"
             ) from exc
+        self._take_normalization(state, path)
+
+    def _take_normalization(self, state: dict[str, Any], path: Path) -> None:
+        """Act with the checkpoint's action and observation normalisation (its weights' own).
+
+        A checkpoint without ``normalize_actions`` predates it and acted in the Box's units;
+        one without ``obs_normalization`` read raw observations. A difference from the settings
+        is logged as a warning.
+        """
+        trained_scaled = bool(state.get("normalize_actions", False))
+        if trained_scaled != self.model.normalizes_actions:
+            was = self.model.normalizes_actions
+            self.model.set_action_normalization(trained_scaled)
+            if self.model.normalizes_actions != was:
+                logger.warning(
+                    "%s acts %s: its policy keeps doing so (normalize_actions is ignored for it)",
+                    path,
+                    "in [-1, 1] units of the Box's bounds"
+                    if trained_scaled
+                    else "in the Box's own units",
+                )
+        self.obs_normalization = restore_observation_normalization(
+            self.obs_normalization, state.get("obs_normalization"), self.model.obs_dim, str(path)
+        )

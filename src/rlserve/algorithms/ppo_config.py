@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from rlserve.config import option
@@ -60,6 +61,21 @@ class PPOSettings:
     bc_coef: float = option(
         1.0, "Weight of the behaviour-cloning term on logged steps (logged_steps = bc)."
     )
+    normalize_observations: bool = option(
+        False,
+        "Normalise observations by running mean and std (RLlib's MeanStdFilter), shipped with "
+        "each weights version.",
+    )
+    obs_clip: float = option(10.0, "Normalised observations are clipped to +-this.")
+    normalize_rewards: bool = option(
+        False, "Divide rewards by the running std of the discounted return (SB3 VecNormalize)."
+    )
+    reward_clip: float = option(10.0, "Normalised rewards are clipped to +-this.")
+    normalize_actions: bool = option(
+        True,
+        "Act in [-1, 1] units of a bounded Box's bounds (the Gaussian's mean and std), scaled "
+        "to the bounds when sent (RLlib's normalize_actions).",
+    )
     max_abs_input: float = option(
         1e9,
         "Exclude fragments holding an observation, reward or Box action of larger magnitude.",
@@ -87,6 +103,10 @@ class PPOSettings:
             )
         if not self.max_abs_input > 0:
             raise ConfigError(f"max_abs_input must be positive, got {self.max_abs_input}")
+        for name in ("obs_clip", "reward_clip"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name} must be a finite positive number, got {value}")
         if self.max_steps_per_update is not None and (
             self.max_steps_per_update < self.train_batch_size
         ):

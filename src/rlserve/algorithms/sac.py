@@ -16,6 +16,11 @@ temperature ``alpha = exp(log_alpha)`` towards the target entropy; step both cri
 target critics ``Q'``; step the actor on ``mean(alpha * log pi(a|s) - min_i Q_i(s, a))``; move
 the target critics by ``tau``. The temperature used in a step is the one before its update.
 
+With ``normalize_observations`` the observations go into the replay buffer raw and into the
+running statistics as they arrive; each update freezes the statistics, normalises the sampled
+observations (and next observations) with them for actor and critics alike, and publishes them
+with its weights.
+
 As PPO's learner, it is robust on its own against hostile or broken experience: a fragment with
 a malformed shape, a non-finite value or a magnitude beyond ``max_abs_input`` is excluded whole
 and counted, and a gradient step whose critic or temperature loss is not finite applies nothing
@@ -37,6 +42,10 @@ import numpy as np
 import torch
 
 from rlserve.algorithms.base import Learner, WeightsPackage
+from rlserve.algorithms.normalization import (
+    ObservationNormalization,
+    restore_observation_normalization,
+)
 from rlserve.algorithms.ppo import RateLimitedWarning, resolve_device
 from rlserve.algorithms.replay import ReplayBuffer
 from rlserve.algorithms.sac_config import SACSettings
@@ -170,6 +179,11 @@ class SACLearner(Learner):
             action_shape=(self.action_dim,),
             seed=config.seed,
         )
+        self.obs_normalization: ObservationNormalization | None = None
+        """Observation statistics (``normalize_observations``): raw observations are stored
+        in the replay buffer and normalised when sampled, with the values frozen per update."""
+        if config.normalize_observations:
+            self.obs_normalization = ObservationNormalization(self.obs_dim, config.obs_clip)
         self._version = 0
         self._owed = 0.0  # gradient steps owed by the steps taken in after the warm-up
         self._new_steps = 0  # steps taken in since the last update
@@ -204,6 +218,8 @@ class SACLearner(Learner):
             if fragment is None:
                 self._exclude_fragment(raw, problem)
                 continue
+            if self.obs_normalization is not None:
+                self.obs_normalization.observe(fragment.obs[: len(fragment)])
             before = self.replay.added
             squashed = to_squashed(fragment.actions, self._low, self._high)
             steps = self.replay.add(fragment.obs, squashed, fragment.rewards, fragment.terminated)
@@ -301,6 +317,8 @@ class SACLearner(Learner):
             "q_mean": [],
         }
         skipped = 0
+        if self.obs_normalization is not None:
+            self.obs_normalization.freeze()  # this update's gradient steps and its weights
         for _ in range(count if len(self.replay) else 0):
             if not self._gradient_step(stats):
                 skipped += 1
@@ -317,6 +335,8 @@ class SACLearner(Learner):
         else:
             self._counters["updates_skipped_nonfinite"] += 1
             self._warnings.add("updates that applied no step (version kept)")
+            if self.obs_normalization is not None:
+                self.obs_normalization.revert()  # the published version keeps its statistics
         self._warnings.flush()
         metrics.update(
             {
@@ -334,10 +354,14 @@ class SACLearner(Learner):
         """One SAC gradient step on a sampled batch; False when a loss is not finite."""
         batch = self.replay.sample(self.config.batch_size)
         device = self.device
-        obs = torch.as_tensor(batch.obs, device=device)
+        obs_np, next_obs_np = batch.obs, batch.next_obs
+        if self.obs_normalization is not None:
+            obs_np = self.obs_normalization.numpy(obs_np)
+            next_obs_np = self.obs_normalization.numpy(next_obs_np)
+        obs = torch.as_tensor(obs_np, device=device)
         actions = torch.as_tensor(batch.actions, device=device)
         rewards = torch.as_tensor(batch.rewards, device=device)
-        next_obs = torch.as_tensor(batch.next_obs, device=device)
+        next_obs = torch.as_tensor(next_obs_np, device=device)
         discounts = torch.as_tensor(batch.discounts, device=device)
 
         pi_actions, pi_logp = self.actor.sample(obs, self._generator)
@@ -387,8 +411,24 @@ class SACLearner(Learner):
     # -- publishing and checkpoints ----------------------------------------------------------
 
     def weights(self) -> WeightsPackage:
-        """The current actor as named numpy arrays (a ``squashed_gaussian`` model spec)."""
-        return WeightsPackage(self._version, self.actor.spec(), self.actor.actor_arrays())
+        """The current actor as named numpy arrays (a ``squashed_gaussian`` model spec).
+
+        The spec carries the frozen observation statistics when the learner normalises.
+        """
+        spec = self.actor.spec()
+        if self.obs_normalization is not None:
+            spec = self.obs_normalization.spec(spec)
+        return WeightsPackage(self._version, spec, self.actor.actor_arrays())
+
+    def normalized_observations(self, obs: np.ndarray) -> np.ndarray:
+        """``[N, D]`` raw observations as the networks read them.
+
+        Normalised with the published version's statistics; without normalisation, the
+        observations themselves as float32.
+        """
+        if self.obs_normalization is None:
+            return np.asarray(obs, dtype=np.float32)
+        return self.obs_normalization.numpy(obs)
 
     def counters(self) -> dict[str, int]:
         """Updates, gradient steps, trained transitions, exclusions and the version."""
@@ -420,6 +460,8 @@ class SACLearner(Learner):
             "torch_rng": self._generator.get_state(),
             "extra": extra,
         }
+        if self.obs_normalization is not None:
+            state["obs_normalization"] = self.obs_normalization.state()
         if self.config.checkpoint_replay:
             state["replay"] = {
                 name: torch.from_numpy(np.ascontiguousarray(array))
@@ -430,9 +472,13 @@ class SACLearner(Learner):
         atomic_write_bytes(path, buffer.getvalue())
 
     def load(self, path: Path) -> dict[str, Any]:
-        """Restore networks, optimisers, counters, schedule, RNG and replay from ``path``."""
+        """Restore networks, optimisers, counters, schedule, RNG and replay from ``path``.
+
+        The observation normalisation is the checkpoint's, whatever the settings say.
+        """
         state = torch.load(path, map_location=self.device, weights_only=True)
         self._load_model(state["model"])
+        self._take_normalization(state, path)
         self.actor_optimizer.load_state_dict(state["optimizers"]["actor"])
         self.critic_optimizer.load_state_dict(state["optimizers"]["critic"])
         self.alpha_optimizer.load_state_dict(state["optimizers"]["alpha"])
@@ -467,3 +513,13 @@ class SACLearner(Learner):
                 f"{path} holds no SAC model of this policy's shape (its spaces, hidden sizes "
                 f"and activation must be the same): {exc}"
             ) from exc
+        self._take_normalization(state, path)
+
+    def _take_normalization(self, state: dict[str, Any], path: Path) -> None:
+        """Take the checkpoint's observation normalisation, its networks' own.
+
+        See :func:`~rlserve.algorithms.normalization.restore_observation_normalization`.
+        """
+        self.obs_normalization = restore_observation_normalization(
+            self.obs_normalization, state.get("obs_normalization"), self.obs_dim, str(path)
+        )

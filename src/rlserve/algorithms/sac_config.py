@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,12 @@ class SACSettings:
     checkpoint_replay: bool = option(
         False, "Save the replay buffer's contents in checkpoints, so a resumed run has them."
     )
+    normalize_observations: bool = option(
+        False,
+        "Normalise observations by running mean and std (RLlib's MeanStdFilter), shipped with "
+        "each weights version.",
+    )
+    obs_clip: float = option(10.0, "Normalised observations are clipped to +-this.")
     max_abs_input: float = option(
         1e9,
         "Exclude fragments holding an observation, reward or action of larger magnitude.",
@@ -84,6 +91,8 @@ class SACSettings:
             raise ConfigError(f"initial_alpha must be positive, got {self.initial_alpha}")
         if not self.max_abs_input > 0:
             raise ConfigError(f"max_abs_input must be positive, got {self.max_abs_input}")
+        if not (math.isfinite(self.obs_clip) and self.obs_clip > 0):
+            raise ConfigError(f"obs_clip must be a finite positive number, got {self.obs_clip}")
         if self.activation not in ("tanh", "relu"):
             raise ConfigError(f"activation must be tanh or relu, got '{self.activation}'")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):

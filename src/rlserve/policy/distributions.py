@@ -36,6 +36,17 @@ units (as the environment takes it), and its log-density is that of the scaled a
 ``sum log N(u) - sum log(1 - tanh(u)^2 + SQUASH_EPS) - sum log((high - low) / 2)``. Its mode is
 ``tanh(mean)``, scaled.
 
+A Gaussian part may act in *normalised* units (PPO's ``normalize_actions``,
+:func:`normalized_box_actions`): the distribution's ``scale`` and ``bias`` give, per action
+column, the affine map from the unit the network works in to the space's units, ``value = bias +
+scale * u`` (``scale = (high - low) / 2``, ``bias = (high + low) / 2`` for a Box value with finite
+bounds, so ``[-1, 1]`` covers the Box; 1 and 0 elsewhere). The network's means and ``log_std`` are
+then in normalised units: a sample is ``u = mean + exp(log_std) * e`` and its column holds ``bias
++ scale * u`` (in the space's units, unclipped); the log-probability is the density of ``u`` (not
+of the scaled value: the two differ by the constant ``sum(log(scale))``), and the log-probability
+of a column value ``a`` is that of ``u = (a - bias) / scale``. Without ``scale`` (empty) every
+Gaussian value is in the space's units, as before normalised actions existed.
+
 An action travels inside rlserve (fragments, ``report_samples``, the learner) in one of two
 layouts. A ``categorical`` distribution uses ``[T]`` int64 choice indices (the value minus the
 space's ``start``). Every other kind uses ``[T, A]`` float32, ``A`` = :attr:`action_width`: a
@@ -49,6 +60,7 @@ Needs numpy and gymnasium only, never torch: the client uses it too.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +83,11 @@ DISTRIBUTION_KINDS = (
     "epsilon_greedy",
 )
 """The values of :attr:`ActionDistribution.kind` (and of the model spec's ``distribution``)."""
+
+MAX_ACTION_HALF_RANGE = 1e6
+"""A Box value whose half range ``(high - low) / 2`` is larger than this is not normalised by
+:func:`normalized_box_actions` (a bound such as float32's largest value stands for "unbounded":
+scaling by it would overflow the samples)."""
 
 MAX_ACTION_PARAMS = 65_536
 """Most actor outputs an action space may need (sum of choices, bits and Box values)."""
@@ -123,6 +140,11 @@ class ActionDistribution:
             (``-inf`` for discrete columns and unbounded Box values).
         high: Per action column, the upper bound, as ``low``.
         epsilon: ``epsilon_greedy`` only: the probability of a uniformly random choice.
+        scale: Per action column, the factor from a Gaussian value's normalised units to the
+            space's units (see the module doc); empty when no column is normalised. Columns
+            that are not Gaussian have 1.
+        bias: Per action column, the value added after ``scale``; empty with ``scale``, 0 for
+            columns that are not Gaussian.
     """
 
     kind: str
@@ -131,6 +153,8 @@ class ActionDistribution:
     low: tuple[float, ...]
     high: tuple[float, ...]
     epsilon: float = 0.0
+    scale: tuple[float, ...] = ()
+    bias: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in DISTRIBUTION_KINDS:
@@ -168,11 +192,46 @@ class ActionDistribution:
             raise SpaceError("an epsilon_greedy distribution has one categorical part")
         if not 0.0 <= self.epsilon <= 1.0:
             raise SpaceError(f"epsilon must be within [0, 1], got {self.epsilon}")
+        self._check_scaling(width)
         if self.param_dim > MAX_ACTION_PARAMS:
             raise SpaceError(
                 f"the action space needs {self.param_dim} actor outputs; the limit is "
                 f"{MAX_ACTION_PARAMS}"
             )
+
+    def _check_scaling(self, width: int) -> None:
+        if not self.scale and not self.bias:
+            return
+        if len(self.scale) != width or len(self.bias) != width:
+            raise SpaceError(
+                f"action scale and bias need {width} values each (one per action column); got "
+                f"{len(self.scale)} and {len(self.bias)}"
+            )
+        scale = np.asarray(self.scale, dtype=np.float64)
+        bias = np.asarray(self.bias, dtype=np.float64)
+        if not (np.isfinite(scale).all() and np.isfinite(bias).all() and (scale > 0).all()):
+            raise SpaceError("action scale must be finite and positive, action bias finite")
+        for column, (kind, _) in enumerate(self.column_kinds()):
+            if kind != "gaussian" and (scale[column] != 1.0 or bias[column] != 0.0):
+                raise SpaceError(
+                    f"action column {column} is {kind}: only Gaussian columns are scaled (its "
+                    "scale must be 1 and its bias 0)"
+                )
+
+    @property
+    def scaled(self) -> bool:
+        """True when Gaussian values act in normalised units (``scale`` is given)."""
+        return bool(self.scale)
+
+    def to_normalized(self, actions: np.ndarray) -> np.ndarray:
+        """``[N, A]`` column values in the network's units: ``(a - bias) / scale`` (float64).
+
+        Columns that are not scaled come back as they are (as float64).
+        """
+        values = np.asarray(actions, dtype=np.float64)
+        if not self.scale:
+            return values
+        return (values - np.asarray(self.bias)) / np.asarray(self.scale)
 
     @property
     def param_dim(self) -> int:
@@ -286,7 +345,11 @@ class ActionDistribution:
                 assert log_std is not None
                 std = np.exp(log_std[gauss : gauss + part.size].astype(np.float64))
                 noise = rng.standard_normal(x.shape) if explore else np.zeros_like(x)
-                actions[:, column : column + part.size] = x + std * noise
+                value = x + std * noise
+                if self.scale:
+                    cols = slice(column, column + part.size)
+                    value = np.asarray(self.bias[cols]) + np.asarray(self.scale[cols]) * value
+                actions[:, column : column + part.size] = value
                 gauss += part.size
             column += part.action_width
             param += part.size
@@ -303,9 +366,10 @@ class ActionDistribution:
             return epsilon_greedy_log_prob(params, self.epsilon, actions.reshape(n))
         total = np.zeros(n, dtype=np.float64)
         column = param = gauss = 0
+        values = self.to_normalized(actions)
         for part in self.parts:
             x = params[:, param : param + part.size].astype(np.float64)
-            a = actions[:, column : column + part.action_width].astype(np.float64)
+            a = values[:, column : column + part.action_width]
             if part.kind == "categorical":
                 top = x.max(axis=1, keepdims=True)
                 lse = top[:, 0] + np.log(np.exp(x - top).sum(axis=1))
@@ -527,6 +591,35 @@ def action_distribution(space: spaces.Space[Any]) -> ActionDistribution:
         return ActionDistribution(kind, tuple(parts), tuple(offsets), tuple(low), tuple(high))
     except SpaceError as exc:
         raise UnsupportedSpaceError(f"action space {space}: {exc}") from exc
+
+
+def normalized_box_actions(distribution: ActionDistribution) -> ActionDistribution:
+    """``distribution`` with its Gaussian values acting in units of their Box's bounds.
+
+    Each Gaussian column with finite bounds ``low < high`` whose half range is at most
+    :data:`MAX_ACTION_HALF_RANGE` gets ``scale = (high - low) / 2`` and ``bias = (high + low) / 2``
+    (rounded to float32, the precision every implementation computes in), so the network's
+    ``[-1, 1]`` covers the Box and a standard deviation of 1 explores all of it; every other
+    column keeps 1 and 0. When no column changes (no Gaussian part, or only ``[-1, 1]`` and
+    unbounded values) ``distribution`` comes back as it is, without ``scale``.
+    """
+    if distribution.kind == "squashed_gaussian" or distribution.scale:
+        return distribution
+    scale: list[float] = []
+    bias: list[float] = []
+    columns = distribution.column_kinds()
+    for (kind, _), low, high in zip(columns, distribution.low, distribution.high, strict=True):
+        half = float(np.float32((high - low) / 2.0)) if math.isfinite(high - low) else math.inf
+        centre = float(np.float32((high + low) / 2.0)) if math.isfinite(half) else 0.0
+        if kind == "gaussian" and 0.0 < half <= MAX_ACTION_HALF_RANGE:
+            scale.append(half)
+            bias.append(centre)
+        else:
+            scale.append(1.0)
+            bias.append(0.0)
+    if all(v == 1.0 for v in scale) and all(v == 0.0 for v in bias):
+        return distribution
+    return dataclasses.replace(distribution, scale=tuple(scale), bias=tuple(bias))
 
 
 def squashed_gaussian_distribution(space: spaces.Space[Any]) -> ActionDistribution:

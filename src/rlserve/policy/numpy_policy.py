@@ -88,6 +88,17 @@ class ModelSpec:
         epsilon: ``epsilon_greedy`` only: the probability that an exploring policy takes a
             uniformly random choice (the learner's schedule, shipped with each version). On the
             wire only for ``epsilon_greedy``; absent means 0.
+        obs_mean: Observation normalisation (the learner's running statistics, frozen for this
+            weights version): per flattened observation element, the value subtracted before
+            the first layer. Empty (absent on the wire) when the policy reads raw observations.
+        obs_std: Per element, the divisor after the subtraction (positive); with ``obs_mean``.
+        obs_clip: With ``obs_mean``: the normalised observation is clipped to
+            ``[-obs_clip, obs_clip]``. The first layer reads
+            ``clip((obs - obs_mean) / obs_std, -obs_clip, obs_clip)``, in float32.
+        action_scale: Per action column, the factor from the Gaussian's normalised units to the
+            space's units (see :mod:`rlserve.policy.distributions`); empty (absent on the wire)
+            when Gaussian values are in the space's units.
+        action_bias: Per action column, the value added after ``action_scale``.
     """
 
     obs_dim: int
@@ -101,6 +112,36 @@ class ModelSpec:
     action_parts: tuple[tuple[str, int], ...] = field(default=())
     action_offsets: tuple[int, ...] = field(default=())
     epsilon: float = 0.0
+    obs_mean: tuple[float, ...] = field(default=())
+    obs_std: tuple[float, ...] = field(default=())
+    obs_clip: float | None = None
+    action_scale: tuple[float, ...] = field(default=())
+    action_bias: tuple[float, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not (self.obs_mean or self.obs_std or self.obs_clip is not None):
+            return
+        if len(self.obs_mean) != self.obs_dim or len(self.obs_std) != self.obs_dim:
+            raise ConfigError(
+                f"model spec: obs_mean and obs_std need obs_dim = {self.obs_dim} values each; "
+                f"got {len(self.obs_mean)} and {len(self.obs_std)}"
+            )
+        if self.obs_clip is None or not (math.isfinite(self.obs_clip) and self.obs_clip > 0):
+            raise ConfigError(
+                f"model spec: obs_clip must be a finite positive number with obs_mean, got "
+                f"{self.obs_clip}"
+            )
+        mean = np.asarray(self.obs_mean, dtype=np.float64)
+        std = np.asarray(self.obs_std, dtype=np.float64)
+        if not np.isfinite(mean).all():
+            raise ConfigError("model spec: obs_mean holds a value that is not finite")
+        if not (np.isfinite(std).all() and (std > 0).all()):
+            raise ConfigError("model spec: obs_std must hold finite positive values")
+
+    @property
+    def normalizes_observations(self) -> bool:
+        """True when the first layer reads normalised observations (``obs_mean`` is given)."""
+        return bool(self.obs_mean)
 
     @classmethod
     def for_distribution(
@@ -112,7 +153,15 @@ class ModelSpec:
     ) -> ModelSpec:
         """The spec of an actor that parameterises ``distribution``."""
         dim = distribution.param_dim
-        base = cls(obs_dim, actor_layers, activation, distribution.kind, dim)
+        base = cls(
+            obs_dim,
+            actor_layers,
+            activation,
+            distribution.kind,
+            dim,
+            action_scale=distribution.scale,
+            action_bias=distribution.bias,
+        )
         if distribution.kind == "categorical":
             return replace(base, action_start=distribution.offsets[0])
         if distribution.kind == "epsilon_greedy":
@@ -135,6 +184,11 @@ class ModelSpec:
         """
         try:
             if self.distribution in ("categorical", "epsilon_greedy"):
+                if self.action_scale or self.action_bias:
+                    raise ConfigError(
+                        f"model spec: a {self.distribution} policy has no action_scale or "
+                        "action_bias"
+                    )
                 part = ActionPart("categorical", self.action_dim)
                 inf = (math.inf,)
                 return ActionDistribution(
@@ -153,6 +207,8 @@ class ModelSpec:
                     (0,) * dim,
                     self.action_low or (-math.inf,) * dim,
                     self.action_high or (math.inf,) * dim,
+                    scale=self.action_scale,
+                    bias=self.action_bias,
                 )
             distribution = ActionDistribution(
                 self.distribution,
@@ -160,6 +216,8 @@ class ModelSpec:
                 self.action_offsets,
                 self.action_low,
                 self.action_high,
+                scale=self.action_scale,
+                bias=self.action_bias,
             )
         except SpaceError as exc:
             raise ConfigError(f"model spec: {exc}") from exc
@@ -181,6 +239,18 @@ class ModelSpec:
             data["action_offsets"] = list(self.action_offsets)
         if self.distribution != "epsilon_greedy":
             del data["epsilon"]  # the wire form of the other kinds is as it always was
+        # Normalisation fields only when in use: a spec without them is as it always was.
+        if self.obs_mean:
+            data["obs_mean"] = [float(v) for v in self.obs_mean]
+            data["obs_std"] = [float(v) for v in self.obs_std]
+            data["obs_clip"] = float(data["obs_clip"])
+        else:
+            del data["obs_mean"], data["obs_std"], data["obs_clip"]
+        if self.action_scale:
+            data["action_scale"] = [float(v) for v in self.action_scale]
+            data["action_bias"] = [float(v) for v in self.action_bias]
+        else:
+            del data["action_scale"], data["action_bias"]
         # JSON has no infinity: an unbounded side is written as null, as in space descriptions.
         data["action_low"] = [v if math.isfinite(v) else None for v in self.action_low]
         data["action_high"] = [v if math.isfinite(v) else None for v in self.action_high]
@@ -190,8 +260,13 @@ class ModelSpec:
     def from_wire(cls, raw: dict[str, Any]) -> ModelSpec:
         """Rebuild a spec from :meth:`to_wire` output.
 
+        Absent normalisation fields (``obs_mean``, ``obs_std``, ``obs_clip``, ``action_scale``,
+        ``action_bias``) mean none, as in a spec from before they existed.
+
         Raises:
-            ConfigError: Unknown activation or distribution, or missing fields.
+            ConfigError: Unknown activation or distribution, missing fields, or normalisation
+                fields of the wrong length, not finite, or a divisor or scale that is not
+                positive.
         """
         try:
             spec = cls(
@@ -212,7 +287,14 @@ class ModelSpec:
                 ),
                 action_offsets=tuple(int(v) for v in raw.get("action_offsets", ())),
                 epsilon=float(raw.get("epsilon", 0.0)),
+                obs_mean=_floats(raw.get("obs_mean", ())),
+                obs_std=_floats(raw.get("obs_std", ())),
+                obs_clip=None if raw.get("obs_clip") is None else float(raw["obs_clip"]),
+                action_scale=_floats(raw.get("action_scale", ())),
+                action_bias=_floats(raw.get("action_bias", ())),
             )
+        except ConfigError:
+            raise  # a field of the right type with a wrong value: the message says which
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"malformed model spec: {exc!r}") from exc
         if spec.activation not in _ACTIVATIONS:
@@ -226,6 +308,16 @@ class ModelSpec:
         return spec
 
 
+def _floats(values: Any) -> tuple[float, ...]:
+    """A wire list of numbers as floats; anything else (a string, a map, a boolean) is refused."""
+    if not isinstance(values, list | tuple):
+        raise TypeError(f"expected a list of numbers, got {type(values).__name__}")
+    for v in values:
+        if isinstance(v, bool | np.bool_) or not isinstance(v, int | float | np.number):
+            raise TypeError(f"expected a list of numbers, found {v!r}")
+    return tuple(float(v) for v in values)
+
+
 @dataclass(slots=True)
 class PolicyOutput:
     """Actions for a batch of observations.
@@ -233,7 +325,8 @@ class PolicyOutput:
     Attributes:
         actions: ``[N]`` int64 (categorical, epsilon_greedy) or ``[N, A]`` float32 (every
             other distribution, in the layout of :mod:`rlserve.policy.distributions`; Gaussian
-            values unclipped: this is what was sampled and what the learner trains on).
+            values in the space's units (scaled by ``action_scale``) and unclipped: this is what
+            was sampled and what the learner trains on).
         logp: ``[N]`` float32 log-probability of each action.
     """
 
@@ -294,6 +387,18 @@ class NumpyPolicy:
                 )
         self._low = np.asarray(spec.action_low, dtype=np.float32)
         self._high = np.asarray(spec.action_high, dtype=np.float32)
+        self._obs_mean: np.ndarray | None = None
+        self._obs_std = np.zeros(0, dtype=np.float32)
+        self._obs_clip = np.float32(0.0)
+        if spec.normalizes_observations:
+            self._obs_mean = np.asarray(spec.obs_mean, dtype=np.float32)
+            self._obs_std = np.asarray(spec.obs_std, dtype=np.float32)
+            self._obs_clip = np.float32(spec.obs_clip)
+        self._scale: np.ndarray | None = None
+        self._bias = np.zeros(0, dtype=np.float32)
+        if spec.action_scale:
+            self._scale = np.asarray(spec.action_scale, dtype=np.float32)
+            self._bias = np.asarray(spec.action_bias, dtype=np.float32)
         self._serial_rows = min(
             (
                 SERIAL_MATMUL_WORK // (w.shape[0] * w.shape[1])
@@ -306,12 +411,29 @@ class NumpyPolicy:
         self._tiled: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
         """Small batch sizes' layers: each weight with its bias tiled to the batch."""
 
+    def normalize(self, obs: np.ndarray) -> np.ndarray:
+        """``[N, obs_dim]`` observations as the first layer reads them, as a new float32 array.
+
+        ``clip((obs - obs_mean) / obs_std, -obs_clip, obs_clip)`` when the spec normalises
+        observations; a float32 copy of ``obs`` otherwise.
+        """
+        if self._obs_mean is None:
+            return np.array(obs, dtype=np.float32)
+        x = np.subtract(obs, self._obs_mean, dtype=np.float32)
+        np.divide(x, self._obs_std, out=x)
+        return np.clip(x, -self._obs_clip, self._obs_clip, out=x)
+
     def forward(self, obs: np.ndarray) -> np.ndarray:
         """Return the actor's raw output (logits or means) for ``[N, obs_dim]`` observations.
 
-        The output is a new array (never ``obs``): the caller may change it in place.
+        ``obs`` are the raw flattened observations: a spec's observation normalisation is
+        applied here, before the first layer. The output is a new array (never ``obs``): the
+        caller may change it in place.
         """
-        x = obs if self._layers else obs.copy()
+        if self._obs_mean is not None:
+            x = self.normalize(obs)
+        else:
+            x = obs if self._layers else obs.copy()
         last = len(self._layers) - 1
         rows = x.shape[0]
         if rows <= _TILED_ROWS and rows <= self._serial_rows and last >= 0:
@@ -387,6 +509,9 @@ class NumpyPolicy:
         else:
             noise = np.zeros_like(out)
             actions = out
+        if self._scale is not None:
+            # Normalised units to the space's: the density stays that of the normalised value.
+            actions = actions * self._scale + self._bias
         logp = -0.5 * (noise**2).sum(axis=1) - self._log_std.sum() - 0.5 * LOG_2PI * out.shape[1]
         return PolicyOutput(actions.astype(np.float32), logp.astype(np.float32))
 
@@ -470,7 +595,10 @@ class NumpyPolicy:
         if self.spec.distribution != "gaussian":
             return self.distribution.log_prob(out, self._log_std, actions)
         assert self._log_std is not None
-        z = (actions.reshape(out.shape) - out) / np.exp(self._log_std)
+        values = actions.reshape(out.shape)
+        if self._scale is not None:
+            values = (values - self._bias) / self._scale
+        z = (values - out) / np.exp(self._log_std)
         logp = -0.5 * (z**2).sum(axis=1) - self._log_std.sum() - 0.5 * LOG_2PI * out.shape[1]
         return logp.astype(np.float32)
 
