@@ -1,9 +1,11 @@
 """Machine-readable test vectors for docs/protocol-vectors/ (format: that folder's README.md).
 
 ``messages.json`` holds messages that travelled in the session of scripts/protocol_examples.py
-plus one array of every dtype code; ``forward-pass.json`` holds two tiny policies computed by
-:class:`rlserve.policy.NumpyPolicy`. :func:`to_tagged` and :func:`from_tagged` convert between
-decoded values and the vectors' JSON form; tests/docs/test_protocol_vectors.py uses them.
+plus one array of every dtype code; ``forward-pass.json`` holds tiny policies of every
+distribution kind a learner ships (``categorical``, ``gaussian``, ``epsilon_greedy``,
+``squashed_gaussian``) computed by :class:`rlserve.policy.NumpyPolicy`. :func:`to_tagged` and
+:func:`from_tagged` convert between decoded values and the vectors' JSON form;
+tests/docs/test_protocol_vectors.py uses them.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -21,9 +23,17 @@ from rlserve.protocol.codec import DTYPE_CODES, decode, encode, to_jsonable
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "docs" / "protocol-vectors"
 FORMAT = 1
+"""Version of the vector files' layout."""
 UNIFORM = 0.5
 """The uniform draw the categorical vector samples its choice with (section 14.4)."""
-"""Version of the vector files' layout."""
+EPSILON = 0.25
+"""The ``epsilon`` of the epsilon-greedy vector's model."""
+EXPLORE_DRAWS = ((0.5, 2), (0.125, 1), (0.125, 0))
+"""The epsilon-greedy vector's exploring steps: (uniform draw, uniform choice) each. The first
+draw is not below ``EPSILON`` (the greedy choice is taken, the uniform choice drawn but unused);
+the others are (the uniform choice is taken: another choice, then the greedy one)."""
+SQUASHED_NOISE = (0.5, -0.75)
+"""The standard normal draws ``e`` of the squashed-Gaussian vector's sample."""
 
 
 def _number(value: float) -> float | str:
@@ -228,8 +238,8 @@ def array_vectors() -> list[dict[str, Any]]:
 def tiny_policies() -> list[dict[str, Any]]:
     """Tiny policies small enough to check by hand (section 14.4).
 
-    A categorical one, a gaussian one, and a gaussian one with observation normalisation and
-    normalised actions.
+    A categorical one, a gaussian one, a gaussian one with observation normalisation and
+    normalised actions, an epsilon-greedy one (DQN's) and a squashed-Gaussian one (SAC's).
     """
     out = []
     rng = np.random.default_rng(7)
@@ -298,6 +308,8 @@ def tiny_policies() -> list[dict[str, Any]]:
             )
         out.append(case)
     out.append(tiny_normalized_gaussian(rng))
+    out.append(tiny_epsilon_greedy(rng))
+    out.append(tiny_squashed_gaussian(rng))
     return out
 
 
@@ -350,6 +362,162 @@ def tiny_normalized_gaussian(rng: np.random.Generator) -> dict[str, Any]:
         "normalized_action": [float(v) for v in (action[0] - [0.0, 5.0]) / [100.0, 5.0]],
         "action_log_probability": float(policy.log_prob(obs, action)[0]),
         "clipped_action": [float(v) for v in policy.to_env_actions(action)[0]],
+    }
+
+
+class _FixedDraws:
+    """A stand-in for the policy's random generator that returns given draws, in order."""
+
+    def __init__(
+        self,
+        uniform: tuple[float, ...] = (),
+        integers: tuple[int, ...] = (),
+        normal: tuple[float, ...] = (),
+    ):
+        self._uniform = list(uniform)
+        self._integers = list(integers)
+        self._normal = normal
+
+    def random(self) -> float:
+        return self._uniform.pop(0)
+
+    def integers(self, low: int, high: int) -> int:
+        value = self._integers.pop(0)
+        assert low <= value < high
+        return value
+
+    def standard_normal(self, shape: tuple[int, ...]) -> np.ndarray:
+        return np.array(self._normal, dtype=np.float64).reshape(shape)
+
+
+def _with_draws(policy: NumpyPolicy, draws: _FixedDraws) -> NumpyPolicy:
+    policy._rng = cast(np.random.Generator, draws)  # fixed draws, for the vector
+    return policy
+
+
+def _grid(rng: np.random.Generator, shape: tuple[int, ...], bound: float) -> np.ndarray:
+    """Uniform values on a grid of 1/64: exact in float32 and short in decimal."""
+    return np.round(rng.uniform(-bound, bound, shape) * 64) / 64
+
+
+def tiny_epsilon_greedy(rng: np.random.Generator) -> dict[str, Any]:
+    """An epsilon-greedy policy (DQN's): action values, ties, the greedy and the random branch.
+
+    Its layers are named as DQN names them (``trunk.0``, ``head``), with ``relu``, and it
+    normalises its observations. The head's last row repeats the row of the best choice, so
+    two choices tie for the best value: the greedy choice is the first of them.
+    """
+    spec = ModelSpec(
+        obs_dim=3,
+        actor_layers=("trunk.0", "head"),
+        activation="relu",
+        distribution="epsilon_greedy",
+        action_dim=4,
+        action_start=-1,
+        epsilon=EPSILON,
+        obs_mean=(0.5, 0.0, -1.0),
+        obs_std=(2.0, 0.5, 4.0),
+        obs_clip=10.0,
+    )
+    arrays = {
+        "trunk.0.weight": _grid(rng, (4, 3), 1.0),
+        "trunk.0.bias": _grid(rng, (4,), 0.5),
+        "head.weight": _grid(rng, (4, 4), 1.0),
+        "head.bias": _grid(rng, (4,), 0.5),
+    }
+    obs = np.array([[1.5, -0.25, 1.0]], np.float32)
+    x = (obs - np.array(spec.obs_mean)) / np.array(spec.obs_std)
+    values = np.maximum(x @ arrays["trunk.0.weight"].T + arrays["trunk.0.bias"], 0.0)
+    values = values @ arrays["head.weight"].T + arrays["head.bias"]
+    best = int(np.argmax(values[0, :3]))
+    arrays["head.weight"][3] = arrays["head.weight"][best]  # a tie with the best choice
+    arrays["head.bias"][3] = arrays["head.bias"][best]
+    arrays = {k: (v + 0.0).astype(np.float32) for k, v in arrays.items()}
+    policy = NumpyPolicy(spec, arrays, version=0)
+    x = policy.normalize(obs)
+    hidden = np.maximum(x @ arrays["trunk.0.weight"].T + arrays["trunk.0.bias"], 0.0)
+    q = policy.forward(obs)
+    greedy = policy.compute_actions(obs, explore=False)
+    n = spec.action_dim
+    logps = policy.log_prob(np.repeat(obs, n, 0), np.arange(n))
+    case: dict[str, Any] = {
+        "name": "tiny_epsilon_greedy",
+        "model": spec.to_wire(),
+        "arrays": {k: to_tagged(v) for k, v in arrays.items()},
+        "observation": obs[0].tolist(),
+        "normalized_observation": [float(v) for v in x[0]],
+        "hidden": [float(v) for v in hidden[0]],
+        "q_values": [float(v) for v in q[0]],
+        "greedy_choice": int(greedy.actions[0]),
+        "greedy_action": int(policy.to_env_actions(greedy.actions)[0]),
+        "log_probabilities": [float(v) for v in logps],
+    }
+    steps = []
+    for draw, choice in EXPLORE_DRAWS:
+        taken = _with_draws(policy, _FixedDraws((draw,), (choice,))).compute_actions(obs)
+        steps.append(
+            {
+                "explore_draw": draw,
+                "uniform_choice": choice,
+                "choice": int(taken.actions[0]),
+                "action": int(policy.to_env_actions(taken.actions)[0]),
+                "log_probability": float(taken.logp[0]),
+            }
+        )
+    case["exploring_steps"] = steps
+    return case
+
+
+def tiny_squashed_gaussian(rng: np.random.Generator) -> dict[str, Any]:
+    """A squashed-Gaussian policy (SAC's) with one sample from fixed normal draws.
+
+    The second value's log standard deviation is above the clamp (the head's bias is 6), so it
+    is clamped to 2; its sample lands near the low bound, where ``SQUASH_EPS`` visibly changes
+    the log-density.
+    """
+    spec = ModelSpec(
+        obs_dim=3,
+        actor_layers=("actor.0", "actor.2"),
+        activation="tanh",
+        distribution="squashed_gaussian",
+        action_dim=4,
+        action_low=(-2.0, 0.0),
+        action_high=(2.0, 10.0),
+        action_parts=(("squashed_gaussian", 2),),
+        action_offsets=(0, 0),
+    )
+    arrays = {
+        "actor.0.weight": _grid(rng, (4, 3), 1.0),
+        "actor.0.bias": _grid(rng, (4,), 0.5),
+        "actor.2.weight": _grid(rng, (4, 4), 1.0),
+        "actor.2.bias": _grid(rng, (4,), 0.5),
+    }
+    arrays["actor.2.bias"][3] = 6.0  # the second log_std: beyond SQUASHED_LOG_STD_MAX
+    arrays = {k: (v + 0.0).astype(np.float32) for k, v in arrays.items()}
+    policy = NumpyPolicy(spec, arrays, version=0)
+    obs = np.array([[0.5, -0.25, 0.125]], np.float32)
+    hidden = np.tanh(obs @ arrays["actor.0.weight"].T + arrays["actor.0.bias"])
+    y = policy.forward(obs)[0]
+    greedy = policy.compute_actions(obs, explore=False)
+    sample = _with_draws(policy, _FixedDraws(normal=SQUASHED_NOISE)).compute_actions(obs)
+    clamped = np.clip(y[2:].astype(np.float64), -20.0, 2.0)
+    u = y[:2].astype(np.float64) + np.exp(clamped) * np.array(SQUASHED_NOISE)
+    return {
+        "name": "tiny_squashed_gaussian",
+        "model": spec.to_wire(),
+        "arrays": {k: to_tagged(v) for k, v in arrays.items()},
+        "observation": obs[0].tolist(),
+        "hidden": [float(v) for v in hidden[0]],
+        "output": [float(v) for v in y],
+        "mean": [float(v) for v in y[:2]],
+        "clamped_log_std": [float(v) for v in clamped],
+        "noise": list(SQUASHED_NOISE),
+        "u": [float(v) for v in u],
+        "tanh_u": [float(v) for v in np.tanh(u)],
+        "action": [float(v) for v in sample.actions[0]],
+        "action_log_probability": float(sample.logp[0]),
+        "greedy_action": [float(v) for v in greedy.actions[0]],
+        "greedy_log_probability": float(greedy.logp[0]),
     }
 
 

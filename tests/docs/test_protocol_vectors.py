@@ -168,6 +168,146 @@ def test_normalized_gaussian_vector_by_hand():
     assert np.clip(case["action"], low, high).tolist() == case["clipped_action"]
 
 
+def test_every_shipped_distribution_kind_has_a_vector():
+    kinds = {case["model"]["distribution"] for case in POLICIES.values()}
+    assert {"categorical", "gaussian", "epsilon_greedy", "squashed_gaussian"} <= kinds
+
+
+class _Draws:
+    """Given draws in place of the policy's generator (the vectors' fixed random numbers)."""
+
+    def __init__(self, uniform=(), integers=(), normal=()):
+        self.uniform, self.integers_, self.normal = list(uniform), list(integers), normal
+
+    def random(self):
+        return self.uniform.pop(0)
+
+    def integers(self, low, high):
+        return self.integers_.pop(0)
+
+    def standard_normal(self, shape):
+        return np.array(self.normal, dtype=np.float64).reshape(shape)
+
+
+def test_epsilon_greedy_forward_pass_vector():
+    case = POLICIES["tiny_epsilon_greedy"]
+    policy, obs = _policy(case)
+    assert policy.spec.epsilon == case["model"]["epsilon"] == 0.25
+    assert policy.normalize(obs)[0].tolist() == case["normalized_observation"]
+    assert policy.forward(obs)[0].tolist() == case["q_values"]
+    greedy = policy.compute_actions(obs, explore=False)
+    assert int(greedy.actions[0]) == case["greedy_choice"]
+    assert int(policy.to_env_actions(greedy.actions)[0]) == case["greedy_action"]
+    n = case["model"]["action_dim"]
+    assert policy.log_prob(np.repeat(obs, n, 0), np.arange(n)).tolist() == case["log_probabilities"]
+    for step in case["exploring_steps"]:
+        policy._rng = _Draws([step["explore_draw"]], [step["uniform_choice"]])
+        out = policy.compute_actions(obs)
+        assert int(out.actions[0]) == step["choice"]
+        assert int(policy.to_env_actions(out.actions)[0]) == step["action"]
+        assert float(out.logp[0]) == step["log_probability"]
+
+
+def test_epsilon_greedy_vector_by_hand():
+    """Section 14.4's epsilon-greedy rule in plain float64, tie and both branches included."""
+    case = POLICIES["tiny_epsilon_greedy"]
+    model = case["model"]
+    arrays = {k: from_tagged(v).astype(np.float64) for k, v in case["arrays"].items()}
+    o = np.array(case["observation"])
+    clip = model["obs_clip"]
+    x = np.clip((o - model["obs_mean"]) / np.array(model["obs_std"]), -clip, clip)
+    assert x.tolist() == case["normalized_observation"]
+    h = np.maximum(arrays["trunk.0.weight"] @ x + arrays["trunk.0.bias"], 0.0)  # relu
+    q = arrays["head.weight"] @ h + arrays["head.bias"]
+    assert np.allclose(h, case["hidden"], atol=1e-6)
+    assert np.allclose(q, case["q_values"], atol=1e-6)
+    # Choices 0 and 3 tie for the best value: the greedy choice is the first of them.
+    best = [j for j in range(len(q)) if q[j] == q.max()]
+    assert best == [0, 3] and case["greedy_choice"] == best[0]
+    assert case["greedy_action"] == best[0] + model["action_start"]
+    eps, n = model["epsilon"], model["action_dim"]
+    greedy_logp, other_logp = math.log(1 - eps + eps / n), math.log(eps / n)
+    expected = [greedy_logp if j == best[0] else other_logp for j in range(n)]
+    assert np.allclose(expected, case["log_probabilities"], atol=1e-6)
+    for step in case["exploring_steps"]:
+        choice = step["uniform_choice"] if step["explore_draw"] < eps else best[0]
+        assert step["choice"] == choice
+        assert step["action"] == choice + model["action_start"]
+        logp = greedy_logp if choice == best[0] else other_logp
+        assert math.isclose(step["log_probability"], logp, abs_tol=1e-6)
+    # One step of each kind: the greedy branch, a random other choice, a random greedy choice.
+    assert {(s["explore_draw"] < eps, s["choice"] == best[0]) for s in case["exploring_steps"]} == {
+        (False, True),
+        (True, False),
+        (True, True),
+    }
+
+
+def test_squashed_gaussian_forward_pass_vector():
+    case = POLICIES["tiny_squashed_gaussian"]
+    policy, obs = _policy(case)
+    assert "log_std" not in case["arrays"]  # state-dependent: the network's second half
+    assert policy.forward(obs)[0].tolist() == case["output"]
+    policy._rng = _Draws(normal=case["noise"])
+    out = policy.compute_actions(obs)
+    assert out.actions[0].tolist() == case["action"]
+    assert float(out.logp[0]) == case["action_log_probability"]
+    greedy = policy.compute_actions(obs, explore=False)
+    assert greedy.actions[0].tolist() == case["greedy_action"]
+    assert float(greedy.logp[0]) == case["greedy_log_probability"]
+    # The action is inside the Box: what is sent is what is reported.
+    assert policy.to_env_actions(out.actions)[0].tolist() == case["action"]
+    # Reading the reported (float32) action back gives its log-density again, closely.
+    back = float(policy.log_prob(obs, out.actions)[0])
+    assert math.isclose(back, case["action_log_probability"], abs_tol=2e-3)
+
+
+def test_squashed_gaussian_vector_by_hand():
+    """Section 14.4's squashed Gaussian in plain float64: clamp, tanh, scaling, log-density."""
+    case = POLICIES["tiny_squashed_gaussian"]
+    model = case["model"]
+    assert model["action_parts"] == [{"kind": "squashed_gaussian", "size": 2}]
+    a_dim = model["action_parts"][0]["size"]
+    assert model["action_dim"] == 2 * a_dim
+    arrays = {k: from_tagged(v).astype(np.float64) for k, v in case["arrays"].items()}
+    x = np.array(case["observation"])
+    h = np.tanh(arrays["actor.0.weight"] @ x + arrays["actor.0.bias"])
+    y = arrays["actor.2.weight"] @ h + arrays["actor.2.bias"]
+    assert np.allclose(h, case["hidden"], atol=1e-6)
+    assert np.allclose(y, case["output"], atol=1e-6)
+    mean = y[:a_dim]
+    log_std = np.clip(y[a_dim:], -20.0, 2.0)
+    assert y[a_dim + 1] > 2.0 and log_std[1] == 2.0  # the second one is clamped
+    assert np.allclose(log_std, case["clamped_log_std"], atol=1e-6)
+    e = np.array(case["noise"])
+    u = mean + np.exp(log_std) * e
+    t = np.tanh(u)
+    assert np.allclose(u, case["u"], atol=1e-5)
+    assert np.allclose(t, case["tanh_u"], atol=1e-6)
+    low, high = np.array(model["action_low"]), np.array(model["action_high"])
+    half = (high - low) / 2
+    action = low + (t + 1) * half
+    assert np.allclose(action, case["action"], rtol=1e-6, atol=1e-6)
+    gauss = -0.5 * (e**2).sum() - log_std.sum() - 0.5 * a_dim * math.log(2 * math.pi)
+    logp = gauss - np.log(1 - t**2 + 1e-6).sum() - np.log(half).sum()
+    assert math.isclose(logp, case["action_log_probability"], abs_tol=1e-5)
+    # The exact tanh correction, 2 * (log 2 - u - softplus(-2u)), leaves out SQUASH_EPS: near a
+    # bound (the second value) it gives a visibly different number. Use the form above.
+    exact = 2 * (math.log(2) - u - np.logaddexp(0.0, -2 * u))
+    assert np.allclose(exact, np.log(1 - t**2), atol=1e-9)
+    exact_logp = gauss - exact.sum() - np.log(half).sum()
+    assert abs(exact_logp - case["action_log_probability"]) > 4e-3
+    greedy = low + (np.tanh(mean) + 1) * half
+    assert np.allclose(greedy, case["greedy_action"], rtol=1e-6, atol=1e-6)
+    greedy_logp = (
+        -log_std.sum()
+        - 0.5 * a_dim * math.log(2 * math.pi)
+        - np.log(1 - np.tanh(mean) ** 2 + 1e-6).sum()
+        - np.log(half).sum()
+    )
+    assert math.isclose(greedy_logp, case["greedy_log_probability"], abs_tol=1e-5)
+
+
 def test_multi_agent_vectors_have_their_forms():
     by_name = {v["name"]: from_tagged(v["value"]) for v in MESSAGES}
     assert by_name["welcome_mapping"]["mapping"] and by_name["welcome_mapping"]["multi_agent"]
