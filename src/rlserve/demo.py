@@ -14,7 +14,7 @@ import asyncio
 import multiprocessing as mp
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ class DemoTask:
         max_env_steps: The default step budget.
         settings: Per algorithm, the settings that differ from the server's defaults (tuned
             for this task, as rl-zoo3 tunes per env).
+        server: Per algorithm, server options that differ from the defaults.
     """
 
     env_id: str
@@ -49,6 +50,7 @@ class DemoTask:
     target_return: float
     max_env_steps: int
     settings: dict[str, dict[str, Any]]
+    server: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 TASKS: dict[str, DemoTask] = {
@@ -256,6 +258,7 @@ async def _run(config: DemoConfig, name: str, task: DemoTask, algo: str) -> Demo
         name=run_name,
         metrics_interval=1.0,
         progress=config.progress,
+        **task.server.get(algo, {}),
     )
     entry = algorithm(algo)
     tuned = {**task.settings.get(entry.name, {}), "device": config.device, "seed": config.seed}

@@ -164,7 +164,7 @@ def test_training_follows_the_warm_up_and_the_schedule() -> None:
     learner.ingest([_fragment(15, seed=1)])
     assert not learner.ready()  # only 5 steps past the warm-up
     learner.ingest([_fragment(5, seed=2)])
-    assert learner.ready() and learner.buffered_steps == 50
+    assert learner.ready() and learner.owed_steps == 10 and learner.buffered_steps == 0
     metrics = learner.update()
     # 10 steps past the warm-up at 0.25 gradient steps each: 2 steps, 0.5 carried over.
     assert metrics["learner/gradient_steps"] == 2 and learner.version == 1
@@ -269,3 +269,25 @@ def test_checkpoints_restore_the_run_and_optionally_the_replay(
     torch.testing.assert_close(fresh.target(obs), learner.model(obs))
     with pytest.raises(ValueError, match="no Q-network of this policy's shape"):
         DQNLearner(OBS, ACT, _settings(hidden=(4,))).initialise_from(path)
+
+
+def test_the_log_position_settles_as_soon_as_steps_are_stored(tmp_path: Path) -> None:
+    """Steps in the replay buffer are the checkpoint's (their owed training is in its schedule):
+    a restart must not read them from the log again, even mid-schedule."""
+    from rlserve.server.policy_learner import PolicyLearner
+
+    learner = DQNLearner(OBS, ACT, _settings())
+    policy = PolicyLearner(
+        {"policy_id": "default", "checkpoint_dir": str(tmp_path)}, learner, {}, 1
+    )
+    policy.take(1, _fragment(47, seed=1))  # past the warm-up of 40: 7 steps scheduled
+    policy.ingest_taken()
+    policy.settle(1, 47)
+    assert learner.owed_steps == 7 and not learner.ready()  # a round is 10 steps
+    assert policy.settled == 1
+    policy.take(2, _fragment(5, seed=2))
+    policy.ingest_taken()
+    learner.update()  # 12 scheduled: one round of 10, 2 still owed
+    policy.settle(2, 52)
+    assert learner.owed_steps == 2
+    assert policy.settled == 2

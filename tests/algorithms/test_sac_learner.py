@@ -73,13 +73,14 @@ def test_warm_up_then_one_update_per_hand_off() -> None:
     learner = SACLearner(OBS, WIDE, _settings())
     assert learner.sample_steps == 10
     learner.ingest([_fragment(15)])
-    assert not learner.ready() and learner.buffered_steps == 15  # warming up (20 steps)
+    assert not learner.ready() and learner.owed_steps == 0  # warming up (20 steps)
+    assert learner.buffered_steps == 0  # stored in the replay buffer at once
     learner.ingest([_fragment(15, seed=1)])
     assert learner.ready()  # 30 steps in: the 10 past the warm-up owe 10 gradient steps
     metrics = learner.update()
     assert metrics["learner/gradient_steps"] == 10
     assert metrics["learner/replay_size"] == 30
-    assert learner.version == 1 and learner.buffered_steps == 0
+    assert learner.version == 1 and learner.owed_steps == 0
     assert not learner.ready()
     for name in ("critic_loss", "actor_loss", "alpha_loss", "entropy", "q_mean", "alpha"):
         assert np.isfinite(metrics[f"learner/{name}"])

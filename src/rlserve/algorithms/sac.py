@@ -281,8 +281,13 @@ class SACLearner(Learner):
 
     @property
     def buffered_steps(self) -> int:
-        """Steps taken in since the last update (they are in the replay buffer already)."""
-        return self._new_steps
+        """Zero: each step taken in is in the replay buffer at once.
+
+        What it still owes (its scheduled gradient steps) is in the schedule, which checkpoints
+        hold, so the log position is settled as soon as the steps are read: a restart never reads
+        them again (which would store them twice with ``checkpoint_replay``).
+        """
+        return 0
 
     @property
     def owed_steps(self) -> int:
