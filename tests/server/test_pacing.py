@@ -9,7 +9,7 @@ import pytest
 
 from rlserve.errors import ConfigError
 from rlserve.server.config import ServerConfig
-from rlserve.server.pacing import OFF_POLICY_MAX_LAG_STEPS, LearnerPace, max_lag_steps
+from rlserve.server.pacing import LearnerPace, max_lag_steps, paced_fragment_length
 
 
 def _sent() -> tuple[list[dict[str, Any]], Any]:
@@ -106,12 +106,21 @@ def test_close_sends_everything_held() -> None:
     asyncio.run(scenario())
 
 
-def test_the_bound_defaults_by_algorithm() -> None:
-    assert max_lag_steps(None, ["ppo"]) == 0
-    assert max_lag_steps(None, ["dqn"]) == OFF_POLICY_MAX_LAG_STEPS
-    assert max_lag_steps(None, ["ppo", "sac"]) == OFF_POLICY_MAX_LAG_STEPS
-    assert max_lag_steps(0, ["dqn"]) == 0
-    assert max_lag_steps(64, ["ppo"]) == 64
+def test_the_bound_defaults_to_one_training_round_and_is_never_below_one() -> None:
+    assert max_lag_steps(None, []) == 0  # PPO only: never hold
+    assert max_lag_steps(None, [64]) == 64
+    assert max_lag_steps(None, [64, 256]) == 256
+    assert max_lag_steps(0, [64]) == 0
+    assert max_lag_steps(500, [64]) == 500
+    with pytest.raises(ConfigError, match="at least 64"):
+        max_lag_steps(32, [64])
+
+
+def test_fragments_are_cut_at_half_the_bound_while_pacing() -> None:
+    assert paced_fragment_length(200, 64) == 32
+    assert paced_fragment_length(200, 0) == 200
+    assert paced_fragment_length(16, 64) == 16
+    assert paced_fragment_length(200, 1) == 1
 
 
 def test_a_negative_bound_is_refused() -> None:

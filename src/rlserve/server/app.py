@@ -25,6 +25,7 @@ import uvicorn
 
 from rlserve.algorithms.base import WeightsPackage
 from rlserve.algorithms.registry import DEFAULT_ALGORITHM, algorithm
+from rlserve.config import build
 from rlserve.multiagent import PolicyMapping
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.samples import Fragment
@@ -35,7 +36,7 @@ from rlserve.server.http import BrowserPolicy, build_http_app
 from rlserve.server.http_deadline import protocol_kwargs, shared_port_protocol
 from rlserve.server.learner_link import LearnerLink
 from rlserve.server.metrics import MetricsWriter, ProgressLine
-from rlserve.server.pacing import LearnerPace, max_lag_steps
+from rlserve.server.pacing import LearnerPace, max_lag_steps, paced_fragment_length
 from rlserve.server.policies import PolicySpec, is_flat, policy_paths, single_policy
 from rlserve.server.run_folder import RunFolder, endpoints
 from rlserve.server.service import Service
@@ -174,9 +175,7 @@ class PolicyServer:
         self.log = ExperienceLog(self.run.path / "experience")
         # Off-policy learners among the policies (mixed runs: any of them) pace the clients of
         # a learner process; an in-process learner side (an Algorithm's) paces itself.
-        bound = max_lag_steps(
-            self.config.max_learner_lag_steps, sorted(set(self.algorithms.values()))
-        )
+        bound = max_lag_steps(self.config.max_learner_lag_steps, self._training_rounds())
         self.pace = LearnerPace(bound if self.learner_factory is None else 0)
         """Holds clients while the learner process is too far behind (off-policy learners)."""
         self.stats.metric_sources.append(self.pace.metrics)
@@ -187,7 +186,7 @@ class PolicyServer:
             {pid: (s.observation_space, s.action_space) for pid, s in self.policies.items()},
             self.config.limits(),
             self.config.token,
-            self.config.fragment_length,
+            paced_fragment_length(self.config.fragment_length, self.pace.max_lag_steps),
             self.learner,
             self.stats,
             seed=self.config.seed,
@@ -220,6 +219,16 @@ class PolicyServer:
     def specs(self) -> list[PolicySpec]:
         """The policies, in order."""
         return list(self.policies.values())
+
+    def _training_rounds(self) -> list[int]:
+        """The ``train_every`` of each trained off-policy policy (what pacing must allow)."""
+        rounds = []
+        for spec in self.policies.values():
+            entry = algorithm(self.algorithms[spec.policy_id])
+            if entry.off_policy and not spec.frozen:
+                table = self._learner_setup(0, spec)["settings"]
+                rounds.append(int(build(entry.settings, table, None).train_every))
+        return rounds
 
     def _learner_setup(self, index: int, spec: PolicySpec) -> dict[str, Any]:
         """A policy's plain-value set-up for the learner process (seeded apart by its index).

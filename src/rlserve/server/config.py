@@ -56,7 +56,8 @@ class ServerConfig:
     max_learner_lag_steps: int | None = option(
         None,
         "Hold the clients' next steps while the learner is this many env steps behind (unread "
-        "plus owed training); 0: never hold; default: 500 for off-policy algorithms, 0 for PPO.",
+        "plus owed training; fragments are cut at half of it); 0: never hold; default: an "
+        "off-policy policy's train_every (DQN, SAC), 0 for PPO.",
     )
     checkpoint_every: int = option(20, "Learner updates between checkpoints (0: only at shutdown).")
     keep_checkpoints: int = option(3, "How many checkpoints to keep in the run folder.")

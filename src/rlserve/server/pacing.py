@@ -23,28 +23,51 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-Respond = Callable[[dict[str, Any]], None]
+from rlserve.errors import ConfigError
 
-OFF_POLICY_MAX_LAG_STEPS = 500
-"""The default bound for off-policy learners: about what a hosted run's hand-offs leave."""
+Respond = Callable[[dict[str, Any]], None]
 
 DEFAULT_MAX_HOLD_SECONDS = 10.0
 """Longest time a reply is held; well under the reference client's 60 s reply timeout."""
 
 
-def max_lag_steps(configured: int | None, algorithms: list[str]) -> int:
+def max_lag_steps(configured: int | None, rounds: list[int]) -> int:
     """The lag bound in env steps (0: never hold).
 
-    ``configured`` when set; else :data:`OFF_POLICY_MAX_LAG_STEPS` when any of the
-    ``algorithms`` (the registry's names) is off-policy, else 0. An on-policy learner drops
-    the oldest backlog instead (``max_sample_queue_steps``).
-    """
-    if configured is not None:
-        return configured
-    from rlserve.algorithms.registry import algorithm
+    Args:
+        configured: The server option (None: the default).
+        rounds: The ``train_every`` of each trained off-policy policy: the env steps its learner
+            waits for before a training round (empty: no off-policy policy).
 
-    off_policy = any(algorithm(name).off_policy for name in algorithms)
-    return OFF_POLICY_MAX_LAG_STEPS if off_policy else 0
+    Returns:
+        ``configured`` when set; else the longest round (the learner stays within one training
+        round of its clients, as in a hosted run), or 0 without off-policy policies (an
+        on-policy learner drops the oldest backlog instead, ``max_sample_queue_steps``).
+
+    Raises:
+        ConfigError: ``configured`` is below a round: that learner would wait for steps its
+            clients are held from taking.
+    """
+    longest = max(rounds, default=0)
+    if configured is None:
+        return longest
+    if 0 < configured < longest:
+        raise ConfigError(
+            f"max_learner_lag_steps {configured} is below an off-policy policy's train_every "
+            f"({longest}): its learner waits for {longest} steps before it trains, while the "
+            f"server would hold the clients at {configured}; set max_learner_lag_steps to at "
+            f"least {longest} (or 0 to never hold), or lower train_every"
+        )
+    return configured
+
+
+def paced_fragment_length(fragment_length: int, bound: int) -> int:
+    """The fragment length a server cuts at: at most half the lag bound while pacing.
+
+    The learner sees a step only once its fragment is cut, so a fragment longer than the bound
+    would let each client run that far ahead of it unseen.
+    """
+    return min(fragment_length, max(1, bound // 2)) if bound > 0 else fragment_length
 
 
 class LearnerPace:
