@@ -53,4 +53,4 @@ def test_a_dqn_run_exports_greedy_actions_and_q_values(tmp_path: Path, dueling: 
     description = json.loads(Path(f"{path}.json").read_text())
     assert set(description["outputs"]) == {"action", "q_values"}
     assert description["model"]["distribution"] == "epsilon_greedy"
-    assert description["model"]["epsilon"] == pytest.approx(0.05)
+    assert description["model"]["epsilon"] == pytest.approx(DQNSettings().epsilon_end)

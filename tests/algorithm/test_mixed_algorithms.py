@@ -23,6 +23,7 @@ DQN_SETTINGS: dict[str, Any] = {
     "exploration_steps": 600,
     "epsilon_end": 0.05,
     "target_update_interval": 50,
+    "tau": 1.0,
     "updates_per_step": 0.5,
 }
 

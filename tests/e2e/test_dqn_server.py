@@ -32,6 +32,8 @@ DQN_FLAGS = (
     "1.0",
     "--dqn-target-update-interval",
     "200",
+    "--dqn-tau",
+    "1.0",
     # A shorter horizon, longer n-step sums and a smaller step keep the greedy policy steady
     # when the clients outrun the learner (its data is then mostly off-policy).
     "--dqn-gamma",
