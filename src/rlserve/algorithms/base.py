@@ -50,6 +50,27 @@ class Learner(abc.ABC):
     """The learner's counters (``fragments_excluded_invalid``, ``steps_excluded_invalid``...)."""
     _warnings: Any
     """Its rate-limited warning (``RateLimitedWarning``): ``add(kind, example=...)``."""
+    obs_normalization: Any = None
+    """Its observation normalisation (``ObservationNormalization``, frozen per weights version),
+    or None when it reads raw observations."""
+
+    def _with_normalization(self, spec: ModelSpec) -> ModelSpec:
+        """``spec`` with the published version's observation statistics, when it normalises."""
+        if self.obs_normalization is None:
+            return spec
+        result: ModelSpec = self.obs_normalization.spec(spec)
+        return result
+
+    def normalized_observations(self, obs: np.ndarray) -> np.ndarray:
+        """``[N, D]`` raw observations as the learner's networks read them.
+
+        Normalised with the published version's statistics; without normalisation, the
+        observations themselves as float32.
+        """
+        if self.obs_normalization is None:
+            return np.asarray(obs, dtype=np.float32)
+        result: np.ndarray = self.obs_normalization.numpy(obs)
+        return result
 
     def _exclude(self, steps: int, problem: str) -> None:
         """Count a fragment of ``steps`` steps left out whole, and warn (rate-limited) why."""

@@ -360,20 +360,8 @@ class DQNLearner(Learner):
 
         The spec carries the frozen observation statistics when the learner normalises.
         """
-        spec = self.model.spec(self.epsilon)
-        if self.obs_normalization is not None:
-            spec = self.obs_normalization.spec(spec)
+        spec = self._with_normalization(self.model.spec(self.epsilon))
         return WeightsPackage(self._version, spec, self.model.q_arrays())
-
-    def normalized_observations(self, obs: np.ndarray) -> np.ndarray:
-        """``[N, D]`` raw observations as the Q-network reads them.
-
-        Normalised with the published version's statistics; without normalisation, the
-        observations themselves as float32.
-        """
-        if self.obs_normalization is None:
-            return np.asarray(obs, dtype=np.float32)
-        return self.obs_normalization.numpy(obs)
 
     def counters(self) -> dict[str, int]:
         """Updates, trained steps, gradient steps, steps taken in, exclusions and the version."""

@@ -709,20 +709,8 @@ class PPOLearner(Learner):
 
     def weights(self) -> WeightsPackage:
         """The current actor as named numpy arrays, with its observation statistics."""
-        spec = self.model.spec()
-        if self.obs_normalization is not None:
-            spec = self.obs_normalization.spec(spec)
+        spec = self._with_normalization(self.model.spec())
         return WeightsPackage(self._version, spec, self.model.actor_arrays())
-
-    def normalized_observations(self, obs: np.ndarray) -> np.ndarray:
-        """``[N, D]`` raw observations as the model reads them.
-
-        Normalised with the published version's statistics; without normalisation, the
-        observations themselves as float32.
-        """
-        if self.obs_normalization is None:
-            return np.asarray(obs, dtype=np.float32)
-        return self.obs_normalization.numpy(obs)
 
     def counters(self) -> dict[str, int]:
         """Updates, trained steps and dropped stale steps."""

@@ -420,20 +420,8 @@ class SACLearner(Learner):
 
         The spec carries the frozen observation statistics when the learner normalises.
         """
-        spec = self.actor.spec()
-        if self.obs_normalization is not None:
-            spec = self.obs_normalization.spec(spec)
+        spec = self._with_normalization(self.actor.spec())
         return WeightsPackage(self._version, spec, self.actor.actor_arrays())
-
-    def normalized_observations(self, obs: np.ndarray) -> np.ndarray:
-        """``[N, D]`` raw observations as the networks read them.
-
-        Normalised with the published version's statistics; without normalisation, the
-        observations themselves as float32.
-        """
-        if self.obs_normalization is None:
-            return np.asarray(obs, dtype=np.float32)
-        return self.obs_normalization.numpy(obs)
 
     def counters(self) -> dict[str, int]:
         """Updates, gradient steps, trained transitions, exclusions and the version."""

@@ -89,40 +89,12 @@ POLICY_LEARNER_INITIAL: dict[str, float] = {
 }
 """Each policy's learner metrics (``policies/<id>/learner/...``) before its first update."""
 
-LATEST_UPDATE_KEYS = frozenset(
-    f"learner/{name}"
-    for name in (
-        "policy_loss",
-        "value_loss",
-        "entropy",
-        "approx_kl",
-        "clip_frac",
-        "bc_loss",
-        "behaviour_kl",
-        "importance_weight_mean",
-        "lag_0",
-        "lag_1",
-        "lag_2",
-        "lag_3plus",
-        "explained_variance",
-        "update_seconds",
-        "batch_steps",
-    )
-)
-"""Statistics of one update: with several policies their total is the newest update's (and so
-are those of every algorithm's ``update_metrics``)."""
-
-SUMMED_KEYS = frozenset(
-    key
-    for key in LEARNER_INITIAL
-    if key not in LATEST_UPDATE_KEYS
-    and key not in ("learner/weights_version", "learner/steps_consumed")
-)
-"""Counters whose total with several policies is the sum over the policies.
-
-``learner/weights_version`` is the highest of any policy; ``learner/steps_consumed`` counts the
-log steps the learner process read, all policies together.
-"""
+LATEST_UPDATE_KEYS = frozenset(("learner/update_seconds", "learner/batch_steps"))
+"""Statistics of one update that every learner reports: with several policies their total is the
+newest update's (and so are those of every algorithm's ``update_metrics``, from the registry).
+The other keys are counters, summed over the policies, but for ``learner/weights_version`` (the
+highest of any policy) and ``learner/steps_consumed`` (the log steps the learner process read,
+all policies together)."""
 
 PROCESS_KEYS = frozenset({"learner/steps_consumed", "learner/steps_skipped_frozen"})
 """Per-policy learner keys a single-policy server does not take from a policy's messages: the
