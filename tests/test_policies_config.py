@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from rlserve.algorithms.dqn_config import DQNSettings
 from rlserve.algorithms.ppo_config import PPOSettings
 from rlserve.algorithms.registry import ALGORITHMS
 from rlserve.config import load_config_file
@@ -340,7 +341,8 @@ def test_each_policys_spaces_are_checked_against_its_own_algorithm(tmp_path: Pat
     assert message.endswith("the algorithms that learn these spaces: ppo, sac"), message
     # Each policy's whole table of its own algorithm is checked too.
     _, policies = load_mixed(tmp_path, MIXED.replace("buffer_size = 5000", "buffer_size = 8"))
-    with pytest.raises(ConfigError, match=r"^policy 'green': batch_size 64 is larger"):
+    batch = DQNSettings().batch_size
+    with pytest.raises(ConfigError, match=rf"^policy 'green': batch_size {batch} is larger"):
         check_policies(policies, tables["ppo"], "ppo", {"dqn": {}})
 
 
