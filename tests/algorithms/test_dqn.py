@@ -291,3 +291,19 @@ def test_the_log_position_settles_as_soon_as_steps_are_stored(tmp_path: Path) ->
     policy.settle(2, 52)
     assert learner.owed_steps == 2
     assert policy.settled == 2
+
+
+def test_ingest_joins_the_n_step_sums_of_an_episodes_fragments() -> None:
+    learner = DQNLearner(OBS, ACT, _settings(gamma=0.5, n_step=3))
+    whole = _fragment(6, terminated=True)
+    first, second = _fragment(4), _fragment(2, terminated=True)
+    first.obs, first.rewards = whole.obs[:5], whole.rewards[:4]
+    second.obs, second.rewards = whole.obs[4:], whole.rewards[4:]
+    first.episode_id = second.episode_id = whole.episode_id
+    learner.ingest([first, second])
+    joined = learner.replay.state()
+    # As if the episode had come in one piece: 3-step sums right up to its terminal state.
+    one_piece = DQNLearner(OBS, ACT, _settings(gamma=0.5, n_step=3))
+    one_piece.ingest([whole])
+    for name in ("rewards", "next_obs", "discounts"):
+        np.testing.assert_allclose(joined[name], one_piece.replay.state()[name], rtol=1e-6)

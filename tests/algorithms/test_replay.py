@@ -133,3 +133,86 @@ def test_a_smaller_buffer_keeps_the_newest_and_other_targets_are_refused() -> No
         ReplayBuffer(10, 2, gamma=0.9, n_step=3).load_state(buffer.state())
     with pytest.raises(ValueError, match="other spaces"):
         ReplayBuffer(10, 3, gamma=0.9, n_step=2).load_state(buffer.state())
+
+
+def _piece(
+    obs: list[float], rewards: list[float], terminated: bool = False, truncated: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool, bool]:
+    return (
+        np.array(obs, np.float32)[:, None],
+        np.zeros(len(rewards), np.int64),
+        np.array(rewards, np.float32),
+        terminated,
+        truncated,
+    )
+
+
+def test_n_step_sums_are_joined_across_an_episodes_fragments_by_hand() -> None:
+    # One episode in three fragments: obs 0..6, rewards 1..6, terminated after the 6th step;
+    # gamma 0.5, n = 3. The middle fragment is one step long, so the first fragment's last
+    # sum needs both later fragments.
+    buffer = ReplayBuffer(20, 1, gamma=0.5, n_step=3)
+    for obs, actions, rewards, terminated, truncated in (
+        _piece([0, 1, 2, 3], [1, 2, 3]),
+        _piece([3, 4], [4]),
+        _piece([4, 5, 6], [5, 6], terminated=True),
+    ):
+        buffer.add(obs, actions, rewards, terminated, key=("e", "agent0"), truncated=truncated)
+    state = buffer.state()
+    # By hand: t=0: 1 + 2/2 + 3/4 = 2.75, ..., t=3: 4 + 5/2 + 6/4 = 8 (reaches the terminal
+    # state after 3 steps), t=4: 5 + 6/2 = 8, t=5: 6.
+    np.testing.assert_allclose(state["rewards"], [2.75, 4.5, 6.25, 8.0, 8.0, 6.0])
+    np.testing.assert_array_equal(state["next_obs"][:, 0], [3, 4, 5, 6, 6, 6])
+    np.testing.assert_allclose(state["discounts"], [0.125, 0.125, 0.125, 0.0, 0.0, 0.0])
+    whole = n_step_transitions(
+        np.arange(7, dtype=np.float32)[:, None], np.arange(1, 7, dtype=np.float32), True, 0.5, 3
+    )
+    for column, expected in zip(("rewards", "next_obs", "discounts"), whole, strict=True):
+        np.testing.assert_allclose(state[column], expected)
+
+
+def test_a_truncated_episodes_joined_sums_bootstrap_from_its_final_obs() -> None:
+    buffer = ReplayBuffer(20, 1, gamma=0.5, n_step=3)
+    buffer.add(*_piece([0, 1, 2], [1, 1])[:4], key="e")
+    obs, actions, rewards, terminated, truncated = _piece([2, 3], [1], truncated=True)
+    buffer.add(obs, actions, rewards, terminated, key="e", truncated=truncated)
+    state = buffer.state()
+    np.testing.assert_allclose(state["rewards"], [1.75, 1.5, 1.0])
+    np.testing.assert_array_equal(state["next_obs"][:, 0], [3, 3, 3])
+    np.testing.assert_allclose(state["discounts"], [0.125, 0.25, 0.5])
+
+
+def test_only_the_continuation_of_the_same_episode_is_joined() -> None:
+    def cut_sums(first_key: str, second_key: str, second_start: float) -> np.ndarray:
+        buffer = ReplayBuffer(20, 1, gamma=0.5, n_step=2)
+        buffer.add(*_piece([0, 1, 2], [1, 1])[:4], key=first_key)
+        start = second_start
+        buffer.add(*_piece([start, start + 1], [4])[:4], key=second_key)
+        return buffer.state()["rewards"]
+
+    np.testing.assert_allclose(cut_sums("a", "a", 2), [1.5, 1 + 0.5 * 4, 4])  # joined
+    np.testing.assert_allclose(cut_sums("a", "b", 2), [1.5, 1, 4])  # another episode
+    np.testing.assert_allclose(cut_sums("a", "a", 7), [1.5, 1, 4])  # not where it ended
+    # Without a key (the old form of add) nothing is joined.
+    buffer = ReplayBuffer(20, 1, gamma=0.5, n_step=2)
+    buffer.add(*_piece([0, 1, 2], [1, 1])[:4])
+    buffer.add(*_piece([2, 3], [4])[:4])
+    np.testing.assert_allclose(buffer.state()["rewards"], [1.5, 1, 4])
+
+
+def test_a_joined_sum_whose_row_was_overwritten_is_left_alone() -> None:
+    buffer = ReplayBuffer(3, 1, gamma=0.5, n_step=3)
+    buffer.add(*_piece([0, 1, 2], [1, 1])[:4], key="e")
+    buffer.add(*_piece([2, 3, 4, 5], [2, 2, 2])[:4], key="e")  # overwrites rows of 0 and 1
+    state = buffer.state()
+    np.testing.assert_array_equal(state["obs"][:, 0], [2, 3, 4])
+    np.testing.assert_allclose(state["rewards"], [3.5, 3.0, 2.0])
+    np.testing.assert_array_equal(state["next_obs"][:, 0], [5, 5, 5])
+
+
+def test_fragments_through_add_fragment_are_joined_by_episode_and_agent() -> None:
+    buffer = ReplayBuffer(20, 2, gamma=0.5, n_step=2)
+    buffer.add_fragment(_fragment(2))  # obs 0, 1, 2; rewards 1, 2
+    buffer.add_fragment(_fragment(2, start=2, terminated=True))  # obs 2, 3, 4; rewards 1, 2
+    np.testing.assert_allclose(buffer.state()["rewards"], [2, 2 + 0.5 * 1, 1 + 0.5 * 2, 2])
+    np.testing.assert_allclose(buffer.state()["discounts"], [0.25, 0.25, 0.0, 0.0])

@@ -205,7 +205,14 @@ class DQNLearner(Learner):
             if self.obs_normalization is not None:
                 self.obs_normalization.observe(obs[:-1])
             before = self.replay.added
-            steps = self.replay.add(obs, actions, rewards, bool(fragment.terminated))
+            steps = self.replay.add(
+                obs,
+                actions,
+                rewards,
+                bool(fragment.terminated),
+                key=(fragment.episode_id, fragment.agent_id),
+                truncated=bool(fragment.truncated),
+            )
             self._counters["env_steps_ingested"] += steps
             self._new_steps += steps
             self._scheduled_steps += max(

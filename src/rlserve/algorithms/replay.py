@@ -15,6 +15,14 @@ A fragment of ``T`` steps becomes ``T`` transitions ``(obs, action, reward, next
   no value to bootstrap). A time-limit truncation, or a fragment cut mid-episode, keeps
   ``gamma^k``: the episode's value goes on past ``obs[T]``.
 
+Given the fragments' episode (``add(..., key=(episode_id, agent_id))``), the buffer joins the
+sums across a cut: the last ``n_step - 1`` transitions of a fragment whose episode goes on are
+kept open, and when the episode's next fragment arrives (it must start in the observation the
+last one ended in) their sums are extended in place with its first rewards, as if the episode
+had come in one piece. Until then they are sampled with their shorter sums (valid targets, only
+fewer rewards before the bootstrap). At most :data:`MAX_OPEN_EPISODES` episodes are kept open
+(the one continued longest ago is let go first); the open sums are not part of :meth:`state`.
+
 The target of a transition is then ``reward + discount * V(next_obs)``. The buffer is a ring of
 ``capacity`` transitions (the oldest are overwritten), sampled uniformly with its own seeded
 numpy generator. :meth:`ReplayBuffer.state` gives its contents as plain numpy arrays (oldest
@@ -33,6 +41,9 @@ from rlserve.samples import Fragment
 
 STATE_FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
 """The transition arrays of :meth:`ReplayBuffer.state`, each oldest first."""
+
+MAX_OPEN_EPISODES = 4096
+"""Episodes whose last transitions a :class:`ReplayBuffer` keeps open for the next fragment."""
 
 
 @dataclass(slots=True)
@@ -91,6 +102,20 @@ def n_step_transitions(
         return returns.astype(np.float32), obs[ahead], discounts.astype(np.float32)
 
 
+@dataclass(slots=True)
+class _OpenSums:
+    """The transitions of an episode's last fragment whose n-step sums stopped at its end."""
+
+    serials: list[int]
+    """Each transition's number (:attr:`ReplayBuffer.added` before it was written)."""
+    rows: list[int]
+    """Its row in the ring."""
+    steps: list[int]
+    """Rewards its sum holds (fewer than ``n_step``)."""
+    last_obs: np.ndarray
+    """The observation the fragment ended in: the next fragment must start there."""
+
+
 class ReplayBuffer:
     """A ring of ``capacity`` n-step transitions with uniform, seeded sampling.
 
@@ -133,18 +158,42 @@ class ReplayBuffer:
         self.added = 0
         """Transitions added since the start (kept by :meth:`load_state`)."""
         self._rng = np.random.default_rng(seed)
+        self._open: dict[Any, _OpenSums] = {}
+        """Per episode key, the transitions whose sums the next fragment extends."""
 
     def __len__(self) -> int:
         return self._size
 
     def add_fragment(self, fragment: Fragment) -> int:
-        """Store a (sanitised) fragment's steps as transitions; return how many."""
-        return self.add(fragment.obs, fragment.actions, fragment.rewards, fragment.terminated)
+        """Store a (sanitised) fragment's steps as transitions; return how many.
+
+        Its n-step sums are joined to the episode's last fragment (``episode_id``, ``agent_id``).
+        """
+        return self.add(
+            fragment.obs,
+            fragment.actions,
+            fragment.rewards,
+            fragment.terminated,
+            key=(fragment.episode_id, fragment.agent_id),
+            truncated=fragment.truncated,
+        )
 
     def add(
-        self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, terminated: bool
+        self,
+        obs: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        terminated: bool,
+        key: Any = None,
+        truncated: bool = False,
     ) -> int:
         """Store ``T`` consecutive steps of one episode (``obs`` holds ``T + 1`` rows).
+
+        With ``key`` (the episode, e.g. ``(episode_id, agent_id)``) the n-step sums are joined
+        across fragments (see the module doc): this fragment extends the sums the episode's
+        last fragment left open, when it starts in the observation that one ended in, and
+        unless it ends the episode (``terminated`` or ``truncated``) its own last transitions
+        stay open for the next.
 
         Raises:
             ValueError: The shapes disagree with each other or with the buffer.
@@ -161,6 +210,7 @@ class ReplayBuffer:
         returns, next_obs, discounts = n_step_transitions(
             obs, rewards, terminated, self.gamma, self.n_step
         )
+        first = self.added
         self._write(
             {
                 "obs": obs[:steps],
@@ -170,7 +220,52 @@ class ReplayBuffer:
                 "discounts": discounts,
             }
         )
+        if key is not None:
+            self._join(key, obs, rewards, terminated, truncated, first)
         return steps
+
+    def _join(
+        self,
+        key: Any,
+        obs: np.ndarray,
+        rewards: np.ndarray,
+        terminated: bool,
+        truncated: bool,
+        first: int,
+    ) -> None:
+        """Extend the sums ``key``'s last fragment left open; keep this one's open."""
+        steps = int(rewards.shape[0])
+        gamma, n = self.gamma, self.n_step
+        previous = self._open.pop(key, None)
+        still_open = _OpenSums([], [], [], obs[steps])
+        if previous is not None and np.array_equal(previous.last_obs, obs[0]):
+            for serial, row, k in zip(previous.serials, previous.rows, previous.steps, strict=True):
+                if self.added - serial > self.capacity:
+                    continue  # overwritten meanwhile
+                extra = min(n - k, steps)
+                more = sum(gamma**i * float(rewards[i]) for i in range(extra))
+                with np.errstate(over="ignore"):
+                    self._rewards[row] = np.float32(float(self._rewards[row]) + gamma**k * more)
+                    ends = terminated and extra == steps
+                    self._discounts[row] = 0.0 if ends else np.float32(gamma ** (k + extra))
+                self._next_obs[row] = obs[extra]
+                if k + extra < n:
+                    still_open.serials.append(serial)
+                    still_open.rows.append(row)
+                    still_open.steps.append(k + extra)
+        if terminated or truncated:
+            return
+        for t in range(max(0, steps - n + 1), steps):
+            serial = first + t
+            if self.added - serial > self.capacity:
+                continue  # a fragment longer than the ring: only its newest rows fit
+            still_open.serials.append(serial)
+            still_open.rows.append((self._position - (self.added - serial)) % self.capacity)
+            still_open.steps.append(steps - t)
+        if still_open.serials:
+            if len(self._open) >= MAX_OPEN_EPISODES:
+                del self._open[next(iter(self._open))]
+            self._open[key] = still_open
 
     def _arrays(self) -> dict[str, np.ndarray]:
         return {
@@ -269,6 +364,7 @@ class ReplayBuffer:
             )
         self._position = 0
         self._size = 0
+        self._open.clear()
         self._write(arrays)
         self.added = int(meta[0])
         rng = bytes(np.asarray(state["rng"], dtype=np.uint8)).decode()
