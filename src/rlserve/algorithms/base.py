@@ -147,3 +147,17 @@ class Learner(abc.ABC):
 
         Only the weights: the optimiser, counters, version and ``extra`` stay this learner's.
         """
+
+
+class ReplayLearner(Learner):
+    """A learner that stores each step in its replay buffer as it takes it in (DQN, SAC)."""
+
+    @property
+    def buffered_steps(self) -> int:
+        """Zero: each step taken in is in the replay buffer at once.
+
+        What it still owes (its scheduled gradient steps) is in the schedule, which checkpoints
+        hold, so the log position is settled as soon as the steps are read: a restart never reads
+        them again (which would store them twice with ``checkpoint_replay``).
+        """
+        return 0

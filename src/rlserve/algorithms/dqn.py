@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from rlserve.algorithms.base import Learner, WeightsPackage
+from rlserve.algorithms.base import ReplayLearner, WeightsPackage
 from rlserve.algorithms.dqn_config import DQNSettings
 from rlserve.algorithms.models import QNetwork
 from rlserve.algorithms.normalization import (
@@ -127,7 +127,7 @@ def check_fragment(
     return (obs, actions, rewards), ""
 
 
-class DQNLearner(Learner):
+class DQNLearner(ReplayLearner):
     """DQN on fragments of any source's experience (see the module doc).
 
     Each update that applies at least one gradient step advances :attr:`version` by one.
@@ -219,16 +219,6 @@ class DQNLearner(Learner):
                 0, before + steps - max(before, self.config.learning_starts)
             )
         self._warnings.flush()
-
-    @property
-    def buffered_steps(self) -> int:
-        """Zero: each step taken in is in the replay buffer at once.
-
-        What it still owes (its scheduled gradient steps) is in the schedule, which checkpoints
-        hold, so the log position is settled as soon as the steps are read: a restart never reads
-        them again (which would store them twice with ``checkpoint_replay``).
-        """
-        return 0
 
     @property
     def owed_steps(self) -> int:

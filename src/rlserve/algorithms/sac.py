@@ -41,7 +41,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlserve.algorithms.base import Learner, WeightsPackage
+from rlserve.algorithms.base import ReplayLearner, WeightsPackage
 from rlserve.algorithms.normalization import (
     ObservationNormalization,
     restore_observation_normalization,
@@ -125,7 +125,7 @@ def to_squashed(actions: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.nd
 # -- the learner ------------------------------------------------------------------------------
 
 
-class SACLearner(Learner):
+class SACLearner(ReplayLearner):
     """SAC on fragments of external or hosted experience.
 
     Args:
@@ -278,16 +278,6 @@ class SACLearner(Learner):
         return replaced, ""
 
     # -- the schedule ------------------------------------------------------------------------
-
-    @property
-    def buffered_steps(self) -> int:
-        """Zero: each step taken in is in the replay buffer at once.
-
-        What it still owes (its scheduled gradient steps) is in the schedule, which checkpoints
-        hold, so the log position is settled as soon as the steps are read: a restart never reads
-        them again (which would store them twice with ``checkpoint_replay``).
-        """
-        return 0
 
     @property
     def owed_steps(self) -> int:
