@@ -57,6 +57,33 @@ def test_the_epsilon_schedule_is_linear_then_flat() -> None:
     assert DQNSettings(exploration_steps=0, epsilon_end=0.02).epsilon(0) == 0.02
 
 
+def test_the_learning_rate_falls_linearly_to_lr_end_then_stays() -> None:
+    settings = DQNSettings(lr=1e-3, lr_end=1e-4, lr_decay_steps=1000)
+    assert settings.learning_rate(0) == pytest.approx(1e-3)
+    assert settings.learning_rate(500) == pytest.approx(5.5e-4)
+    assert settings.learning_rate(1000) == settings.learning_rate(9999) == pytest.approx(1e-4)
+    assert DQNSettings(lr=3e-4).learning_rate(10**6) == 3e-4  # no lr_end: constant
+    with pytest.raises(ConfigError, match="lr_end must be a finite positive number"):
+        DQNSettings(lr_end=0.0)
+    with pytest.raises(ConfigError, match="lr_decay_steps must be positive"):
+        DQNSettings(lr_end=1e-4, lr_decay_steps=0)
+
+
+def test_rllibs_two_point_lr_schedule_is_lr_lr_end_and_lr_decay_steps() -> None:
+    for given in (
+        {"lr_schedule": [[0, 1e-3], [20_000, 1e-4]]},
+        {"lr": [[0, 1e-3], [20_000, 1e-4]]},
+    ):
+        settings = DQNConfig().training(**given).algo_settings()
+        assert isinstance(settings, DQNSettings)
+        assert (settings.lr, settings.lr_end, settings.lr_decay_steps) == (1e-3, 1e-4, 20_000)
+    for schedule in ([[0, 1e-3], [5, 1e-4], [9, 1e-5]], [[100, 1e-3], [200, 1e-4]], "fast"):
+        with pytest.raises(ConfigError, match=r"\[\[0, lr\], \[env_steps, lr_end\]\]"):
+            DQNConfig().training(lr_schedule=schedule)
+    with pytest.raises(ConfigError, match="has no setting 'lr_schedule'"):
+        PPOConfig().training(lr_schedule=[[0, 1e-3], [10, 1e-4]])
+
+
 def test_a_saved_config_loads_as_its_algorithm(tmp_path: Path) -> None:
     save_config(DQNConfig().environment("CartPole-v1").training(n_step=5), tmp_path)
     loaded = load_config(tmp_path)

@@ -191,6 +191,19 @@ def test_epsilon_follows_the_schedule_and_ships_with_the_weights() -> None:
     assert spec.distribution == "epsilon_greedy" and spec.epsilon == pytest.approx(0.55)
 
 
+def test_each_round_applies_the_scheduled_learning_rate() -> None:
+    learner = DQNLearner(
+        OBS, ACT, _settings(lr=1e-2, lr_end=1e-3, lr_decay_steps=100, learning_starts=0)
+    )
+    learner.ingest([_fragment(50)])
+    assert learner.ready()
+    metrics = learner.update()
+    assert metrics["learner/lr"] == pytest.approx(5.5e-3)  # 50 of 100 decay steps taken in
+    assert learner.optimizer.param_groups[0]["lr"] == pytest.approx(5.5e-3)
+    learner.ingest([_fragment(60, seed=1)])
+    assert learner.update()["learner/lr"] == pytest.approx(1e-3)
+
+
 @pytest.mark.parametrize(
     ("field", "value", "problem"),
     [

@@ -140,6 +140,7 @@ def test_each_algorithms_names_are_listed_from_the_start() -> None:
         "learner/q_loss",
         "learner/q_mean",
         "learner/epsilon",
+        "learner/lr",
         "learner/replay_size",
         "learner/gradient_steps",
         "learner/env_steps_ingested",

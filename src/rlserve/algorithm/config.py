@@ -147,8 +147,9 @@ def settings_fields(
 
     A setting may be a field, RLlib's name for one (:data:`RLLIB_NAMES`; for SAC also the
     three learning rates with one value, ``twin_q=True`` and ``target_entropy="auto"``),
-    ``model={"fcnet_hiddens": ..., "fcnet_activation": ...}`` or, for DQN and SAC,
-    ``replay_buffer_config={"capacity": N}``.
+    ``model={"fcnet_hiddens": ..., "fcnet_activation": ...}``, for DQN and SAC
+    ``replay_buffer_config={"capacity": N}`` and for DQN a two-point ``lr_schedule`` (or
+    ``lr`` given as one).
 
     Args:
         algo: The algorithm's name.
@@ -174,6 +175,11 @@ def settings_fields(
             continue
         if name == "replay_buffer_config" and "buffer_size" in known:
             fields.update(_replay_buffer(value))
+            continue
+        if "lr_end" in known and (
+            name == "lr_schedule" or (name == "lr" and isinstance(value, list | tuple))
+        ):
+            fields.update(_lr_schedule(name, value))
             continue
         if entry.name == "sac":
             refused = RLLIB_SAC_REFUSED.get(name)
@@ -223,6 +229,23 @@ def _replay_buffer(config: Any) -> dict[str, Any]:
                 f"replay_buffer_config setting '{key}' is not supported; use capacity"
             )
     return fields
+
+
+def _lr_schedule(name: str, schedule: Any) -> dict[str, Any]:
+    """RLlib's two-point learning-rate schedule as ``lr``, ``lr_end`` and ``lr_decay_steps``.
+
+    ``[[0, lr], [steps, lr_end]]``: a linear fall over env steps, then flat.
+    """
+    try:
+        (start, first), (steps, last) = ((int(t), float(v)) for t, v in schedule)
+    except (TypeError, ValueError):
+        start, steps = -1, 0
+    if start != 0 or steps <= 0:
+        raise ConfigError(
+            f"{name}={schedule!r}: rlserve's learning rate falls linearly from one value to "
+            "another, [[0, lr], [env_steps, lr_end]]; or set lr, lr_end and lr_decay_steps"
+        )
+    return {"lr": first, "lr_end": last, "lr_decay_steps": steps}
 
 
 def _model(model: Any) -> dict[str, Any]:

@@ -267,6 +267,9 @@ class DQNLearner(ReplayLearner):
         skipped = 0
         if self.obs_normalization is not None:
             self.obs_normalization.freeze()  # this round's gradient steps and its weights
+        learning_rate = cfg.learning_rate(self._counters["env_steps_ingested"])
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
         if len(self.replay) >= cfg.batch_size:
             for _ in range(count):
                 if self._gradient_step(losses, q_means):
@@ -293,6 +296,7 @@ class DQNLearner(ReplayLearner):
             {
                 "learner/batch_steps": float(trained),
                 "learner/epsilon": self.epsilon,
+                "learner/lr": learning_rate,
                 "learner/replay_size": float(len(self.replay)),
                 "learner/update_seconds": time.perf_counter() - started,
                 "learner/weights_version": float(self._version),

@@ -5,7 +5,9 @@ The training schedule is off-policy's: experience goes into a bounded replay buf
 per env step taken in, in rounds of at least ``train_every`` new env steps (one published weights
 version per round). Exploration is epsilon-greedy, its epsilon annealed linearly over the env
 steps taken in and shipped with each weights version, so whoever computes the action (the server,
-or a local-mode client's numpy policy) explores with the schedule's current value.
+or a local-mode client's numpy policy) explores with the schedule's current value. The learning
+rate may fall linearly over the env steps taken in as well (``lr_end``), which keeps a policy
+that has learned its task from unlearning it on the narrow data it then collects.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ class DQNSettings:
     """DQN hyper-parameters (double-Q, n-step, optional dueling heads, Huber loss).
 
     The defaults (soft target updates every step, 5-step returns, one gradient step per env
-    step) were tuned on CartPole-v1 through 4 remote clients; see docs/benchmarks.md.
+    step) were tuned on CartPole-v1 through 4 remote clients; the CartPole demo adds observation
+    normalisation, a faster target and a falling learning rate (:data:`rlserve.demo.TASKS`,
+    docs/benchmarks.md).
     """
 
-    buffer_size: int = option(50_000, "Transitions the replay buffer holds (oldest dropped).")
+    buffer_size: int = option(100_000, "Transitions the replay buffer holds (oldest dropped).")
     learning_starts: int = option(1000, "Transitions stored before the first update (the warm-up).")
     batch_size: int = option(128, "Transitions per gradient step.")
     train_every: int = option(
@@ -34,7 +38,13 @@ class DQNSettings:
     updates_per_step: float = option(
         1.0, "Gradient steps per env step taken in (a round makes new_steps * this)."
     )
-    lr: float = option(1e-3, "Adam learning rate.")
+    lr: float = option(1e-3, "Adam learning rate (at the start, with lr_end).")
+    lr_end: float | None = option(
+        None,
+        "Learning rate reached after lr_decay_steps env steps, falling linearly from lr "
+        "(None: lr throughout).",
+    )
+    lr_decay_steps: int = option(50_000, "Env steps over which the learning rate falls to lr_end.")
     gamma: float = option(0.99, "Discount factor.")
     n_step: int = option(5, "Rewards summed per target before bootstrapping (n-step returns).")
     double_q: bool = option(True, "Double-Q: the online network picks the next action.")
@@ -89,6 +99,12 @@ class DQNSettings:
                 f"batch_size {self.batch_size} is larger than buffer_size {self.buffer_size}; "
                 "lower it"
             )
+        for name in ("lr", "lr_end"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name} must be a finite positive number, got {value}")
+        if self.lr_decay_steps <= 0:
+            raise ConfigError(f"lr_decay_steps must be positive, got {self.lr_decay_steps}")
         if not self.updates_per_step > 0:
             raise ConfigError(f"updates_per_step must be positive, got {self.updates_per_step}")
         if not 0.0 <= self.gamma <= 1.0:
@@ -110,6 +126,13 @@ class DQNSettings:
             raise ConfigError(f"activation must be tanh or relu, got '{self.activation}'")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"device must be auto, cpu or cuda[:N], got '{self.device}'")
+
+    def learning_rate(self, env_steps: int) -> float:
+        """The learning rate after ``env_steps`` env steps (linear to ``lr_end``, then constant)."""
+        if self.lr_end is None:
+            return float(self.lr)
+        share = min(max(env_steps, 0) / self.lr_decay_steps, 1.0)
+        return float(self.lr + share * (self.lr_end - self.lr))
 
     def epsilon(self, env_steps: int) -> float:
         """The exploration epsilon after ``env_steps`` env steps (linear, then constant)."""

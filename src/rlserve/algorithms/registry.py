@@ -221,7 +221,7 @@ register(
         off_policy=True,
         summary="deep Q-learning (double-Q, n-step, dueling, replay); Discrete actions",
         check_spaces=check_discrete,
-        update_metrics=("q_loss", "q_mean", "epsilon"),
+        update_metrics=("q_loss", "q_mean", "epsilon", "lr"),
         counter_metrics=(
             "replay_size",
             "gradient_steps",
