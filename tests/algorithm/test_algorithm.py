@@ -272,6 +272,38 @@ def test_multi_agent_env_trains_a_learner_per_policy() -> None:
     assert last["env_runners"]["episode_return_mean"] > 8.5
 
 
+def map_agent(agent_id: str, episode: Any, **kwargs: Any) -> str:
+    """A module-level mapping function: a checkpoint saves it by name."""
+    return "p1" if agent_id == "a" else "p2"
+
+
+@pytest.mark.timeout(60)
+def test_from_checkpoint_finds_a_named_mapping_function_and_says_when_it_cannot(
+    tmp_path: Path,
+) -> None:
+    for mapping_fn, folder in (
+        (map_agent, tmp_path / "named"),
+        (lambda a, e, **k: map_agent(a, e), None),
+    ):
+        config = (
+            _config(Mimic, num_envs=1)
+            .multi_agent(policies={"p1": {}, "p2": {}}, policy_mapping_fn=mapping_fn)
+            .training(min_env_steps_per_iteration=64)
+        )
+        with config.build() as algo:
+            algo.train()
+            saved = algo.save(folder or tmp_path / "lambda")
+        if folder is None:
+            with pytest.raises(ConfigError, match=r"policy_mapping_fn .* pass config=\.\.\."):
+                Algorithm.from_checkpoint(saved)
+            with Algorithm.from_checkpoint(saved, config) as restored:  # the fix it names
+                assert set(restored.learners) == {"p1", "p2"}
+            continue
+        with Algorithm.from_checkpoint(saved) as restored:
+            assert restored.config.policy_mapping_fn is map_agent
+            assert restored.train()["env_runners"]["num_episodes"] > 0
+
+
 @pytest.mark.timeout(60)
 def test_external_env_learns_a_trivial_task() -> None:
     env = GuessSign()

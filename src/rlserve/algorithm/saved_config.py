@@ -20,6 +20,9 @@ from rlserve.errors import ConfigError
 
 CONFIG_FILE = "algorithm_config.json"
 
+UNSAVED = "<unsaved>"
+"""Stands for a ``policy_mapping_fn`` that has no importable name (a lambda, a local one)."""
+
 _PLAIN = (
     "env_config",
     "num_env_runners",
@@ -74,6 +77,10 @@ def save_config(config: AlgorithmConfig, folder: Path) -> None:
     }
     plain["algo"] = config.algo_name
     plain["env"] = env_reference(config.env)
+    if config.policy_mapping_fn is not None:
+        # A module-level function is saved by name; a lambda or a local one cannot be, and
+        # loading then says so rather than map every agent to no policy.
+        plain["policy_mapping_fn"] = env_reference(config.policy_mapping_fn) or UNSAVED
     try:
         text = json.dumps(plain, indent=2)
     except TypeError as exc:
@@ -104,4 +111,19 @@ def load_config(folder: Path) -> AlgorithmConfig:
         if name in plain:
             setattr(config, name, plain[name])
     config.policy_mapping = [tuple(rule) for rule in config.policy_mapping]  # type: ignore[misc]
+    mapping_fn = plain.get("policy_mapping_fn")
+    if mapping_fn == UNSAVED:
+        raise ConfigError(
+            f"the policy_mapping_fn of {folder} cannot be found again (it was a lambda or a "
+            "local function); pass config=... to Algorithm.from_checkpoint, or define the "
+            "function at module level"
+        )
+    if mapping_fn is not None:
+        try:
+            config.policy_mapping_fn = resolve_env(mapping_fn)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(
+                f"the policy_mapping_fn {mapping_fn} of {folder} cannot be imported ({exc}); "
+                "pass config=... to Algorithm.from_checkpoint"
+            ) from exc
     return config
