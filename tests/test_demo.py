@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import tomllib
 from pathlib import Path
 
@@ -24,7 +25,10 @@ def test_each_demo_trains_its_own_algorithms() -> None:
 
 @pytest.mark.e2e
 @pytest.mark.timeout(180)
-def test_a_dqn_demo_runs_its_budget_through_the_server(tmp_path: Path) -> None:
+def test_a_dqn_demo_runs_its_budget_through_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("rlserve.demo.CURVE_EVERY", 500)
     config = DemoConfig(
         seed=0,
         clients=2,
@@ -45,3 +49,31 @@ def test_a_dqn_demo_runs_its_budget_through_the_server(tmp_path: Path) -> None:
     tables = tomllib.loads((run / "config.toml").read_text())
     assert tables["algorithm"] == {"name": "dqn"}
     assert "NOT solved (budget)" in result.summary()
+    steps = [point[0] for point in result.curve]
+    assert len(steps) >= 2 and steps == sorted(steps) and steps[0] >= 500
+    assert all(later // 500 > earlier // 500 for earlier, later in itertools.pairwise(steps))
+    assert all(0 < mean <= 500 for _, mean in result.curve)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
+def test_the_dqn_demo_learns_cartpole_within_60k_steps(tmp_path: Path) -> None:
+    """DQN through 4 remote clients, issue 10's budget: the last-100 mean passes 400.
+
+    Issue 10's target (475) is measured by ``bench/learning.py`` over 3 seeds: the clients'
+    timing makes every run differ, and about one run in ten slips below 475 late, which a
+    suite must not fail on. A DQN that does not learn stays near 22.
+    """
+    config = DemoConfig(
+        seed=0,
+        algo="dqn",
+        max_env_steps=60_000,
+        run_dir=str(tmp_path),
+        progress=False,
+        target_return=400.0,
+        time_limit=800.0,  # the budget is in env steps; this only bounds a stuck run
+    )
+    result = demo_result(config, "cartpole")
+    assert result.failure is None, result.summary()
+    assert result.solved_at_steps is not None, (result.summary(), result.curve)
+    assert result.solved_at_steps <= 60_000

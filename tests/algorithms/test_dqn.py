@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlserve.algorithms.dqn import DQNLearner, check_fragment, q_targets
+from rlserve.algorithms.dqn import DQNLearner, check_fragment, q_targets, value_bounds
 from rlserve.algorithms.dqn_config import DQNSettings
 from rlserve.algorithms.models import QNetwork
 from rlserve.algorithms.registry import algorithm
@@ -68,6 +68,35 @@ def test_double_q_target_by_hand() -> None:
     # Plain DQN: the target network's own maximum, 5.0.
     plain = q_targets(rewards, discounts, next_target, None)
     torch.testing.assert_close(plain, torch.tensor([1.0 + 0.9 * 5.0, 0.5]))
+
+
+def test_bootstrap_values_are_clamped_to_the_returns_the_rewards_allow() -> None:
+    # Rewards seen in [0, 1] with gamma 0.9: every return lies in [0, 10].
+    assert value_bounds(0.0, 1.0, 0.9) == pytest.approx((0.0, 10.0))
+    assert value_bounds(-2.0, -1.0, 0.5) == pytest.approx((-4.0, 0.0))  # it may end at once
+    assert value_bounds(0.0, 1.0, 1.0) is None
+    rewards = torch.tensor([1.0, 1.0, 1.0])
+    discounts = torch.tensor([0.9, 0.9, 0.0])
+    next_target = torch.tensor([[50.0, 0.0], [-3.0, 4.0], [99.0, 99.0]])
+    # Plain DQN picks 50 (clamped to 10), 4 (inside), and 99 after a terminal (discount 0).
+    clamped = q_targets(rewards, discounts, next_target, None, (0.0, 10.0))
+    torch.testing.assert_close(clamped, torch.tensor([1.0 + 0.9 * 10.0, 1.0 + 0.9 * 4.0, 1.0]))
+
+
+def test_the_learner_keeps_the_reward_range_it_took_in_across_a_checkpoint(
+    tmp_path: Path,
+) -> None:
+    learner = DQNLearner(OBS, ACT, _settings(learning_starts=0))
+    fragment = _fragment(20)
+    fragment.rewards = np.linspace(-1.0, 3.0, 20).astype(np.float32)
+    inside = _fragment(5, seed=1)
+    inside.rewards = np.full(5, 0.5, np.float32)
+    learner.ingest([fragment, inside])
+    assert learner._reward_range == pytest.approx((-1.0, 3.0))
+    learner.save(tmp_path / "ckpt.pt", {})
+    twin = DQNLearner(OBS, ACT, _settings())
+    twin.load(tmp_path / "ckpt.pt")
+    assert twin._reward_range == pytest.approx((-1.0, 3.0))
 
 
 def test_the_loss_is_huber_with_its_delta() -> None:

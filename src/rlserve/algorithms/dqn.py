@@ -1,9 +1,11 @@
 """Deep Q-learning: replay, target network, double-Q, n-step returns, dueling heads, Huber loss.
 
-Read top to bottom: the targets, the fragment check, the learner. Every step a source sends is
-stored in the replay buffer (:mod:`rlserve.algorithms.replay`) as the action actually taken,
-whoever chose it (the policy on the server or in a local client, a hosted runner, ``log_action``)
-and however old the weights that chose it: off-policy learning does not care. Training follows a
+Read top to bottom: the targets (their bootstrap values clamped to the returns that the rewards
+taken in allow, so an over-estimate cannot feed on itself), the fragment check, the learner.
+Every step a source sends is stored in the replay buffer (:mod:`rlserve.algorithms.replay`) as
+the action actually taken, whoever chose it (the policy on the server or in a local client, a
+hosted runner, ``log_action``) and however old the weights that chose it: off-policy learning
+does not care. Training follows a
 schedule rather than consuming what arrived: nothing until ``learning_starts`` transitions are
 stored (the warm-up), then rounds of at least ``train_every`` new env steps, each round making
 ``updates_per_step`` gradient steps per new env step (a fraction carries over) and publishing one
@@ -57,6 +59,7 @@ def q_targets(
     discounts: torch.Tensor,
     next_q_target: torch.Tensor,
     next_q_online: torch.Tensor | None,
+    bounds: tuple[float, float] | None = None,
 ) -> torch.Tensor:
     """The bootstrapped targets ``reward + discount * Q_target(next_obs, a')``.
 
@@ -67,13 +70,29 @@ def q_targets(
         next_q_online: ``[B, n]`` the online network's values there (double-Q: it picks
             ``a' = argmax``, the target network values it), or None (plain DQN:
             ``a' = argmax`` of the target network itself).
+        bounds: ``(low, high)`` the bootstrap value is clamped to, or None: no value of any
+            state lies outside them (:func:`value_bounds`), so an over-estimate beyond them is
+            not fed back into the targets, where it would grow on itself.
     """
     if next_q_online is None:
         bootstrap = next_q_target.max(dim=1).values
     else:
         best = next_q_online.argmax(dim=1, keepdim=True)
         bootstrap = next_q_target.gather(1, best).squeeze(1)
+    if bounds is not None:
+        bootstrap = bootstrap.clamp(bounds[0], bounds[1])
     return rewards + discounts * bootstrap
+
+
+def value_bounds(reward_min: float, reward_max: float, gamma: float) -> tuple[float, float] | None:
+    """The range every discounted return lies in when each reward is within the given range.
+
+    An episode may end at any step, so the return lies between ``min(0, reward_min) / (1 -
+    gamma)`` and ``max(0, reward_max) / (1 - gamma)``; None when ``gamma`` is 1 (unbounded).
+    """
+    if gamma >= 1.0:
+        return None
+    return min(0.0, reward_min) / (1.0 - gamma), max(0.0, reward_max) / (1.0 - gamma)
 
 
 def check_fragment(
@@ -165,6 +184,8 @@ class DQNLearner(ReplayLearner):
         """Of those, the ones taken in past the warm-up: they earn gradient steps."""
         self._credit = 0.0
         """Fractional gradient steps carried to the next round."""
+        self._reward_range: tuple[float, float] | None = None
+        """The smallest and largest reward taken in (``clip_q_targets``)."""
         self._counters = {
             "updates": 0,
             "steps_trained": 0,
@@ -202,6 +223,10 @@ class DQNLearner(ReplayLearner):
                 self._exclude_fragment(fragment, problem)
                 continue
             obs, actions, rewards = checked
+            low, high = float(rewards.min()), float(rewards.max())
+            if self._reward_range is not None:
+                low, high = min(low, self._reward_range[0]), max(high, self._reward_range[1])
+            self._reward_range = (low, high)
             if self.obs_normalization is not None:
                 self.obs_normalization.observe(obs[:-1])
             before = self.replay.added
@@ -318,10 +343,13 @@ class DQNLearner(ReplayLearner):
         rewards = torch.as_tensor(batch.rewards, device=self.device)
         discounts = torch.as_tensor(batch.discounts, device=self.device)
         next_obs = torch.as_tensor(next_obs_np, device=self.device)
+        bounds = None
+        if cfg.clip_q_targets and self._reward_range is not None:
+            bounds = value_bounds(*self._reward_range, cfg.gamma)
         with torch.no_grad():
             next_target = self.target(next_obs)
             next_online = self.model(next_obs) if cfg.double_q else None
-            targets = q_targets(rewards, discounts, next_target, next_online)
+            targets = q_targets(rewards, discounts, next_target, next_online, bounds)
         q_all = self.model(obs)
         q_taken = q_all.gather(1, actions.unsqueeze(1)).squeeze(1)
         loss = functional.huber_loss(q_taken, targets, delta=cfg.huber_delta)
@@ -382,6 +410,7 @@ class DQNLearner(ReplayLearner):
                 "new_steps": self._new_steps,
                 "scheduled_steps": self._scheduled_steps,
                 "credit": self._credit,
+                "reward_range": list(self._reward_range or ()),
             },
             "extra": extra,
         }
@@ -416,6 +445,8 @@ class DQNLearner(ReplayLearner):
         self._new_steps = int(schedule.get("new_steps", 0))
         self._scheduled_steps = int(schedule.get("scheduled_steps", 0))
         self._credit = float(schedule.get("credit", 0.0))
+        reward_range = [float(v) for v in schedule.get("reward_range", [])]
+        self._reward_range = (reward_range[0], reward_range[1]) if len(reward_range) == 2 else None
         replay = state.get("replay")
         if replay is not None:
             try:

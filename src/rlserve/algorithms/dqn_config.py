@@ -56,6 +56,11 @@ class DQNSettings:
         0.0075, "Share of the online weights mixed into the target at each copy (1: a hard copy)."
     )
     huber_delta: float = option(1.0, "Huber loss threshold between quadratic and linear.")
+    clip_q_targets: bool = option(
+        True,
+        "Clamp bootstrap values to the returns the rewards seen so far allow "
+        "(min(0, r_min) to max(0, r_max), over 1 - gamma): an over-estimate cannot feed itself.",
+    )
     max_grad_norm: float = option(10.0, "Global gradient norm clip.")
     epsilon_start: float = option(1.0, "Exploration epsilon at the start.")
     epsilon_end: float = option(0.01, "Exploration epsilon after the schedule.")
