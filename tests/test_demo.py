@@ -57,12 +57,11 @@ def test_a_dqn_demo_runs_its_budget_through_the_server(
 
 @pytest.mark.e2e
 @pytest.mark.timeout(900)
-def test_the_dqn_demo_learns_cartpole_within_60k_steps(tmp_path: Path) -> None:
-    """DQN through 4 remote clients, issue 10's budget: the last-100 mean passes 400.
+def test_the_dqn_demo_reaches_the_cartpole_target_within_60k_steps(tmp_path: Path) -> None:
+    """Issue 10's DQN target through 4 remote clients: last-100 mean >= 475 by 60,000 steps.
 
-    Issue 10's target (475) is measured by ``bench/learning.py`` over 3 seeds: the clients'
-    timing makes every run differ, and about one run in ten slips below 475 late, which a
-    suite must not fail on. A DQN that does not learn stays near 22.
+    The clients' timing makes every run differ; with bootstrap values clamped, 20 of 20 seeds
+    reached it by 55,100 steps (docs/benchmarks.md). A DQN that does not learn stays near 22.
     """
     config = DemoConfig(
         seed=0,
@@ -70,7 +69,6 @@ def test_the_dqn_demo_learns_cartpole_within_60k_steps(tmp_path: Path) -> None:
         max_env_steps=60_000,
         run_dir=str(tmp_path),
         progress=False,
-        target_return=400.0,
         time_limit=800.0,  # the budget is in env steps; this only bounds a stuck run
     )
     result = demo_result(config, "cartpole")
