@@ -5,12 +5,12 @@ taken in allow, so an over-estimate cannot feed on itself), the fragment check, 
 Every step a source sends is stored in the replay buffer (:mod:`rlserve.algorithms.replay`) as
 the action actually taken, whoever chose it (the policy on the server or in a local client, a
 hosted runner, ``log_action``) and however old the weights that chose it: off-policy learning
-does not care. Training follows a
-schedule rather than consuming what arrived: nothing until ``learning_starts`` transitions are
-stored (the warm-up), then rounds of at least ``train_every`` new env steps, each round making
-``updates_per_step`` gradient steps per new env step (a fraction carries over) and publishing one
-weights version. The published weights carry the exploration epsilon of the schedule at that
-point (``ModelSpec.epsilon``), so the server, or a local client's numpy policy, explores with it.
+does not care. Training follows a schedule rather than consuming what arrived: nothing until
+``learning_starts`` transitions are stored (the warm-up), then rounds of at least ``train_every``
+new env steps, each round making ``updates_per_step`` gradient steps per new env step (a fraction
+carries over) and publishing one weights version. The published weights carry the exploration
+epsilon of the schedule at that point (``ModelSpec.epsilon``), so the server, or a local client's
+numpy policy, explores with it.
 
 With ``normalize_observations`` the observations go into the replay buffer raw and into the
 running statistics as they arrive; each round freezes the statistics, normalises the sampled
