@@ -34,7 +34,7 @@ def rlserve_command() -> list[str]:
     script = Path(sys.executable).parent / "rlserve"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-m", "rlserve.cli"]
+    return [sys.executable, "-m", "rlserve.cli.commands"]
 
 
 def rss_bytes(pid: int) -> int | None:
@@ -149,7 +149,7 @@ def start_server(
     log_path = folder / "server.log"
     launcher = rlserve_command()
     if profile is not None:
-        launcher = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "rlserve.cli"]
+        launcher = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "rlserve.cli.commands"]
     command = [*launcher, "serve", "--run-dir", str(folder / "runs"), "--name", "bench"]
     command += ["--port", "0", "--http-port", "0", "--no-progress", *flags]
     env = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -7,9 +7,9 @@ step budget after reaching the target).
 Target (issue 10): through external remote clients, the mean return of the last 100 episodes
 >= 475 within 60,000 env steps, 3 seeds of 3. The demo has 4 clients, each its own CartPole;
 here ``DQNConfig().environment("CartPole-v1")`` steps 4 copies (``num_envs_per_env_runner=4``)
-with the demo's DQN settings (``rlserve.demo.TASKS["cartpole"]``) over the hosted defaults
+with the demo's DQN settings (``rlserve.cli.demo.TASKS["cartpole"]``) over the hosted defaults
 (:data:`rlserve.algorithm.config.HOSTED_DQN_DEFAULTS` over
-:class:`~rlserve.algorithms.dqn_config.DQNSettings`), one torch thread, on the CPU. The
+:class:`~rlserve.learners.dqn_config.DQNSettings`), one torch thread, on the CPU. The
 mean is over the last 100 finished training episodes, with exploration, as the clients see it;
 it is read after every ``train()`` iteration of 256 env steps (so the step reported is at most
 256 past the episode that crossed 475).
@@ -52,7 +52,7 @@ def parse_value(text: str) -> Any:
 def child(seed: int, overrides: dict[str, Any], steps: int, full: bool) -> dict[str, Any]:
     """Train one seed here; return when the last-100 mean reached the target and where it ended."""
     from rlserve import DQNConfig
-    from rlserve.demo import TASKS
+    from rlserve.cli.demo import TASKS
 
     tuned = TASKS["cartpole"].settings["dqn"]
     started = time.monotonic()

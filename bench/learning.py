@@ -57,7 +57,7 @@ SB3_SIDES = {"dqn", "sac", "ppo"}
 
 def rlserve_demo(task: str, seed: int, run_dir: str) -> dict[str, Any]:
     """One ``rlserve demo`` run (in this process; it starts the server and its clients)."""
-    from rlserve.demo import DemoConfig, demo_result
+    from rlserve.cli.demo import DemoConfig, demo_result
 
     name, algo, budget, stop = {
         "dqn": ("cartpole", "dqn", DQN_STEPS, True),
@@ -102,7 +102,7 @@ def rlserve_logged(seed: int, run_dir: str) -> dict[str, Any]:
     started = time.monotonic()
     name = f"logged-seed{seed}"
     rlserve = Path(sys.executable).with_name("rlserve")
-    head = [str(rlserve)] if rlserve.exists() else [sys.executable, "-m", "rlserve.cli"]
+    head = [str(rlserve)] if rlserve.exists() else [sys.executable, "-m", "rlserve.cli.commands"]
     server = subprocess.Popen(
         [
             *head,

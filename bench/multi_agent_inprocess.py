@@ -25,8 +25,8 @@ import numpy as np
 
 import rlserve.client.policy_client as policy_client
 from multi_agent import ACTIONS, OBS_DIM, FakeSim, _anchor_loop, _multi_loop
-from rlserve.algorithms.base import WeightsPackage
 from rlserve.policy import ModelSpec
+from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.codec import decode, encode
 from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import parse_request

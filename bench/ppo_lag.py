@@ -33,10 +33,10 @@ def run_one(seed: int, lag: int, overrides: dict[str, Any], budget: int) -> dict
     """Train one seed in this process; return its figures."""
     import gymnasium as gym
 
-    from rlserve.algorithms.ppo import PPOLearner
-    from rlserve.algorithms.ppo_config import PPOSettings
+    from rlserve.learners.ppo import PPOLearner
+    from rlserve.learners.ppo_config import PPOSettings
     from rlserve.policy import NumpyPolicy
-    from rlserve.samples import Fragment
+    from rlserve.protocol.fragment import Fragment
 
     settings = {"device": "cpu", "seed": seed, "max_policy_lag": max(1, lag), **overrides}
     config = PPOSettings(**settings)

@@ -116,7 +116,7 @@ def _single_env_loop(
     steps: list[int],
     latencies: list[list[float]],
 ) -> None:
-    """The user's loop of ``rlserve.demo.cartpole_client``, timed."""
+    """The user's loop of ``rlserve.cli.demo.cartpole_client``, timed."""
     env, obs = envs[0], observations[0]
     windows = len(steps)
     now = time.monotonic()
@@ -291,7 +291,7 @@ class Server:
     def __init__(self, run_dir: Path, name: str):
         executable = Path(sys.executable).with_name("rlserve")
         command = (
-            [str(executable)] if executable.exists() else [sys.executable, "-m", "rlserve.cli"]
+            [str(executable)] if executable.exists() else [sys.executable, "-m", "rlserve.cli.commands"]
         )
         command += [
             "serve",

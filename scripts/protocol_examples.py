@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from rlserve.algorithms.base import WeightsPackage
 from rlserve.policy.numpy_policy import ModelSpec, NumpyPolicy
+from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.codec import decode, encode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -121,7 +121,7 @@ def servers(run_dir: Path, *flag_sets: tuple[str, ...]) -> Iterator[list[Server]
             command = [
                 sys.executable,
                 "-m",
-                "rlserve.cli",
+                "rlserve.cli.commands",
                 "serve",
                 *SERVER_FLAGS,
                 *flags,
@@ -1504,8 +1504,8 @@ def two_policy_example(log: list[Exchange]) -> dict[str, str]:
 
     import gymnasium as gym
 
-    from rlserve.multiagent import PolicyMapping
     from rlserve.protocol.limits import Limits
+    from rlserve.protocol.mapping import PolicyMapping
     from rlserve.protocol.messages import parse_request
     from rlserve.server.service import Service, Session
     from rlserve.server.stats import ServerStats

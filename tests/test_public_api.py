@@ -101,7 +101,7 @@ print("ok")
     "imports",
     [
         "import rlserve\nfrom rlserve import PolicyClient",
-        "import rlserve.spaces, rlserve.policy, rlserve.samples",
+        "import rlserve.protocol.spaces, rlserve.policy, rlserve.protocol.fragment",
         "import rlserve.protocol.codec, rlserve.protocol.framing, rlserve.protocol.messages",
     ],
     ids=["client", "spaces-policy-samples", "protocol"],
@@ -121,7 +121,7 @@ def test_import_does_not_load_torch(imports: str) -> None:
 def test_the_no_torch_check_can_fail() -> None:
     # Guard against a check that passes vacuously: importing torch must trip it.
     result = subprocess.run(
-        [sys.executable, "-c", _NO_TORCH.format(imports="import rlserve.algorithms.ppo")],
+        [sys.executable, "-c", _NO_TORCH.format(imports="import rlserve.learners.ppo")],
         capture_output=True,
         text=True,
         timeout=60,
@@ -135,7 +135,8 @@ def test_the_serving_process_never_imports_torch() -> None:
     # Only the learner process trains; the serving side (CLI, server, demo) stays torch-free,
     # which keeps its memory small and its start fast.
     code = (
-        "import sys, rlserve.cli, rlserve.demo, rlserve.server.app, rlserve.algorithms.ppo_config;"
+        "import sys, rlserve.cli.commands, rlserve.cli.demo, rlserve.server.app, "
+        "rlserve.learners.ppo_config;"
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

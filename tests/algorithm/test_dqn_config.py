@@ -9,9 +9,9 @@ import pytest
 from rlserve import DQNConfig, PPOConfig
 from rlserve.algorithm.config import config_for
 from rlserve.algorithm.saved_config import load_config, save_config
-from rlserve.algorithms.dqn_config import DQNSettings
-from rlserve.algorithms.ppo_config import PPOSettings
 from rlserve.errors import ConfigError
+from rlserve.learners.dqn_config import DQNSettings
+from rlserve.learners.ppo_config import PPOSettings
 
 
 def test_training_takes_the_dqn_settings_and_rllib_names() -> None:

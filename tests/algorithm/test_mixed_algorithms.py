@@ -12,9 +12,9 @@ from algorithm_toys import Mimic
 
 from rlserve import PPOConfig
 from rlserve.algorithm.algorithm import Algorithm
-from rlserve.algorithms.dqn import DQNLearner
-from rlserve.algorithms.ppo import PPOLearner
 from rlserve.errors import ConfigError, UnsupportedSpaceError
+from rlserve.learners.dqn import DQNLearner
+from rlserve.learners.ppo import PPOLearner
 
 DQN_SETTINGS: dict[str, Any] = {
     "learning_starts": 100,
@@ -114,8 +114,8 @@ def test_a_ppo_and_a_dqn_policy_train_on_their_own_schedules(tmp_path: Path) -> 
         assert _greedy(restored, "b") == [0, 1]
         restored.train()
     # The export rebuilds each policy's own model.
-    from rlserve.algorithms.models import ActorCritic, QNetwork
-    from rlserve.export import load_model
+    from rlserve.algorithm.export import load_model
+    from rlserve.learners.models import ActorCritic, QNetwork
 
     assert isinstance(load_model(folder, policy_id="a")[0], ActorCritic)
     assert isinstance(load_model(folder, policy_id="b")[0], QNetwork)

@@ -15,11 +15,11 @@ from rlserve import PolicyClient
 from rlserve.algorithm import Algorithm, PPOConfig
 from rlserve.algorithm.algorithm import RESULT_KEYS
 from rlserve.algorithm.network import NetworkAlgorithm, server_config_of, serving_config
-from rlserve.algorithms.dqn_config import DQNSettings
-from rlserve.algorithms.ppo_config import PPOSettings
 from rlserve.errors import ConfigError
-from rlserve.multiagent import PolicyMapping
-from rlserve.server.checkpoints import checkpoints_in
+from rlserve.learners.dqn_config import DQNSettings
+from rlserve.learners.ppo_config import PPOSettings
+from rlserve.protocol.mapping import PolicyMapping
+from rlserve.run.checkpoints import checkpoints_in
 from rlserve.server.config import ServerConfig
 from rlserve.server.policies import PolicySpec
 

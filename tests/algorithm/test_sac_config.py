@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from rlserve import DQNConfig, PPOConfig, SACConfig
-from rlserve.algorithms.sac_config import SACSettings
 from rlserve.errors import ConfigError
+from rlserve.learners.sac_config import SACSettings
 
 
 def test_rllibs_sac_names_land_in_the_settings() -> None:

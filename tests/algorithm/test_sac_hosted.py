@@ -12,7 +12,7 @@ import pytest
 
 from rlserve import SACConfig
 from rlserve.algorithm import Algorithm
-from rlserve.algorithms.sac_config import SACSettings
+from rlserve.learners.sac_config import SACSettings
 
 pytestmark = pytest.mark.timeout(600)
 

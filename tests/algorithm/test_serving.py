@@ -21,15 +21,15 @@ from rlserve.algorithm.serving import (
     fair_shares,
     split_fragment,
 )
-from rlserve.algorithms.base import WeightsPackage
-from rlserve.algorithms.ppo import PPOLearner
-from rlserve.algorithms.ppo_config import PPOSettings
 from rlserve.errors import AuthenticationError, ConfigError
-from rlserve.samples import Fragment
-from rlserve.server.experience_log import ExperienceLog
+from rlserve.learners.ppo import PPOLearner
+from rlserve.learners.ppo_config import PPOSettings
+from rlserve.policy.weights import WeightsPackage
+from rlserve.protocol.fragment import Fragment
+from rlserve.run.experience_log import ExperienceLog
+from rlserve.run.run_folder import RunFolder
+from rlserve.run.state_store import StateStore
 from rlserve.server.policies import single_policy
-from rlserve.server.run_folder import RunFolder
-from rlserve.server.state_store import StateStore
 
 ENV = gym.make("CartPole-v1")
 OBS_SPACE, ACT_SPACE = ENV.observation_space, ENV.action_space

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from rlserve.client.local import halve_report, plan_reports, split_fragment
-from rlserve.episodes import EpisodeSummary
+from rlserve.experience.episodes import EpisodeSummary
 from rlserve.protocol.codec import encode
-from rlserve.samples import Fragment
+from rlserve.protocol.fragment import Fragment
 
 
 def _fragment(steps: int, obs_dim: int, name: str = "e", terminated: bool = True) -> Fragment:

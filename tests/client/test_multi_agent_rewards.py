@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 import rlserve.client.policy_client as policy_client
-from rlserve.algorithms.base import WeightsPackage
 from rlserve.policy import ModelSpec
+from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.codec import decode, encode
+from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import parse_request
-from rlserve.samples import Fragment
 from rlserve.server.service import Service, Session
 from rlserve.server.stats import ServerStats
 

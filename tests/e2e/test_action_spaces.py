@@ -21,7 +21,7 @@ from gymnasium import spaces
 from rlserve import PolicyClient
 from rlserve.client.local import LocalConfig
 from rlserve.policy.distributions import action_distribution, actions_to_space
-from rlserve.spaces import describe, from_description
+from rlserve.protocol.spaces import describe, from_description
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

@@ -41,7 +41,7 @@ SMALL_PPO = (
 )
 
 
-LEARNER_MODULE = "rlserve.server.learner_worker"
+LEARNER_MODULE = "rlserve.training.learner_worker"
 """What the learner process runs (``python -m ...``)."""
 
 

@@ -22,7 +22,7 @@ from e2e_support import RawSocket
 from rlserve import PolicyClient
 from rlserve.protocol.codec import encode
 from rlserve.protocol.framing import frame
-from rlserve.spaces import describe
+from rlserve.protocol.spaces import describe
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 

@@ -13,7 +13,7 @@ import pytest
 from gymnasium import spaces
 
 from rlserve import PolicyClient
-from rlserve.spaces import describe
+from rlserve.protocol.spaces import describe
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

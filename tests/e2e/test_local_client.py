@@ -15,7 +15,7 @@ import pytest
 
 from rlserve import PolicyClient
 from rlserve.client.local import LocalConfig
-from rlserve.spaces import describe
+from rlserve.protocol.spaces import describe
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

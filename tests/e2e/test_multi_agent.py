@@ -19,7 +19,7 @@ from gymnasium import spaces
 
 from rlserve import PolicyClient
 from rlserve.errors import EpisodeError, SpaceError
-from rlserve.spaces import describe
+from rlserve.protocol.spaces import describe
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from meeting import AGENTS, MeetingEnv, play_episode

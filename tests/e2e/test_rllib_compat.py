@@ -23,7 +23,7 @@ import pytest
 
 from rlserve import EpisodeLostError, PolicyClient, SpaceError
 from rlserve.client.local import LocalConfig
-from rlserve.server.experience_log import ExperienceLog
+from rlserve.run.experience_log import ExperienceLog
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

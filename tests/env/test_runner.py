@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 
 from rlserve.algorithm.algorithm import _policy_table
-from rlserve.algorithms.ppo import PPOLearner
-from rlserve.algorithms.ppo_config import PPOSettings
-from rlserve.collector import Collector
 from rlserve.env import ALL_AGENTS, SINGLE_AGENT, EnvSource, InProcessVectorSource, Poll
 from rlserve.env.base import EnvId
 from rlserve.env.runner import EnvRunner
-from rlserve.episodes import EpisodeSummary
-from rlserve.multiagent import PolicyMapping
+from rlserve.experience.collector import Collector
+from rlserve.experience.episodes import EpisodeSummary
+from rlserve.learners.ppo import PPOLearner
+from rlserve.learners.ppo_config import PPOSettings
 from rlserve.policy import NumpyPolicy
-from rlserve.samples import Fragment
+from rlserve.protocol.fragment import Fragment
+from rlserve.protocol.mapping import PolicyMapping
 from rlserve.server.policies import PolicySpec
 
 OBS = gym.spaces.Box(-1000.0, 1000.0, (1,), np.float32)

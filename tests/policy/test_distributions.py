@@ -10,8 +10,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from rlserve.algorithms.models import ActorCritic
 from rlserve.errors import ConfigError, UnsupportedSpaceError
+from rlserve.learners.models import ActorCritic
 from rlserve.policy import ModelSpec, NumpyPolicy
 from rlserve.policy.distributions import (
     ActionDistribution,
@@ -22,7 +22,7 @@ from rlserve.policy.distributions import (
     check_learnable,
     encode_action,
 )
-from rlserve.spaces import check_value, describe, from_description
+from rlserve.protocol.spaces import check_value, describe, from_description
 
 OBS_SPACE = spaces.Box(-np.inf, np.inf, (5,), np.float32)
 

@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from rlserve.algorithm.algorithm import _policy_table
-from rlserve.algorithms.base import WeightsPackage
-from rlserve.algorithms.models import ActorCritic, QNetwork
-from rlserve.collector import Collector
+from rlserve.experience.collector import Collector
+from rlserve.learners.models import ActorCritic, QNetwork
 from rlserve.policy import NumpyPolicy
+from rlserve.policy.weights import WeightsPackage
+from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import parse_request
-from rlserve.samples import Fragment
 from rlserve.server.policies import PolicySpec
 from rlserve.server.service import Service, Session
 from rlserve.server.stats import ServerStats

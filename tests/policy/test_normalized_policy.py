@@ -14,9 +14,9 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from rlserve.algorithms.models import ActorCritic
-from rlserve.algorithms.normalization import ObservationNormalizer, with_observation_normalization
 from rlserve.errors import ConfigError
+from rlserve.learners.models import ActorCritic
+from rlserve.learners.normalization import ObservationNormalizer, with_observation_normalization
 from rlserve.policy import ModelSpec, NumpyPolicy
 from rlserve.policy.distributions import (
     LOG_2PI,

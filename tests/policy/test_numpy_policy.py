@@ -9,8 +9,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from rlserve.algorithms.models import ActorCritic
 from rlserve.errors import ConfigError
+from rlserve.learners.models import ActorCritic
 from rlserve.policy import ModelSpec, NumpyPolicy, numpy_policy
 
 OBS_SPACE = spaces.Box(-np.inf, np.inf, (5,), np.float32)
@@ -275,7 +275,7 @@ def test_model_spec_from_wire_missing_field() -> None:
 def test_discrete_start_offsets_the_actions_sent() -> None:
     import gymnasium as gym
 
-    from rlserve.algorithms.models import ActorCritic
+    from rlserve.learners.models import ActorCritic
 
     model = ActorCritic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2, start=5))
     policy = NumpyPolicy(model.spec(), model.actor_arrays(), version=0, seed=0)
@@ -287,7 +287,7 @@ def test_discrete_start_offsets_the_actions_sent() -> None:
 def test_single_decisions_follow_the_softmax_and_report_its_logp() -> None:
     import gymnasium as gym
 
-    from rlserve.algorithms.models import ActorCritic
+    from rlserve.learners.models import ActorCritic
 
     model = ActorCritic(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(3))
     arrays = model.actor_arrays()

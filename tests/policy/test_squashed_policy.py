@@ -7,11 +7,11 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from rlserve.algorithms.registry import algorithm
-from rlserve.algorithms.sac import to_squashed
-from rlserve.algorithms.sac_config import check_sac_spaces
-from rlserve.algorithms.sac_models import SquashedGaussianActor
 from rlserve.errors import UnsupportedSpaceError
+from rlserve.learners.registry import algorithm
+from rlserve.learners.sac import to_squashed
+from rlserve.learners.sac_config import check_sac_spaces
+from rlserve.learners.sac_models import SquashedGaussianActor
 from rlserve.policy import ModelSpec, NumpyPolicy
 
 OBS_SPACE = spaces.Box(-np.inf, np.inf, (5,), np.float32)

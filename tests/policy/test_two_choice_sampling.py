@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from rlserve.algorithms.models import ActorCritic
+from rlserve.learners.models import ActorCritic
 from rlserve.policy import NumpyPolicy
 
 OBS_SPACE = spaces.Box(-np.inf, np.inf, (3,), np.float32)

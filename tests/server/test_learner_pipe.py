@@ -10,7 +10,7 @@ import numpy as np
 
 from rlserve.protocol.codec import decode
 from rlserve.protocol.framing import FrameDecoder
-from rlserve.server.learner_worker import IPC_LIMITS, LearnerPipe
+from rlserve.training.learner_worker import IPC_LIMITS, LearnerPipe
 
 
 def read_all(sock: socket.socket) -> list[dict[str, Any]]:

@@ -7,9 +7,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import parse_request
-from rlserve.samples import Fragment
 from rlserve.server.service import Service, Session
 from rlserve.server.stats import ServerStats
 

@@ -7,10 +7,10 @@ import asyncio
 import math
 from typing import Any
 
-from rlserve.episodes import EpisodeSummary
+from rlserve.cli.status import format_status
+from rlserve.experience.episodes import EpisodeSummary
 from rlserve.server.learner_link import LearnerLink
 from rlserve.server.stats import LEARNER_INITIAL, ServerStats
-from rlserve.status import format_status
 
 
 def summary(ret: float, policy_id: str = "default", **more: Any) -> EpisodeSummary:

@@ -35,26 +35,26 @@ import numpy as np
 from rlserve.algorithm.config import AlgorithmConfig
 from rlserve.algorithm.runner_group import RunnerGroup, local_source
 from rlserve.algorithm.sources import make_source, source_policies
-from rlserve.algorithms.base import WeightsPackage
-from rlserve.algorithms.registry import DEFAULT_ALGORITHM, algorithm
-from rlserve.client.agent_values import PolicyTable
-from rlserve.collector import Collector
-from rlserve.config import to_table
-from rlserve.durable import atomic_write_bytes
+from rlserve.config.fields import to_table
 from rlserve.env.base import EnvSource
 from rlserve.env.runner import EnvRunner
-from rlserve.episodes import EpisodeSummary
 from rlserve.errors import ConfigError
-from rlserve.multiagent import PolicyMapping
+from rlserve.experience.agent_values import PolicyTable
+from rlserve.experience.collector import Collector
+from rlserve.experience.episodes import EpisodeSummary
+from rlserve.learners.registry import DEFAULT_ALGORITHM, algorithm
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.distributions import actions_to_space
+from rlserve.policy.weights import WeightsPackage
+from rlserve.protocol.fragment import Fragment
+from rlserve.protocol.mapping import PolicyMapping
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
-from rlserve.samples import Fragment
-from rlserve.server.checkpoints import checkpoint_path, prune
-from rlserve.server.metrics import MetricsWriter, ProgressLine
+from rlserve.protocol.spaces import check_batch, describe
+from rlserve.run.checkpoints import checkpoint_path, prune
+from rlserve.run.durable import atomic_write_bytes
+from rlserve.run.metrics import MetricsWriter, ProgressLine
+from rlserve.run.run_folder import RunFolder
 from rlserve.server.policies import PolicySpec, is_flat, policy_paths, run_folder_form
-from rlserve.server.run_folder import RunFolder
-from rlserve.spaces import check_batch, describe
 
 logger = logging.getLogger("rlserve.algorithm")
 

@@ -2,7 +2,7 @@
 
 Each algorithm has its config class (``PPOConfig``, ``DQNConfig``, ``SACConfig``), which only
 names the algorithm (:attr:`AlgorithmConfig.algo_name`); the settings ``training()`` takes are
-that algorithm's settings dataclass in :mod:`rlserve.algorithms.registry`, plus RLlib's names
+that algorithm's settings dataclass in :mod:`rlserve.learners.registry`, plus RLlib's names
 for them (:data:`RLLIB_NAMES`), and a hosted environment starts from :data:`HOSTED_DEFAULTS`.
 
 It keeps RLlib's method and setting names where they fit, so an RLlib script needs only its
@@ -18,8 +18,8 @@ import dataclasses
 import multiprocessing as mp
 from typing import TYPE_CHECKING, Any
 
-from rlserve.algorithms.registry import algorithm
 from rlserve.errors import ConfigError
+from rlserve.learners.registry import algorithm
 
 if TYPE_CHECKING:
     from rlserve.algorithm.algorithm import Algorithm
@@ -404,9 +404,9 @@ class AlgorithmConfig:
     def training(self, **settings: Any) -> AlgorithmConfig:
         """The algorithm's settings (checked at once).
 
-        Any field of the algorithm's settings dataclass (:class:`~rlserve.algorithms.
-        ppo_config.PPOSettings` for PPO, :class:`~rlserve.algorithms.dqn_config.DQNSettings`
-        for DQN, :class:`~rlserve.algorithms.sac_config.SACSettings` for SAC), RLlib's names for
+        Any field of the algorithm's settings dataclass (:class:`~rlserve.learners.
+        ppo_config.PPOSettings` for PPO, :class:`~rlserve.learners.dqn_config.DQNSettings`
+        for DQN, :class:`~rlserve.learners.sac_config.SACSettings` for SAC), RLlib's names for
         them (:data:`RLLIB_NAMES`: for PPO ``lambda_``, ``num_sgd_iter``,
         ``sgd_minibatch_size``, ``clip_param``, ``vf_loss_coeff``, ``entropy_coeff``,
         ``grad_clip``, ``kl_target``; for SAC also ``actor_lr``/``critic_lr``/``alpha_lr``
@@ -708,15 +708,15 @@ class AlgorithmConfig:
 
 
 class PPOConfig(AlgorithmConfig):
-    """Proximal Policy Optimisation (the learner of :mod:`rlserve.algorithms.ppo`)."""
+    """Proximal Policy Optimisation (the learner of :mod:`rlserve.learners.ppo`)."""
 
     algo_name = "ppo"
 
 
 class DQNConfig(AlgorithmConfig):
-    """Deep Q-learning for Discrete actions (the learner of :mod:`rlserve.algorithms.dqn`).
+    """Deep Q-learning for Discrete actions (the learner of :mod:`rlserve.learners.dqn`).
 
-    Settings: :class:`~rlserve.algorithms.dqn_config.DQNSettings` through :meth:`training`.
+    Settings: :class:`~rlserve.learners.dqn_config.DQNSettings` through :meth:`training`.
     An iteration of :meth:`Algorithm.train` samples at least 1000 env steps by default.
     """
 
@@ -728,9 +728,9 @@ class DQNConfig(AlgorithmConfig):
 
 
 class SACConfig(AlgorithmConfig):
-    """Soft Actor-Critic for bounded Box actions (the learner of :mod:`rlserve.algorithms.sac`).
+    """Soft Actor-Critic for bounded Box actions (the learner of :mod:`rlserve.learners.sac`).
 
-    Settings: :class:`~rlserve.algorithms.sac_config.SACSettings` through :meth:`training`.
+    Settings: :class:`~rlserve.learners.sac_config.SACSettings` through :meth:`training`.
     An iteration of :meth:`Algorithm.train` samples at least 1000 env steps by default.
     """
 

@@ -31,18 +31,18 @@ from rlserve.algorithm.algorithm import Algorithm
 from rlserve.algorithm.config import AlgorithmConfig, config_for
 from rlserve.algorithm.server_thread import ServerThread
 from rlserve.algorithm.serving import ServingSettings
-from rlserve.algorithms.registry import (
+from rlserve.config.fields import build, to_table
+from rlserve.errors import ConfigError
+from rlserve.learners.registry import (
     DEFAULT_ALGORITHM,
     algorithm,
     algorithm_of_settings,
     run_algorithm,
 )
-from rlserve.config import build, to_table
-from rlserve.errors import ConfigError
-from rlserve.multiagent import PolicyMapping
-from rlserve.policies_config import check_policies
 from rlserve.policy import NumpyPolicy
+from rlserve.protocol.mapping import PolicyMapping
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
+from rlserve.run.run_folder import RunFolder
 from rlserve.server.app import PolicyServer, install_uvloop, serve_forever
 from rlserve.server.config import ServerConfig
 from rlserve.server.policies import (
@@ -53,7 +53,7 @@ from rlserve.server.policies import (
     run_folder_form,
     single_policy,
 )
-from rlserve.server.run_folder import RunFolder
+from rlserve.server.policies_config import check_policies
 
 TRAIN_POLL_S = 0.05
 """Seconds between looks at the learner's progress while :meth:`NetworkAlgorithm.train` waits."""

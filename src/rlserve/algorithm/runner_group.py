@@ -40,14 +40,14 @@ from rlserve.algorithm.runner_process import (
     summary_from_wire,
 )
 from rlserve.algorithm.sources import make_source
-from rlserve.algorithms.base import WeightsPackage
-from rlserve.client.agent_values import PolicyTable
 from rlserve.env.base import EnvSource
 from rlserve.env.subprocess import death_reason
-from rlserve.episodes import EpisodeSummary
 from rlserve.errors import ConfigError, DecodeError
+from rlserve.experience.agent_values import PolicyTable
+from rlserve.experience.episodes import EpisodeSummary
+from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.codec import encode
-from rlserve.samples import Fragment
+from rlserve.protocol.fragment import Fragment
 
 __all__ = ["RunnerGroup", "SampleRound", "local_source"]
 

@@ -40,18 +40,18 @@ import numpy as np
 
 from rlserve.algorithm.config import AlgorithmConfig
 from rlserve.algorithm.sources import make_source
-from rlserve.algorithms.base import WeightsPackage
-from rlserve.client.agent_values import PolicyTable
-from rlserve.collector import Collector
 from rlserve.env.base import EnvSource, VectorEnvSource
 from rlserve.env.runner import EnvRunner
 from rlserve.env.subprocess import watch_parent
-from rlserve.episodes import EpisodeSummary
 from rlserve.errors import ConfigError, DecodeError
+from rlserve.experience.agent_values import PolicyTable
+from rlserve.experience.collector import Collector
+from rlserve.experience.episodes import EpisodeSummary
 from rlserve.policy import NumpyPolicy
+from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.codec import decode, encode
+from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.limits import Limits
-from rlserve.samples import Fragment
 
 __all__ = [
     "IPC_LIMITS",

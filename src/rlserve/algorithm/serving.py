@@ -42,19 +42,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlserve.algorithm.server_thread import ServerThread
-from rlserve.algorithms.base import WeightsPackage
-from rlserve.algorithms.registry import algorithm
-from rlserve.config import TOKEN_ENV, option
-from rlserve.episodes import EpisodeSummary
+from rlserve.config.fields import TOKEN_ENV, option
 from rlserve.errors import ConfigError, EpisodeError
-from rlserve.multiagent import PolicyMapping
-from rlserve.samples import Fragment
+from rlserve.experience.episodes import EpisodeSummary
+from rlserve.learners.registry import algorithm
+from rlserve.policy.weights import WeightsPackage
+from rlserve.protocol.fragment import Fragment
+from rlserve.protocol.mapping import PolicyMapping
+from rlserve.run.experience_log import LogReader, encode_payload
+from rlserve.run.run_folder import RunFolder
 from rlserve.server.app import PolicyServer
 from rlserve.server.config import ServerConfig
-from rlserve.server.experience_log import LogReader, encode_payload
 from rlserve.server.learner_link import sync_log_forever
 from rlserve.server.policies import PolicySpec
-from rlserve.server.run_folder import RunFolder
 from rlserve.server.service import identity_key
 from rlserve.server.stats import ServerStats
 from rlserve.server.throttled_log import SERVER_LOG

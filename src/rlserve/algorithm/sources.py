@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from rlserve.algorithm.config import AlgorithmConfig
-from rlserve.algorithms.registry import algorithm
 from rlserve.env.base import SINGLE_AGENT, EnvSource
 from rlserve.env.convert import to_source
 from rlserve.errors import ConfigError, RLServeError
-from rlserve.multiagent import PolicyMapping
+from rlserve.learners.registry import algorithm
+from rlserve.protocol.mapping import PolicyMapping
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.server.policies import PolicySpec
 

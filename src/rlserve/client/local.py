@@ -1,7 +1,8 @@
 """Local inference: the client computes actions itself and ships experience in batches.
 
 The policy runs with numpy (:class:`~rlserve.policy.NumpyPolicy`) from weights the server
-publishes; the episode bookkeeping is the server's own :class:`~rlserve.episodes.EpisodeTable`,
+publishes; the episode bookkeeping is the server's own
+:class:`~rlserve.experience.episodes.EpisodeTable`,
 so the rules and errors are identical in both modes. Two background threads, each with its own
 connection, keep the network off the caller's path:
 
@@ -40,11 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from rlserve.client.agent_values import PolicyTable
 from rlserve.client.connection import Connection, Timeouts
-from rlserve.collector import Collector
-from rlserve.config import option
-from rlserve.episodes import EpisodeSummary
+from rlserve.config.fields import option
 from rlserve.errors import (
     ConfigError,
     ConnectionLostError,
@@ -52,8 +50,11 @@ from rlserve.errors import (
     ServerError,
     SpaceError,
 )
+from rlserve.experience.agent_values import PolicyTable
+from rlserve.experience.collector import Collector
+from rlserve.experience.episodes import EpisodeSummary
 from rlserve.policy import ModelSpec, NumpyPolicy
-from rlserve.samples import Fragment
+from rlserve.protocol.fragment import Fragment
 
 logger = logging.getLogger("rlserve.client")
 
@@ -97,7 +98,8 @@ class LocalConfig:
 class LocalInference(Collector):
     """The local-mode engine behind :class:`~rlserve.PolicyClient`: a collector plus transport.
 
-    The episode calls and the acting are :class:`~rlserve.collector.Collector`'s; this class adds
+    The episode calls and the acting are :class:`~rlserve.experience.collector.Collector`'s; this
+    class adds
     the network: a refresher thread that swaps in newer weights and a shipper thread that sends
     the collector's fragments and episode summaries in ``report_samples`` batches.
 

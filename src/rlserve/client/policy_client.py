@@ -28,10 +28,9 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from rlserve.client.agent_values import PolicyTable, plain_value
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.local import LocalConfig, LocalInference
-from rlserve.config import TOKEN_ENV
+from rlserve.config.fields import TOKEN_ENV
 from rlserve.errors import (
     ConfigError,
     ConnectionLostError,
@@ -41,12 +40,13 @@ from rlserve.errors import (
     SpaceError,
     TLSError,
 )
-from rlserve.multiagent import ALL_AGENTS
+from rlserve.experience.agent_values import PolicyTable, plain_value
 from rlserve.policy.distributions import action_from_wire
 from rlserve.protocol.info import check_info_size, wire_info
+from rlserve.protocol.mapping import ALL_AGENTS
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
-from rlserve.spaces import check_batch, check_value
-from rlserve.values import MAX_ABS_REWARD
+from rlserve.protocol.spaces import check_batch, check_value
+from rlserve.protocol.values import MAX_ABS_REWARD
 
 logger = logging.getLogger("rlserve.client")
 

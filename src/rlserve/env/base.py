@@ -48,7 +48,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlserve.multiagent import ALL_AGENTS
+from rlserve.protocol.mapping import ALL_AGENTS
 
 SINGLE_AGENT = "agent0"
 """The agent id of a single-agent environment (RLlib's convention too)."""

@@ -23,7 +23,7 @@ from rlserve.env.check_values import (
     check_space,
 )
 from rlserve.env.report import EnvReport
-from rlserve.multiagent import ALL_AGENTS
+from rlserve.protocol.mapping import ALL_AGENTS
 
 __all__ = ["MultiAgentChecks", "agent_space", "is_multi_agent"]
 

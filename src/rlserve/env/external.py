@@ -43,9 +43,9 @@ import numpy as np
 from rlserve.env.base import SINGLE_AGENT, EnvId, EnvSource, Poll
 from rlserve.env.multi_agent import agent_space
 from rlserve.errors import CapacityError, ConfigError, EnvError, EpisodeError, SpaceError
-from rlserve.multiagent import ALL_AGENTS
-from rlserve.spaces import check_value
-from rlserve.values import MAX_ABS_REWARD
+from rlserve.protocol.mapping import ALL_AGENTS
+from rlserve.protocol.spaces import check_value
+from rlserve.protocol.values import MAX_ABS_REWARD
 
 __all__ = ["ExternalEnv", "ExternalEnvSource", "ExternalMultiAgentEnv", "ExternalPoll"]
 

@@ -25,7 +25,7 @@ import gymnasium as gym
 
 from rlserve.env.base import EnvId, EnvSource, Poll
 from rlserve.errors import ConfigError, EnvError
-from rlserve.multiagent import ALL_AGENTS
+from rlserve.protocol.mapping import ALL_AGENTS
 
 __all__ = ["COMMON_INFO", "MultiAgentEnv", "MultiAgentSource", "agent_space"]
 

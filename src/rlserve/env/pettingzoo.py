@@ -27,7 +27,7 @@ import gymnasium as gym
 
 from rlserve.env.multi_agent import MultiAgentEnv
 from rlserve.errors import ConfigError, EnvError
-from rlserve.multiagent import ALL_AGENTS
+from rlserve.protocol.mapping import ALL_AGENTS
 
 __all__ = ["ParallelPettingZooEnv", "PettingZooEnv", "from_pettingzoo", "require_pettingzoo"]
 

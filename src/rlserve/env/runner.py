@@ -7,7 +7,8 @@ collector turns the steps into fragments for its sink; the runner keeps no exper
 
 A :class:`~rlserve.env.VectorEnvSource` of single-agent copies takes a fast path on stacked
 arrays (no per-step dicts): its episodes are kept in a
-:class:`~rlserve.vector_rollout.VectorRollout` (a column per copy), not in the collector's
+:class:`~rlserve.experience.vector_rollout.VectorRollout` (a column per copy), not in the
+collector's
 episode table. Everything else goes through the generic ``poll``/``send_actions`` rules of
 :mod:`rlserve.env.base`.
 
@@ -23,7 +24,6 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from rlserve.collector import Collector
 from rlserve.env.base import (
     ALL_AGENTS,
     SINGLE_AGENT,
@@ -33,7 +33,8 @@ from rlserve.env.base import (
     StepBatch,
     VectorEnvSource,
 )
-from rlserve.vector_rollout import VectorRollout
+from rlserve.experience.collector import Collector
+from rlserve.experience.vector_rollout import VectorRollout
 
 
 class EnvRunner:

@@ -3,7 +3,7 @@
 RLlib's clients pass ``log_returns(episode_id, reward, info=info)`` on every step, with whatever
 their environment returned as ``info``. Such a map travels with the next call of its episode (no
 round trip of its own), is recorded with the step the reward belongs to, and is kept with the
-episode's data (a :class:`~rlserve.samples.Fragment`'s ``infos`` and the experience log).
+episode's data (a :class:`~rlserve.protocol.fragment.Fragment`'s ``infos`` and the experience log).
 
 What travels is what msgpack and JSON both carry: maps with string keys, lists, strings, numbers,
 booleans and nil, plus bytes and numeric numpy arrays in msgpack. :func:`wire_info` turns what a

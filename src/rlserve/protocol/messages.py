@@ -27,7 +27,7 @@ import numpy as np
 from rlserve.errors import DecodeError, LimitExceededError
 from rlserve.protocol.info import check_info_size
 from rlserve.protocol.limits import DEFAULT_LIMITS, Limits
-from rlserve.values import MAX_ABS_REWARD, check_reward
+from rlserve.protocol.values import MAX_ABS_REWARD, check_reward
 
 DEFAULT_POLICY_ID = "default"
 """The policy an episode uses unless it names another."""

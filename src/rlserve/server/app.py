@@ -23,24 +23,24 @@ from typing import Any, Protocol
 import gymnasium as gym
 import uvicorn
 
-from rlserve.algorithms.base import WeightsPackage
-from rlserve.algorithms.registry import DEFAULT_ALGORITHM, algorithm
-from rlserve.config import build
-from rlserve.multiagent import PolicyMapping
+from rlserve.config.fields import build
+from rlserve.learners.registry import DEFAULT_ALGORITHM, algorithm
+from rlserve.policy.weights import WeightsPackage
+from rlserve.protocol.fragment import Fragment
+from rlserve.protocol.mapping import PolicyMapping
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
-from rlserve.samples import Fragment
+from rlserve.run.experience_log import ExperienceLog
+from rlserve.run.metrics import MetricsWriter, ProgressLine
+from rlserve.run.run_folder import RunFolder, endpoints
+from rlserve.run.state_store import StateStore
 from rlserve.server import json_body
 from rlserve.server.config import ServerConfig
-from rlserve.server.experience_log import ExperienceLog
 from rlserve.server.http import BrowserPolicy, build_http_app
 from rlserve.server.http_deadline import protocol_kwargs, shared_port_protocol
 from rlserve.server.learner_link import LearnerLink
-from rlserve.server.metrics import MetricsWriter, ProgressLine
 from rlserve.server.pacing import LearnerPace, max_lag_steps, paced_fragment_length
 from rlserve.server.policies import PolicySpec, is_flat, policy_paths, single_policy
-from rlserve.server.run_folder import RunFolder, endpoints
 from rlserve.server.service import Service
-from rlserve.server.state_store import StateStore
 from rlserve.server.stats import ServerStats
 from rlserve.server.tcp import BinaryServer, ConnectionPolicy, start_binary_server
 

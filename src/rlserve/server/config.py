@@ -9,7 +9,7 @@ import ssl
 from dataclasses import dataclass
 from typing import Any
 
-from rlserve.config import TOKEN_ENV, option
+from rlserve.config.fields import TOKEN_ENV, option
 from rlserve.errors import ConfigError
 from rlserve.protocol.limits import DEFAULT_LIMITS, MAX_FRAME_BYTES_CEILING, Limits
 
@@ -213,7 +213,8 @@ def with_token_from_env(table: dict[str, Any] | None) -> dict[str, Any]:
     """The ``[server]`` table with the token of ``RLSERVE_TOKEN`` when that is set.
 
     The precedence is ``--token`` flag > ``RLSERVE_TOKEN`` > the ``token`` of the TOML table:
-    the flag is applied afterwards by :func:`rlserve.config.build`. An empty variable counts as
+    the flag is applied afterwards by :func:`rlserve.config.fields.build`. An empty variable counts
+    as
     unset.
     """
     result = dict(table or {})

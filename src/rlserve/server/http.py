@@ -33,7 +33,6 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from rlserve import __version__
 from rlserve.errors import LimitExceededError, RLServeError
 from rlserve.protocol.codec import encode_json, to_jsonable
 from rlserve.protocol.limits import PROTOCOL_VERSION
@@ -47,6 +46,7 @@ from rlserve.server.config import ServerConfig, is_loopback
 from rlserve.server.json_body import parse_body
 from rlserve.server.service import INTERNAL_ERROR, Service, Session, identity_key
 from rlserve.server.throttled_log import SERVER_LOG
+from rlserve.version import __version__
 
 STATUS_FOR_CODE = {
     "unauthorized": 401,

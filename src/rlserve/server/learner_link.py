@@ -2,7 +2,7 @@
 
 Every fragment the server acknowledges (cut from a remote episode, or in an accepted
 ``report_samples`` batch) is appended to the run's experience log
-(:mod:`~rlserve.server.experience_log`) before any learner sees it; the learner process reads the
+(:mod:`~rlserve.run.experience_log`) before any learner sees it; the learner process reads the
 log itself, so fragments never cross the learner's socket and the serving process never blocks on
 it. The server only announces how far the log goes (a reported batch at once, fragments of remote
 episodes gathered for ``NOTIFY_DELAY`` seconds); the learner answers how far it has read.
@@ -16,7 +16,7 @@ finds is over ``max_queue_steps``, it skips the oldest records (counted in
 ``samples/steps_dropped_queue_full``): the newest experience is the most useful on-policy.
 
 The learner process hosts every policy of the server (see
-:mod:`~rlserve.server.learner_worker`); its messages name the policy they are about, and the log
+:mod:`~rlserve.training.learner_worker`); its messages name the policy they are about, and the log
 is cleaned only past what every policy's kept checkpoints need.
 
 The learner process is supervised: if it dies (kill -9, an exception), serving goes on with the
@@ -42,17 +42,17 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rlserve.algorithms.base import WeightsPackage
 from rlserve.errors import ProtocolError
+from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.codec import decode, encode
+from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.framing import FrameDecoder, frame
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
-from rlserve.samples import Fragment
-from rlserve.server.experience_log import ExperienceLog, encode_payload
-from rlserve.server.learner_worker import IPC_LIMITS
+from rlserve.run.experience_log import ExperienceLog, encode_payload
 from rlserve.server.pacing import LearnerPace
 from rlserve.server.stats import ServerStats
 from rlserve.server.throttled_log import SERVER_LOG
+from rlserve.training.learner_worker import IPC_LIMITS
 
 logger = logging.getLogger("rlserve.server")
 
@@ -107,7 +107,7 @@ class LearnerLink:
     its policies train in one process (as now) or one process each is this class's business.
 
     Args:
-        setup: Plain-value set-up for :func:`~rlserve.server.learner_worker.run_learner`, with
+        setup: Plain-value set-up for :func:`~rlserve.training.learner_worker.run_learner`, with
             ``policies`` (one map per policy; ``policy_id`` names it); ``published_versions`` is
             added at each start.
         stats: Server counters.
@@ -507,7 +507,7 @@ class LearnerLink:
 
 
 def start_learner_process(sock: socket.socket) -> subprocess.Popen[bytes]:
-    """Start ``python -m rlserve.server.learner_worker`` on its end of the socket pair.
+    """Start ``python -m rlserve.training.learner_worker`` on its end of the socket pair.
 
     A fresh interpreter, not ``multiprocessing``: its spawn re-imports the user's main script in
     the child (a script without ``if __name__ == "__main__":`` would start a second server), and
@@ -517,7 +517,7 @@ def start_learner_process(sock: socket.socket) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     return subprocess.Popen(
-        [sys.executable, "-m", "rlserve.server.learner_worker", str(sock.fileno())],
+        [sys.executable, "-m", "rlserve.training.learner_worker", str(sock.fileno())],
         pass_fds=(sock.fileno(),),
         env=env,
     )

@@ -25,11 +25,11 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlserve.algorithms.registry import algorithm, run_algorithm
 from rlserve.errors import ConfigError
-from rlserve.multiagent import PolicyMapping
+from rlserve.learners.registry import algorithm, run_algorithm
+from rlserve.protocol.mapping import PolicyMapping
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
-from rlserve.spaces import describe, from_description
+from rlserve.protocol.spaces import describe, from_description
 
 POLICY_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 """What a declared policy id may be: it names a folder of the run folder."""

@@ -19,15 +19,15 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlserve.episodes import SINGLE_AGENT, EpisodeSummary
 from rlserve.errors import LimitExceededError, SpaceError
+from rlserve.experience.episodes import SINGLE_AGENT, EpisodeSummary
 from rlserve.policy.distributions import action_distribution
+from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.info import check_info_size
 from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import ReportSamples, finite_number
-from rlserve.samples import Fragment
-from rlserve.spaces import flat_dim
-from rlserve.values import MAX_ABS_LOGP, MAX_ABS_REWARD, check_float32, indices_within
+from rlserve.protocol.spaces import flat_dim
+from rlserve.protocol.values import MAX_ABS_LOGP, MAX_ABS_REWARD, check_float32, indices_within
 
 MAX_REMEMBERED_BATCHES = 100_000
 """Batch ids remembered for de-duplication (oldest forgotten first)."""

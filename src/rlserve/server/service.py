@@ -23,11 +23,6 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
-from rlserve import __version__
-from rlserve.agent_columns import AgentTick
-from rlserve.agent_groups import AgentGrouper
-from rlserve.algorithms.base import WeightsPackage
-from rlserve.episodes import Episode, EpisodeStatus, EpisodeSummary, EpisodeTable
 from rlserve.errors import (
     AuthenticationError,
     CapacityError,
@@ -37,11 +32,16 @@ from rlserve.errors import (
     SpaceError,
     VersionMismatchError,
 )
-from rlserve.multiagent import PolicyMapping
+from rlserve.experience.agent_columns import AgentTick
+from rlserve.experience.agent_groups import AgentGrouper
+from rlserve.experience.episodes import Episode, EpisodeStatus, EpisodeSummary, EpisodeTable
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.acting import compute_actions, greedy_in_evaluation
 from rlserve.policy.distributions import actions_to_space, encode_action
+from rlserve.policy.weights import WeightsPackage
+from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.limits import PROTOCOL_VERSION, Limits
+from rlserve.protocol.mapping import PolicyMapping
 from rlserve.protocol.messages import (
     DEFAULT_POLICY_ID,
     EndEpisode,
@@ -56,13 +56,13 @@ from rlserve.protocol.messages import (
     StartEpisode,
     error_reply,
 )
-from rlserve.samples import Fragment
+from rlserve.protocol.spaces import check_batch, check_one, check_value, describe
+from rlserve.protocol.values import check_float32
 from rlserve.server.pacing import LearnerPace
 from rlserve.server.reports import BatchLedger, FragmentChecker, check_summaries
 from rlserve.server.stats import ServerStats
 from rlserve.server.throttled_log import SERVER_LOG
-from rlserve.spaces import check_batch, check_one, check_value, describe
-from rlserve.values import check_float32
+from rlserve.version import __version__
 
 Respond = Callable[[dict[str, Any]], None]
 """Callback a carrier passes to write one reply."""

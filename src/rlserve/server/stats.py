@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rlserve.episodes import EpisodeSummary
+from rlserve.experience.episodes import EpisodeSummary
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.server.throttled_log import SERVER_LOG
 
@@ -71,7 +71,7 @@ def learner_initial(algorithms: Iterable[str | None], base: dict[str, float]) ->
     Raises:
         ConfigError: An algorithm is not registered.
     """
-    from rlserve.algorithms.registry import algorithm
+    from rlserve.learners.registry import algorithm
 
     initial = dict(base)
     for name in algorithms:
@@ -159,7 +159,7 @@ class ServerStats:
             algorithms: Each policy's algorithm (None, or a policy left out: PPO): the
                 learner metric names it declares are listed from the start.
         """
-        from rlserve.algorithms.registry import ALGORITHMS
+        from rlserve.learners.registry import ALGORITHMS
 
         self.policy_ids = tuple(policy_ids)
         self.several = self.policy_ids != (DEFAULT_POLICY_ID,)

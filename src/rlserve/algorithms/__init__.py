@@ -1,1 +1,0 @@
-"""Learning algorithms. Each one consumes :class:`rlserve.samples.Fragment` batches only."""

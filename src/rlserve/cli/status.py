@@ -1,0 +1,210 @@
+"""``rlserve status``: a running server's progress, clients, episodes and learner, in a few lines.
+
+It reads ``GET /v1/health`` and ``GET /v1/metrics`` from the server's HTTP carrier, found from a
+run folder's ``endpoints.json`` or given as an address. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import ssl
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from rlserve.config.fields import TOKEN_ENV
+from rlserve.errors import ConfigError
+
+TLS_CA_ENV = "RLSERVE_TLS_CA"
+"""Environment variable with the CA file of a TLS server's certificate."""
+
+
+def _newest_run(runs: Path) -> Path | None:
+    found = sorted(runs.glob("*/endpoints.json"), key=lambda p: p.stat().st_mtime)
+    return found[-1].parent if found else None
+
+
+def http_url(target: str | None) -> tuple[str, str]:
+    """The base URL of the server's HTTP carrier and a description of where it came from.
+
+    Args:
+        target: A run folder (with ``endpoints.json``), ``host:port``, or ``http(s)://host:port``;
+            None looks for the newest run under ``runs/``.
+
+    Raises:
+        ConfigError: Nothing to connect to (no run folder, a stopped server, no HTTP carrier).
+    """
+    if target is None:
+        folder = _newest_run(Path("runs"))
+        if folder is None:
+            raise ConfigError(
+                "no run folder with an endpoints.json under runs/; pass the run folder "
+                "(rlserve status runs/<name>) or the HTTP address (rlserve status localhost:9901)"
+            )
+        target = str(folder)
+    path = Path(target)
+    if path.is_dir():
+        endpoints_file = path / "endpoints.json"
+        try:
+            endpoints = json.loads(endpoints_file.read_text())
+        except FileNotFoundError:
+            raise ConfigError(
+                f"{path} has no endpoints.json: the server of this run folder never listened "
+                "(or is older than rlserve 0.1); pass the HTTP address instead, e.g. "
+                "localhost:9901"
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{endpoints_file}: unreadable ({exc})") from None
+        if endpoints.get("state") == "stopped":
+            raise ConfigError(
+                f"the server of {path} stopped at {endpoints.get('stopped', '?')}; start it again "
+                f"with 'rlserve serve --resume {path}'"
+            )
+        http = endpoints.get("http")
+        if not http:
+            raise ConfigError(
+                f"the server of {path} runs without its HTTP carrier (--http-port -1), which "
+                "'rlserve status' reads; restart it with an --http-port"
+            )
+        host = str(http["host"])
+        if host in ("0.0.0.0", ""):
+            host = "127.0.0.1"
+        elif host == "::":
+            host = "::1"
+        shown = f"[{host}]" if ":" in host else host
+        scheme = "https" if endpoints.get("tls") else "http"
+        return f"{scheme}://{shown}:{int(http['port'])}", f"run folder {path}"
+    if "://" not in target:
+        if ":" not in target:
+            raise ConfigError(
+                f"'{target}' is neither a run folder nor an address; pass runs/<name> or "
+                "host:port of the HTTP carrier (default port 9901)"
+            )
+        target = f"http://{target}"
+    scheme = target.split("://", 1)[0].lower()
+    if scheme not in ("http", "https"):
+        raise ConfigError(
+            f"'{target}': rlserve status reads the HTTP carrier; pass http://host:port or "
+            "https://host:port (default port 9901), not the binary port"
+        )
+    return target.rstrip("/"), target.rstrip("/")
+
+
+def _get(url: str, token: str | None, context: ssl.SSLContext | None, timeout: float) -> Any:
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as reply:
+            return json.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        if exc.code == 401:
+            raise ConfigError(
+                f"{url}: the server needs its token; pass --token SECRET or set {TOKEN_ENV}"
+            ) from None
+        raise ConfigError(f"{url}: HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ConfigError(
+            f"no rlserve server answers at {url.rsplit('/v1/', 1)[0]} ({reason}); is it "
+            "running? Start it with 'rlserve serve', or pass its run folder or HTTP address"
+        ) from None
+    except ValueError:
+        raise ConfigError(
+            f"{url} did not answer with JSON: is this the HTTP port of an rlserve server "
+            "(default 9901)?"
+        ) from None
+
+
+def _number(value: Any, digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if digits:
+        return f"{float(value):,.{digits}f}"
+    return f"{int(value):,d}"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def format_status(where: str, health: dict[str, Any], metrics: dict[str, Any]) -> str:
+    """The status as a few labelled lines."""
+    m = metrics
+    version = int(m.get("server/weights_version", -1))
+    lines = [
+        f"server    {where}: {health.get('status', '?')}, rlserve "
+        f"{health.get('server_version', '?')}, up {_duration(m.get('server/uptime_s') or 0)}",
+        f"progress  {_number(m.get('server/env_steps'))} env steps, "
+        f"{_number(m.get('server/actions_per_s'), 1)} steps/s, "
+        + (f"weights v{version}" if version >= 0 else "no weights yet"),
+        f"clients   {_number(m.get('server/clients'))} connected, "
+        f"{_number(m.get('server/errors'))} error replies",
+        f"episodes  {_number(m.get('episodes/started'))} started, "
+        f"{_number(m.get('episodes/completed'))} completed, "
+        f"{_number(m.get('episodes/timed_out'))} timed out, "
+        f"{_number(m.get('server/episodes_active'))} active; "
+        f"return(100) {_number(m.get('episodes/return_mean'), 2)}, "
+        f"length(100) {_number(m.get('episodes/length_mean'), 1)}",
+        f"learner   {_number(m.get('learner/updates'))} updates, "
+        f"{_number(m.get('learner/steps_trained'))} steps trained, "
+        f"{_number(m.get('samples/steps_queued'))} waiting; "
+        f"policy loss {_number(m.get('learner/policy_loss'), 4)}, "
+        f"value loss {_number(m.get('learner/value_loss'), 4)}, "
+        f"entropy {_number(m.get('learner/entropy'), 3)}, "
+        f"kl {_number(m.get('learner/approx_kl'), 4)}; "
+        f"{_number(m.get('learner/restarts'))} restarts",
+    ]
+    policies = sorted({k.split("/")[1] for k in m if k.startswith("policies/")})
+    for pid in policies:
+        p = f"policies/{pid}/"
+        lines.append(
+            f"policy    {pid}: weights v{_number(m.get(p + 'weights_version'))}, "
+            f"{_number(m.get(p + 'learner/updates'))} updates, "
+            f"{_number(m.get(p + 'learner/steps_trained'))} steps trained, "
+            f"return(100) {_number(m.get(p + 'episodes/return_mean'), 2)}"
+        )
+    for part, problem in (health.get("problems") or {}).items():
+        lines.append(f"problem   {part}: {problem}")
+    return "\n".join(lines)
+
+
+def run_status(
+    target: str | None,
+    token: str | None = None,
+    tls_ca: str | None = None,
+    as_json: bool = False,
+    timeout: float = 5.0,
+) -> int:
+    """Print a running server's status; the ``rlserve status`` command.
+
+    Returns:
+        0 when the server answered.
+
+    Raises:
+        ConfigError: The server cannot be found or does not answer (one line, with the fix).
+    """
+    base, where = http_url(target)
+    token = token or os.environ.get(TOKEN_ENV) or None
+    tls_ca = tls_ca or os.environ.get(TLS_CA_ENV) or None
+    context = None
+    if base.startswith("https://"):
+        try:
+            context = ssl.create_default_context(cafile=tls_ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"--tls-ca {tls_ca}: cannot load it ({exc})") from None
+    health = _get(f"{base}/v1/health", None, context, timeout)
+    metrics = _get(f"{base}/v1/metrics", token, context, timeout)
+    if as_json:
+        json.dump({"health": health, "metrics": metrics}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(format_status(where if where == base else f"{base} ({where})", health, metrics))
+    return 0

@@ -1,0 +1,194 @@
+"""``rlserve train``: train on a hosted environment with the Algorithm API.
+
+The same run folder as ``rlserve serve`` (``config.toml``, ``spaces.json``, checkpoints,
+TensorBoard events), the same progress line, ``--resume`` and ``rlserve export``. It stops when
+the mean return of the last 100 episodes reaches ``--stop-return`` (exit 0), or at the step or
+time budget (exit 1 when a target return was set and not reached, else 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from rlserve.config.fields import option
+from rlserve.errors import ConfigError
+
+
+@dataclass
+class TrainConfig:
+    """Options of ``rlserve train``."""
+
+    env: str = option("", "A registered env id (CartPole-v1) or module:Name of a class/creator.")
+    algo: str | None = option(
+        None, "The learning algorithm: ppo (default), dqn (Discrete actions) or sac (Box)."
+    )
+    env_config: str = option("{}", "JSON object handed to the env's creator.")
+    num_envs: int = option(8, "Copies of the environment, acted on in one forward pass.")
+    env_runners: int = option(
+        0, "Env-runner processes sampling in parallel, each with --num-envs copies (0: here)."
+    )
+    remote_envs: bool = option(False, "Step the copies in sub-processes, in parallel.")
+    envs_per_process: int = option(1, "Copies per sub-process with --remote-envs.")
+    seed: int = option(0, "Seed of the environments, the sampling and the learner.")
+    stop_return: float | None = option(
+        None, "Stop once the mean return of the last 100 episodes reaches this."
+    )
+    stop_steps: int = option(1_000_000, "Stop after this many env steps.")
+    time_limit: float | None = option(None, "Stop after this many seconds.")
+    run_dir: str = option("runs", "Folder of run folders.")
+    name: str | None = option(None, "Name of the run folder (default: a timestamp).")
+    resume: str | None = option(None, "Continue the run in this folder.")
+    checkpoint_every: int = option(10, "Iterations between checkpoints.")
+    iteration_steps: int = option(512, "Env steps per training iteration (per progress line).")
+    progress: bool = option(True, "Show the progress line.")
+
+    def __post_init__(self) -> None:
+        from rlserve.learners.registry import algorithm
+
+        algorithm(self.algo)  # an unknown name is refused with the list
+        if not self.env and not self.resume:
+            raise ConfigError("rlserve train needs --env ENV (e.g. CartPole-v1) or --resume RUN")
+
+
+def run_training(config: TrainConfig, overrides: dict[str, Any]) -> int:
+    """Train until a stop condition; return the exit code."""
+    from rlserve.algorithm.algorithm import Algorithm
+    from rlserve.algorithm.config import config_for
+    from rlserve.env.locate import locate_env
+
+    if config.resume:
+        algo = Algorithm.from_checkpoint(config.resume)
+        if config.algo is not None and config.algo != algo.config.algo_name:
+            algo.stop()
+            raise ConfigError(
+                f"--algo {config.algo}: the run in {config.resume} trains "
+                f"{algo.config.algo_name}; a run keeps its algorithm (drop --algo)"
+            )
+        algo.use_run_folder(config.resume, progress=config.progress)
+        print(
+            f"rlserve: resuming {config.resume}: {algo.env_steps_sampled:,} env steps, "
+            f"iteration {algo.iteration}",
+            flush=True,
+        )
+    else:
+        try:
+            env_config = json.loads(config.env_config)
+        except ValueError as exc:
+            raise ConfigError(f"--env-config is not JSON: {exc}") from exc
+        if not isinstance(env_config, dict):
+            raise ConfigError("--env-config must be a JSON object, e.g. '{\"size\": 5}'")
+        algo_config = (
+            config_for(config.algo)
+            .environment(locate_env(config.env), env_config=env_config)
+            .env_runners(
+                num_env_runners=config.env_runners,
+                num_envs_per_env_runner=config.num_envs,
+                remote_worker_envs=config.remote_envs,
+                envs_per_process=config.envs_per_process,
+            )
+            .training(min_env_steps_per_iteration=config.iteration_steps, **overrides)
+            .debugging(seed=config.seed)
+            .reporting(
+                run_dir=config.run_dir,
+                name=config.name,
+                progress=config.progress,
+                checkpoint_every=config.checkpoint_every,
+            )
+        )
+        algo = algo_config.build()
+    started = time.monotonic()
+    reached = False
+    try:
+        assert algo.run is not None
+        print(f"rlserve: training in {algo.run.path}", flush=True)
+        while True:
+            result = algo.train()
+            mean = result["env_runners"]["episode_return_mean"]
+            if config.stop_return is not None and mean >= config.stop_return:
+                reached = True
+                break
+            if algo.env_steps_sampled >= config.stop_steps:
+                break
+            if config.time_limit is not None and time.monotonic() - started >= config.time_limit:
+                break
+    finally:
+        folder = algo.save()
+        algo.stop()
+    elapsed = time.monotonic() - started
+    shown = "n/a" if mean != mean else f"{mean:.1f}"
+    if reached:
+        print(
+            f"solved: mean return {shown} over the last 100 episodes after "
+            f"{algo.env_steps_sampled:,} env steps in {elapsed:.1f} s; checkpoint in {folder}"
+        )
+        return 0
+    print(
+        f"stopped after {algo.env_steps_sampled:,} env steps in {elapsed:.1f} s: mean return "
+        f"{shown}; checkpoint in {folder}"
+    )
+    return 1 if config.stop_return is not None else 0
+
+
+def add_train_parser(commands: Any) -> None:
+    """Add ``rlserve train`` to the command's sub-parsers."""
+    from rlserve.config.fields import add_arguments
+    from rlserve.learners.registry import ALGORITHMS
+
+    train = commands.add_parser(
+        "train",
+        help="train a policy on a hosted environment (vectorised, optionally in sub-processes)",
+        description="Train on a hosted environment; same run folder, metrics, checkpoints, "
+        "--resume and export as 'rlserve serve'. Unset settings take the hosted defaults of "
+        "the algorithm (not the server's).",
+    )
+    add_arguments(train, TrainConfig)
+    for entry in ALGORITHMS.values():
+        group = train.add_argument_group(
+            f"{entry.name.upper()} (--algo {entry.name}; defaults for hosted environments)"
+        )
+        add_arguments(
+            group, entry.settings, prefix=f"{entry.name}_", defaults=train_defaults(entry.name)
+        )
+
+
+def train_defaults(algo: str) -> dict[str, Any]:
+    """The defaults of ``algo``'s settings that ``rlserve train`` applies unlike the server.
+
+    The hosted defaults (:data:`~rlserve.algorithm.config.HOSTED_DEFAULTS`), and the seed of
+    ``--seed``; shown in ``rlserve train --help``.
+    """
+    from rlserve.algorithm.config import HOSTED_DEFAULTS
+
+    return {**HOSTED_DEFAULTS.get(algo, {}), "seed": "that of --seed"}
+
+
+def train_command(args: argparse.Namespace) -> int:
+    """Run ``rlserve train`` from parsed arguments."""
+    import dataclasses
+
+    from rlserve.config.fields import build
+    from rlserve.learners.registry import ALGORITHMS, algorithm
+
+    config = build(TrainConfig, None, args)
+    entry = algorithm(config.algo)
+    for other in ALGORITHMS.values():
+        given = [
+            f"--{other.name}-{f.name.replace('_', '-')}"
+            for f in dataclasses.fields(other.settings)
+            if getattr(args, f"{other.name}_{f.name}", None) is not None
+        ]
+        if other is not entry and given:
+            raise ConfigError(
+                f"{', '.join(given)} set {other.name} settings, but the algorithm is "
+                f"{entry.name}; pass --algo {other.name}, or --{entry.name}-* settings"
+            )
+    overrides = {
+        f.name: getattr(args, f"{entry.name}_{f.name}")
+        for f in dataclasses.fields(entry.settings)
+        if getattr(args, f"{entry.name}_{f.name}", None) is not None
+    }
+    return run_training(config, overrides)

@@ -1,0 +1,170 @@
+"""Client side of multi-agent calls: the policies a server declares, and per-agent values.
+
+The ``welcome`` reply lists the server's policies (each with its spaces) and the agent -> policy
+mapping; :class:`PolicyTable` keeps them so that the client checks each agent's observation
+against its own policy's space before sending, stacks the observations of agents that share one
+Box space into one array (one typed array on the wire instead of one per agent), and turns the
+reply's actions back into a dict keyed by agent id in each policy's action form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from rlserve.errors import EpisodeError, SpaceError
+from rlserve.policy.distributions import action_from_wire
+from rlserve.protocol.mapping import PolicyMapping
+from rlserve.protocol.spaces import check_batch, check_value, from_description
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySpaces:
+    """One served policy's spaces."""
+
+    policy_id: str
+    observation_space: spaces.Space[Any]
+    action_space: spaces.Space[Any]
+
+    @property
+    def discrete(self) -> bool:
+        """Whether the actions are Discrete (plain ints)."""
+        return isinstance(self.action_space, spaces.Discrete)
+
+
+class PolicyTable:
+    """The server's policies and mapping, as told in ``welcome``.
+
+    Args:
+        welcome: The server's ``welcome`` reply.
+        policy_ids: Explicit agent -> policy choices of this client (they win over the mapping).
+    """
+
+    def __init__(self, welcome: dict[str, Any], policy_ids: Mapping[str, str] | None = None):
+        self.policies = {
+            pid: PolicySpaces(
+                pid,
+                from_description(desc["observation_space"]),
+                from_description(desc["action_space"]),
+            )
+            for pid, desc in welcome["policies"].items()
+        }
+        self.mapping = PolicyMapping.from_wire(welcome.get("mapping"), self.policies)
+        self.multi_agent = bool(welcome.get("multi_agent", False))
+        self.explicit = dict(policy_ids or {})
+        # The policies of the last agent-id list seen (a simulator sends the same list tick
+        # after tick): the list, each agent's policy, and the one policy they share (or None).
+        self._recent: tuple[list[str], list[PolicySpaces], PolicySpaces | None] | None = None
+        for agent_id, pid in self.explicit.items():
+            if pid not in self.policies:
+                raise EpisodeError(
+                    f"policy_ids names the policy '{pid}' for agent '{agent_id}', which the "
+                    f"server does not serve; it serves {sorted(self.policies)}"
+                )
+
+    def policy_of(self, agent_id: str) -> PolicySpaces:
+        """The policy acting for ``agent_id``.
+
+        Raises:
+            SpaceError: No mapping rule matches (the message says how to fix it).
+        """
+        explicit = self.explicit.get(agent_id)
+        if explicit is not None:
+            return self.policies[explicit]
+        return self.policies[self.mapping.resolve(agent_id)]
+
+    def explicit_ids(self, agent_ids: list[str]) -> list[str | None] | None:
+        """The wire's ``policy_ids`` for these agents (None when none is chosen explicitly)."""
+        if not self.explicit:
+            return None
+        chosen = [self.explicit.get(a) for a in agent_ids]
+        return chosen if any(c is not None for c in chosen) else None
+
+    def policies_of(self, agent_ids: list[str]) -> tuple[list[PolicySpaces], PolicySpaces | None]:
+        """Each agent's policy, and the policy they all share (None when they do not).
+
+        Raises:
+            SpaceError: No mapping rule matches an agent.
+        """
+        recent = self._recent
+        if recent is not None and recent[0] == agent_ids:
+            return recent[1], recent[2]
+        policies = [self.policy_of(a) for a in agent_ids]
+        first = policies[0] if policies else None
+        shared = first if all(p is first for p in policies) else None
+        self._recent = (list(agent_ids), policies, shared)
+        return policies, shared
+
+    def observations(self, agent_ids: list[str], rows: list[Any], check: bool) -> Any:
+        """Check each agent's observation; one stacked array when all share one Box policy.
+
+        Args:
+            agent_ids: The agents.
+            rows: Their observations, in the same order.
+            check: Check them against the spaces (else only stack them).
+
+        Raises:
+            SpaceError: An observation does not fit its agent's policy (naming both).
+        """
+        policies, first = self.policies_of(agent_ids)
+        if first is not None and isinstance(first.observation_space, spaces.Box):
+            try:
+                stacked = np.asarray(rows, dtype=first.observation_space.dtype)
+            except (TypeError, ValueError):
+                stacked = None
+            if stacked is not None and stacked.shape[1:] == first.observation_space.shape:
+                if check:
+                    try:
+                        check_batch(first.observation_space, stacked, len(rows), "observations")
+                    except SpaceError:
+                        self._name_bad(agent_ids, rows, policies)
+                        raise
+                return stacked
+        if check:
+            self._name_bad(agent_ids, rows, policies)
+        return [plain_value(value) for value in rows]
+
+    def actions(self, agent_ids: list[str], wire: Any) -> dict[str, Any]:
+        """The reply's actions as a dict keyed by agent id, in each policy's action form."""
+        if isinstance(wire, np.ndarray):
+            _, shared = self.policies_of(agent_ids)
+            policy = shared or self.policy_of(agent_ids[0])
+            if policy.discrete:
+                return dict(zip(agent_ids, wire.tolist(), strict=True))
+            return dict(zip(agent_ids, wire, strict=True))
+        out = {}
+        for agent_id, value in zip(agent_ids, wire, strict=True):
+            policy = self.policy_of(agent_id)
+            out[agent_id] = (
+                int(value) if policy.discrete else action_from_wire(policy.action_space, value)
+            )
+        return out
+
+    def taken_actions(self, agent_ids: list[str], actions: Mapping[str, Any]) -> list[Any]:
+        """Check actions taken by someone else against each agent's action space."""
+        out = []
+        for agent_id in agent_ids:
+            policy = self.policy_of(agent_id)
+            where = f"action of agent '{agent_id}' (policy '{policy.policy_id}')"
+            out.append(plain_value(check_value(policy.action_space, actions[agent_id], where)))
+        return out
+
+    def _name_bad(
+        self, agent_ids: list[str], rows: list[Any], policies: list[PolicySpaces]
+    ) -> None:
+        for agent_id, value, policy in zip(agent_ids, rows, policies, strict=True):
+            where = f"observation of agent '{agent_id}' (policy '{policy.policy_id}')"
+            check_value(policy.observation_space, value, where)
+
+
+def plain_value(value: Any) -> Any:
+    """A value with tuples turned into lists, recursively (msgpack and JSON have no tuple)."""
+    if isinstance(value, tuple):
+        return [plain_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain_value(v) for k, v in value.items()}
+    return value

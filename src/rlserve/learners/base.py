@@ -1,0 +1,142 @@
+"""The narrow interface between experience sources and learning algorithms.
+
+A learner is fed finished :class:`~rlserve.protocol.fragment.Fragment` batches and nothing else: it
+does not
+know whether they came from network clients, hosted environments or logged data. It says when it
+has enough for an update, performs the update, and publishes its actor as a
+:class:`WeightsPackage` that numpy-only code can run.
+"""
+
+from __future__ import annotations
+
+import abc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlserve.policy import ModelSpec
+from rlserve.policy.weights import WeightsPackage
+from rlserve.protocol.fragment import Fragment
+
+
+class Learner(abc.ABC):
+    """An algorithm's update step, fed with trajectory fragments."""
+
+    _version: int
+    """The weights version; each learner sets it (0 when fresh) and advances it per update."""
+    _counters: dict[str, int]
+    """The learner's counters (``fragments_excluded_invalid``, ``steps_excluded_invalid``...)."""
+    _warnings: Any
+    """Its rate-limited warning (``RateLimitedWarning``): ``add(kind, example=...)``."""
+    obs_normalization: Any = None
+    """Its observation normalisation (``ObservationNormalization``, frozen per weights version),
+    or None when it reads raw observations."""
+
+    def _with_normalization(self, spec: ModelSpec) -> ModelSpec:
+        """``spec`` with the published version's observation statistics, when it normalises."""
+        if self.obs_normalization is None:
+            return spec
+        result: ModelSpec = self.obs_normalization.spec(spec)
+        return result
+
+    def normalized_observations(self, obs: np.ndarray) -> np.ndarray:
+        """``[N, D]`` raw observations as the learner's networks read them.
+
+        Normalised with the published version's statistics; without normalisation, the
+        observations themselves as float32.
+        """
+        if self.obs_normalization is None:
+            return np.asarray(obs, dtype=np.float32)
+        result: np.ndarray = self.obs_normalization.numpy(obs)
+        return result
+
+    def _exclude(self, steps: int, problem: str) -> None:
+        """Count a fragment of ``steps`` steps left out whole, and warn (rate-limited) why."""
+        self._counters["fragments_excluded_invalid"] += 1
+        self._counters["steps_excluded_invalid"] += steps
+        self._warnings.add("fragments excluded", example=problem)
+
+    def _exclude_fragment(self, fragment: Fragment, problem: str) -> None:
+        """:meth:`_exclude` a fragment as received (its steps, when its rewards say how many)."""
+        rewards = fragment.rewards
+        valid = isinstance(rewards, np.ndarray) and rewards.ndim == 1
+        self._exclude(len(rewards) if valid else 0, problem)
+
+    @property
+    def version(self) -> int:
+        """Version of the current weights (one more after each update that changed them)."""
+        return self._version
+
+    def continue_versions_from(self, version: int) -> None:
+        """Number later weights after ``version`` if it is ahead (weights never go back)."""
+        self._version = max(self._version, version)
+
+    @abc.abstractmethod
+    def ingest(self, fragments: list[Fragment]) -> None:
+        """Take fragments into the learner's buffer."""
+
+    @property
+    @abc.abstractmethod
+    def buffered_steps(self) -> int:
+        """Steps taken in but not yet trained on."""
+
+    @property
+    def owed_steps(self) -> int:
+        """Env steps taken in whose scheduled training is still to do (0: trains what it has).
+
+        Off-policy learners train on a schedule and may owe gradient steps for steps they have
+        already stored; the server holds its clients while this and the unread log are over the
+        bound (:mod:`rlserve.server.pacing`).
+        """
+        return 0
+
+    @property
+    @abc.abstractmethod
+    def sample_steps(self) -> int:
+        """Env steps a synchronous sampler collects between two looks at :meth:`ready`."""
+
+    @abc.abstractmethod
+    def ready(self) -> bool:
+        """Whether enough experience is buffered for :meth:`update`."""
+
+    @abc.abstractmethod
+    def update(self) -> dict[str, float]:
+        """Run one update on the buffered experience and return its metrics (slash names)."""
+
+    @abc.abstractmethod
+    def weights(self) -> WeightsPackage:
+        """The current actor, for inference."""
+
+    @abc.abstractmethod
+    def counters(self) -> dict[str, int]:
+        """Step counters that a checkpoint must restore (updates, trained steps...)."""
+
+    @abc.abstractmethod
+    def save(self, path: Path, extra: dict[str, Any]) -> None:
+        """Write model, optimiser and counters (and ``extra``) to ``path``."""
+
+    @abc.abstractmethod
+    def load(self, path: Path) -> dict[str, Any]:
+        """Restore from :meth:`save` output and return its ``extra``."""
+
+    @abc.abstractmethod
+    def initialise_from(self, path: Path) -> None:
+        """Take the model weights of a :meth:`save` output (e.g. another run's checkpoint).
+
+        Only the weights: the optimiser, counters, version and ``extra`` stay this learner's.
+        """
+
+
+class ReplayLearner(Learner):
+    """A learner that stores each step in its replay buffer as it takes it in (DQN, SAC)."""
+
+    @property
+    def buffered_steps(self) -> int:
+        """Zero: each step taken in is in the replay buffer at once.
+
+        What it still owes (its scheduled gradient steps) is in the schedule, which checkpoints
+        hold, so the log position is settled as soon as the steps are read: a restart never reads
+        them again (which would store them twice with ``checkpoint_replay``).
+        """
+        return 0

@@ -1,0 +1,255 @@
+"""Observation normalisation as a learner keeps it: running statistics, frozen per weights version.
+
+A learner with ``normalize_observations`` owns an :class:`ObservationNormalization`. The running
+statistics (:class:`~rlserve.learners.running_stats.RunningMeanStd`, float64) take in the
+observations of the experience that arrives; at the start of each update they are *frozen* into
+float32 ``mean`` and ``std = sqrt(var + NORM_EPSILON)``, which the update trains with and which
+are published with the weights it produces (:meth:`ObservationNormalization.spec`: the model
+spec's ``obs_mean``, ``obs_std`` and ``obs_clip``). Between two versions nothing changes, so the
+numpy policy (server inference, local clients, hosted runners) and the ONNX export compute
+exactly the learner's ``clip((obs - mean) / std, -clip, clip)`` for the version they hold, and a
+behaviour log-probability is the learner's log-probability of that version. An update that
+applies no step (the version does not advance) puts the previous frozen values back.
+
+A checkpoint holds both: the running statistics and the frozen values of the current version
+(:meth:`ObservationNormalization.state`, plain tensors for ``torch.load(weights_only=True)``).
+Weights and the inputs they were trained on go together: a learner that loads a checkpoint (to
+resume, or to start from another run's weights) takes the checkpoint's normalisation, or none
+when it has none, whatever its own settings say (:func:`restore_observation_normalization`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from rlserve.errors import ConfigError
+from rlserve.learners.running_stats import NORM_EPSILON, RunningMeanStd
+from rlserve.policy import ModelSpec
+from rlserve.protocol.limits import DEFAULT_LIMITS
+
+logger = logging.getLogger("rlserve.learner")
+
+MAX_NORMALIZED_OBS_DIM = DEFAULT_LIMITS.max_container_len
+"""The widest observation a learner normalises: its statistics travel in the model spec as lists
+of numbers, which a peer decodes up to ``max_container_len`` long."""
+
+
+class ObservationNormalizer(nn.Module):
+    """``clip((obs - mean) / std, -clip, clip)`` with fixed float32 ``mean`` and ``std``.
+
+    The numpy policy's :meth:`~rlserve.policy.NumpyPolicy.normalize` in torch (the same float32
+    operations, so the same values), for the learners and the ONNX export. ``mean`` and ``std``
+    are buffers that a ``state_dict`` leaves out (a model's checkpoint keys stay as they were).
+
+    Args:
+        mean: ``[D]`` values subtracted.
+        std: ``[D]`` positive divisors.
+        clip: The bound of the normalised values.
+    """
+
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    def __init__(self, mean: np.ndarray, std: np.ndarray, clip: float) -> None:
+        super().__init__()
+        self.clip = float(clip)
+        self.register_buffer("mean", torch.as_tensor(np.asarray(mean, np.float32)), False)
+        self.register_buffer("std", torch.as_tensor(np.asarray(std, np.float32)), False)
+
+    def set(self, mean: np.ndarray, std: np.ndarray) -> None:
+        """Replace the statistics (float32 ``[D]`` each) in place, on the buffers' device."""
+        with torch.no_grad():
+            self.mean.copy_(torch.as_tensor(np.asarray(mean, np.float32)))
+            self.std.copy_(torch.as_tensor(np.asarray(std, np.float32)))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Normalised ``[N, D]`` observations."""
+        return ((obs - self.mean) / self.std).clamp(-self.clip, self.clip)
+
+
+def with_observation_normalization(
+    spec: ModelSpec, mean: np.ndarray, std: np.ndarray, clip: float
+) -> ModelSpec:
+    """``spec`` with the observation normalisation fields (float32 values as floats)."""
+    return dataclasses.replace(
+        spec,
+        obs_mean=tuple(float(v) for v in np.asarray(mean, np.float32)),
+        obs_std=tuple(float(v) for v in np.asarray(std, np.float32)),
+        obs_clip=float(clip),
+    )
+
+
+class ObservationNormalization:
+    """A learner's observation statistics: running (float64) and frozen (float32, published).
+
+    The learner normalises with :meth:`numpy` (the numpy policy's float32 operations, in the same
+    order, so the same values) and publishes the frozen values with :meth:`spec`.
+
+    Args:
+        obs_dim: Width of a flattened observation.
+        clip: ``obs_clip``: the bound of the normalised values (positive).
+
+    Raises:
+        ConfigError: ``clip`` is not positive, or ``obs_dim`` is beyond what the model spec can
+            carry to a client (:data:`MAX_NORMALIZED_OBS_DIM`).
+    """
+
+    def __init__(self, obs_dim: int, clip: float) -> None:
+        if not (np.isfinite(clip) and clip > 0):
+            raise ConfigError(f"obs_clip must be a finite positive number, got {clip}")
+        if obs_dim > MAX_NORMALIZED_OBS_DIM:
+            raise ConfigError(
+                f"observations of {obs_dim} values are too wide to normalise: the statistics "
+                f"travel as lists of at most {MAX_NORMALIZED_OBS_DIM} numbers; turn "
+                "normalize_observations off"
+            )
+        self.clip = float(clip)
+        self.stats = RunningMeanStd((obs_dim,))
+        self.mean, self.std = self._frozen_values()
+        self._previous: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _frozen_values(self) -> tuple[np.ndarray, np.ndarray]:
+        mean = self.stats.mean.astype(np.float32)
+        std = self.stats.std(NORM_EPSILON).astype(np.float32)
+        return mean, std
+
+    def observe(self, obs: np.ndarray) -> None:
+        """Take ``[N, D]`` observations into the running statistics (not yet used)."""
+        self.stats.update(obs)
+
+    def freeze(self) -> None:
+        """Normalise with the running statistics from now on (at the start of an update).
+
+        :meth:`revert` undoes it.
+        """
+        self._previous = (self.mean, self.std)
+        self.mean, self.std = self._frozen_values()
+
+    def revert(self) -> None:
+        """Put back the values of before the last :meth:`freeze`.
+
+        For an update that applied no step: the published version keeps its statistics.
+        """
+        if self._previous is not None:
+            self.mean, self.std = self._previous
+            self._previous = None
+
+    def numpy(self, obs: np.ndarray) -> np.ndarray:
+        """``[N, D]`` observations normalised with the frozen values, a new float32 array."""
+        x = np.subtract(obs, self.mean, dtype=np.float32)
+        np.divide(x, self.std, out=x)
+        return np.clip(x, -np.float32(self.clip), np.float32(self.clip), out=x)
+
+    def module(self) -> ObservationNormalizer:
+        """The frozen values as a torch module (CPU)."""
+        return ObservationNormalizer(self.mean, self.std, self.clip)
+
+    def spec(self, spec: ModelSpec) -> ModelSpec:
+        """``spec`` with the frozen statistics, to publish with the weights."""
+        return with_observation_normalization(spec, self.mean, self.std, self.clip)
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """Running statistics (float64), frozen values (float32) and clip as CPU tensors."""
+        running = {k: torch.from_numpy(np.array(v)) for k, v in self.stats.state().items()}
+        return {
+            **running,
+            "frozen_mean": torch.from_numpy(self.mean.copy()),
+            "frozen_std": torch.from_numpy(self.std.copy()),
+            "clip": torch.tensor(self.clip, dtype=torch.float64),
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Take back :meth:`state` output (its clip included).
+
+        Raises:
+            ValueError: The arrays are missing, misshapen, not finite, or a divisor or the clip
+                is not positive.
+        """
+        try:
+            running = {k: _numpy(state[k]) for k in ("count", "mean", "var")}
+            mean = _numpy(state["frozen_mean"]).astype(np.float32)
+            std = _numpy(state["frozen_std"]).astype(np.float32)
+            clip = float(_numpy(state["clip"]).reshape(()))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"observation normalisation state is malformed: {exc!r}") from exc
+        self.stats.load_state(running)
+        shape = self.stats.shape
+        if mean.shape != shape or std.shape != shape:
+            raise ValueError(
+                f"observation normalisation of shape {mean.shape}; expected {shape} (saved for "
+                "another observation space?)"
+            )
+        if not (np.isfinite(mean).all() and np.isfinite(std).all() and (std > 0).all()):
+            raise ValueError("observation normalisation holds a non-finite value or std <= 0")
+        if not (np.isfinite(clip) and clip > 0):
+            raise ValueError(f"observation normalisation clip {clip} is not positive")
+        self.mean, self.std, self.clip = mean, std, clip
+        self._previous = None
+
+
+def _numpy(value: Any) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def restore_observation_normalization(
+    current: ObservationNormalization | None,
+    saved: dict[str, Any] | None,
+    obs_dim: int,
+    where: str,
+) -> ObservationNormalization | None:
+    """The normalisation that goes with weights loaded from a checkpoint: the checkpoint's.
+
+    Weights are trained on the inputs they were given: a checkpoint whose policy normalised
+    observations brings its statistics (running and frozen, and its clip), one whose policy did
+    not brings none, whatever this learner's ``normalize_observations`` says. A difference is
+    logged as a warning.
+
+    Args:
+        current: This learner's normalisation (None: its settings do not normalise).
+        saved: The checkpoint's ``obs_normalization`` entry (None: it has none).
+        obs_dim: Width of a flattened observation.
+        where: The checkpoint, for the warning.
+
+    Raises:
+        ValueError: The saved statistics are malformed or of another width.
+    """
+    if saved is None:
+        if current is not None:
+            logger.warning(
+                "%s was trained on raw observations: its policy keeps reading them "
+                "(normalize_observations is ignored for it)",
+                where,
+            )
+        return None
+    restored = current
+    if restored is None:
+        logger.warning(
+            "%s was trained on normalised observations: its policy keeps normalising them "
+            "with its statistics (normalize_observations off is ignored for it)",
+            where,
+        )
+        restored = ObservationNormalization(obs_dim, float(_numpy(saved["clip"]).reshape(())))
+    restored.load_state(saved)
+    return restored
+
+
+def load_normalizer(saved: dict[str, Any] | None) -> ObservationNormalizer | None:
+    """The frozen normaliser of a checkpoint's ``obs_normalization`` entry (None without one).
+
+    Raises:
+        ValueError: The entry is malformed.
+    """
+    if saved is None:
+        return None
+    mean = _numpy(saved["frozen_mean"])
+    normalization = ObservationNormalization(int(mean.shape[0]), float(_numpy(saved["clip"])))
+    normalization.load_state(saved)
+    return normalization.module()

@@ -1,0 +1,130 @@
+"""PPO's configuration, importable without torch (the serving process reads it, never trains)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rlserve.config.fields import option
+from rlserve.errors import ConfigError
+
+LOGGED_STEPS = ("exclude", "value", "bc", "on_policy")
+"""The treatments of logged steps (``PPOSettings.logged_steps``)."""
+
+
+@dataclass
+class PPOSettings:
+    """PPO hyper-parameters; the defaults solve CartPole-v1 from 4 external clients quickly."""
+
+    train_batch_size: int = option(1024, "Env steps collected per update.")
+    minibatch_size: int = option(256, "Steps per gradient step.")
+    num_epochs: int = option(10, "Passes over each batch.")
+    lr: float = option(1e-3, "Adam learning rate.")
+    gamma: float = option(0.98, "Discount factor.")
+    gae_lambda: float = option(0.8, "GAE lambda.")
+    clip_coef: float = option(
+        0.15, "PPO ratio clip (around the policy at the start of each update)."
+    )
+    vf_coef: float = option(0.5, "Weight of the value loss.")
+    ent_coef: float = option(0.0, "Weight of the entropy bonus.")
+    max_grad_norm: float = option(0.5, "Global gradient norm clip.")
+    norm_advantages: bool = option(True, "Normalise advantages per minibatch.")
+    target_kl: float | None = option(
+        None, "Stop an update's epochs early past this KL (off if unset)."
+    )
+    hidden: tuple[int, ...] = option((64, 64), "Hidden layer sizes of actor and critic.")
+    activation: str = option("tanh", "Activation: tanh or relu.")
+    max_policy_lag: int = option(
+        1, "Drop steps collected by weights older than this many versions."
+    )
+    max_steps_per_update: int | None = option(
+        None,
+        "Train on at most this many buffered steps per update, the newest; the older ones are "
+        "dropped and counted in learner/steps_dropped_cap (unset: 2 x train_batch_size).",
+    )
+    importance_weight_cap: float = option(
+        1.0,
+        "Truncate each step's importance weight pi_prox / pi_behaviour at this (V-trace's "
+        "rho-bar); pi_prox is the policy at the start of the update.",
+    )
+    truncated_traces: bool = option(
+        False,
+        "Cut GAE's lambda trace at each step by min(1, pi_prox / pi_behaviour) (Retrace's c); "
+        "off: plain GAE over the behaviour policy's steps.",
+    )
+    logged_steps: str = option(
+        "value",
+        "Steps logged with log_action (not chosen by the policy): exclude (left out, the lambda "
+        "trace cut at them), value (also value targets), bc (also a behaviour-cloning term, "
+        "bc_coef) or on_policy (trained as if the policy had sampled them).",
+    )
+    bc_coef: float = option(
+        1.0, "Weight of the behaviour-cloning term on logged steps (logged_steps = bc)."
+    )
+    normalize_observations: bool = option(
+        False,
+        "Normalise observations by running mean and std (RLlib's MeanStdFilter), shipped with "
+        "each weights version.",
+    )
+    obs_clip: float = option(10.0, "Normalised observations are clipped to +-this.")
+    normalize_rewards: bool = option(
+        False, "Divide rewards by the running std of the discounted return (SB3 VecNormalize)."
+    )
+    reward_clip: float = option(10.0, "Normalised rewards are clipped to +-this.")
+    normalize_actions: bool = option(
+        True,
+        "Act in [-1, 1] units of a bounded Box's bounds (the Gaussian's mean and std), scaled "
+        "to the bounds when sent (RLlib's normalize_actions).",
+    )
+    max_abs_input: float = option(
+        1e9,
+        "Exclude fragments holding an observation, reward or Box action of larger magnitude.",
+    )
+    device: str = option("auto", "Torch device: auto (cuda when present), cpu or cuda.")
+    torch_threads: int = option(
+        1, "Torch intra-op threads; 1 keeps the learner off the serving core."
+    )
+    seed: int = option(0, "Seed of torch's generator.")
+
+    @property
+    def step_cap(self) -> int:
+        """The most steps one update trains on (``max_steps_per_update`` resolved)."""
+        if self.max_steps_per_update is None:
+            return 2 * self.train_batch_size
+        return self.max_steps_per_update
+
+    def __post_init__(self) -> None:
+        if self.minibatch_size <= 0 or self.train_batch_size <= 0:
+            raise ConfigError("train_batch_size and minibatch_size must be positive")
+        if self.minibatch_size > self.train_batch_size:
+            raise ConfigError(
+                f"minibatch_size {self.minibatch_size} is larger than train_batch_size "
+                f"{self.train_batch_size}; lower it"
+            )
+        if not self.max_abs_input > 0:
+            raise ConfigError(f"max_abs_input must be positive, got {self.max_abs_input}")
+        for name in ("obs_clip", "reward_clip"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name} must be a finite positive number, got {value}")
+        if self.max_steps_per_update is not None and (
+            self.max_steps_per_update < self.train_batch_size
+        ):
+            raise ConfigError(
+                f"max_steps_per_update {self.max_steps_per_update} is below train_batch_size "
+                f"{self.train_batch_size}; raise it or leave it unset"
+            )
+        if not self.importance_weight_cap > 0:
+            raise ConfigError(
+                f"importance_weight_cap must be positive, got {self.importance_weight_cap}"
+            )
+        if self.logged_steps not in LOGGED_STEPS:
+            raise ConfigError(
+                f"logged_steps must be one of {', '.join(LOGGED_STEPS)}, got '{self.logged_steps}'"
+            )
+        if not self.bc_coef >= 0:
+            raise ConfigError(f"bc_coef must be 0 or more, got {self.bc_coef}")
+        if self.activation not in ("tanh", "relu"):
+            raise ConfigError(f"activation must be tanh or relu, got '{self.activation}'")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"device must be auto, cpu or cuda[:N], got '{self.device}'")

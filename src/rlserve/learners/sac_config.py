@@ -1,0 +1,120 @@
+"""SAC's configuration, importable without torch (the serving process reads it, never trains)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from gymnasium import spaces
+
+from rlserve.config.fields import option
+from rlserve.errors import ConfigError, UnsupportedSpaceError
+from rlserve.policy.distributions import (
+    ActionDistribution,
+    check_observations,
+    squashed_gaussian_distribution,
+)
+
+
+@dataclass
+class SACSettings:
+    """Soft Actor-Critic hyper-parameters; the defaults are SB3's (and rl-zoo3's) for Box tasks.
+
+    Training follows a schedule rather than consuming what arrived: after ``learning_starts``
+    steps are in the replay buffer, each env step taken in owes ``updates_per_step`` gradient
+    steps, paid in updates of at most ``train_every * updates_per_step`` gradient steps (one
+    update per hand-off of ``train_every`` steps when sampling is synchronous).
+    """
+
+    buffer_size: int = option(1_000_000, "Replay buffer capacity (transitions).")
+    learning_starts: int = option(100, "Steps in the replay buffer before training starts.")
+    batch_size: int = option(256, "Transitions per gradient step.")
+    updates_per_step: float = option(1.0, "Gradient steps per env step taken in.")
+    train_every: int = option(
+        64, "Env steps a synchronous sampler collects between two updates (a hand-off)."
+    )
+    lr: float = option(3e-4, "Adam learning rate of actor, critics and temperature.")
+    gamma: float = option(0.99, "Discount factor.")
+    tau: float = option(0.005, "Polyak rate of the target critics.")
+    n_step: int = option(1, "Rewards summed per transition (n-step returns).")
+    initial_alpha: float = option(1.0, "Initial entropy temperature.")
+    learn_alpha: bool = option(True, "Tune the temperature to reach target_entropy.")
+    target_entropy: float | None = option(
+        None, "Target entropy of the squashed actions (unset: minus the number of values)."
+    )
+    hidden: tuple[int, ...] = option((256, 256), "Hidden layer sizes of actor and critics.")
+    activation: str = option("relu", "Activation: tanh or relu.")
+    checkpoint_replay: bool = option(
+        False, "Save the replay buffer's contents in checkpoints, so a resumed run has them."
+    )
+    normalize_observations: bool = option(
+        False,
+        "Normalise observations by running mean and std (RLlib's MeanStdFilter), shipped with "
+        "each weights version.",
+    )
+    obs_clip: float = option(10.0, "Normalised observations are clipped to +-this.")
+    max_abs_input: float = option(
+        1e9,
+        "Exclude fragments holding an observation, reward or action of larger magnitude.",
+    )
+    device: str = option("auto", "Torch device: auto (cuda when present), cpu or cuda.")
+    torch_threads: int = option(
+        1, "Torch intra-op threads; 1 keeps the learner off the serving core."
+    )
+    seed: int = option(0, "Seed of torch's generator and of the replay sampling.")
+
+    def __post_init__(self) -> None:
+        positive = {
+            "buffer_size": self.buffer_size,
+            "batch_size": self.batch_size,
+            "train_every": self.train_every,
+            "n_step": self.n_step,
+        }
+        for name, value in positive.items():
+            if value < 1:
+                raise ConfigError(f"{name} must be at least 1, got {value}")
+        if self.batch_size > self.buffer_size:
+            raise ConfigError(
+                f"batch_size {self.batch_size} is larger than buffer_size {self.buffer_size}; "
+                "lower it"
+            )
+        if self.learning_starts < 0:
+            raise ConfigError(f"learning_starts must be 0 or more, got {self.learning_starts}")
+        if not self.updates_per_step > 0:
+            raise ConfigError(f"updates_per_step must be positive, got {self.updates_per_step}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ConfigError(f"tau must be in (0, 1], got {self.tau}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ConfigError(f"gamma must be in [0, 1], got {self.gamma}")
+        if not self.initial_alpha > 0:
+            raise ConfigError(f"initial_alpha must be positive, got {self.initial_alpha}")
+        if not self.max_abs_input > 0:
+            raise ConfigError(f"max_abs_input must be positive, got {self.max_abs_input}")
+        if not (math.isfinite(self.obs_clip) and self.obs_clip > 0):
+            raise ConfigError(f"obs_clip must be a finite positive number, got {self.obs_clip}")
+        if self.activation not in ("tanh", "relu"):
+            raise ConfigError(f"activation must be tanh or relu, got '{self.activation}'")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"device must be auto, cpu or cuda[:N], got '{self.device}'")
+
+    @property
+    def updates_per_hand_off(self) -> int:
+        """Most gradient steps one update applies: ``train_every * updates_per_step``, >= 1."""
+        return max(1, round(self.train_every * self.updates_per_step))
+
+
+def check_sac_spaces(
+    observation_space: spaces.Space[Any], action_space: spaces.Space[Any]
+) -> ActionDistribution:
+    """Refuse, naming the fix, spaces SAC cannot learn; return its squashed distribution.
+
+    Raises:
+        UnsupportedSpaceError: The observation space cannot be flattened, or the action space
+            is not a float Box with finite bounds (the registry's check names the algorithms
+            that learn it: PPO any action space, DQN Discrete ones).
+    """
+    check_observations(observation_space)
+    if not isinstance(action_space, spaces.Box) or action_space.dtype.kind != "f":
+        raise UnsupportedSpaceError(f"sac learns float Box action spaces only, not {action_space}")
+    return squashed_gaussian_distribution(action_space)

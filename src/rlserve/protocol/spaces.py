@@ -1,0 +1,466 @@
+"""Gymnasium spaces on the wire: a JSON description, validation of values, flattening.
+
+A space is described as a JSON map with a ``type`` (``Box``, ``Discrete``, ``MultiDiscrete``,
+``MultiBinary``, ``Dict``, ``Tuple``) and its parameters; ``docs/protocol.md`` lists the fields.
+Values from the wire (observations, logged actions) are checked against their space here: shape,
+dtype, bounds where the space is bounded, NaN. Every error names the space, what was expected,
+what arrived and where (``obs['camera'][2]``) so the sender can fix it.
+
+This module needs numpy and gymnasium only, never torch: the client uses it too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import numpy as np
+from gymnasium import spaces
+
+from rlserve.errors import SpaceError, UnsupportedSpaceError
+from rlserve.protocol.values import FLOAT32_MAX, check_float32
+
+MAX_SPACE_DEPTH = 8
+"""Deepest nesting of Dict/Tuple spaces accepted in a description."""
+
+MAX_SPACE_ELEMENTS = 4_000_000
+"""Largest number of elements in one Box or MultiDiscrete/MultiBinary description."""
+
+
+def _bound_to_wire(bound: np.ndarray) -> Any:
+    if bound.size and np.all(bound == bound.flat[0]):
+        value = bound.flat[0].item()
+        return _finite_or_none(value)
+    return [_finite_or_none(v) for v in bound.ravel().tolist()]
+
+
+def _finite_or_none(value: float) -> float | None:
+    # JSON has no infinity: an unbounded side is written as null.
+    return None if value in (float("inf"), float("-inf")) else value
+
+
+def describe(space: spaces.Space[Any]) -> dict[str, Any]:
+    """Describe ``space`` as a JSON-compatible map.
+
+    Args:
+        space: A Box, Discrete, MultiDiscrete, MultiBinary, Dict or Tuple space.
+
+    Returns:
+        The description; :func:`from_description` turns it back into an equal space.
+
+    Raises:
+        UnsupportedSpaceError: Any other space type.
+    """
+    if isinstance(space, spaces.Box):
+        return {
+            "type": "Box",
+            "shape": list(space.shape),
+            "dtype": str(space.dtype),
+            "low": _bound_to_wire(space.low),
+            "high": _bound_to_wire(space.high),
+        }
+    if isinstance(space, spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.MultiDiscrete):
+        return {
+            "type": "MultiDiscrete",
+            "nvec": space.nvec.tolist(),
+            "start": space.start.tolist(),
+            "dtype": str(space.dtype),
+        }
+    if isinstance(space, spaces.MultiBinary):
+        n: Any = space.n
+        return {"type": "MultiBinary", "n": int(n) if np.ndim(n) == 0 else [int(v) for v in n]}
+    if isinstance(space, spaces.Dict):
+        return {"type": "Dict", "spaces": {k: describe(s) for k, s in space.spaces.items()}}
+    if isinstance(space, spaces.Tuple):
+        return {"type": "Tuple", "spaces": [describe(s) for s in space.spaces]}
+    raise UnsupportedSpaceError(
+        f"{type(space).__name__} spaces cannot be described on the wire; use Box, Discrete, "
+        "MultiDiscrete, MultiBinary, Dict or Tuple"
+    )
+
+
+def _int_range(dtype: np.dtype[Any]) -> tuple[int, int]:
+    info = np.iinfo(dtype.type)
+    return int(info.min), int(info.max)
+
+
+def _bound_from_wire(
+    value: Any, shape: tuple[int, ...], side: str, dtype: np.dtype[Any]
+) -> np.ndarray:
+    count = int(np.prod(shape))
+    if value is None or isinstance(value, int | float):
+        flat = [value] * count
+    elif isinstance(value, list):
+        flat = value
+        if len(flat) != count:
+            raise SpaceError(f"Box {side} has {len(flat)} values; shape {shape} needs {count}")
+    else:
+        raise SpaceError(f"Box {side} must be a number, null or a list, got {type(value).__name__}")
+    if dtype.kind in "iub":
+        # Integer bounds stay integers: int64's extremes do not survive a trip through float64.
+        lo, hi = (0, 1) if dtype.kind == "b" else _int_range(dtype)
+        unbounded = lo if side == "low" else hi
+        ints = [unbounded if v is None else min(max(int(v), lo), hi) for v in flat]
+        return np.array(ints, dtype=dtype).reshape(shape)
+    unbounded_f = -np.inf if side == "low" else np.inf
+    floats = [unbounded_f if v is None else float(v) for v in flat]
+    return np.asarray(floats, dtype=np.float64).reshape(shape).astype(dtype)
+
+
+def from_description(desc: Any, _depth: int = 0) -> spaces.Space[Any]:
+    """Build the Gymnasium space a description (from :func:`describe`) stands for.
+
+    Raises:
+        SpaceError: The description is malformed or over the size limits.
+    """
+    if _depth > MAX_SPACE_DEPTH:
+        raise SpaceError(f"space description nested deeper than {MAX_SPACE_DEPTH} levels")
+    if not isinstance(desc, dict) or not isinstance(desc.get("type"), str):
+        raise SpaceError("a space description must be a map with a string 'type'")
+    kind = desc["type"]
+    try:
+        if kind == "Box":
+            shape = tuple(int(d) for d in desc["shape"])
+            if int(np.prod(shape)) > MAX_SPACE_ELEMENTS:
+                raise SpaceError(f"Box of shape {shape} is over {MAX_SPACE_ELEMENTS} elements")
+            dtype = np.dtype(desc.get("dtype", "float32"))
+            if dtype.kind not in "biuf":
+                raise SpaceError(f"Box dtype must be numeric, got {dtype}")
+            low = _bound_from_wire(desc.get("low"), shape, "low", dtype)
+            high = _bound_from_wire(desc.get("high"), shape, "high", dtype)
+            return spaces.Box(low, high, shape=shape, dtype=dtype)
+        if kind == "Discrete":
+            return spaces.Discrete(int(desc["n"]), start=int(desc.get("start", 0)))
+        if kind == "MultiDiscrete":
+            nvec = np.asarray(desc["nvec"], dtype=np.int64)
+            if nvec.size > MAX_SPACE_ELEMENTS:
+                raise SpaceError(f"MultiDiscrete over {MAX_SPACE_ELEMENTS} elements")
+            start = desc.get("start")
+            return spaces.MultiDiscrete(
+                nvec,
+                dtype=desc.get("dtype", "int64"),
+                start=None if start is None else np.asarray(start, dtype=np.int64),
+            )
+        if kind == "MultiBinary":
+            n = desc["n"]
+            n_value: Any = [int(v) for v in n] if isinstance(n, list) else int(n)
+            if int(np.prod(n_value)) > MAX_SPACE_ELEMENTS:
+                raise SpaceError(f"MultiBinary over {MAX_SPACE_ELEMENTS} elements")
+            return spaces.MultiBinary(n_value)
+        if kind == "Dict":
+            items = desc["spaces"]
+            if not isinstance(items, dict):
+                raise SpaceError("Dict 'spaces' must be a map")
+            return spaces.Dict({k: from_description(v, _depth + 1) for k, v in items.items()})
+        if kind == "Tuple":
+            items = desc["spaces"]
+            if not isinstance(items, list):
+                raise SpaceError("Tuple 'spaces' must be a list")
+            return spaces.Tuple([from_description(v, _depth + 1) for v in items])
+    except SpaceError:
+        raise
+    except (KeyError, TypeError, ValueError, AssertionError) as exc:
+        raise SpaceError(f"malformed {kind} space description: {exc!r}") from exc
+    raise UnsupportedSpaceError(
+        f"unknown space type '{kind}'; known: Box, Discrete, MultiDiscrete, MultiBinary, Dict, "
+        "Tuple"
+    )
+
+
+def _as_array(value: Any, dtype: np.dtype[Any], where: str, space: spaces.Space[Any]) -> np.ndarray:
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise SpaceError(f"{where}: cannot be read as an array for {space}: {exc}") from exc
+    if array.dtype == object or array.dtype.kind not in "biuf":
+        raise SpaceError(f"{where}: expected numbers for {space}, got {array.dtype} values")
+    if array.dtype == dtype:
+        return array  # the usual case, on every step: nothing to cast or range-check
+    if dtype.kind in "iu" and array.dtype.kind in "iub":
+        # Any integers may stand for an integer space (JSON has only one integer type), but
+        # they must fit the dtype: a narrowing cast would wrap silently.
+        lo, hi = _int_range(dtype)
+        if array.size and (array.min() < lo or array.max() > hi):
+            raise SpaceError(
+                f"{where}: values {array.min()}..{array.max()} do not fit dtype {dtype} of "
+                f"{space} (range {lo}..{hi})"
+            )
+        return array.astype(dtype, copy=False)
+    if not np.can_cast(array.dtype, dtype, casting="same_kind"):
+        raise SpaceError(
+            f"{where}: values of dtype {array.dtype} cannot stand for {space} (dtype {dtype}); "
+            f"send {dtype} values"
+        )
+    try:
+        with np.errstate(over="raise"):
+            return array.astype(dtype, copy=False)
+    except FloatingPointError:
+        # A finite value that overflows the space's dtype: name it as sent, with its index.
+        check_float32(array, where)
+        raise SpaceError(
+            f"{where}: values {array.min()}..{array.max()} overflow dtype {dtype} of {space}"
+        ) from None
+
+
+def check_value(space: spaces.Space[Any], value: Any, where: str = "value") -> Any:
+    """Check one value against ``space`` and return it in canonical form.
+
+    Box values become arrays of the space's dtype; Discrete values become ints; Dict and Tuple
+    recurse.
+
+    Args:
+        space: The declared space.
+        value: What arrived (array, list, number, map).
+        where: A path for the error message, e.g. ``observation``.
+
+    Returns:
+        The canonical value.
+
+    Raises:
+        SpaceError: Wrong shape, dtype, NaN, out of bounds, missing or extra keys.
+    """
+    if isinstance(space, spaces.Box):
+        array = _as_array(value, space.dtype, where, space)
+        if array.shape != space.shape:
+            raise SpaceError(
+                f"{where}: shape {array.shape} does not fit {space}; expected shape {space.shape}"
+            )
+        _check_box_values(space, array[None], where, batched=False)
+        if array.dtype.kind == "f" and array.dtype != np.float32:
+            # Finite in float64 is not enough: the server stores float32 (1e39 is inf there).
+            check_float32(array, where)
+        return array
+    if isinstance(space, spaces.Discrete):
+        if isinstance(value, np.ndarray) and value.size != 1:
+            raise SpaceError(
+                f"{where}: {space} needs one integer, got an array of shape {value.shape}"
+            )
+        item = value.item() if isinstance(value, np.ndarray | np.generic) else value
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise SpaceError(f"{where}: {space} needs an integer, got {item!r}")
+        if not space.start <= item < space.start + space.n:
+            raise SpaceError(
+                f"{where}: {item} is outside {space}; valid values are "
+                f"{space.start}..{space.start + space.n - 1}"
+            )
+        return item
+    if isinstance(space, spaces.MultiDiscrete | spaces.MultiBinary):
+        array = _as_array(value, space.dtype, where, space)
+        if array.shape != space.shape:
+            raise SpaceError(f"{where}: shape {array.shape} does not fit {space}")
+        if not space.contains(array):
+            raise SpaceError(f"{where}: {array.tolist()} is outside {space}")
+        return array
+    if isinstance(space, spaces.Dict):
+        if not isinstance(value, dict):
+            raise SpaceError(f"{where}: {space} needs a map, got {type(value).__name__}")
+        missing = set(space.spaces) - set(value)
+        extra = set(value) - set(space.spaces)
+        if missing or extra:
+            raise SpaceError(
+                f"{where}: keys do not match the Dict space; missing {sorted(missing)}, "
+                f"unexpected {sorted(map(str, extra))}"
+            )
+        return {k: check_value(s, value[k], f"{where}[{k!r}]") for k, s in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        if not isinstance(value, list | tuple) or len(value) != len(space.spaces):
+            raise SpaceError(f"{where}: {space} needs a list of {len(space.spaces)} values")
+        return tuple(
+            check_value(s, v, f"{where}[{i}]")
+            for i, (s, v) in enumerate(zip(space.spaces, value, strict=True))
+        )
+    raise UnsupportedSpaceError(f"{where}: {type(space).__name__} spaces are not supported")
+
+
+_BOX_BOUNDS: dict[int, tuple[spaces.Box, np.ndarray, np.ndarray]] = {}
+
+
+def _finite_bounds(space: spaces.Box) -> tuple[np.ndarray, np.ndarray]:
+    """The Box's bounds with infinities replaced by the dtype's extremes, cached per space.
+
+    With these, one comparison ``low <= x <= high`` also rejects NaN and infinity, so a valid
+    value costs a single fused check on the per-step path.
+    """
+    entry = _BOX_BOUNDS.get(id(space))
+    if entry is None or entry[0] is not space:
+        low, high = space.low, space.high
+        if space.dtype.kind == "f":
+            big = np.finfo(cast(Any, space.dtype)).max
+            low = np.where(np.isfinite(low), low, -big).astype(space.dtype)
+            high = np.where(np.isfinite(high), high, big).astype(space.dtype)
+        entry = (space, low, high)
+        _BOX_BOUNDS[id(space)] = entry
+    return entry[1], entry[2]
+
+
+def _check_box_values(space: spaces.Box, batch: np.ndarray, where: str, batched: bool) -> None:
+    """Check a ``[count, *shape]`` batch against the Box's bounds and finiteness.
+
+    ``batched`` says whether the sender sent the batch: an error then gives the index into it;
+    otherwise the sender sent one value (``batch`` is it with an axis added) and the index is
+    into that value.
+    """
+    low, high = _finite_bounds(space)
+    if ((batch >= low) & (batch <= high)).all():
+        return
+
+    def first(mask: np.ndarray) -> tuple[Any, str]:
+        idx = tuple(np.argwhere(mask)[0].tolist())
+        shown = idx if batched else idx[1:]
+        return idx, f" at index {shown}" if shown else ""
+
+    if space.dtype.kind == "f" and not np.isfinite(batch).all():
+        idx, at = first(~np.isfinite(batch))
+        raise SpaceError(
+            f"{where}: contains {batch[idx]!s}{at}; values must be finite in {space.dtype} (the "
+            f"server stores float32: |x| <= {FLOAT32_MAX:.8g})"
+        )
+    below = batch < space.low
+    if below.any():
+        idx, at = first(below)
+        raise SpaceError(
+            f"{where}: value {batch[idx]!s}{at} is below the space's low bound "
+            f"{space.low[idx[1:]]!s}; clip it or widen the space"
+        )
+    idx, at = first(batch > space.high)
+    raise SpaceError(
+        f"{where}: value {batch[idx]!s}{at} is above the space's high bound "
+        f"{space.high[idx[1:]]!s}; clip it or widen the space"
+    )
+
+
+def check_one(space: spaces.Space[Any], value: Any, where: str) -> np.ndarray:
+    """Check one observation and return it flattened to a float32 ``[1, D]`` batch.
+
+    The single-value counterpart of :func:`check_batch`: errors speak of the value as it was
+    sent (its shape against the space's, an index into it), not of a batch of one.
+
+    Args:
+        space: The observation space.
+        value: The observation as sent (array, list, number, map).
+        where: A path for error messages, e.g. ``observation``.
+
+    Raises:
+        SpaceError: The value does not fit the space.
+    """
+    if isinstance(space, spaces.Box):
+        array = check_value(space, value, where)
+        flat = array.reshape(1, -1)
+        if flat.dtype == np.float32:
+            return flat  # already checked finite by the bounds check
+        return check_float32(flat, where)  # integers: always within float32's range
+    row = np.asarray(spaces.flatten(space, check_value(space, value, where)))
+    return check_float32(row.reshape(1, -1), where)
+
+
+def check_batch(space: spaces.Space[Any], values: Any, count: int, where: str) -> np.ndarray:
+    """Check ``count`` observations and return them flattened to a float32 ``[count, D]`` batch.
+
+    A Box space takes the fast path: one stacked array is checked as a whole. Other spaces are
+    checked value by value and flattened with ``gymnasium.spaces.flatten``.
+
+    Args:
+        space: The observation space.
+        values: A stacked array ``[count, *shape]`` or a list of ``count`` values.
+        count: How many values are expected.
+        where: A path for error messages.
+
+    Raises:
+        SpaceError: A value does not fit, or the count is wrong.
+    """
+    if isinstance(space, spaces.Box):
+        array = _as_array(values, space.dtype, where, space)
+        if array.shape != (count, *space.shape):
+            if array.ndim == 0 or array.shape[1:] != space.shape:
+                raise SpaceError(
+                    f"{where}: a batch of {count} observation{'s' * (count != 1)} of shape "
+                    f"{space.shape} must "
+                    f"have shape {(count, *space.shape)}, got {array.shape}"
+                )
+            raise SpaceError(f"{where}: {array.shape[0]} values for {count} episodes")
+        _check_box_values(space, array, where, batched=True)
+        flat = array.reshape(count, -1)
+        if flat.dtype == np.float32:
+            return flat  # already checked finite by the bounds check
+        return check_float32(flat, where)
+    if not isinstance(values, list) or len(values) != count:
+        raise SpaceError(f"{where}: expected a list of {count} values")
+    rows: list[np.ndarray] = [
+        np.asarray(spaces.flatten(space, check_value(space, v, f"{where}[{i}]")))
+        for i, v in enumerate(values)
+    ]
+    # Checked after the cast: a float64 1e39 is finite but becomes infinite in float32.
+    return check_float32(np.stack(rows), where)
+
+
+_FLOAT32 = np.dtype(np.float32)
+"""The dtype of native float32 arrays (one object: compared by identity on the fast path)."""
+
+_BROADCAST_BOUNDS = 1 << 14
+"""Values per batch up to which :class:`StackedBoxCheck` keeps bounds of the batch's own shape."""
+
+_ge, _le, _count = np.greater_equal, np.less_equal, np.count_nonzero
+
+
+class StackedBoxCheck:
+    """:func:`check_batch` of a stacked ``[count, *shape]`` batch of one Box, for every step.
+
+    A batch already in the space's dtype and shape and within its bounds costs two comparisons
+    (and, for a small batch, two bytes compares); anything else goes through
+    :func:`check_batch`, which casts it or raises its error.
+
+    Args:
+        space: The observation space.
+        count: How many values each batch holds.
+        where: A path for error messages.
+    """
+
+    def __init__(self, space: spaces.Box, count: int, where: str) -> None:
+        self.space = space
+        self.count = count
+        self.where = where
+        self._shape = (count, *space.shape)
+        self._size = count * int(np.prod(space.shape))
+        low, high = _finite_bounds(space)
+        if self._size <= _BROADCAST_BOUNDS:
+            # Bounds of the whole batch: a comparison that broadcasts costs several times one
+            # that does not, at a small batch's size.
+            low = np.ascontiguousarray(np.broadcast_to(low, self._shape))
+            high = np.ascontiguousarray(np.broadcast_to(high, self._shape))
+            # A comparison's bool array holds bytes 0 and 1: all True is this many 1 bytes.
+            self._all_true: bytes | None = b"\x01" * self._size
+        else:
+            self._all_true = None
+        self._low, self._high = low, high
+        self._fast = space.dtype == np.float32
+
+    def __call__(self, values: Any) -> np.ndarray:
+        """The checked batch flattened to float32 ``[count, D]``.
+
+        Raises:
+            SpaceError: As :func:`check_batch`.
+        """
+        if (
+            self._fast
+            and type(values) is np.ndarray
+            and values.dtype is _FLOAT32
+            and values.shape == self._shape
+        ):
+            # Not .all(): a ufunc reduction costs more than the comparisons at this size. NaN
+            # fails both comparisons.
+            all_true = self._all_true
+            if all_true is not None:
+                if (
+                    _ge(values, self._low).tobytes() == all_true
+                    and _le(values, self._high).tobytes() == all_true
+                ):
+                    return values.reshape(self.count, -1)
+            elif _count(_ge(values, self._low)) + _count(_le(values, self._high)) == 2 * self._size:
+                return values.reshape(self.count, -1)
+        return check_batch(self.space, values, self.count, self.where)
+
+
+def flat_dim(space: spaces.Space[Any]) -> int:
+    """Length of a value of ``space`` once flattened for a network."""
+    return int(spaces.flatdim(space))

@@ -1,0 +1,157 @@
+"""The run folder: ``runs/<name>/`` with the config, the spaces, checkpoints and event files.
+
+Layout::
+
+    runs/<name>/config.toml       the server and PPO configuration the run started with, without
+                                  the token (``token_required = true`` records that it had one),
+                                  and the [policies.<id>] and [mapping] tables when it has them
+    runs/<name>/spaces.json       the policy's observation and action space descriptions
+                                  (several policies: {"policies": {id: {...}}})
+    runs/<name>/checkpoints/      ckpt_<updates>.pt (torch.load(weights_only=True) safe)
+    runs/<name>/policies/<id>/    several policies: each one's checkpoints/ and weights.npz
+                                  (see :mod:`rlserve.server.policies`)
+    runs/<name>/events.out.tfevents.*   TensorBoard scalars
+    runs/<name>/endpoints.json    where the running server listens (see :data:`ENDPOINTS_FILE`)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from rlserve.errors import ConfigError
+from rlserve.run.durable import atomic_write_bytes
+
+ENDPOINTS_FILE = "endpoints.json"
+"""Where a server writes its addresses once it listens, for launchers and ``rlserve status``.
+
+``{"state": "running", "pid": ..., "started": ISO time, "tls": bool, "binary": {"host", "port",
+"url"}, "http": {"host", "port", "url"}}`` (``http`` is the binary port when there is no
+separate HTTP port), written atomically once both carriers listen (so a launcher that passed
+``--port 0`` can read the ports instead of parsing stdout). On a clean exit ``state`` becomes
+``"stopped"`` and ``stopped`` gives the time; after a crash it still says ``"running"``, with a
+``pid`` that no longer runs.
+"""
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def endpoints(host: str, port: int, http_port: int | None, tls: bool) -> dict[str, Any]:
+    """The content of :data:`ENDPOINTS_FILE` for a server that listens now."""
+    shown = f"[{host}]" if ":" in host else host
+    binary_scheme, http_scheme = ("tls", "https") if tls else ("tcp", "http")
+    return {
+        "state": "running",
+        "pid": os.getpid(),
+        "started": _now_iso(),
+        "tls": tls,
+        "binary": {"host": host, "port": port, "url": f"{binary_scheme}://{shown}:{port}"},
+        "http": None
+        if http_port is None
+        else {"host": host, "port": http_port, "url": f"{http_scheme}://{shown}:{http_port}"},
+    }
+
+
+@dataclass(slots=True)
+class RunFolder:
+    """Paths of one run."""
+
+    path: Path
+    token_required: bool = False
+    """Set by :meth:`load`: the run was started with a token (which is not saved)."""
+
+    @property
+    def config_file(self) -> Path:
+        """The saved configuration."""
+        return self.path / "config.toml"
+
+    @property
+    def spaces_file(self) -> Path:
+        """The saved space descriptions."""
+        return self.path / "spaces.json"
+
+    @classmethod
+    def create(cls, run_dir: str, name: str | None) -> RunFolder:
+        """Make a new run folder (``name`` defaults to a timestamp).
+
+        Raises:
+            ConfigError: The folder exists already (resume it with ``--resume`` instead).
+        """
+        name = name or time.strftime("%Y%m%d-%H%M%S")
+        path = Path(run_dir) / name
+        if (path / "config.toml").exists():
+            raise ConfigError(
+                f"run folder {path} exists; continue it with 'rlserve serve --resume {path}' or "
+                "choose another --name"
+            )
+        path.mkdir(parents=True, exist_ok=True)
+        return cls(path)
+
+    @classmethod
+    def existing(cls, path: str | Path) -> RunFolder:
+        """Open a run folder to resume.
+
+        Raises:
+            ConfigError: It is not a run folder.
+        """
+        folder = cls(Path(path))
+        if not folder.config_file.exists() or not folder.spaces_file.exists():
+            raise ConfigError(
+                f"{path} is not a run folder (no config.toml and spaces.json); pass the folder "
+                "that 'rlserve serve' created, e.g. runs/<name>"
+            )
+        return folder
+
+    def save(self, tables: dict[str, dict[str, Any]], spaces: dict[str, Any]) -> None:
+        """Write the configuration tables and the space descriptions.
+
+        The server's token is left out (a run folder is copied, shared and backed up; the token
+        must not travel with it); ``token_required = true`` takes its place, so a resumed server
+        asks for it again.
+        """
+        server = dict(tables.get("server", {}))
+        if server.pop("token", None) or server.get("token_required"):
+            server["token_required"] = True
+        self.config_file.write_text(tomli_w.dumps({**tables, "server": server}))
+        self.spaces_file.write_text(json.dumps(spaces, indent=2))
+
+    def load(self) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+        """Read what :meth:`save` wrote; ``token_required`` is moved to :attr:`token_required`.
+
+        A ``token`` found in the file (written by an older rlserve) is dropped as well: on
+        ``--resume`` the token comes from ``--token`` or ``RLSERVE_TOKEN`` only.
+        """
+        with self.config_file.open("rb") as fh:
+            tables = tomllib.load(fh)
+        server = tables.setdefault("server", {})
+        self.token_required = bool(server.pop("token_required", False))
+        if server.pop("token", None):
+            self.token_required = True
+        return tables, json.loads(self.spaces_file.read_text())
+
+    @property
+    def endpoints_file(self) -> Path:
+        """Where the running server's addresses are (:data:`ENDPOINTS_FILE`)."""
+        return self.path / ENDPOINTS_FILE
+
+    def write_endpoints(self, content: dict[str, Any]) -> None:
+        """Replace :attr:`endpoints_file` atomically (a reader sees the old or the new file)."""
+        atomic_write_bytes(self.endpoints_file, (json.dumps(content, indent=2) + "\n").encode())
+
+    def mark_stopped(self) -> None:
+        """Say in :attr:`endpoints_file` that the server stopped cleanly (and when)."""
+        try:
+            content = json.loads(self.endpoints_file.read_text())
+        except (OSError, ValueError):
+            return
+        if content.get("pid") == os.getpid():
+            self.write_endpoints({**content, "state": "stopped", "stopped": _now_iso()})

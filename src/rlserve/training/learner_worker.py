@@ -1,0 +1,366 @@
+"""The learner process: trains the server's policies on the experience log, publishes weights.
+
+It runs apart from the serving process so an update never pauses serving, and so that its death
+never stops serving: the server restarts it (see :mod:`rlserve.server.learner_link`). It hosts
+one learner per policy (:class:`~rlserve.training.policy_learner.PolicyLearner`, each with its own
+optimiser, counters, weights version and checkpoints) and reads the run's experience log
+(:mod:`rlserve.run.experience_log`) once for all of them, handing each fragment to the policy
+it names, from the lowest position a policy's newest intact checkpoint had trained through; each
+policy skips what it trained already, so a restarted learner or a resumed run trains every
+acknowledged step once per policy. It talks to the server over a socket pair, with the wire's
+framing and msgpack codec (no pickle); every message is small except ``weights``:
+
+* learner -> server: ``ready`` (device; per policy: version, trained position, restored
+  checkpoint), ``waiting`` (idle: it will read whatever is announced next at once), ``weights``
+  (a policy's new actor and the update's metrics), ``metrics`` (a policy's metrics without a new
+  actor), ``consumed`` (log position read, steps dropped because the backlog was over its bound),
+  ``checkpointed`` (a policy's checkpoint and the log position its kept checkpoints need),
+  ``failed`` (a traceback). ``weights``, ``metrics`` and ``checkpointed`` carry ``policy_id``.
+* server -> learner: ``available`` (the log's newest seq), ``checkpoint``, ``stop`` (checkpoint
+  every policy, then exit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sys
+import threading
+import traceback
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from rlserve.errors import ProtocolError
+from rlserve.protocol.codec import decode, encode
+from rlserve.protocol.fragment import Fragment
+from rlserve.protocol.framing import FrameDecoder, frame
+from rlserve.protocol.limits import Limits
+from rlserve.run.checkpoints import checkpoints_in, trained_through_of
+from rlserve.run.experience_log import LogCorruptError, LogReader
+from rlserve.training.policy_learner import PolicyLearner, restore_newest
+
+__all__ = [
+    "IPC_LIMITS",
+    "LearnerPipe",
+    "checkpoint_files",
+    "restore_newest",
+    "run_learner",
+    "trained_through_of",
+]
+
+# Messages between our own two processes; a weights package may be large: allow 1 GiB.
+IPC_LIMITS = Limits(max_frame_bytes=1 << 30, max_array_elements=1 << 28, max_container_len=1 << 20)
+
+
+def checkpoint_files(run_dir: Path) -> list[Path]:
+    """The checkpoints of a single-policy run, oldest first."""
+    return checkpoints_in(run_dir / "checkpoints")
+
+
+class LearnerPipe:
+    """The learner's end of the socket pair: framed msgpack, never blocking the training loop.
+
+    Reads happen in the training loop between updates. Writes go through a writer thread, so
+    the loop never waits for the server to read; of several unsent ``weights`` messages only the
+    newest is kept (an old actor is worth nothing once a newer one exists).
+    """
+
+    def __init__(self, sock: socket.socket):
+        self._sock = sock
+        self._sock.setblocking(True)
+        self._decoder = FrameDecoder(IPC_LIMITS.max_frame_bytes)
+        self._ready: deque[bytes] = deque()
+        self._outbox: deque[tuple[str, bytes]] = deque()
+        self._wake = threading.Condition()
+        self._closing = False
+        self.write_error: OSError | None = None
+        self._writer = threading.Thread(
+            target=self._write_loop, name="rlserve-learner-writer", daemon=True
+        )
+        self._writer.start()
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Queue one message for the server.
+
+        Raises:
+            BrokenPipeError: An earlier write failed: the server is gone.
+        """
+        if self.write_error is not None:
+            raise BrokenPipeError(f"writing to the server failed: {self.write_error!r}")
+        data = frame(encode(message))
+        kind = str(message["type"])
+        with self._wake:
+            if kind == "weights":
+                # One policy's newer weights replace its older ones, not another policy's.
+                kind = f"weights:{message.get('policy_id')}"
+                self._outbox = deque(item for item in self._outbox if item[0] != kind)
+            self._outbox.append((kind, data))
+            self._wake.notify()
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._outbox and not self._closing:
+                    self._wake.wait()
+                if not self._outbox:
+                    return
+                _, data = self._outbox.popleft()
+            try:
+                self._sock.sendall(data)
+            except OSError as exc:
+                self.write_error = exc
+                return
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is queued (up to ``timeout`` seconds) and stop the writer."""
+        with self._wake:
+            self._closing = True
+            self._wake.notify()
+        self._writer.join(timeout)
+
+    def receive(self, block: bool = True) -> dict[str, Any] | None:
+        """Read one message; None when ``block`` is False and none is waiting.
+
+        Raises:
+            EOFError: The server closed its end.
+        """
+        while not self._ready:
+            try:
+                data = self._sock.recv(1 << 16, 0 if block else socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return None
+            if not data:
+                raise EOFError("the server closed the learner's socket")
+            self._ready.extend(self._decoder.feed(data))
+        return decode(self._ready.popleft(), IPC_LIMITS)
+
+
+def run_learner(sock: socket.socket, setup: dict[str, Any] | None = None) -> None:
+    """Entry point of the learner process.
+
+    Args:
+        sock: The learner's end of the socket pair.
+        setup: None: the first message on ``sock`` (``{"type": "setup", "setup": ...}``)
+            brings it. Plain values: ``policies`` (one map per policy: see
+            :class:`~rlserve.training.policy_learner.PolicyLearner`), ``run_dir``,
+            ``checkpoint_every``, ``keep_checkpoints``, ``max_queue_steps``,
+            ``published_versions`` (policy id -> the version the server serves, -1 for none).
+    """
+    # Ctrl-C, systemd and `kill -- -PGID` signal the whole process group; the server decides
+    # when the learner stops (after a final checkpoint), so the learner ignores both signals.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    pipe = LearnerPipe(sock)
+    try:
+        if setup is None:
+            first = pipe.receive(block=True)
+            if first is None or first.get("type") != "setup":
+                raise ProtocolError("the server's first message to the learner must be its setup")
+            setup = dict(first["setup"])
+        _LearnerLoop(pipe, setup).run()
+    except (EOFError, BrokenPipeError, ConnectionResetError) as exc:
+        # The server went away: nothing is left to report to, but say so for the operator.
+        print(f"rlserve learner: lost the server ({exc!r}); exiting", file=sys.stderr)
+    except Exception:
+        with contextlib.suppress(OSError):
+            pipe.send({"type": "failed", "message": traceback.format_exc()})
+    finally:
+        pipe.close()
+
+
+class _LearnerLoop:
+    """Reads the log as the server announces it and trains, publishes and checkpoints policies.
+
+    Each fragment goes to the learner of the policy it names; the policies train in turn.
+    """
+
+    def __init__(self, pipe: LearnerPipe, setup: dict[str, Any]):
+        self.pipe = pipe
+        self.setup = setup
+        self.run_dir = Path(setup["run_dir"])
+        self.reader = LogReader(self.run_dir / "experience")
+        self.available = 0
+        self.stop_requested = False
+        self.checkpoint_requested = False
+        self.policies: dict[str, PolicyLearner] = {}
+        self.unknown_policies: set[str] = set()
+        self.reported_owed = 0
+
+    def run(self) -> None:
+        published = self.setup.get("published_versions") or {}
+        keep = int(self.setup["keep_checkpoints"])
+        for spec in self.setup["policies"]:
+            pid = str(spec["policy_id"])
+            self.policies[pid] = PolicyLearner.start(spec, int(published.get(pid, -1)), keep)
+        # Read on from the policy that trained least far; the others skip what they have.
+        behind = min(self.policies.values(), key=lambda p: p.settled)
+        self.position = behind.settled
+        self.consumed_steps = behind.settled_log_consumed
+        first = next(iter(self.policies.values())).learner
+        self.pipe.send(
+            {
+                "type": "ready",
+                "pid": os.getpid(),
+                "device": str(getattr(first, "device", "cpu")),
+                "steps_consumed": self.consumed_steps,
+                "owed_steps": self.owed_steps(),
+                "policies": {pid: p.ready_info() for pid, p in self.policies.items()},
+            }
+        )
+        self.reported_owed = self.owed_steps()
+        # Their counters at once (restored ones after --resume), so the server's learner keys
+        # are true before the first update; with the first weights when they have new ones.
+        for policy in self.policies.values():
+            self.pipe.send(policy.publication(policy.counter_metrics()))
+        while True:
+            # Wait only when nothing announced is left unread (it may have come in meanwhile);
+            # say so first, so the server hands the next records over at once (acknowledging
+            # reports without waiting for this loop to come round).
+            idle = self.available <= self.position
+            if idle:
+                self.pipe.send({"type": "waiting", "through": self.position})
+            self.poll(block=idle)
+            self.read_available()
+            self.train()
+            if self.stop_requested:
+                self.save_all("shutdown")
+                return
+            if self.checkpoint_requested:
+                self.checkpoint_requested = False
+                self.save_all("request")
+
+    def train(self) -> None:
+        """Update every policy that has a batch, in turn, until none has (or a stop comes)."""
+        every = int(self.setup["checkpoint_every"])
+        while not self.stop_requested:
+            ready = [p for p in self.policies.values() if p.ready()]
+            if not ready:
+                return
+            for policy in ready:
+                metrics = policy.learner.update()
+                policy.settle(self.position, self.consumed_steps)
+                self.pipe.send(policy.publication(metrics))
+                self.report_owed()
+                if every and policy.updates % every == 0:
+                    self.pipe.send(policy.save("interval"))
+                    self.save_idle()
+                self.poll(block=False)
+                if self.stop_requested:
+                    return
+
+    def poll(self, block: bool) -> None:
+        """Take every waiting message (waiting for one first when ``block``)."""
+        message = self.pipe.receive(block=block)
+        while message is not None:
+            kind = message["type"]
+            if kind == "available":
+                self.available = max(self.available, int(message["through"]))
+            elif kind == "checkpoint":
+                self.checkpoint_requested = True
+            elif kind == "stop":
+                self.stop_requested = True
+            message = self.pipe.receive(block=False)
+
+    def read_available(self) -> None:
+        """Hand the announced log records to their policies, dropping the oldest over the bound."""
+        if self.available <= self.position:
+            return
+        try:
+            records = list(self.reader.records(self.position, self.available))
+        except (LogCorruptError, OSError) as exc:
+            print(
+                f"rlserve learner: cannot read the experience log past seq {self.position} "
+                f"({exc}); skipping to {self.available}",
+                file=sys.stderr,
+            )
+            self.reader.close()
+            records = []
+        bound = int(self.setup["max_queue_steps"])
+        total = sum(r.steps for r in records)
+        dropped: list[list[int]] = []
+        while total > bound and len(records) > 1:
+            oldest = records.pop(0)
+            dropped.append([oldest.seq, oldest.steps])
+            total -= oldest.steps
+        for record in records:
+            try:
+                fragments = [Fragment.from_wire(raw) for raw in record.fragments()]
+            except (ProtocolError, KeyError, TypeError, ValueError) as exc:
+                print(
+                    f"rlserve learner: log record {record.seq} unreadable ({exc})", file=sys.stderr
+                )
+                dropped.append([record.seq, record.steps])
+                continue
+            for fragment in fragments:
+                policy = self.policies.get(fragment.policy_id)
+                if policy is None:
+                    self._unknown_policy(fragment.policy_id)
+                    continue
+                policy.take(record.seq, fragment)
+        for policy in self.policies.values():
+            policy.ingest_taken()
+        self.position = self.available
+        self.consumed_steps += sum(r.steps for r in records)
+        for policy in self.policies.values():
+            policy.settle(self.position, self.consumed_steps)
+            report = policy.read_report()
+            if report is not None:
+                self.pipe.send(report)
+        self.pipe.send(
+            {
+                "type": "consumed",
+                "through": self.position,
+                "dropped": dropped,
+                "steps_consumed": self.consumed_steps,
+            }
+        )
+        self.report_owed()
+
+    def owed_steps(self) -> int:
+        """Env steps read whose scheduled training the policies still owe (off-policy)."""
+        return sum(p.learner.owed_steps for p in self.policies.values() if not p.frozen)
+
+    def report_owed(self) -> None:
+        """Tell the server the owed steps when they changed (it paces clients by them)."""
+        owed = self.owed_steps()
+        if owed != self.reported_owed:
+            self.reported_owed = owed
+            self.pipe.send({"type": "owed", "steps": owed})
+
+    def _unknown_policy(self, policy_id: str) -> None:
+        if policy_id not in self.unknown_policies:
+            self.unknown_policies.add(policy_id)
+            print(
+                f"rlserve learner: the experience log holds fragments of the policy "
+                f"'{policy_id}', which this server does not host; they are skipped",
+                file=sys.stderr,
+            )
+
+    def save_all(self, reason: str) -> None:
+        """Checkpoint every policy."""
+        for policy in self.policies.values():
+            self.pipe.send(policy.save(reason))
+
+    def save_idle(self) -> None:
+        """Checkpoint again the idle policies that settled further in the log.
+
+        Frozen ones and ones without traffic: so the log's clean-up moves on.
+        """
+        for policy in self.policies.values():
+            if policy.idle_behind():
+                self.pipe.send(policy.save("idle"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m rlserve.training.learner_worker FD``: the learner on the inherited socket FD."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or not args[0].isdigit():
+        sys.exit("usage: python -m rlserve.training.learner_worker FD (started by the server)")
+    run_learner(socket.socket(fileno=int(args[0])))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""``rlserve demo``: its tasks and algorithms, and a short run through the real server."""
+
+from __future__ import annotations
+
+import itertools
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from rlserve.cli.demo import TASKS, DemoConfig, demo_result, demo_task
+from rlserve.errors import ConfigError
+
+
+def test_each_demo_trains_its_own_algorithms() -> None:
+    assert demo_task("cartpole", None)[1] == "ppo"
+    assert demo_task("cartpole", "dqn")[1] == "dqn"
+    assert demo_task("pendulum", None)[1] == "sac"
+    with pytest.raises(ConfigError, match="pass --algo sac"):
+        demo_task("pendulum", "dqn")
+    with pytest.raises(ConfigError, match="choose one of: cartpole, pendulum"):
+        demo_task("mountaincar", None)
+    assert TASKS["pendulum"].window == 20
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(180)
+def test_a_dqn_demo_runs_its_budget_through_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("rlserve.cli.demo.CURVE_EVERY", 500)
+    config = DemoConfig(
+        seed=0,
+        clients=2,
+        algo="dqn",
+        max_env_steps=1500,
+        run_dir=str(tmp_path),
+        progress=False,
+        stop_when_solved=False,
+        target_return=10_000.0,
+    )
+    result = demo_result(config, "cartpole")
+    assert result.failure is None
+    assert result.solved_at_steps is None  # an unreachable target
+    assert result.env_steps >= 1500
+    assert result.algo == "dqn"
+    assert result.checkpoint is not None and result.checkpoint.exists()
+    run = result.checkpoint.parents[1]
+    tables = tomllib.loads((run / "config.toml").read_text())
+    assert tables["algorithm"] == {"name": "dqn"}
+    assert "NOT solved (budget)" in result.summary()
+    steps = [point[0] for point in result.curve]
+    assert len(steps) >= 2 and steps == sorted(steps) and steps[0] >= 500
+    assert all(later // 500 > earlier // 500 for earlier, later in itertools.pairwise(steps))
+    assert all(0 < mean <= 500 for _, mean in result.curve)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
+def test_the_dqn_demo_reaches_the_cartpole_target_within_60k_steps(tmp_path: Path) -> None:
+    """Issue 10's DQN target through 4 remote clients: last-100 mean >= 475 by 60,000 steps.
+
+    The clients' timing makes every run differ; with bootstrap values clamped, 20 of 20 seeds
+    reached it by 55,100 steps (docs/benchmarks.md). A DQN that does not learn stays near 22.
+    """
+    config = DemoConfig(
+        seed=0,
+        algo="dqn",
+        max_env_steps=60_000,
+        run_dir=str(tmp_path),
+        progress=False,
+        time_limit=800.0,  # the budget is in env steps; this only bounds a stuck run
+    )
+    result = demo_result(config, "cartpole")
+    assert result.failure is None, result.summary()
+    assert result.solved_at_steps is not None, (result.summary(), result.curve)
+    assert result.solved_at_steps <= 60_000

@@ -1,0 +1,223 @@
+"""SACLearner: the training schedule, exclusions, checkpoints and a small learning problem."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from rlserve.errors import ConfigError, UnsupportedSpaceError
+from rlserve.learners.registry import algorithm
+from rlserve.learners.sac import SACLearner
+from rlserve.learners.sac_config import SACSettings
+from rlserve.policy import NumpyPolicy
+from rlserve.protocol.fragment import Fragment
+
+METRICS_DOC = Path(__file__).parents[2] / "docs" / "metrics.md"
+OBS = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+WIDE = spaces.Box(-100.0, 100.0, (1,), np.float32)
+
+
+def _settings(**overrides: object) -> SACSettings:
+    values: dict[str, object] = {
+        "hidden": (16, 16),
+        "batch_size": 8,
+        "learning_starts": 20,
+        "train_every": 10,
+        "buffer_size": 1000,
+    }
+    values.update(overrides)
+    return SACSettings(**values)  # type: ignore[arg-type]
+
+
+def _fragment(steps: int, seed: int = 0, terminated: bool = False) -> Fragment:
+    rng = np.random.default_rng(seed)
+    return Fragment(
+        episode_id=f"e{seed}",
+        agent_id="agent0",
+        policy_id="default",
+        obs=rng.normal(size=(steps + 1, 2)).astype(np.float32),
+        actions=rng.uniform(-100, 100, (steps, 1)).astype(np.float32),
+        rewards=rng.normal(size=steps).astype(np.float32),
+        behaviour_logp=np.zeros(steps, np.float32),
+        policy_chosen=np.ones(steps, bool),
+        weights_version=np.zeros(steps, np.int64),
+        terminated=terminated,
+        truncated=False,
+    )
+
+
+def test_sac_is_registered_off_policy_and_refuses_discrete_actions() -> None:
+    entry = algorithm("sac")
+    assert entry.off_policy and entry.settings is SACSettings
+    assert isinstance(entry.make_learner(OBS, WIDE, _settings()), SACLearner)
+    with pytest.raises(UnsupportedSpaceError, match="learn these spaces: ppo, dqn"):
+        entry.make_learner(OBS, spaces.Discrete(3), _settings())
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="batch_size 64 is larger than buffer_size 10"):
+        SACSettings(batch_size=64, buffer_size=10)
+    with pytest.raises(ConfigError, match="tau must be in"):
+        SACSettings(tau=0.0)
+    with pytest.raises(ConfigError, match="updates_per_step must be positive"):
+        SACSettings(updates_per_step=0.0)
+    assert SACSettings(train_every=10, updates_per_step=0.5).updates_per_hand_off == 5
+
+
+def test_warm_up_then_one_update_per_hand_off() -> None:
+    learner = SACLearner(OBS, WIDE, _settings())
+    assert learner.sample_steps == 10
+    learner.ingest([_fragment(15)])
+    assert not learner.ready() and learner.owed_steps == 0  # warming up (20 steps)
+    assert learner.buffered_steps == 0  # stored in the replay buffer at once
+    learner.ingest([_fragment(15, seed=1)])
+    assert learner.ready()  # 30 steps in: the 10 past the warm-up owe 10 gradient steps
+    metrics = learner.update()
+    assert metrics["learner/gradient_steps"] == 10
+    assert metrics["learner/replay_size"] == 30
+    assert learner.version == 1 and learner.owed_steps == 0
+    assert not learner.ready()
+    for name in ("critic_loss", "actor_loss", "alpha_loss", "entropy", "q_mean", "alpha"):
+        assert np.isfinite(metrics[f"learner/{name}"])
+
+
+def test_a_backlog_is_paid_in_updates_of_one_hand_off() -> None:
+    learner = SACLearner(OBS, WIDE, _settings(learning_starts=0, updates_per_step=2.0))
+    learner.ingest([_fragment(25)])  # owes 50 gradient steps; one update pays 20
+    paid = []
+    while learner.ready():
+        paid.append(learner.update()["learner/gradient_steps"])
+    assert paid == [20, 40, 50]
+    assert learner.version == 3
+
+
+def test_broken_fragments_are_excluded_and_counted() -> None:
+    learner = SACLearner(OBS, WIDE, _settings())
+    nan_obs = _fragment(5)
+    nan_obs.obs[2, 0] = np.nan
+    wrong_actions = _fragment(5, seed=1)
+    wrong_actions.actions = np.zeros((5, 3), np.float32)
+    huge = _fragment(5, seed=2)
+    huge.rewards[0] = 1e12
+    learner.ingest([nan_obs, wrong_actions, huge, _fragment(4, seed=3)])
+    counters = learner.counters()
+    assert counters["fragments_excluded_invalid"] == 3
+    assert counters["steps_excluded_invalid"] == 15
+    assert len(learner.replay) == 4
+
+
+def test_actions_are_stored_in_squashed_units() -> None:
+    learner = SACLearner(OBS, WIDE, _settings())
+    fragment = _fragment(3)
+    fragment.actions[:, 0] = [-100.0, 50.0, 250.0]  # the last beyond the bound: clipped
+    learner.ingest([fragment])
+    np.testing.assert_allclose(learner.replay.state()["actions"][:, 0], [-1.0, 0.5, 1.0])
+
+
+def test_published_weights_act_within_the_box() -> None:
+    learner = SACLearner(OBS, WIDE, _settings())
+    package = learner.weights()
+    assert package.spec.distribution == "squashed_gaussian"
+    policy = NumpyPolicy(package.spec, package.arrays, package.version, seed=0)
+    out = policy.compute_actions(np.zeros((50, 2), np.float32))
+    assert out.actions.shape == (50, 1)
+    assert (np.abs(out.actions) <= 100.0).all() and out.actions.std() > 10.0
+
+
+def test_a_checkpoint_resumes_the_same_training(tmp_path: Path) -> None:
+    first = SACLearner(OBS, WIDE, _settings(seed=3, checkpoint_replay=True))
+    first.ingest([_fragment(30)])
+    first.update()
+    path = tmp_path / "sac.pt"
+    first.save(path, {"note": "x"})
+    second = SACLearner(OBS, WIDE, _settings(seed=99, checkpoint_replay=True))
+    assert second.load(path) == {"note": "x"}
+    assert second.counters() == first.counters() and len(second.replay) == 30
+    for learner in (first, second):
+        learner.ingest([_fragment(10, seed=7)])
+        learner.update()
+    for a, b in zip(first.actor.parameters(), second.actor.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    assert first.alpha == second.alpha
+
+
+def test_initialise_from_takes_weights_only_and_refuses_other_shapes(tmp_path: Path) -> None:
+    source = SACLearner(OBS, WIDE, _settings(seed=1))
+    source.ingest([_fragment(30)])
+    source.update()
+    path = tmp_path / "sac.pt"
+    source.save(path, {})
+    fresh = SACLearner(OBS, WIDE, _settings(seed=2))
+    fresh.initialise_from(path)
+    assert fresh.version == 0 and len(fresh.replay) == 0
+    for a, b in zip(fresh.actor.parameters(), source.actor.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    other = SACLearner(OBS, WIDE, _settings(hidden=(8,)))
+    with pytest.raises(ValueError, match="holds no SAC model of this policy's shape"):
+        other.initialise_from(path)
+
+
+def test_learns_the_best_action_of_a_wide_box() -> None:
+    """A one-step task whose best action is 60 in Box(-100, 100): the rescaling lets SAC find
+    it as readily as 0.6 in Box(-1, 1)."""
+    learner = SACLearner(
+        OBS,
+        WIDE,
+        _settings(batch_size=64, learning_starts=64, train_every=64, lr=3e-3, gamma=0.0),
+    )
+    rng = np.random.default_rng(0)
+    obs = np.ones((1, 2), np.float32)
+    for step in range(40):
+        package = learner.weights()
+        policy = NumpyPolicy(package.spec, package.arrays, package.version, seed=step)
+        fragments = []
+        for i in range(64):
+            out = policy.compute_actions(obs)
+            reward = -(((float(out.actions[0, 0]) - 60.0) / 100.0) ** 2)
+            fragment = _fragment(1, seed=int(rng.integers(1 << 30)), terminated=True)
+            fragment.obs[:] = 1.0
+            fragment.actions = out.actions
+            fragment.rewards[:] = reward
+            fragment.episode_id = f"{step}-{i}"
+            fragments.append(fragment)
+        learner.ingest(fragments)
+        while learner.ready():
+            learner.update()
+    package = learner.weights()
+    greedy = NumpyPolicy(package.spec, package.arrays, package.version).compute_actions(
+        obs, explore=False
+    )
+    assert greedy.actions[0, 0] == pytest.approx(60.0, abs=10.0)
+
+
+def test_every_metric_of_an_update_is_documented() -> None:
+    text = METRICS_DOC.read_text()
+    ppo = text.partition("\n### DQN's learner")[0]
+    sac = text.partition("\n### SAC's learner")[2].partition("\n## ")[0]
+    row = re.compile(r"^\| `(learner/[a-z_0-9]+)` \|", re.M)
+    item = re.compile(r"^- `(learner/[a-z_0-9]+)`:", re.M)
+    documented = set(row.findall(ppo)) | set(item.findall(sac))
+    learner = SACLearner(OBS, WIDE, _settings())
+    learner.ingest([_fragment(30)])
+    metrics = learner.update()
+    assert set(metrics) <= documented, set(metrics) - documented
+    assert set(item.findall(sac)) <= set(metrics)  # and the SAC list holds no stray name
+
+
+def test_non_finite_losses_skip_their_gradient_steps_and_keep_the_version() -> None:
+    learner = SACLearner(OBS, WIDE, _settings(learning_starts=0, max_abs_input=3e38))
+    fragment = _fragment(10)
+    fragment.rewards[:] = 2e38  # finite in float32; its squared error is not
+    learner.ingest([fragment])
+    before = [p.detach().clone() for p in learner.critic.parameters()]
+    metrics = learner.update()
+    assert metrics["learner/gradient_steps_skipped_nonfinite"] == 10
+    assert metrics["learner/updates_skipped_nonfinite"] == 1
+    assert learner.version == 0 and metrics["learner/gradient_steps"] == 0
+    for a, b in zip(before, learner.critic.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
