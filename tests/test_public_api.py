@@ -141,3 +141,31 @@ def test_the_serving_process_never_imports_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_module_paths_before_the_layered_layout_still_import() -> None:
+    # Paths the README of 0.1 showed (and every other moved module) keep working, each as
+    # another name of the one module, with a DeprecationWarning naming the new path.
+    code = (
+        "import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
+        "import rlserve.cli.demo, rlserve.server.policies\n"
+        "try:\n"
+        "    import rlserve.demo\n"
+        "except DeprecationWarning as e:\n"
+        "    print(e)\n"
+        "warnings.simplefilter('ignore', DeprecationWarning)\n"
+        "import rlserve.demo, rlserve.samples\n"
+        "from rlserve.algorithms.ppo_config import PPOSettings\n"
+        "from rlserve.learners.ppo_config import PPOSettings as New\n"
+        "from rlserve.protocol.fragment import Fragment\n"
+        "print(rlserve.demo is rlserve.cli.demo, rlserve.demo.TASKS is rlserve.cli.demo.TASKS)\n"
+        "print(PPOSettings is New, rlserve.samples.Fragment is Fragment)\n"
+        "print(rlserve.cli.demo.__spec__.name)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == [
+        "rlserve.demo is now rlserve.cli.demo: import it from there",
+        "True True",
+        "True True",
+        "rlserve.cli.demo",
+    ]

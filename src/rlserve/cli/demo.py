@@ -144,7 +144,8 @@ def cartpole_client(
 
     import gymnasium as gym
 
-    from rlserve import ConnectionLostError, PolicyClient
+    from rlserve.client.policy_client import PolicyClient
+    from rlserve.errors import ConnectionLostError
 
     # The demo stops its clients through ``stop``; Ctrl-C is for the server process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
