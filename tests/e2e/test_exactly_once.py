@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from e2e_support import RawSocket
 from fault_proxy import FaultProxy
 
 from rlserve import CapacityError, EpisodeError, PolicyClient, RLServeError
@@ -222,6 +223,68 @@ def test_the_per_client_limit_counts_per_identity(shared: Any) -> None:
     finally:
         for conn in (first, second, stranger):
             conn.close()
+
+
+def test_a_later_hello_sets_the_identity_anew(shared: Any) -> None:
+    """Section 3.3: each successful hello sets the identity as a first one does: its client_id,
+    or without one the connection's own (the same one all along)."""
+    first, second = uuid.uuid4().hex, uuid.uuid4().hex
+
+    def hello(raw: RawSocket, client_id: str | None) -> None:
+        message = {"type": "hello", "id": 0, "protocol_version": 1, "client_id": client_id}
+        assert raw.request(message)["type"] == "welcome"
+
+    def act(raw: RawSocket, eid: str) -> str:
+        reply = raw.request({"type": "get_action", "id": 1, "episode_id": eid, "observation": GOOD})
+        if reply["type"] == "action":
+            return "acts"
+        assert reply["code"] == "episode_error" and "belongs to another client" in reply["message"]
+        return "refused"
+
+    def start(raw: RawSocket) -> str:
+        reply = raw.request({"type": "start_episode", "id": 2})
+        assert reply["type"] == "episode_started", reply
+        return str(reply["episode_id"])
+
+    with RawSocket(shared.address) as raw, RawSocket(shared.address) as other:
+        hello(raw, None)
+        own = start(raw)  # the connection's own identity
+        hello(raw, first)
+        mine = start(raw)
+        hello(raw, second)  # switches: the first identity's episode is not this one's
+        theirs = start(raw)
+        assert [act(raw, eid) for eid in (own, mine, theirs)] == ["refused", "refused", "acts"]
+        hello(raw, None)  # back to the connection's own identity, not the second's
+        assert [act(raw, eid) for eid in (own, mine, theirs)] == ["acts", "refused", "refused"]
+        hello(raw, first)
+        assert [act(raw, eid) for eid in (own, mine, theirs)] == ["refused", "acts", "refused"]
+        # The second identity's episode is still open, and its own on another connection.
+        hello(other, second)
+        assert act(other, theirs) == "acts"
+        for conn, client_id, eid in ((raw, None, own), (raw, first, mine), (other, second, theirs)):
+            hello(conn, client_id)
+            end = {"type": "end_episode", "id": 3, "episode_id": eid, "observation": GOOD}
+            assert conn.request(end)["type"] == "ok"
+
+
+def test_a_client_id_in_an_http_hello_does_not_change_the_identity(shared: Any) -> None:
+    """Over HTTP the header alone is the identity (section 4.2); hello's client_id is ignored."""
+    with httpx.Client(base_url=shared.http_url, timeout=30) as http:
+        mine = {"X-RLServe-Client": uuid.uuid4().hex}
+        other_id = uuid.uuid4().hex
+        eid = http.post("/v1/start_episode", json={}, headers=mine).json()["episode_id"]
+        hello = {"protocol_version": 1, "client_id": other_id}
+        assert http.post("/v1/hello", json=hello, headers=mine).json()["type"] == "welcome"
+        ask = {"episode_id": eid, "observation": GOOD.tolist()}
+        assert http.post("/v1/get_action", json=ask, headers=mine).status_code == 200
+        theirs = http.post("/v1/get_action", json=ask, headers={"X-RLServe-Client": other_id})
+        assert theirs.status_code == 409
+        assert "belongs to another client" in theirs.json()["message"]
+        # Checked like any field, though.
+        empty = http.post("/v1/hello", json={**hello, "client_id": ""}, headers=mine)
+        assert (empty.status_code, empty.json()["code"]) == (413, "limit_exceeded")
+        end = {"episode_id": eid, "observation": GOOD.tolist()}
+        assert http.post("/v1/end_episode", json=end, headers=mine).status_code == 200
 
 
 def test_client_id_is_validated(shared: Any) -> None:

@@ -283,7 +283,7 @@ def build_http_app(
                 # oldest loses nothing.
                 sessions.pop(next(iter(sessions)))
             session = sessions[client] = Session(
-                name=client, key=identity_key(client), authenticated=True
+                name=client, key=identity_key(client), authenticated=True, identity_by_hello=False
             )
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
 

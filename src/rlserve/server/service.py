@@ -90,11 +90,21 @@ class Session:
             for a ``client_id`` (binary ``hello``) or ``X-RLServe-Client`` header (HTTP), else
             one per connection.
         authenticated: Whether ``hello`` (or the HTTP header) presented the right token.
+        identity_by_hello: Whether a successful ``hello`` sets ``key`` (binary connections).
+            False over HTTP, where the header alone is the identity.
+        own_key: The connection's own identity, taken by a ``hello`` without ``client_id``
+            (the ``key`` the session was made with).
     """
 
     name: str = "client"
     key: str = field(default_factory=lambda: f"session-{next(_session_ids)}")
     authenticated: bool = False
+    identity_by_hello: bool = True
+    own_key: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.own_key:
+            self.own_key = self.key
 
 
 @dataclass(slots=True)
@@ -374,8 +384,11 @@ class Service:
                 f"offers {list(INFERENCE_MODES)}"
             )
         session.name = hello.client_name
-        if hello.client_id is not None:
-            session.key = identity_key(hello.client_id)
+        if session.identity_by_hello:
+            # Every successful hello sets the identity, a later one as the first: its
+            # client_id, or without one the connection's own (docs/protocol.md section 3.3).
+            client_id = hello.client_id
+            session.key = session.own_key if client_id is None else identity_key(client_id)
         session.authenticated = True
         return self.welcome(hello.id)
 
