@@ -136,6 +136,51 @@ def test_out_of_order_seq_is_refused(shared: Any) -> None:
         conn.close()
 
 
+def test_a_call_without_seq_leaves_the_expected_number(shared: Any) -> None:
+    """Section 9.9: a call without seq neither uses up a number nor changes the next one, and
+    the last numbered call can still be re-sent, answered with its own first reply."""
+    before = shared.metrics()
+    conn = Connection(shared.address, None, "raw", "remote", Timeouts(request=30.0))
+    conn.open()
+    try:
+        eid = conn.request({"type": "start_episode"})["episode_id"]
+        ask = {"type": "get_action", "episode_id": eid, "observation": GOOD}
+        first = conn.request({**ask, "seq": 1})["action"]
+        conn.request({"type": "log_returns", "episode_id": eid, "reward": 1.0})
+        conn.request(dict(ask))
+        conn.request({"type": "log_action", "episode_id": eid, "observation": GOOD, "action": 0})
+        with pytest.raises(EpisodeError, match="out of order: the next call is 2"):
+            conn.request({**ask, "seq": 3})
+        assert conn.request({**ask, "seq": 1})["action"] == first  # a retry: records nothing
+        conn.request({**ask, "seq": 2})
+        conn.request({"type": "end_episode", "episode_id": eid, "observation": GOOD, "seq": 3})
+
+        # Multi-agent: the retry gets its own actions (two agents), not those of the
+        # unnumbered call after it (one agent).
+        eid = conn.request({"type": "start_episode"})["episode_id"]
+        pair = {
+            "type": "get_action",
+            "episode_id": eid,
+            "agent_ids": ["a", "b"],
+            "observations": np.stack([GOOD, GOOD]),
+        }
+        first = np.asarray(conn.request({**pair, "seq": 1})["actions"]).tolist()
+        one = {**pair, "agent_ids": ["a"], "observations": np.stack([GOOD]), "rewards": [0.0]}
+        assert len(conn.request(one)["actions"]) == 1
+        with pytest.raises(EpisodeError, match="out of order: the next call is 2"):
+            conn.request({**pair, "seq": 3})
+        assert np.asarray(conn.request({**pair, "seq": 1})["actions"]).tolist() == first
+        conn.request({**pair, "rewards": [0.0, 0.0], "seq": 2})
+        conn.request({"type": "end_episode", "episode_id": eid, "agent_ids": [], "seq": 3})
+    finally:
+        conn.close()
+    after = shared.wait_until(
+        lambda m: m["episodes/completed"] == before["episodes/completed"] + 2, what="episodes"
+    )
+    # Single: seq 1, the unnumbered get_action and log_action, seq 2. Multi-agent: 2 + 1 + 2.
+    assert after["server/env_steps"] - before["server/env_steps"] == 4 + 5
+
+
 # -- ownership -------------------------------------------------------------------------------
 
 

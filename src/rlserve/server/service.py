@@ -27,7 +27,7 @@ from rlserve import __version__
 from rlserve.agent_columns import AgentTick
 from rlserve.agent_groups import AgentGrouper
 from rlserve.algorithms.base import WeightsPackage
-from rlserve.episodes import Episode, EpisodeStatus, EpisodeSummary, EpisodeTable
+from rlserve.episodes import Episode, EpisodeSummary, EpisodeTable
 from rlserve.errors import (
     AuthenticationError,
     CapacityError,
@@ -471,7 +471,9 @@ class Service:
                 "get_action 'seqs' mix retries (the episode's last number) and new calls; "
                 "re-send a batched call exactly as it was, or number every episode's next call"
             )
-        if any(e.status is EpisodeStatus.AWAITING_ACTION for e in episodes):
+        if any(e.answer is None for e in episodes):
+            # The call it repeats is still waiting for its actions (record_seq cleared the
+            # answer). A pending call without seq is another call: the retry gets its answer.
             for item in slot.pending:
                 if len(item.episodes) == len(episodes) and all(
                     a is b for a, b in zip(item.episodes, episodes, strict=True)
@@ -537,7 +539,10 @@ class Service:
         )
         self.episodes.record_seq(episode, seq, "get_action")
         pending = _AgentsPending(request, episode, tick, respond, len(grouping.groups))
-        episode.answer = pending  # a retry while it is pending joins it
+        if seq is not None:
+            # A retry while it is pending joins it. A call without seq leaves the last
+            # numbered call's answer for a retry of that one.
+            episode.answer = pending
         ready = False
         for g, ((policy_id, idx), block) in enumerate(zip(grouping.groups, blocks, strict=True)):
             slot = self.slots[policy_id]
@@ -595,8 +600,9 @@ class Service:
                 for j, i in enumerate(part_.idx.tolist()):
                     reply_actions[i] = int(env_actions[j]) if discrete else env_actions[j]
         self.episodes.finish_tick(episode)
-        # Kept for a retry of this call; a copy, so the batch's arrays are not kept.
-        episode.answer = copy.deepcopy(reply_actions)
+        if owner.request.seqs is not None:
+            # Kept for a retry of this call; a copy, so the batch's arrays are not kept.
+            episode.answer = copy.deepcopy(reply_actions)
         reply = {"type": "action", "id": owner.request.id, "actions": reply_actions}
         owner.respond(reply)
         for joined, respond in owner.joined:
