@@ -332,6 +332,41 @@ def test_a_client_id_in_an_http_hello_does_not_change_the_identity(shared: Any) 
         assert http.post("/v1/end_episode", json=end, headers=mine).status_code == 200
 
 
+def test_episode_error_wins_over_capacity(shared: Any) -> None:
+    """Section 7.2: at its limit (2 here) a client still gets episode_error for a start that
+    could never succeed, and episode_started for a re-sent start of its own unused episode."""
+    me, stranger = _raw(shared, uuid.uuid4().hex), _raw(shared, uuid.uuid4().hex)
+    try:
+        theirs = stranger.request({"type": "start_episode"})["episode_id"]
+        used = me.request({"type": "start_episode"})["episode_id"]
+        me.request({"type": "end_episode", "episode_id": used, "observation": GOOD})
+        active = me.request({"type": "start_episode"})["episode_id"]
+        me.request({"type": "get_action", "episode_id": active, "observation": GOOD})
+        unused = uuid.uuid4().hex
+        me.request({"type": "start_episode", "episode_id": unused})
+        with pytest.raises(CapacityError, match="holds 2 open episodes"):
+            me.request({"type": "start_episode"})
+        for episode_id, problem in (
+            (used, "was used before"),
+            (active, "is already active"),
+            (theirs, "is already active"),
+        ):
+            with pytest.raises(EpisodeError, match=problem):
+                me.request({"type": "start_episode", "episode_id": episode_id})
+        with pytest.raises(EpisodeError, match="unknown policy 'nope'"):
+            me.request({"type": "start_episode", "policy_id": "nope"})
+        retried = me.request({"type": "start_episode", "episode_id": unused})
+        assert retried["episode_id"] == unused
+        with pytest.raises(CapacityError, match="holds 2 open episodes"):
+            me.request({"type": "start_episode", "episode_id": uuid.uuid4().hex})
+        for eid in (active, unused):
+            me.request({"type": "end_episode", "episode_id": eid, "observation": GOOD})
+        stranger.request({"type": "end_episode", "episode_id": theirs, "observation": GOOD})
+    finally:
+        me.close()
+        stranger.close()
+
+
 def test_client_id_is_validated(shared: Any) -> None:
     with pytest.raises(RLServeError, match="'client_id' must have 1 to 128 characters"):
         _raw(shared, "x" * 1000)
