@@ -367,6 +367,43 @@ def test_episode_error_wins_over_capacity(shared: Any) -> None:
         stranger.close()
 
 
+def test_a_resent_end_episode_is_ok_only_for_the_identity_that_ended_it(shared: Any) -> None:
+    """Sections 7.6 and 9.9: another identity's copy is refused as about an ended episode."""
+    before = shared.metrics()
+    owner_id = uuid.uuid4().hex
+    owner, other, anonymous = (
+        _raw(shared, owner_id),
+        _raw(shared, uuid.uuid4().hex),
+        _raw(shared, None),
+    )
+    try:
+        eid = owner.request({"type": "start_episode"})["episode_id"]
+        owner.request({"type": "get_action", "episode_id": eid, "observation": GOOD, "seq": 1})
+        end = {"type": "end_episode", "episode_id": eid, "observation": GOOD, "seq": 2}
+        assert owner.request(dict(end))["type"] == "ok"
+        ended = f"episode '{eid}' has ended; start a new episode"
+        for conn in (other, anonymous):
+            with pytest.raises(EpisodeError, match=ended):
+                conn.request(dict(end))
+        with httpx.Client(base_url=shared.http_url, timeout=30) as http:
+            body = {**end, "observation": GOOD.tolist()}
+            for headers in ({"X-RLServe-Client": uuid.uuid4().hex}, {}):
+                reply = http.post("/v1/end_episode", json=body, headers=headers)
+                assert reply.status_code == 409
+                assert (reply.json()["code"], reply.json()["message"]) == ("episode_error", ended)
+            # The owner's identity over HTTP: the same client, so a retry.
+            reply = http.post("/v1/end_episode", json=body, headers={"X-RLServe-Client": owner_id})
+            assert reply.status_code == 200 and reply.json()["type"] == "ok"
+        assert owner.request(dict(end))["type"] == "ok"  # the refusals changed nothing
+    finally:
+        for conn in (owner, other, anonymous):
+            conn.close()
+    after = shared.wait_until(
+        lambda m: m["episodes/completed"] == before["episodes/completed"] + 1, what="the episode"
+    )
+    assert after["episodes/started"] - before["episodes/started"] == 1
+
+
 def test_client_id_is_validated(shared: Any) -> None:
     with pytest.raises(RLServeError, match="'client_id' must have 1 to 128 characters"):
         _raw(shared, "x" * 1000)
