@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -340,6 +341,38 @@ def test_a_malformed_hello_gets_its_field_error_and_the_connection_stays_open(
             "'hello' needs the field 'protocol_version'",
         )
         raw.hello()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("client_id", "x" * 129),
+        ("client_id", ""),
+        ("client_name", "x" * 129),
+        ("inference_mode", "x" * 129),
+    ],
+    ids=["long-client-id", "empty-client-id", "long-client-name", "long-inference-mode"],
+)
+def test_a_hello_refused_with_limit_exceeded_keeps_the_connection_unchanged(
+    server: Any, field: str, value: str
+) -> None:
+    """Sections 3.3 and 7.1: unlike version_mismatch and unauthorized, it does not close."""
+    bad = {"type": "hello", "id": 1, "protocol_version": 1, field: value}
+    with RawSocket(server.address) as raw:
+        reply = raw.request(bad)
+        assert (reply["type"], reply["id"], reply["code"]) == ("error", 1, "limit_exceeded")
+        # Open, and still before hello.
+        assert raw.request({"type": "ping", "id": 2})["code"] == "unauthorized"
+        client_id = uuid.uuid4().hex
+        hello = {"type": "hello", "id": 3, "protocol_version": 1, "client_id": client_id}
+        assert raw.request(hello)["type"] == "welcome"
+        eid = raw.request({"type": "start_episode", "id": 4})["episode_id"]
+        # Refused again once authenticated: still open, and still the same identity.
+        assert raw.request({**bad, "id": 5})["code"] == "limit_exceeded"
+        ask = {"type": "get_action", "id": 6, "episode_id": eid, "observation": GOOD}
+        assert raw.request(ask)["type"] == "action"
+        end = {"type": "end_episode", "id": 7, "episode_id": eid, "observation": GOOD}
+        assert raw.request(end) == {"type": "ok", "id": 7}
 
 
 def test_nil_is_the_same_as_absent_on_the_binary_carrier(server: Any) -> None:

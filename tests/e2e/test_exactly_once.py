@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from e2e_support import RawSocket
 from fault_proxy import FaultProxy
 
 from rlserve import CapacityError, EpisodeError, PolicyClient, RLServeError
@@ -135,6 +136,51 @@ def test_out_of_order_seq_is_refused(shared: Any) -> None:
         conn.close()
 
 
+def test_a_call_without_seq_leaves_the_expected_number(shared: Any) -> None:
+    """Section 9.9: a call without seq neither uses up a number nor changes the next one, and
+    the last numbered call can still be re-sent, answered with its own first reply."""
+    before = shared.metrics()
+    conn = Connection(shared.address, None, "raw", "remote", Timeouts(request=30.0))
+    conn.open()
+    try:
+        eid = conn.request({"type": "start_episode"})["episode_id"]
+        ask = {"type": "get_action", "episode_id": eid, "observation": GOOD}
+        first = conn.request({**ask, "seq": 1})["action"]
+        conn.request({"type": "log_returns", "episode_id": eid, "reward": 1.0})
+        conn.request(dict(ask))
+        conn.request({"type": "log_action", "episode_id": eid, "observation": GOOD, "action": 0})
+        with pytest.raises(EpisodeError, match="out of order: the next call is 2"):
+            conn.request({**ask, "seq": 3})
+        assert conn.request({**ask, "seq": 1})["action"] == first  # a retry: records nothing
+        conn.request({**ask, "seq": 2})
+        conn.request({"type": "end_episode", "episode_id": eid, "observation": GOOD, "seq": 3})
+
+        # Multi-agent: the retry gets its own actions (two agents), not those of the
+        # unnumbered call after it (one agent).
+        eid = conn.request({"type": "start_episode"})["episode_id"]
+        pair = {
+            "type": "get_action",
+            "episode_id": eid,
+            "agent_ids": ["a", "b"],
+            "observations": np.stack([GOOD, GOOD]),
+        }
+        first = np.asarray(conn.request({**pair, "seq": 1})["actions"]).tolist()
+        one = {**pair, "agent_ids": ["a"], "observations": np.stack([GOOD]), "rewards": [0.0]}
+        assert len(conn.request(one)["actions"]) == 1
+        with pytest.raises(EpisodeError, match="out of order: the next call is 2"):
+            conn.request({**pair, "seq": 3})
+        assert np.asarray(conn.request({**pair, "seq": 1})["actions"]).tolist() == first
+        conn.request({**pair, "rewards": [0.0, 0.0], "seq": 2})
+        conn.request({"type": "end_episode", "episode_id": eid, "agent_ids": [], "seq": 3})
+    finally:
+        conn.close()
+    after = shared.wait_until(
+        lambda m: m["episodes/completed"] == before["episodes/completed"] + 2, what="episodes"
+    )
+    # Single: seq 1, the unnumbered get_action and log_action, seq 2. Multi-agent: 2 + 1 + 2.
+    assert after["server/env_steps"] - before["server/env_steps"] == 4 + 5
+
+
 # -- ownership -------------------------------------------------------------------------------
 
 
@@ -222,6 +268,140 @@ def test_the_per_client_limit_counts_per_identity(shared: Any) -> None:
     finally:
         for conn in (first, second, stranger):
             conn.close()
+
+
+def test_a_later_hello_sets_the_identity_anew(shared: Any) -> None:
+    """Section 3.3: each successful hello sets the identity as a first one does: its client_id,
+    or without one the connection's own (the same one all along)."""
+    first, second = uuid.uuid4().hex, uuid.uuid4().hex
+
+    def hello(raw: RawSocket, client_id: str | None) -> None:
+        message = {"type": "hello", "id": 0, "protocol_version": 1, "client_id": client_id}
+        assert raw.request(message)["type"] == "welcome"
+
+    def act(raw: RawSocket, eid: str) -> str:
+        reply = raw.request({"type": "get_action", "id": 1, "episode_id": eid, "observation": GOOD})
+        if reply["type"] == "action":
+            return "acts"
+        assert reply["code"] == "episode_error" and "belongs to another client" in reply["message"]
+        return "refused"
+
+    def start(raw: RawSocket) -> str:
+        reply = raw.request({"type": "start_episode", "id": 2})
+        assert reply["type"] == "episode_started", reply
+        return str(reply["episode_id"])
+
+    with RawSocket(shared.address) as raw, RawSocket(shared.address) as other:
+        hello(raw, None)
+        own = start(raw)  # the connection's own identity
+        hello(raw, first)
+        mine = start(raw)
+        hello(raw, second)  # switches: the first identity's episode is not this one's
+        theirs = start(raw)
+        assert [act(raw, eid) for eid in (own, mine, theirs)] == ["refused", "refused", "acts"]
+        hello(raw, None)  # back to the connection's own identity, not the second's
+        assert [act(raw, eid) for eid in (own, mine, theirs)] == ["acts", "refused", "refused"]
+        hello(raw, first)
+        assert [act(raw, eid) for eid in (own, mine, theirs)] == ["refused", "acts", "refused"]
+        # The second identity's episode is still open, and its own on another connection.
+        hello(other, second)
+        assert act(other, theirs) == "acts"
+        for conn, client_id, eid in ((raw, None, own), (raw, first, mine), (other, second, theirs)):
+            hello(conn, client_id)
+            end = {"type": "end_episode", "id": 3, "episode_id": eid, "observation": GOOD}
+            assert conn.request(end)["type"] == "ok"
+
+
+def test_a_client_id_in_an_http_hello_does_not_change_the_identity(shared: Any) -> None:
+    """Over HTTP the header alone is the identity (section 4.2); hello's client_id is ignored."""
+    with httpx.Client(base_url=shared.http_url, timeout=30) as http:
+        mine = {"X-RLServe-Client": uuid.uuid4().hex}
+        other_id = uuid.uuid4().hex
+        eid = http.post("/v1/start_episode", json={}, headers=mine).json()["episode_id"]
+        hello = {"protocol_version": 1, "client_id": other_id}
+        assert http.post("/v1/hello", json=hello, headers=mine).json()["type"] == "welcome"
+        ask = {"episode_id": eid, "observation": GOOD.tolist()}
+        assert http.post("/v1/get_action", json=ask, headers=mine).status_code == 200
+        theirs = http.post("/v1/get_action", json=ask, headers={"X-RLServe-Client": other_id})
+        assert theirs.status_code == 409
+        assert "belongs to another client" in theirs.json()["message"]
+        # Checked like any field, though.
+        empty = http.post("/v1/hello", json={**hello, "client_id": ""}, headers=mine)
+        assert (empty.status_code, empty.json()["code"]) == (413, "limit_exceeded")
+        end = {"episode_id": eid, "observation": GOOD.tolist()}
+        assert http.post("/v1/end_episode", json=end, headers=mine).status_code == 200
+
+
+def test_episode_error_wins_over_capacity(shared: Any) -> None:
+    """Section 7.2: at its limit (2 here) a client still gets episode_error for a start that
+    could never succeed, and episode_started for a re-sent start of its own unused episode."""
+    me, stranger = _raw(shared, uuid.uuid4().hex), _raw(shared, uuid.uuid4().hex)
+    try:
+        theirs = stranger.request({"type": "start_episode"})["episode_id"]
+        used = me.request({"type": "start_episode"})["episode_id"]
+        me.request({"type": "end_episode", "episode_id": used, "observation": GOOD})
+        active = me.request({"type": "start_episode"})["episode_id"]
+        me.request({"type": "get_action", "episode_id": active, "observation": GOOD})
+        unused = uuid.uuid4().hex
+        me.request({"type": "start_episode", "episode_id": unused})
+        with pytest.raises(CapacityError, match="holds 2 open episodes"):
+            me.request({"type": "start_episode"})
+        for episode_id, problem in (
+            (used, "was used before"),
+            (active, "is already active"),
+            (theirs, "is already active"),
+        ):
+            with pytest.raises(EpisodeError, match=problem):
+                me.request({"type": "start_episode", "episode_id": episode_id})
+        with pytest.raises(EpisodeError, match="unknown policy 'nope'"):
+            me.request({"type": "start_episode", "policy_id": "nope"})
+        retried = me.request({"type": "start_episode", "episode_id": unused})
+        assert retried["episode_id"] == unused
+        with pytest.raises(CapacityError, match="holds 2 open episodes"):
+            me.request({"type": "start_episode", "episode_id": uuid.uuid4().hex})
+        for eid in (active, unused):
+            me.request({"type": "end_episode", "episode_id": eid, "observation": GOOD})
+        stranger.request({"type": "end_episode", "episode_id": theirs, "observation": GOOD})
+    finally:
+        me.close()
+        stranger.close()
+
+
+def test_a_resent_end_episode_is_ok_only_for_the_identity_that_ended_it(shared: Any) -> None:
+    """Sections 7.6 and 9.9: another identity's copy is refused as about an ended episode."""
+    before = shared.metrics()
+    owner_id = uuid.uuid4().hex
+    owner, other, anonymous = (
+        _raw(shared, owner_id),
+        _raw(shared, uuid.uuid4().hex),
+        _raw(shared, None),
+    )
+    try:
+        eid = owner.request({"type": "start_episode"})["episode_id"]
+        owner.request({"type": "get_action", "episode_id": eid, "observation": GOOD, "seq": 1})
+        end = {"type": "end_episode", "episode_id": eid, "observation": GOOD, "seq": 2}
+        assert owner.request(dict(end))["type"] == "ok"
+        ended = f"episode '{eid}' has ended; start a new episode"
+        for conn in (other, anonymous):
+            with pytest.raises(EpisodeError, match=ended):
+                conn.request(dict(end))
+        with httpx.Client(base_url=shared.http_url, timeout=30) as http:
+            body = {**end, "observation": GOOD.tolist()}
+            for headers in ({"X-RLServe-Client": uuid.uuid4().hex}, {}):
+                reply = http.post("/v1/end_episode", json=body, headers=headers)
+                assert reply.status_code == 409
+                assert (reply.json()["code"], reply.json()["message"]) == ("episode_error", ended)
+            # The owner's identity over HTTP: the same client, so a retry.
+            reply = http.post("/v1/end_episode", json=body, headers={"X-RLServe-Client": owner_id})
+            assert reply.status_code == 200 and reply.json()["type"] == "ok"
+        assert owner.request(dict(end))["type"] == "ok"  # the refusals changed nothing
+    finally:
+        for conn in (owner, other, anonymous):
+            conn.close()
+    after = shared.wait_until(
+        lambda m: m["episodes/completed"] == before["episodes/completed"] + 1, what="the episode"
+    )
+    assert after["episodes/started"] - before["episodes/started"] == 1
 
 
 def test_client_id_is_validated(shared: Any) -> None:

@@ -233,6 +233,41 @@ def test_oversized_body_is_413(http: httpx.Client) -> None:
     _error(reply, 413, "limit_exceeded")
 
 
+def test_a_bad_client_header_is_checked_after_the_body_and_echoes_the_id(
+    server: Any, http: httpx.Client, token_server: Any
+) -> None:
+    """Section 4.3: the X-RLServe-Client check (413) comes after the body's checks and before
+    the request is carried out; its error echoes the body's id like the body's own errors."""
+    for header in ("", "x" * 129):
+        bad = {"X-RLServe-Client": header}
+        body = _error(http.post("/v1/ping", json={"id": 7}, headers=bad), 413, "limit_exceeded")
+        assert body["id"] == 7
+        assert body["message"] == "header X-RLServe-Client must have 1 to 128 characters"
+        for no_id in ({}, {"id": None}):  # no id (a negative one is a decode_error)
+            reply = http.post("/v1/ping", json=no_id, headers=bad)
+            assert _error(reply, 413, "limit_exceeded")["id"] is None
+        # The body's errors come first.
+        not_json = {**bad, "Content-Type": "application/json"}
+        reply = http.post("/v1/ping", content=b"{", headers=not_json)
+        assert _error(reply, 400, "decode_error")["id"] is None
+        reply = http.post("/v1/get_action", json={"id": 8}, headers=bad)
+        assert _error(reply, 400, "decode_error")["id"] == 8
+        # Then the header, before the request is carried out: an unknown episode is not looked
+        # up, and nothing is started.
+        ask = {"id": 9, "episode_id": "never-started", "observation": GOOD}
+        assert _error(http.post("/v1/get_action", json=ask, headers=bad), 413, "limit_exceeded")
+        started = server.metrics()["episodes/started"]
+        start = {"id": 10, "episode_id": f"bad-header-{len(header)}"}
+        reply = http.post("/v1/start_episode", json=start, headers=bad)
+        assert _error(reply, 413, "limit_exceeded")["id"] == 10
+        assert server.metrics()["episodes/started"] == started
+        # Header checks before the body come before it: the token and the Content-Type.
+        with httpx.Client(base_url=token_server.http_url, timeout=30) as other:
+            _error(other.post("/v1/ping", json={"id": 11}, headers=bad), 401, "unauthorized")
+        reply = http.post("/v1/ping", content=b"{}", headers={**bad, "Content-Type": "text/plain"})
+        assert _error(reply, 415, "decode_error")["id"] is None
+
+
 @pytest.mark.parametrize(
     ("method", "path", "allow"),
     [

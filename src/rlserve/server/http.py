@@ -275,7 +275,7 @@ def build_http_app(
         client = request.headers.get("x-rlserve-client", "anonymous")
         if not 1 <= len(client) <= limits.max_id_length:
             message = f"header X-RLServe-Client must have 1 to {limits.max_id_length} characters"
-            return _json(error_reply(None, "limit_exceeded", message), 413)
+            return _json(error_reply(valid_request_id(raw), "limit_exceeded", message), 413)
         session = sessions.get(client)
         if session is None:
             if len(sessions) >= MAX_HTTP_SESSIONS:
@@ -283,7 +283,7 @@ def build_http_app(
                 # oldest loses nothing.
                 sessions.pop(next(iter(sessions)))
             session = sessions[client] = Session(
-                name=client, key=identity_key(client), authenticated=True
+                name=client, key=identity_key(client), authenticated=True, identity_by_hello=False
             )
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
 

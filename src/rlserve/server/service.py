@@ -34,7 +34,7 @@ from rlserve.errors import (
 )
 from rlserve.experience.agent_columns import AgentTick
 from rlserve.experience.agent_groups import AgentGrouper
-from rlserve.experience.episodes import Episode, EpisodeStatus, EpisodeSummary, EpisodeTable
+from rlserve.experience.episodes import Episode, EpisodeSummary, EpisodeTable
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.acting import compute_actions, greedy_in_evaluation
 from rlserve.policy.distributions import actions_to_space, encode_action
@@ -90,11 +90,21 @@ class Session:
             for a ``client_id`` (binary ``hello``) or ``X-RLServe-Client`` header (HTTP), else
             one per connection.
         authenticated: Whether ``hello`` (or the HTTP header) presented the right token.
+        identity_by_hello: Whether a successful ``hello`` sets ``key`` (binary connections).
+            False over HTTP, where the header alone is the identity.
+        own_key: The connection's own identity, taken by a ``hello`` without ``client_id``
+            (the ``key`` the session was made with).
     """
 
     name: str = "client"
     key: str = field(default_factory=lambda: f"session-{next(_session_ids)}")
     authenticated: bool = False
+    identity_by_hello: bool = True
+    own_key: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.own_key:
+            self.own_key = self.key
 
 
 @dataclass(slots=True)
@@ -374,8 +384,11 @@ class Service:
                 f"offers {list(INFERENCE_MODES)}"
             )
         session.name = hello.client_name
-        if hello.client_id is not None:
-            session.key = identity_key(hello.client_id)
+        if session.identity_by_hello:
+            # Every successful hello sets the identity, a later one as the first: its
+            # client_id, or without one the connection's own (docs/protocol.md section 3.3).
+            client_id = hello.client_id
+            session.key = session.own_key if client_id is None else identity_key(client_id)
         session.authenticated = True
         return self.welcome(hello.id)
 
@@ -458,7 +471,9 @@ class Service:
                 "get_action 'seqs' mix retries (the episode's last number) and new calls; "
                 "re-send a batched call exactly as it was, or number every episode's next call"
             )
-        if any(e.status is EpisodeStatus.AWAITING_ACTION for e in episodes):
+        if any(e.answer is None for e in episodes):
+            # The call it repeats is still waiting for its actions (record_seq cleared the
+            # answer). A pending call without seq is another call: the retry gets its answer.
             for item in slot.pending:
                 if len(item.episodes) == len(episodes) and all(
                     a is b for a, b in zip(item.episodes, episodes, strict=True)
@@ -524,7 +539,10 @@ class Service:
         )
         self.episodes.record_seq(episode, seq, "get_action")
         pending = _AgentsPending(request, episode, tick, respond, len(grouping.groups))
-        episode.answer = pending  # a retry while it is pending joins it
+        if seq is not None:
+            # A retry while it is pending joins it. A call without seq leaves the last
+            # numbered call's answer for a retry of that one.
+            episode.answer = pending
         ready = False
         for g, ((policy_id, idx), block) in enumerate(zip(grouping.groups, blocks, strict=True)):
             slot = self.slots[policy_id]
@@ -582,8 +600,9 @@ class Service:
                 for j, i in enumerate(part_.idx.tolist()):
                     reply_actions[i] = int(env_actions[j]) if discrete else env_actions[j]
         self.episodes.finish_tick(episode)
-        # Kept for a retry of this call; a copy, so the batch's arrays are not kept.
-        episode.answer = copy.deepcopy(reply_actions)
+        if owner.request.seqs is not None:
+            # Kept for a retry of this call; a copy, so the batch's arrays are not kept.
+            episode.answer = copy.deepcopy(reply_actions)
         reply = {"type": "action", "id": owner.request.id, "actions": reply_actions}
         owner.respond(reply)
         for joined, respond in owner.joined:
