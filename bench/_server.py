@@ -149,7 +149,15 @@ def start_server(
     log_path = folder / "server.log"
     launcher = rlserve_command()
     if profile is not None:
-        launcher = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "rlserve.cli.commands"]
+        launcher = [
+            sys.executable,
+            "-m",
+            "cProfile",
+            "-o",
+            str(profile),
+            "-m",
+            "rlserve.cli.commands",
+        ]
     command = [*launcher, "serve", "--run-dir", str(folder / "runs"), "--name", "bench"]
     command += ["--port", "0", "--http-port", "0", "--no-progress", *flags]
     env = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -34,6 +34,34 @@ draw is not below ``EPSILON`` (the greedy choice is taken, the uniform choice dr
 the others are (the uniform choice is taken: another choice, then the greedy one)."""
 SQUASHED_NOISE = (0.5, -0.75)
 """The standard normal draws ``e`` of the squashed-Gaussian vector's sample."""
+RTOL = 1e-5
+ATOL = 1e-6
+"""The tolerance of every real number ``forward-pass.json`` gives as a result: an implementation
+passes where ``|got - want| <= ATOL + RTOL * |want|`` (section 14.4; integers match exactly).
+
+The float32 results move in their last digits with the CPU, the BLAS kernel, the maths library
+and the summation order, and a double-precision implementation differs by as much. Measured on
+these vectors against the committed numbers: float32 under other OpenBLAS kernels (AVX-512, Sandy
+Bridge, SSE3) and numpy without its AVX2 loops (another ``tanh``) differs by at most 4.8e-7
+absolute and 2.2e-6 relative (a value of 0.04 moved by 9e-8); float64 by at most 8.2e-7 (2.5e-7
+relative); float32 with each sum reversed, pairwise or fused (FMA) by at most 1.9e-6 (1.1e-6
+relative). The worst of these used 6.4% of this tolerance, hence ``ATOL``: ``RTOL`` alone is too
+tight for values near 0. It still catches mistakes: the squashed Gaussian's log-density computed
+in float32 instead of double precision is off by 1.3e-4, about five times the tolerance (a
+looser ``RTOL`` of 1e-4 would let it pass)."""
+TOLERANCE = {"rtol": RTOL, "atol": ATOL}
+"""The ``tolerance`` field of ``forward-pass.json``."""
+
+
+def close(got: Any, want: Any, rtol: float = RTOL, atol: float = ATOL) -> bool:
+    """Whether every number of ``got`` is within ``atol + rtol * |want|`` of ``want``'s.
+
+    Both may be numbers or (nested) sequences of the same shape; NaNs must match NaNs.
+    """
+    a, b = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    return a.shape == b.shape and bool(
+        np.all((np.abs(a - b) <= atol + rtol * np.abs(b)) | (np.isnan(a) & np.isnan(b)) | (a == b))
+    )
 
 
 def _number(value: float) -> float | str:
@@ -530,5 +558,5 @@ def vector_files(frames: list[Any], requests: list[Any]) -> dict[Path, str]:
     """Every file of docs/protocol-vectors/ but README.md, by path."""
     del requests  # the HTTP forms are derived from the same values
     messages = {"format": FORMAT, "vectors": message_vectors(frames) + array_vectors()}
-    forward = {"format": FORMAT, "policies": tiny_policies()}
+    forward = {"format": FORMAT, "tolerance": TOLERANCE, "policies": tiny_policies()}
     return {FOLDER / "messages.json": dump(messages), FOLDER / "forward-pass.json": dump(forward)}

@@ -12,6 +12,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from float_paths import assert_same_choices
 from rlserve.algorithm.export import export_onnx
 from rlserve.config.fields import build, to_table
 from rlserve.errors import ConfigError
@@ -50,7 +51,8 @@ def test_discrete_policy_exports_to_the_same_actions(tmp_path: Path) -> None:
     action, logits = session.run(["action", "logits"], {"obs": x})
     np.testing.assert_allclose(logits, policy.forward(x), atol=1e-5)
     greedy = policy.to_env_actions(policy.compute_actions(x, explore=False).actions)
-    np.testing.assert_array_equal(action, greedy)
+    # ONNX Runtime's logits are numpy's to 1e-5, not bit for bit: a near-tie may go either way.
+    assert_same_choices(action - 10, greedy - 10, logits, tol=2e-5)
     assert set(action.tolist()) <= {10, 11, 12}
     description = json.loads(Path(f"{path}.json").read_text())
     assert description["inputs"]["obs"] == {"shape": ["N", 5], "dtype": "float32"}

@@ -11,6 +11,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from float_paths import assert_same_choices
 from rlserve.algorithm.export import export_onnx
 from rlserve.config.fields import to_table
 from rlserve.learners.dqn import DQNLearner
@@ -48,7 +49,7 @@ def test_a_dqn_run_exports_greedy_actions_and_q_values(tmp_path: Path, dueling: 
     action, q_values = session.run(["action", "q_values"], {"obs": x})
     np.testing.assert_allclose(q_values, policy.forward(x), atol=1e-4)
     greedy = policy.to_env_actions(policy.compute_actions(x, explore=False).actions)
-    np.testing.assert_array_equal(action, greedy)
+    assert_same_choices(action - 10, greedy - 10, q_values, tol=2e-4)  # q_values agree to 1e-4
     assert len(set(action.tolist())) > 1
     description = json.loads(Path(f"{path}.json").read_text())
     assert set(description["outputs"]) == {"action", "q_values"}

@@ -58,3 +58,48 @@ def test_every_marker_in_the_doc_is_closed():
     assert opened > 40
     assert opened == text.count("<!-- /generated -->")
     assert opened == len(protocol_examples.MARKER.findall(text))
+
+
+def test_numbers_within_tolerance_keep_a_block_as_committed():
+    """Last digits that differ between CPUs do not count; anything else does."""
+    same = protocol_examples.same_within_tolerance
+    old = "the logits\n`[0.0008278705645352602, 0.0001813415001379326]`, choice `1` (`48 87 31 bf`)"
+    assert same(old, old.replace("0.0001813415001379326", "0.0001813415583455935"))
+    assert not same(old, old.replace("0.0001813415001379326", "0.0001913415001379326"))
+    assert not same(old, old.replace("`1`", "`0`"))  # integers are exact
+    assert not same(old, old.replace("48 87", "49 87"))  # so are bytes
+    assert not same(old, old.replace("choice", "action"))
+    assert not same("OpenBLAS 0.3.31", "OpenBLAS 0.3.30")  # not a number
+
+
+def _weights_reply(arrays):
+    return {"type": "weights", "id": 2, "version": 0, "model": {"obs_dim": 2}, "arrays": arrays}
+
+
+def test_weights_within_tolerance_are_shown_as_committed():
+    import numpy as np
+
+    from rlserve.protocol.codec import encode_json
+
+    committed = {"w": np.array([[0.25, -0.0041], [0.5, 1e-7]], np.float32)}
+    moved = {"w": committed["w"] + np.float32(1.5e-6)}  # as between two MKL code paths
+    norm = protocol_examples.Normaliser(committed=protocol_examples.Committed(committed))
+    assert norm.weights(_weights_reply(moved))["arrays"] is committed
+    far = {"w": committed["w"] + np.float32(1e-4)}
+    assert norm.weights(_weights_reply(far))["arrays"] is far
+    other = {"w": committed["w"][:1]}
+    assert norm.weights(_weights_reply(other))["arrays"] is other
+    assert norm.weights({"type": "pong", "id": 1}) == {"type": "pong", "id": 1}
+    # The HTTP form: the JSON the server writes, with the committed numbers.
+    text = encode_json(_weights_reply(moved)).decode()
+    assert norm.weights_json(text) == encode_json(_weights_reply(committed)).decode()
+    assert norm.weights_json(text.replace(",", ", ")) == text.replace(",", ", ")  # not ours
+
+
+def test_a_log_probability_within_tolerance_is_shown_as_committed():
+    import numpy as np
+
+    committed = protocol_examples.Committed(logp=np.float32(-0.6934704780578613))
+    assert committed.log_probability(np.float32(-0.69347054)) == committed.logp
+    assert committed.log_probability(np.float32(-0.6935)) == np.float32(-0.6935)
+    assert protocol_examples.Committed().log_probability(np.float32(-1.5)) == np.float32(-1.5)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from float_paths import assert_same_choices
 from rlserve.errors import UnsupportedSpaceError
 from rlserve.learners.dqn import DQNLearner, check_fragment, q_targets, value_bounds
 from rlserve.learners.dqn_config import DQNSettings
@@ -158,7 +159,9 @@ def test_the_published_q_values_match_torch(dueling: bool) -> None:
         expected = model(torch.as_tensor(obs)).numpy()
     np.testing.assert_allclose(policy.forward(obs), expected, atol=1e-5, rtol=1e-5)
     greedy = policy.compute_actions(obs, explore=False)
-    np.testing.assert_array_equal(greedy.actions, expected.argmax(axis=1))
+    # Torch and numpy agree on the values to about 1e-5, not bit for bit: a near-tie may go
+    # either way.
+    assert_same_choices(greedy.actions, expected.argmax(axis=1), expected, tol=1e-4)
     np.testing.assert_allclose(greedy.logp, math.log(1 - 0.1 + 0.1 / 3), rtol=1e-6)
 
 
