@@ -45,7 +45,8 @@ class SingleAgentSteps(EpisodeMode):
         self, episode: Episode, reward: float | None, call: str = "get_action"
     ) -> None:
         """Raise the error :meth:`observe` would raise, without changing anything."""
-        self._check_not_awaiting(episode, "get_action/log_action")
+        if episode.agents is not None or episode.status is EpisodeStatus.AWAITING_ACTION:
+            self._refuse(episode, "get_action/log_action")
         if (
             reward
             and not -MAX_ABS_REWARD <= episode.agent.pending_reward + reward <= MAX_ABS_REWARD
@@ -69,7 +70,8 @@ class SingleAgentSteps(EpisodeMode):
             EpisodeError: The episode is waiting for the action of an earlier observation.
             SpaceError: The reward is not finite or over the bound.
         """
-        self._check_not_awaiting(episode, "get_action/log_action")
+        if episode.agents is not None or episode.status is EpisodeStatus.AWAITING_ACTION:
+            self._refuse(episode, "get_action/log_action")
         agent = episode.agent
         if reward is not None:
             self._add_reward(episode, reward, call)
@@ -156,7 +158,8 @@ class SingleAgentSteps(EpisodeMode):
             EpisodeError: An action is being computed.
             SpaceError: The reward is not finite or over the bound.
         """
-        self._check_not_awaiting(episode, "log_returns")
+        if episode.agents is not None or episode.status is EpisodeStatus.AWAITING_ACTION:
+            self._refuse(episode, "log_returns")
         self._add_reward(episode, reward, "log_returns")
         if info:
             self._add_info(episode, info)
@@ -175,7 +178,8 @@ class SingleAgentSteps(EpisodeMode):
         Raises:
             EpisodeError / SpaceError: As :meth:`log_returns`; nothing is changed.
         """
-        self._check_not_awaiting(episode, "end_episode")
+        if episode.agents is not None or episode.status is EpisodeStatus.AWAITING_ACTION:
+            self._refuse(episode, "end_episode")
         if reward is not None:
             self._add_reward(episode, reward, "end_episode")
         if info:
@@ -211,7 +215,12 @@ class SingleAgentSteps(EpisodeMode):
         """None: a single-agent episode's one policy's return is its ``episode_return``."""
         return None
 
-    def _check_not_awaiting(self, episode: Episode, call: str) -> None:
+    @staticmethod
+    def _refuse(episode: Episode, call: str) -> None:
+        """Raise the error for a call of a multi-agent episode or one awaiting its action.
+
+        The calls test both conditions inline (on every step) and call this only to raise.
+        """
         if episode.agents is not None:
             raise EpisodeError(
                 f"{call} for episode '{episode.episode_id}' names no agent, but the episode is "
