@@ -259,11 +259,8 @@ class EpisodeTable:
     ) -> None:
         """Record the observation that an action is about to be taken in.
 
-        ``reward`` and ``info`` belong to the previous action (see the module docstring).
-
-        Raises:
-            EpisodeError: The episode is waiting for the action of an earlier observation.
-            SpaceError: The reward is not finite or over the bound.
+        ``reward`` and ``info`` belong to the previous action; the errors are
+        :meth:`rlserve.experience.single_agent_steps.SingleAgentSteps.observe`'s.
         """
         self._single.observe(episode, obs, reward, info, call)
 
@@ -295,9 +292,7 @@ class EpisodeTable:
     ) -> None:
         """Add reward (and info) to the previous action; before the first action, to the return.
 
-        Raises:
-            EpisodeError: An action is being computed.
-            SpaceError: The reward is not finite or over the bound.
+        The errors are :meth:`rlserve.experience.single_agent_steps.SingleAgentSteps.log_returns`'s.
         """
         self._single.log_returns(episode, reward, info)
 
