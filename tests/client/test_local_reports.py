@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rlserve.client.local import halve_report, plan_reports, split_fragment
-from rlserve.experience.episodes import EpisodeSummary
+from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.protocol.codec import encode
 from rlserve.protocol.fragment import Fragment
 

@@ -15,7 +15,7 @@ from rlserve.env import ALL_AGENTS, SINGLE_AGENT, EnvSource, InProcessVectorSour
 from rlserve.env.base import EnvId
 from rlserve.env.runner import EnvRunner
 from rlserve.experience.collector import Collector
-from rlserve.experience.episodes import EpisodeSummary
+from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.learners.ppo import PPOLearner
 from rlserve.learners.ppo_config import PPOSettings
 from rlserve.policy import NumpyPolicy

@@ -11,7 +11,7 @@ import pytest
 from rlserve.algorithm.algorithm import _policy_table
 from rlserve.errors import EpisodeError
 from rlserve.experience.collector import Collector
-from rlserve.experience.episodes import EpisodeSummary
+from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.learners.ppo import PPOLearner
 from rlserve.learners.ppo_config import PPOSettings
 from rlserve.policy import NumpyPolicy

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from rlserve.errors import CapacityError, EpisodeError, SpaceError
-from rlserve.experience.episodes import SINGLE_AGENT, Episode, EpisodeStatus, EpisodeTable
+from rlserve.experience.episode_records import SINGLE_AGENT, Episode, EpisodeStatus
+from rlserve.experience.episodes import EpisodeTable
 from rlserve.protocol.fragment import Fragment
 
 
@@ -605,3 +606,10 @@ def test_an_idle_episode_hands_on_its_steps_under_its_own_policy() -> None:
     table.expire_idle(10.0)
     [f] = sink
     assert (f.policy_id, f.agent_id, len(f)) == ("red", SINGLE_AGENT, 2)
+
+
+def test_the_records_stay_importable_from_the_table_module() -> None:
+    from rlserve.experience import episode_records, episodes
+
+    for name in ("SINGLE_AGENT", "AgentTrajectory", "Episode", "EpisodeStatus", "EpisodeSummary"):
+        assert getattr(episodes, name) is getattr(episode_records, name)

@@ -17,7 +17,8 @@ import pytest
 
 from rlserve.errors import EpisodeError, SpaceError
 from rlserve.experience.agent_columns import AgentTick
-from rlserve.experience.episodes import Episode, EpisodeTable
+from rlserve.experience.episode_records import Episode
+from rlserve.experience.episodes import EpisodeTable
 from rlserve.protocol.fragment import Fragment
 
 OBS_DIM = {"p": 2, "q": 3}

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from rlserve.errors import SpaceError
-from rlserve.experience.episodes import EpisodeSummary, EpisodeTable
+from rlserve.experience.episode_records import EpisodeSummary
+from rlserve.experience.episodes import EpisodeTable
 from rlserve.experience.vector_rollout import VectorRollout
 from rlserve.protocol.fragment import Fragment
 

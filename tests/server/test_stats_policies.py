@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from rlserve.cli.status import format_status
-from rlserve.experience.episodes import EpisodeSummary
+from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.server.learner_link import LearnerLink
 from rlserve.server.stats import LEARNER_INITIAL, ServerStats
 

@@ -41,7 +41,7 @@ from rlserve.env.runner import EnvRunner
 from rlserve.errors import ConfigError
 from rlserve.experience.agent_values import PolicyTable
 from rlserve.experience.collector import Collector
-from rlserve.experience.episodes import EpisodeSummary
+from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.learners.registry import DEFAULT_ALGORITHM, algorithm
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.distributions import actions_to_space

@@ -44,7 +44,7 @@ from rlserve.env.base import EnvSource
 from rlserve.env.subprocess import death_reason
 from rlserve.errors import ConfigError, DecodeError
 from rlserve.experience.agent_values import PolicyTable
-from rlserve.experience.episodes import EpisodeSummary
+from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.codec import encode
 from rlserve.protocol.fragment import Fragment

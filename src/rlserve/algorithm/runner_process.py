@@ -46,7 +46,7 @@ from rlserve.env.subprocess import watch_parent
 from rlserve.errors import ConfigError, DecodeError
 from rlserve.experience.agent_values import PolicyTable
 from rlserve.experience.collector import Collector
-from rlserve.experience.episodes import EpisodeSummary
+from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.codec import decode, encode

@@ -44,7 +44,7 @@ from typing import Any
 from rlserve.algorithm.server_thread import ServerThread
 from rlserve.config.fields import TOKEN_ENV, option
 from rlserve.errors import ConfigError, EpisodeError
-from rlserve.experience.episodes import EpisodeSummary
+from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.learners.registry import algorithm
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.fragment import Fragment

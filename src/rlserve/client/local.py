@@ -52,7 +52,7 @@ from rlserve.errors import (
 )
 from rlserve.experience.agent_values import PolicyTable
 from rlserve.experience.collector import Collector
-from rlserve.experience.episodes import EpisodeSummary
+from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.policy import ModelSpec, NumpyPolicy
 from rlserve.protocol.fragment import Fragment
 

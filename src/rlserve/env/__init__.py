@@ -10,12 +10,8 @@ from rlserve.env.base import (
     VectorEnvSource,
 )
 from rlserve.env.convert import to_source
-from rlserve.env.external import (
-    ExternalEnv,
-    ExternalEnvSource,
-    ExternalMultiAgentEnv,
-    ExternalPoll,
-)
+from rlserve.env.external import ExternalEnv, ExternalMultiAgentEnv
+from rlserve.env.external_source import ExternalEnvSource, ExternalPoll
 from rlserve.env.make import EnvContext, EnvSpec, env_creator, make_env
 from rlserve.env.multi_agent import MultiAgentEnv, MultiAgentSource
 from rlserve.env.pettingzoo import ParallelPettingZooEnv, PettingZooEnv, from_pettingzoo

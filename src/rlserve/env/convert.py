@@ -8,7 +8,8 @@ from typing import Any
 import gymnasium as gym
 
 from rlserve.env.base import EnvSource
-from rlserve.env.external import ExternalEnvSource, _ExternalBase
+from rlserve.env.external_episodes import ExternalBase
+from rlserve.env.external_source import ExternalEnvSource
 from rlserve.env.make import EnvContext, EnvSpec, make_any
 from rlserve.env.multi_agent import MultiAgentEnv, MultiAgentSource
 from rlserve.env.pettingzoo import from_pettingzoo
@@ -74,9 +75,9 @@ def to_source(
     """
     if isinstance(env, EnvSource):
         return env
-    if isinstance(env, _ExternalBase):
+    if isinstance(env, ExternalBase):
         return ExternalEnvSource(env)
-    if isinstance(env, type) and issubclass(env, _ExternalBase):
+    if isinstance(env, type) and issubclass(env, ExternalBase):
         raise ConfigError(
             f"{env.__name__} is an ExternalEnv class: pass an instance (it is constructed with "
             "its spaces, and its run() loop is yours)"
@@ -99,7 +100,7 @@ def to_source(
             "remote=True, or drop them"
         )
     made = make_any(env, EnvContext(env_config, worker_index=worker_index), render_mode=render_mode)
-    if isinstance(made, _ExternalBase):
+    if isinstance(made, ExternalBase):
         return ExternalEnvSource(made)
     if not isinstance(made, gym.Env) or isinstance(made, MultiAgentEnv):
         first = _as_multi_agent(made)

@@ -30,7 +30,8 @@ from gymnasium import spaces
 from rlserve.errors import EpisodeError, SpaceError
 from rlserve.experience.agent_groups import AgentGrouper
 from rlserve.experience.agent_values import PolicySpaces, PolicyTable
-from rlserve.experience.episodes import Episode, EpisodeSummary, EpisodeTable
+from rlserve.experience.episode_records import Episode, EpisodeSummary
+from rlserve.experience.episodes import EpisodeTable
 from rlserve.experience.vector_rollout import VectorRollout
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.acting import compute_actions, explores, greedy_in_evaluation

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from rlserve.errors import SpaceError
-from rlserve.experience.episodes import SINGLE_AGENT, EpisodeSummary
+from rlserve.experience.episode_records import SINGLE_AGENT, EpisodeSummary
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.values import MAX_ABS_REWARD
 

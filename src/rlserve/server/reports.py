@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlserve.errors import LimitExceededError, SpaceError
-from rlserve.experience.episodes import SINGLE_AGENT, EpisodeSummary
+from rlserve.experience.episode_records import SINGLE_AGENT, EpisodeSummary
 from rlserve.policy.distributions import action_distribution
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.info import check_info_size

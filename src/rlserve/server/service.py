@@ -34,7 +34,8 @@ from rlserve.errors import (
 )
 from rlserve.experience.agent_columns import AgentTick
 from rlserve.experience.agent_groups import AgentGrouper
-from rlserve.experience.episodes import Episode, EpisodeSummary, EpisodeTable
+from rlserve.experience.episode_records import Episode, EpisodeSummary
+from rlserve.experience.episodes import EpisodeTable
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.acting import compute_actions, greedy_in_evaluation
 from rlserve.policy.distributions import actions_to_space, encode_action

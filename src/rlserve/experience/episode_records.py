@@ -1,0 +1,146 @@
+"""What the episode table keeps: an episode's record, its status and summary, and its two modes.
+
+An :class:`Episode` is single-agent (its steps in one :class:`AgentTrajectory`) until its first
+call that names agents makes it multi-agent (its agents in
+:class:`~rlserve.experience.agent_columns.EpisodeAgents`). Each mode's bookkeeping is an
+:class:`EpisodeMode` (:mod:`rlserve.experience.single_agent_steps`,
+:mod:`rlserve.experience.multi_agent_steps`); the table asks the episode's mode for what both
+modes do differently at the end of an episode.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rlserve.errors import SpaceError
+from rlserve.experience.agent_columns import EpisodeAgents
+from rlserve.protocol.fragment import Fragment
+from rlserve.protocol.values import MAX_ABS_REWARD
+
+SINGLE_AGENT = "agent0"
+"""The agent id of a single-agent episode."""
+
+
+class EpisodeStatus(enum.Enum):
+    """Lifecycle of an episode: ACTIVE -> (AWAITING_ACTION <-> ACTIVE) -> ENDED."""
+
+    ACTIVE = "active"
+    AWAITING_ACTION = "awaiting_action"
+    ENDED = "ended"
+
+
+@dataclass(slots=True)
+class EpisodeSummary:
+    """What an episode leaves behind for the metrics once it ends."""
+
+    episode_id: str
+    episode_return: float
+    length: int
+    training_enabled: bool
+    reason: str  # "terminated", "truncated" or "idle_timeout"
+    policy_returns: dict[str, float] | None = None
+    """Multi-agent episodes: the return of each policy (summed over the agents it acted for);
+    None for a single-agent episode (its one policy's return is ``episode_return``)."""
+    policy_id: str = "default"
+    """The policy of a single-agent episode."""
+
+
+@dataclass(slots=True)
+class AgentTrajectory:
+    """The unfinished fragment of a single-agent episode: lists grow per step, emptied on each cut.
+
+    (The agents of a multi-agent episode are stored column by column instead:
+    :class:`rlserve.experience.agent_columns.EpisodeAgents`.)
+    """
+
+    obs: list[np.ndarray] = field(default_factory=list)
+    actions: list[Any] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    logp: list[float] = field(default_factory=list)
+    chosen: list[bool] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    pending_reward: float = 0.0
+    infos: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Step index (within the fragment) -> the info logged for it; only steps that have one."""
+    pending_info: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class Episode:
+    """One episode's state."""
+
+    episode_id: str
+    policy_id: str
+    owner: str
+    training_enabled: bool
+    last_seen: float
+    status: EpisodeStatus = EpisodeStatus.ACTIVE
+    episode_return: float = 0.0
+    length: int = 0
+    agent: AgentTrajectory = field(default_factory=AgentTrajectory)
+    seq: int = 0
+    """Sequence number of the last call applied (0: none, or calls without ``seq``)."""
+    seq_call: str = ""
+    """The kind of that call (``get_action``, ``log_action``, ``log_returns``)."""
+    answer: Any = None
+    """What that call answered (the action of a ``get_action``), for a retry of it."""
+    agents: EpisodeAgents | None = None
+    """The agents of a multi-agent episode (None: a single-agent episode, see ``agent``).
+    An episode becomes multi-agent with its first call that names agents."""
+
+
+class EpisodeMode(ABC):
+    """The bookkeeping of one kind of episode (single- or multi-agent) for an episode table.
+
+    Args:
+        fragment_length: Actions per fragment before it is cut and handed on.
+        on_fragment: Called with each finished fragment of a training episode.
+        clock: Monotonic time source (seconds).
+    """
+
+    def __init__(
+        self,
+        fragment_length: int,
+        on_fragment: Callable[[Fragment], None],
+        clock: Callable[[], float],
+    ):
+        self.fragment_length = fragment_length
+        self._on_fragment = on_fragment
+        self._clock = clock
+
+    @abstractmethod
+    def hand_on_unfinished(self, episode: Episode) -> None:
+        """Hand on the steps of an episode that stops without a final observation.
+
+        No observation followed an agent's last action, so that one step cannot be used; the
+        steps before it bootstrap from the observation the last action was taken in.
+        """
+
+    @abstractmethod
+    def policy_returns(self, episode: Episode) -> dict[str, float] | None:
+        """The return of each policy of an ending episode, for its :class:`EpisodeSummary`."""
+
+
+def raise_reward(where: str, pending: float, reward: float) -> None:
+    """Raise the error for a reward out of range (or taking the step's reward out of range).
+
+    Raises:
+        SpaceError: Always; the message starts with ``where`` and names the value.
+    """
+    total = pending + reward
+    bound = f"-{MAX_ABS_REWARD:g}..{MAX_ABS_REWARD:g}"
+    if total == reward or not -MAX_ABS_REWARD <= reward <= MAX_ABS_REWARD:
+        raise SpaceError(
+            f"{where}: reward {reward!r} is out of range; a reward must be a finite number "
+            f"within {bound}"
+        )
+    raise SpaceError(
+        f"{where}: reward {reward!r} makes the rewards logged since the last action add up "
+        f"to {total!r}; a step's reward must be within {bound}"
+    )
