@@ -564,7 +564,8 @@ class Algorithm:
     # -- serving -----------------------------------------------------------------------------
 
     def _attach_server(self, resume: bool = False) -> None:
-        from rlserve.algorithm.serving import AttachedServer, ServingSettings
+        from rlserve.algorithm.serving import AttachedServer
+        from rlserve.algorithm.serving_settings import ServingSettings
 
         if self.run is None:
             self.run = RunFolder.create(self.config.run_dir or "runs", self.config.run_name)

@@ -299,9 +299,9 @@ class AlgorithmConfig:
         """Attach a network server: external clients become one more source of experience.
 
         Takes host, port, http_port, token, tls_cert, tls_key and max_queued_steps_per_source
-        (see :class:`rlserve.algorithm.serving.ServingSettings`).
+        (see :class:`rlserve.algorithm.serving_settings.ServingSettings`).
         """
-        from rlserve.algorithm.serving import ServingSettings
+        from rlserve.algorithm.serving_settings import ServingSettings
 
         try:
             ServingSettings(**settings)  # refuses a bad setting now, not at build()
