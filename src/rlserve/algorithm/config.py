@@ -254,12 +254,12 @@ class AlgorithmConfig:
             if isinstance(policies, dict):
                 self.policies = {}
                 for key, value in policies.items():
-                    entry = policy_entry(str(key), value, self.algo_name)
-                    if entry.algo is not None:
-                        self.policy_algorithms[str(key)] = entry.algo
-                    if entry.spec is not None:
-                        self.policy_specs[str(key)] = entry.spec
-                    self.policies[str(key)] = entry.overrides
+                    declared = policy_entry(str(key), value, self.algo_name)
+                    if declared.algo is not None:
+                        self.policy_algorithms[str(key)] = declared.algo
+                    if declared.spec is not None:
+                        self.policy_specs[str(key)] = declared.spec
+                    self.policies[str(key)] = declared.overrides
             else:
                 self.policies = {str(p): {} for p in policies}
             if not self.policies:
