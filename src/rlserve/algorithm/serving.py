@@ -49,7 +49,7 @@ from rlserve.protocol.mapping import PolicyMapping
 from rlserve.run.experience_log import LogReader, encode_payload
 from rlserve.run.run_folder import RunFolder
 from rlserve.server.app import PolicyServer
-from rlserve.server.learner_link import sync_log_forever
+from rlserve.server.log_sync import sync_log_forever
 from rlserve.server.policies import PolicySpec
 from rlserve.server.stats import ServerStats
 
