@@ -8,7 +8,7 @@ Target (issue 10): through external remote clients, the mean return of the last 
 >= 475 within 60,000 env steps, 3 seeds of 3. The demo has 4 clients, each its own CartPole;
 here ``DQNConfig().environment("CartPole-v1")`` steps 4 copies (``num_envs_per_env_runner=4``)
 with the demo's DQN settings (``rlserve.cli.demo.TASKS["cartpole"]``) over the hosted defaults
-(:data:`rlserve.algorithm.config.HOSTED_DQN_DEFAULTS` over
+(:data:`rlserve.algorithm.training_settings.HOSTED_DQN_DEFAULTS` over
 :class:`~rlserve.learners.dqn_config.DQNSettings`), one torch thread, on the CPU. The
 mean is over the last 100 finished training episodes, with exploration, as the clients see it;
 it is read after every ``train()`` iteration of 256 env steps (so the step reported is at most

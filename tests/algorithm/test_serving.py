@@ -14,13 +14,9 @@ import numpy as np
 import pytest
 
 from rlserve import PolicyClient
-from rlserve.algorithm.serving import (
-    AttachedServer,
-    ServingSettings,
-    client_source,
-    fair_shares,
-    split_fragment,
-)
+from rlserve.algorithm.serving import AttachedServer
+from rlserve.algorithm.serving_settings import ServingSettings
+from rlserve.algorithm.source_queues import client_source, fair_shares, split_fragment
 from rlserve.errors import AuthenticationError, ConfigError
 from rlserve.learners.ppo import PPOLearner
 from rlserve.learners.ppo_config import PPOSettings

@@ -22,41 +22,41 @@ TensorBoard event files, so ``rlserve export`` works on it.
 
 from __future__ import annotations
 
-import json
-import logging
 import time
 from collections import deque
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
+from rlserve.algorithm.checkpoint_state import (
+    STATE_FILE,
+    check_restorable,
+    read_state,
+    save_learners,
+    write_state,
+)
 from rlserve.algorithm.config import AlgorithmConfig
+from rlserve.algorithm.evaluation import Evaluator
+from rlserve.algorithm.inference import ActingMixin
+from rlserve.algorithm.results import episode_stats, iteration_result, report
 from rlserve.algorithm.runner_group import RunnerGroup, local_source
 from rlserve.algorithm.sources import make_source, source_policies
 from rlserve.config.fields import to_table
 from rlserve.env.base import EnvSource
 from rlserve.env.runner import EnvRunner
-from rlserve.errors import ConfigError
 from rlserve.experience.agent_values import PolicyTable
 from rlserve.experience.collector import Collector
 from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.learners.registry import DEFAULT_ALGORITHM, algorithm
 from rlserve.policy import NumpyPolicy
-from rlserve.policy.distributions import actions_to_space
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.mapping import PolicyMapping
-from rlserve.protocol.messages import DEFAULT_POLICY_ID
-from rlserve.protocol.spaces import check_batch, describe
-from rlserve.run.checkpoints import checkpoint_path, prune
-from rlserve.run.durable import atomic_write_bytes
+from rlserve.protocol.spaces import describe
 from rlserve.run.metrics import MetricsWriter, ProgressLine
 from rlserve.run.run_folder import RunFolder
-from rlserve.server.policies import PolicySpec, is_flat, policy_paths, run_folder_form
-
-logger = logging.getLogger("rlserve.algorithm")
+from rlserve.server.policies import PolicySpec, is_flat, run_folder_form
 
 RETURN_WINDOW = 100
 """Episodes in the moving window of ``episode_return_mean``."""
@@ -64,9 +64,6 @@ RETURN_WINDOW = 100
 MAX_UPDATES_PER_ROUND = 64
 """Updates of one learner after one round of sampling at most: an off-policy learner that is
 still ready after an update has a backlog (more steps came in than one round trains on)."""
-
-STATE_FILE = "algorithm.json"
-"""The Algorithm's own counters in a checkpoint folder (next to the learners' files)."""
 
 RESULT_KEYS = {
     "training_iteration": "iterations done so far",
@@ -97,7 +94,7 @@ RESULT_KEYS = {
 """Every key of :meth:`Algorithm.train`'s result (``a/b`` is ``result["a"]["b"]``)."""
 
 
-class Algorithm:
+class Algorithm(ActingMixin):
     """Samples environments, trains a learner per policy and serves the policy when asked.
 
     Build it with :meth:`AlgorithmConfig.build`, or :meth:`from_checkpoint`.
@@ -154,7 +151,7 @@ class Algorithm:
             except BaseException:
                 self.source.close()
                 raise
-        self._eval: tuple[EnvRunner, list[EpisodeSummary]] | None = None
+        self._eval: Evaluator | None = None
         self.run: RunFolder | None = None
         self._metrics: MetricsWriter | None = None
         self._progress = ProgressLine(config.progress)
@@ -209,7 +206,14 @@ class Algorithm:
         elapsed = time.perf_counter() - started
         self.time_total_s += elapsed
         result = self._result(sampled, network_steps, elapsed)
-        self._report(result)
+        report(
+            result,
+            self._metrics,
+            self._progress,
+            self.env_steps_sampled,
+            self.iteration,
+            self.episodes_total,
+        )
         if (
             self.run is not None
             and self.config.checkpoint_every
@@ -265,13 +269,8 @@ class Algorithm:
         self.episodes_total += 1
 
     def _result(self, sampled: int, network_steps: int, elapsed: float) -> dict[str, Any]:
-        returns = list(self._returns)
-        mean = float(np.mean(returns)) if returns else float("nan")
         runners = {
-            "episode_return_mean": mean,
-            "episode_return_min": float(min(returns)) if returns else float("nan"),
-            "episode_return_max": float(max(returns)) if returns else float("nan"),
-            "episode_len_mean": float(np.mean(self._lengths)) if returns else float("nan"),
+            **episode_stats(list(self._returns), list(self._lengths)),
             "num_episodes": self._episodes_this_iter,
             "num_env_steps_sampled": sampled,
             "num_env_steps_sampled_lifetime": self.env_steps_sampled,
@@ -279,38 +278,14 @@ class Algorithm:
             "num_healthy_env_runners": 0 if self.runners is None else self.runners.num_healthy,
             "num_env_runner_restarts": 0 if self.runners is None else self.runners.restarts,
         }
-        learners = {
-            pid: {k.removeprefix("learner/"): v for k, v in metrics.items()}
-            for pid, metrics in self._learner_metrics.items()
-        }
-        return {
-            "training_iteration": self.iteration,
-            "env_runners": runners,
-            "learners": learners,
-            "network": {"num_env_steps": network_steps},
-            "num_env_steps_sampled_lifetime": self.env_steps_sampled,
-            "time_this_iter_s": elapsed,
-            "time_total_s": self.time_total_s,
-            "episode_return_mean": mean,
-            "episode_reward_mean": mean,
-            "timesteps_total": self.env_steps_sampled,
-        }
-
-    def _report(self, result: dict[str, Any]) -> None:
-        runners = result["env_runners"]
-        if self._metrics is not None:
-            flat = {f"episodes/{k}": float(v) for k, v in runners.items()}
-            for pid, metrics in result["learners"].items():
-                prefix = "learner" if pid == DEFAULT_POLICY_ID else f"policies/{pid}/learner"
-                flat.update({f"{prefix}/{k}": float(v) for k, v in metrics.items()})
-            flat["time/iteration_seconds"] = result["time_this_iter_s"]
-            self._metrics.write(flat, self.env_steps_sampled)
-        mean = runners["episode_return_mean"]
-        shown = "n/a" if mean != mean else f"{mean:.1f}"
-        rate = runners["num_env_steps_sampled"] / max(result["time_this_iter_s"], 1e-9)
-        self._progress.show(
-            f"iter {self.iteration}  steps {self.env_steps_sampled:,}  "
-            f"return(100) {shown}  episodes {self.episodes_total:,}  {rate:,.0f} steps/s"
+        return iteration_result(
+            self.iteration,
+            runners,
+            self._learner_metrics,
+            network_steps,
+            self.env_steps_sampled,
+            elapsed,
+            self.time_total_s,
         )
 
     @property
@@ -319,49 +294,11 @@ class Algorithm:
             return self.runners.episodes_failed
         return self.runner.episodes_failed
 
-    # -- acting ------------------------------------------------------------------------------
-
-    def compute_single_action(
-        self, observation: Any, *, explore: bool = False, policy_id: str | None = None
-    ) -> Any:
-        """The action of one observation (greedy unless ``explore``), as the env takes it."""
-        spec = self.specs.get(policy_id or self._default_policy)
-        if spec is None:
-            raise ConfigError(f"no policy '{policy_id}'; the policies are {sorted(self.specs)}")
-        space = spec.observation_space
-        batch = (
-            np.asarray(observation)[None] if isinstance(space, gym.spaces.Box) else [observation]
-        )
-        return self._compute(batch, 1, explore, policy_id)[0]
-
-    def compute_actions(
-        self, observations: Any, *, explore: bool = False, policy_id: str | None = None
-    ) -> Any:
-        """The actions of a batch of observations (an array ``[N, ...]`` for a Box, else a list)."""
-        count = len(observations)
-        return self._compute(observations, count, explore, policy_id)
-
-    def _compute(self, observations: Any, count: int, explore: bool, policy_id: str | None) -> Any:
-        pid = policy_id or self._default_policy
-        if pid not in self.specs:
-            raise ConfigError(f"no policy '{pid}'; the policies are {sorted(self.specs)}")
-        spec = self.specs[pid]
-        obs = _cast_box(spec.observation_space, observations)
-        checked = check_batch(spec.observation_space, obs, count, "observation")
-        policy = self._acting_policy(pid)
-        out = policy.compute_actions(checked, explore)
-        sent = policy.to_env_actions(out.actions)
-        if isinstance(spec.action_space, gym.spaces.Discrete):
-            return [int(a) for a in sent]
-        return actions_to_space(spec.action_space, sent)
+    # -- acting (compute_single_action and compute_actions: ActingMixin) ----------------------
 
     def _acting_policy(self, policy_id: str) -> NumpyPolicy:
         """The policy copy that computes actions for :meth:`compute_actions`."""
         return self.collector.policy_of(policy_id)
-
-    @property
-    def _default_policy(self) -> str:
-        return DEFAULT_POLICY_ID if DEFAULT_POLICY_ID in self.specs else next(iter(self.specs))
 
     def evaluate(self, episodes: int | None = None) -> dict[str, Any]:
         """Run ``episodes`` (default ``evaluation_duration``) greedy episodes, not trained on.
@@ -369,42 +306,19 @@ class Algorithm:
         They run on their own copy of the environment, so training's episodes are not
         disturbed.
         """
-        wanted = episodes or self.config.evaluation_duration
         if self._eval is None:
-            finished: list[EpisodeSummary] = []
-            source = make_source(self.config, seed=self.config.seed + 1_000_003, evaluation=True)
-            collector = Collector(
+            seed = self.config.seed + 1_000_003
+            self._eval = Evaluator(
+                make_source(self.config, seed=seed, evaluation=True),
                 self.table,
-                {pid: self.collector.policy_of(pid) for pid in self.specs},
+                self._acting_policies(),
                 self.config.rollout_fragment_length,
-                1024,
-                lambda _fragment: None,
-                finished.append,
+                seed,
             )
-            collector.explore = False
-            runner = EnvRunner(
-                source, collector, training_enabled=False, seed=self.config.seed + 1_000_003
-            )
-            self._eval = (runner, finished)
-        runner, finished = self._eval
-        for pid in self.specs:
-            runner.collector.set_policy(pid, self.collector.policy_of(pid))
-        finished.clear()
-        while len(finished) < wanted:
-            runner.sample(1)
-        done = finished[:wanted]
-        returns = [s.episode_return for s in done]
-        return {
-            "evaluation": {
-                "env_runners": {
-                    "episode_return_mean": float(np.mean(returns)),
-                    "episode_return_min": float(min(returns)),
-                    "episode_return_max": float(max(returns)),
-                    "episode_len_mean": float(np.mean([s.length for s in done])),
-                    "num_episodes": len(done),
-                }
-            }
-        }
+        return self._eval.run(episodes or self.config.evaluation_duration, self._acting_policies())
+
+    def _acting_policies(self) -> dict[str, NumpyPolicy]:
+        return {pid: self.collector.policy_of(pid) for pid in self.specs}
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -428,15 +342,13 @@ class Algorithm:
         return folder
 
     def _checkpoint(self, folder: Path) -> None:
-        flat = is_flat(self.specs)
-        files = {}
-        for pid, learner in self.learners.items():
-            checkpoints = policy_paths(folder, pid, flat).checkpoints
-            checkpoints.mkdir(parents=True, exist_ok=True)
-            path = checkpoint_path(checkpoints, learner.counters()["updates"])
-            learner.save(path, {"iteration": self.iteration})
-            prune(checkpoints, self.config.keep_checkpoints)
-            files[pid] = str(path.relative_to(folder))
+        files = save_learners(
+            folder,
+            self.learners,
+            is_flat(self.specs),
+            self.iteration,
+            self.config.keep_checkpoints,
+        )
         state = {
             "iteration": self.iteration,
             "env_steps_sampled": self.env_steps_sampled,
@@ -449,7 +361,7 @@ class Algorithm:
             "algorithms": dict(self.algorithms),
             "log_trained_through": self._log_trained_through,
         }
-        atomic_write_bytes(folder / STATE_FILE, json.dumps(state, indent=2).encode())
+        write_state(folder, state)
         if self.server is not None and self.run is not None and _same(folder, self.run.path):
             # The checkpoint holds what the log held through this point: it may go.
             self.server.release_log(self._log_trained_through)
@@ -461,26 +373,8 @@ class Algorithm:
         restores of one checkpoint continue identically.
         """
         folder = Path(checkpoint_dir)
-        try:
-            state = json.loads((folder / STATE_FILE).read_text())
-        except (OSError, ValueError) as exc:
-            raise ConfigError(
-                f"{folder} is not an Algorithm checkpoint ({STATE_FILE} unreadable: {exc}); "
-                "pass the folder algo.save() returned"
-            ) from exc
-        saved_algorithms = state.get("algorithms") or {}
-        for pid in self.learners:
-            relative = state["checkpoints"].get(pid)
-            if relative is None:
-                raise ConfigError(f"{folder} has no checkpoint of the policy '{pid}'")
-            before = saved_algorithms.get(pid, self.algorithms[pid])
-            if before != self.algorithms[pid]:
-                raise ConfigError(
-                    f"the checkpoint of policy '{pid}' in {folder} is {before}'s, and this "
-                    f"Algorithm trains it with {self.algorithms[pid]}, which cannot continue "
-                    f"it; declare the policy with algo='{before}' (or restore without a config: "
-                    "Algorithm.from_checkpoint(folder)), or start a new run"
-                )
+        state = read_state(folder)
+        check_restorable(folder, state, self.algorithms)
         for pid, learner in self.learners.items():
             learner.load(folder / state["checkpoints"][pid])
         self.iteration = int(state["iteration"])
@@ -564,7 +458,8 @@ class Algorithm:
     # -- serving -----------------------------------------------------------------------------
 
     def _attach_server(self, resume: bool = False) -> None:
-        from rlserve.algorithm.serving import AttachedServer, ServingSettings
+        from rlserve.algorithm.serving import AttachedServer
+        from rlserve.algorithm.serving_settings import ServingSettings
 
         if self.run is None:
             self.run = RunFolder.create(self.config.run_dir or "runs", self.config.run_name)
@@ -599,7 +494,7 @@ class Algorithm:
             self.runners = None
         self.source.close()
         if self._eval is not None:
-            self._eval[0].source.close()
+            self._eval.close()
             self._eval = None
         if self._metrics is not None:
             self._metrics.close()
@@ -635,13 +530,3 @@ def _same(a: Path, b: Path) -> bool:
 
 def _num_envs(source: EnvSource) -> int:
     return int(getattr(source, "num_envs", 1))
-
-
-def _cast_box(space: gym.Space[Any], observations: Any) -> Any:
-    """Box observations in the space's float dtype (RLlib accepts float64 for float32)."""
-    if isinstance(space, gym.spaces.Box):
-        array = np.asarray(observations)
-        if array.dtype != space.dtype and array.dtype.kind == "f":
-            return array.astype(space.dtype)
-        return array
-    return observations

@@ -3,7 +3,9 @@
 Each algorithm has its config class (``PPOConfig``, ``DQNConfig``, ``SACConfig``), which only
 names the algorithm (:attr:`AlgorithmConfig.algo_name`); the settings ``training()`` takes are
 that algorithm's settings dataclass in :mod:`rlserve.learners.registry`, plus RLlib's names
-for them (:data:`RLLIB_NAMES`), and a hosted environment starts from :data:`HOSTED_DEFAULTS`.
+for them; :mod:`~rlserve.algorithm.training_settings` translates those and holds the defaults a
+hosted environment starts from (:data:`HOSTED_DEFAULTS`), and
+:mod:`~rlserve.algorithm.policy_entries` reads a policy's entry of ``multi_agent()``.
 
 It keeps RLlib's method and setting names where they fit, so an RLlib script needs only its
 imports changed. Each method returns the config itself (chaining) and checks its arguments at
@@ -14,254 +16,20 @@ learner.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import multiprocessing as mp
 from typing import TYPE_CHECKING, Any
 
+from rlserve.algorithm.policy_entries import policy_entry
+from rlserve.algorithm.training_settings import (
+    HOSTED_DEFAULTS,
+    observation_filter,
+    settings_fields,
+)
 from rlserve.errors import ConfigError
 from rlserve.learners.registry import algorithm
 
 if TYPE_CHECKING:
     from rlserve.algorithm.algorithm import Algorithm
-
-RLLIB_TRAINING_NAMES = {
-    "lambda_": "gae_lambda",
-    "lambda": "gae_lambda",
-    "sgd_minibatch_size": "minibatch_size",
-    "num_sgd_iter": "num_epochs",
-    "clip_param": "clip_coef",
-    "vf_loss_coeff": "vf_coef",
-    "entropy_coeff": "ent_coef",
-    "grad_clip": "max_grad_norm",
-    "kl_target": "target_kl",
-}
-"""RLlib's names for PPO settings -> rlserve's :class:`PPOSettings` fields."""
-
-RLLIB_DQN_NAMES = {
-    "train_batch_size": "batch_size",
-    "num_steps_sampled_before_learning_starts": "learning_starts",
-    "target_network_update_freq": "target_update_interval",
-    "grad_clip": "max_grad_norm",
-    "store_buffer_in_checkpoints": "checkpoint_replay",
-}
-"""RLlib's names for DQN settings -> rlserve's :class:`DQNSettings` fields (plus
-``replay_buffer_config={"capacity": N}`` for ``buffer_size``)."""
-
-RLLIB_SAC_NAMES = {
-    "train_batch_size": "batch_size",
-    "num_steps_sampled_before_learning_starts": "learning_starts",
-    "store_buffer_in_checkpoints": "checkpoint_replay",
-}
-"""RLlib's names for SAC settings -> rlserve's :class:`SACSettings` fields (plus
-``replay_buffer_config={"capacity": N}`` for ``buffer_size``; ``tau``, ``initial_alpha``,
-``target_entropy`` (``"auto"``: unset), ``n_step``, ``gamma`` and ``lr`` have the same names;
-``actor_lr``, ``critic_lr`` and ``alpha_lr`` all with one value are ``lr``, and ``twin_q=True``
-is what rlserve does anyway)."""
-
-RLLIB_SAC_REFUSED: dict[str, str] = {
-    "training_intensity": (
-        "is not supported; rlserve's SAC sets the gradient steps per env step, "
-        "updates_per_step (RLlib's training_intensity / train_batch_size)"
-    ),
-    "target_network_update_freq": (
-        "is not supported; rlserve's SAC moves its target critics by tau after every "
-        "gradient step (set tau)"
-    ),
-    "grad_clip": "is not supported: rlserve's SAC does not clip gradients; drop it",
-    "optimization_config": (
-        "is not supported; rlserve's SAC has one learning rate for the actor, the critics and "
-        "the temperature: lr"
-    ),
-    "q_model_config": (
-        "is not supported; actor and critics share hidden and activation (or "
-        'model={"fcnet_hiddens": [...], "fcnet_activation": ...})'
-    ),
-    "policy_model_config": (
-        "is not supported; actor and critics share hidden and activation (or "
-        'model={"fcnet_hiddens": [...], "fcnet_activation": ...})'
-    ),
-    "_deterministic_loss": "is not supported",
-    "_use_beta_distribution": (
-        "is not supported: rlserve's SAC acts with a tanh-squashed Gaussian"
-    ),
-}
-"""RLlib's SAC settings that have no rlserve counterpart, with what to do instead."""
-
-SAC_LEARNING_RATES = ("actor_lr", "critic_lr", "alpha_lr")
-"""RLlib's three SAC learning rates; rlserve's SAC has one, ``lr``."""
-
-OBSERVATION_FILTERS = {"MeanStdFilter": True, "NoFilter": False}
-"""RLlib's ``observation_filter`` values -> the algorithm's ``normalize_observations``."""
-
-
-def observation_filter(value: Any) -> bool:
-    """RLlib's ``observation_filter`` as ``normalize_observations``.
-
-    Raises:
-        ConfigError: Not one of :data:`OBSERVATION_FILTERS`.
-    """
-    if value not in OBSERVATION_FILTERS:
-        raise ConfigError(
-            f"observation_filter must be one of {', '.join(OBSERVATION_FILTERS)}, got {value!r}"
-        )
-    return OBSERVATION_FILTERS[value]
-
-
-RLLIB_NAMES: dict[str, dict[str, str]] = {
-    "ppo": RLLIB_TRAINING_NAMES,
-    "dqn": RLLIB_DQN_NAMES,
-    "sac": RLLIB_SAC_NAMES,
-}
-"""Per algorithm, RLlib's names for its settings -> the settings dataclass's fields."""
-
-HOSTED_PPO_DEFAULTS: dict[str, Any] = {
-    "train_batch_size": 512,
-    "minibatch_size": 128,
-    "num_epochs": 10,
-    "lr": 1e-3,
-    "gamma": 0.98,
-    "gae_lambda": 0.8,
-    "clip_coef": 0.2,
-    "max_policy_lag": 1,
-}
-"""PPO defaults for hosted environments: sampling is synchronous, so smaller batches pay off."""
-
-HOSTED_DQN_DEFAULTS: dict[str, Any] = {}
-"""DQN defaults for hosted environments (the settings' own defaults serve both)."""
-
-HOSTED_SAC_DEFAULTS: dict[str, Any] = {}
-"""SAC defaults for hosted environments (the settings' own defaults serve both)."""
-
-HOSTED_DEFAULTS: dict[str, dict[str, Any]] = {
-    "ppo": HOSTED_PPO_DEFAULTS,
-    "dqn": HOSTED_DQN_DEFAULTS,
-    "sac": HOSTED_SAC_DEFAULTS,
-}
-"""Per algorithm, the defaults a hosted environment starts from (over its settings' own)."""
-
-
-def settings_fields(
-    algo: str, settings: dict[str, Any], where: str, iteration: bool = False
-) -> dict[str, Any]:
-    """``settings`` as fields of ``algo``'s settings dataclass.
-
-    A setting may be a field, RLlib's name for one (:data:`RLLIB_NAMES`; for SAC also the
-    three learning rates with one value, ``twin_q=True`` and ``target_entropy="auto"``),
-    ``model={"fcnet_hiddens": ..., "fcnet_activation": ...}``, for DQN and SAC
-    ``replay_buffer_config={"capacity": N}`` and for DQN a two-point ``lr_schedule`` (or
-    ``lr`` given as one).
-
-    Args:
-        algo: The algorithm's name.
-        settings: The settings as given.
-        where: Where they were given, for errors (``training()``, ``policy 'red'``).
-        iteration: ``min_env_steps_per_iteration`` is a setting there (listed in errors).
-
-    Raises:
-        ConfigError: A name is not one of the algorithm's settings, or has no rlserve
-            counterpart; the message lists the settings or names what to set instead.
-    """
-    entry = algorithm(algo)
-    aliases = RLLIB_NAMES.get(entry.name, {})
-    known = {f.name for f in dataclasses.fields(entry.settings)}
-    fields: dict[str, Any] = {}
-    rates = {k: settings[k] for k in SAC_LEARNING_RATES if k in settings}
-    for name, value in settings.items():
-        if name == "model":
-            fields.update(_model(value))
-            continue
-        if name == "observation_filter":
-            fields["normalize_observations"] = observation_filter(value)
-            continue
-        if name == "replay_buffer_config" and "buffer_size" in known:
-            fields.update(_replay_buffer(value))
-            continue
-        if "lr_end" in known and (
-            name == "lr_schedule" or (name == "lr" and isinstance(value, list | tuple))
-        ):
-            fields.update(_lr_schedule(name, value))
-            continue
-        if entry.name == "sac":
-            refused = RLLIB_SAC_REFUSED.get(name)
-            if refused is not None:
-                raise ConfigError(f"{where}: sac setting '{name}' {refused}")
-            if name in rates:
-                continue
-            if name == "twin_q":
-                if value is not True:
-                    raise ConfigError(
-                        f"{where}: twin_q={value!r} is not supported: rlserve's SAC always "
-                        "learns twin critics; drop twin_q"
-                    )
-                continue
-            if name == "target_entropy" and value == "auto":
-                fields["target_entropy"] = None  # unset: minus the number of action values
-                continue
-        field_name = aliases.get(name, name)
-        if field_name not in known:
-            extra = ", min_env_steps_per_iteration" if iteration else ""
-            raise ConfigError(
-                f"{where} of {entry.name} has no setting '{name}'; the settings are "
-                f"{', '.join(sorted(known | set(aliases)))}, model{extra}"
-            )
-        fields[field_name] = value
-    if rates:
-        if len(rates) != len(SAC_LEARNING_RATES) or len(set(rates.values())) != 1:
-            shown = ", ".join(f"{k}={v}" for k, v in rates.items())
-            raise ConfigError(
-                f"{where}: rlserve's SAC has one learning rate for the actor, the critics and "
-                f"the temperature, lr (got {shown}); pass lr=..., or actor_lr, critic_lr and "
-                "alpha_lr all with one value"
-            )
-        fields["lr"] = next(iter(rates.values()))
-    return fields
-
-
-def _replay_buffer(config: Any) -> dict[str, Any]:
-    if not isinstance(config, dict):
-        raise ConfigError(f"replay_buffer_config must be a dict, got {type(config).__name__}")
-    fields: dict[str, Any] = {}
-    for key, value in config.items():
-        if key == "capacity":
-            fields["buffer_size"] = int(value)
-        elif key != "type":  # RLlib's buffer class: rlserve has one
-            raise ConfigError(
-                f"replay_buffer_config setting '{key}' is not supported; use capacity"
-            )
-    return fields
-
-
-def _lr_schedule(name: str, schedule: Any) -> dict[str, Any]:
-    """RLlib's two-point learning-rate schedule as ``lr``, ``lr_end`` and ``lr_decay_steps``.
-
-    ``[[0, lr], [steps, lr_end]]``: a linear fall over env steps, then flat.
-    """
-    try:
-        (start, first), (steps, last) = ((int(t), float(v)) for t, v in schedule)
-    except (TypeError, ValueError):
-        start, steps = -1, 0
-    if start != 0 or steps <= 0:
-        raise ConfigError(
-            f"{name}={schedule!r}: rlserve's learning rate falls linearly from one value to "
-            "another, [[0, lr], [env_steps, lr_end]]; or set lr, lr_end and lr_decay_steps"
-        )
-    return {"lr": first, "lr_end": last, "lr_decay_steps": steps}
-
-
-def _model(model: Any) -> dict[str, Any]:
-    if not isinstance(model, dict):
-        raise ConfigError(f"model must be a dict, got {type(model).__name__}")
-    fields: dict[str, Any] = {}
-    for key, value in model.items():
-        if key == "fcnet_hiddens":
-            fields["hidden"] = tuple(int(v) for v in value)
-        elif key == "fcnet_activation":
-            fields["activation"] = str(value)
-        else:
-            raise ConfigError(
-                f"model setting '{key}' is not supported; use fcnet_hiddens and fcnet_activation"
-            )
-    return fields
 
 
 class AlgorithmConfig:
@@ -407,15 +175,15 @@ class AlgorithmConfig:
         Any field of the algorithm's settings dataclass (:class:`~rlserve.learners.
         ppo_config.PPOSettings` for PPO, :class:`~rlserve.learners.dqn_config.DQNSettings`
         for DQN, :class:`~rlserve.learners.sac_config.SACSettings` for SAC), RLlib's names for
-        them (:data:`RLLIB_NAMES`: for PPO ``lambda_``, ``num_sgd_iter``,
-        ``sgd_minibatch_size``, ``clip_param``, ``vf_loss_coeff``, ``entropy_coeff``,
-        ``grad_clip``, ``kl_target``; for SAC also ``actor_lr``/``critic_lr``/``alpha_lr``
-        with one value, ``twin_q=True``, ``target_entropy="auto"``; RLlib settings rlserve has
-        no counterpart for are refused naming what to set instead), ``model={"fcnet_hiddens":
-        [...], "fcnet_activation": "tanh"}``, ``observation_filter`` (``"MeanStdFilter"`` or
-        ``"NoFilter"``, as :meth:`env_runners` takes it) and ``min_env_steps_per_iteration``; for
-        DQN and SAC also ``replay_buffer_config={"capacity": N}`` and
-        ``store_buffer_in_checkpoints``.
+        them (:data:`~rlserve.algorithm.training_settings.RLLIB_NAMES`: for PPO ``lambda_``,
+        ``num_sgd_iter``, ``sgd_minibatch_size``, ``clip_param``, ``vf_loss_coeff``,
+        ``entropy_coeff``, ``grad_clip``, ``kl_target``; for SAC also ``actor_lr``/
+        ``critic_lr``/``alpha_lr`` with one value, ``twin_q=True``,
+        ``target_entropy="auto"``; RLlib settings rlserve has no counterpart for are refused
+        naming what to set instead), ``model={"fcnet_hiddens": [...], "fcnet_activation":
+        "tanh"}``, ``observation_filter`` (``"MeanStdFilter"`` or ``"NoFilter"``, as
+        :meth:`env_runners` takes it) and ``min_env_steps_per_iteration``; for DQN and SAC
+        also ``replay_buffer_config={"capacity": N}`` and ``store_buffer_in_checkpoints``.
 
         They are the settings of every policy that names no other algorithm (see
         :meth:`multi_agent`).
@@ -486,7 +254,12 @@ class AlgorithmConfig:
             if isinstance(policies, dict):
                 self.policies = {}
                 for key, value in policies.items():
-                    self.policies[str(key)] = self._policy_entry(str(key), value)
+                    declared = policy_entry(str(key), value, self.algo_name)
+                    if declared.algo is not None:
+                        self.policy_algorithms[str(key)] = declared.algo
+                    if declared.spec is not None:
+                        self.policy_specs[str(key)] = declared.spec
+                    self.policies[str(key)] = declared.overrides
             else:
                 self.policies = {str(p): {} for p in policies}
             if not self.policies:
@@ -500,63 +273,6 @@ class AlgorithmConfig:
             pairs = rules if rules is not None else list(policy_mapping.items())
             self.policy_mapping = [(str(k), str(v)) for k, v in pairs]
         return self
-
-    def _policy_entry(self, policy_id: str, value: Any) -> dict[str, Any]:
-        """A policy's settings overrides.
-
-        Its algorithm goes to :attr:`policy_algorithms`, its spaces, when given, to
-        :attr:`policy_specs`.
-        """
-        from rlserve.server.policies import PolicySpec
-
-        if isinstance(value, PolicySpec):
-            overrides = self._policy_overrides(policy_id, dict(value.config), value.algo)
-            self.policy_specs[policy_id] = value
-            return overrides
-        if isinstance(value, tuple | list):
-            if len(value) != 4:
-                raise ConfigError(
-                    f"policy '{policy_id}': a tuple must be (None, observation_space, "
-                    f"action_space, overrides), RLlib's PolicySpec form; got {len(value)} items"
-                )
-            _, obs_space, act_space, given = value
-            overrides = self._policy_overrides(policy_id, dict(given or {}), None)
-            if obs_space is not None and act_space is not None:
-                self.policy_specs[policy_id] = PolicySpec(
-                    policy_id,
-                    obs_space,
-                    act_space,
-                    overrides,
-                    algo=self.policy_algorithms.get(policy_id),
-                )
-            return overrides
-        if value is not None and not isinstance(value, dict):
-            raise ConfigError(
-                f"policy '{policy_id}': give settings overrides as a dict, a PolicySpec or "
-                f"(None, observation_space, action_space, overrides); got {type(value).__name__}"
-            )
-        return self._policy_overrides(policy_id, dict(value or {}), None)
-
-    def _policy_overrides(
-        self, policy_id: str, overrides: dict[str, Any], algo: str | None
-    ) -> dict[str, Any]:
-        """The overrides as settings fields of the policy's algorithm (``"algo"`` taken out)."""
-        named = overrides.pop("algo", None)
-        if named is not None and not isinstance(named, str):
-            raise ConfigError(
-                f"policy '{policy_id}': 'algo' must name an algorithm (a string), got {named!r}"
-            )
-        if named is not None and algo is not None and algorithm(named).name != algo:
-            raise ConfigError(
-                f"policy '{policy_id}': PolicySpec(algo='{algo}') and the override "
-                f"'algo': '{named}' disagree; name the algorithm once"
-            )
-        chosen = algo or named
-        if chosen is not None:
-            self.policy_algorithms[policy_id] = algorithm(chosen).name
-        name = self.policy_algorithms.get(policy_id, self.algo_name)
-        fields: dict[str, Any] = settings_fields(name, overrides, f"policy '{policy_id}'")
-        return fields
 
     def debugging(self, *, seed: int | None = None) -> AlgorithmConfig:
         """The seed of environments, sampling and the learner."""
@@ -583,9 +299,9 @@ class AlgorithmConfig:
         """Attach a network server: external clients become one more source of experience.
 
         Takes host, port, http_port, token, tls_cert, tls_key and max_queued_steps_per_source
-        (see :class:`rlserve.algorithm.serving.ServingSettings`).
+        (see :class:`rlserve.algorithm.serving_settings.ServingSettings`).
         """
-        from rlserve.algorithm.serving import ServingSettings
+        from rlserve.algorithm.serving_settings import ServingSettings
 
         try:
             ServingSettings(**settings)  # refuses a bad setting now, not at build()

@@ -30,7 +30,7 @@ import numpy as np
 from rlserve.algorithm.algorithm import Algorithm
 from rlserve.algorithm.config import AlgorithmConfig, config_for
 from rlserve.algorithm.server_thread import ServerThread
-from rlserve.algorithm.serving import ServingSettings
+from rlserve.algorithm.serving_settings import ServingSettings
 from rlserve.config.fields import build, to_table
 from rlserve.errors import ConfigError
 from rlserve.learners.registry import (

@@ -10,8 +10,9 @@ replaced by :class:`AttachedLearner`, an in-process hand-off:
   serve``), then queued for the Algorithm under its *source*: the client identity that owns the
   episode or sent the report. A :class:`~rlserve.PolicyClient` sends a random, secret
   ``client_id`` in every ``hello`` (the same on every reconnection); its source is named
-  ``client-<hash>`` (:func:`client_source`: a one-way hash, so the secret never reaches logs or
-  metrics). A client that sends no id is one source per connection (``session-<n>``);
+  ``client-<hash>`` (:func:`~rlserve.algorithm.source_queues.client_source`: a one-way hash,
+  so the secret never reaches logs or metrics). A client that sends no id is one source per
+  connection (``session-<n>``);
 * each source has its own bounded queue (``max_queued_steps_per_source``): when it is full, that
   source's oldest steps are dropped (``dropped_steps_by_source``), never another's;
 * :meth:`AttachedServer.take` hands the Algorithm's thread what was queued, at most ``max_steps``
@@ -24,26 +25,22 @@ replaced by :class:`AttachedLearner`, an in-process hand-off:
 
 A reported batch is acknowledged once it is logged and queued (with ``sync_reports``, once the
 log is also fsynced); the ledger of batch ids makes a re-sent batch count once.
+
+The queues are :class:`~rlserve.algorithm.source_queues.SourceQueues`; the settings,
+:class:`~rlserve.algorithm.serving_settings.ServingSettings`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import hashlib
-import logging
-import os
-import threading
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
 
 from rlserve.algorithm.server_thread import ServerThread
-from rlserve.config.fields import TOKEN_ENV, option
-from rlserve.errors import ConfigError, EpisodeError
+from rlserve.algorithm.serving_settings import ServingSettings
+from rlserve.algorithm.source_queues import SourceQueues, source_name
+from rlserve.errors import EpisodeError
 from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.learners.registry import algorithm
 from rlserve.policy.weights import WeightsPackage
@@ -52,14 +49,9 @@ from rlserve.protocol.mapping import PolicyMapping
 from rlserve.run.experience_log import LogReader, encode_payload
 from rlserve.run.run_folder import RunFolder
 from rlserve.server.app import PolicyServer
-from rlserve.server.config import ServerConfig
-from rlserve.server.learner_link import sync_log_forever
+from rlserve.server.log_sync import sync_log_forever
 from rlserve.server.policies import PolicySpec
-from rlserve.server.service import identity_key
 from rlserve.server.stats import ServerStats
-from rlserve.server.throttled_log import SERVER_LOG
-
-logger = logging.getLogger("rlserve.server")
 
 UNKNOWN_SOURCE = "unknown"
 """The source of a fragment whose episode's owner cannot be found (should not happen)."""
@@ -67,318 +59,8 @@ UNKNOWN_SOURCE = "unknown"
 REPLAYED_SOURCE = "replayed"
 """The source of experience-log records queued again after a restart (:meth:`requeue_after`)."""
 
-MAX_QUEUED_SUMMARIES = 100_000
-"""Episode summaries kept for :meth:`AttachedServer.take`; past it the oldest are dropped."""
-
 PUBLISH_TIMEOUT = 60.0
 """Seconds :meth:`AttachedServer.publish` waits for the weights to be stored and swapped in."""
-
-
-ELSEWHERE = {
-    "run_dir": "set it with reporting(run_dir=...)",
-    "name": "set it with reporting(name=...)",
-    "checkpoint_every": "set it with reporting(checkpoint_every=...)",
-    "keep_checkpoints": "set it with reporting(keep_checkpoints=...)",
-    "progress": "set it with reporting(progress=...)",
-    "spaces_from": "give the spaces with environment(observation_space=..., action_space=...)",
-    "spaces_file": "give the spaces with environment(observation_space=..., action_space=...)",
-}
-"""ServerConfig fields an AlgorithmConfig sets elsewhere, and where."""
-
-
-def source_name(owner: str) -> str:
-    """The source name of an episode owner / session key (a client's secret id hashed)."""
-    if owner.startswith("client:"):
-        return "client-" + hashlib.blake2b(owner.encode(), digest_size=8).hexdigest()
-    return owner
-
-
-def client_source(client_id: str) -> str:
-    """The source name of the client with this ``client_id`` (``PolicyClient.client_id``)."""
-    return source_name(identity_key(client_id))
-
-
-@dataclass
-class ServingSettings:
-    """How an Algorithm's network server listens and queues the experience of its clients."""
-
-    host: str = option("127.0.0.1", "Address to bind; anything but loopback requires a token.")
-    port: int = option(
-        0, "Port of the binary carrier (answers HTTP too); 0 picks a free one (see address)."
-    )
-    http_port: int = option(
-        -1, "A separate HTTP/JSON port; 0 picks a free one, -1: none (the binary port serves it)."
-    )
-    token: str | None = dataclasses.field(
-        default=None,
-        repr=False,
-        metadata={
-            "help": "Shared secret clients must present (also RLSERVE_TOKEN); required to bind "
-            "anything but loopback. Never written to the run folder."
-        },
-    )
-    tls_cert: str | None = option(None, "PEM certificate (chain) file: serve TLS (needs tls_key).")
-    tls_key: str | None = option(None, "PEM private key file of tls_cert.")
-    max_queued_steps_per_source: int = option(
-        50_000,
-        "Steps queued per client identity until the Algorithm takes them; past it that "
-        "client's own oldest steps are dropped.",
-    )
-    idle_timeout: float = option(60.0, "Seconds without a call after which an episode is closed.")
-    sync_reports: bool = option(
-        False, "Acknowledge a report only once the experience log is fsynced (power-loss safe)."
-    )
-    metrics_interval: float = option(
-        2.0, "Seconds between housekeeping rounds (idle episodes, metrics, state saves)."
-    )
-    server: dict[str, Any] = dataclasses.field(
-        default_factory=dict,
-        metadata={
-            "help": "Further ServerConfig fields by name (limits, connection hygiene, allowed "
-            "origins...)."
-        },
-    )
-
-    def __post_init__(self) -> None:
-        if self.token is None:
-            self.token = os.environ.get(TOKEN_ENV) or None
-        if self.max_queued_steps_per_source < 1:
-            raise ConfigError("max_queued_steps_per_source must be at least 1")
-        owned = {f.name for f in dataclasses.fields(self)} | {"fragment_length", "seed"}
-        known = {f.name for f in dataclasses.fields(ServerConfig)}
-        for key in self.server:
-            if key in ELSEWHERE:
-                raise ConfigError(f"serving 'server' option '{key}': {ELSEWHERE[key]}")
-            if key in owned or key not in known:
-                raise ConfigError(
-                    f"serving 'server' option '{key}' is not a further ServerConfig field; "
-                    f"pass one of {sorted(known - owned)}"
-                    + (f" (set '{key}' on ServingSettings itself)" if key in owned else "")
-                )
-        self.server_config(200, 0)  # refuse a bad combination now (e.g. 0.0.0.0 without token)
-
-    def server_config(self, fragment_length: int, seed: int) -> ServerConfig:
-        """The :class:`ServerConfig` of the attached server.
-
-        Raises:
-            ConfigError: As :class:`ServerConfig` does, e.g. a non-loopback host without a token.
-        """
-        return ServerConfig(
-            host=self.host,
-            port=self.port,
-            http_port=self.http_port,
-            token=self.token,
-            tls_cert=self.tls_cert,
-            tls_key=self.tls_key,
-            fragment_length=fragment_length,
-            seed=seed,
-            idle_timeout=self.idle_timeout,
-            sync_reports=self.sync_reports,
-            metrics_interval=self.metrics_interval,
-            progress=False,  # the Algorithm reports progress itself
-            **self.server,
-        )
-
-
-def split_fragment(fragment: Fragment, steps: int) -> tuple[Fragment, Fragment]:
-    """Cut a fragment after its first ``steps`` steps (``0 < steps < len(fragment)``).
-
-    The head ends in the observation that follows its last action and goes on (neither flag);
-    the tail starts from that observation and keeps the fragment's flags.
-    """
-    if not 0 < steps < len(fragment):
-        raise ValueError(f"cannot split a fragment of {len(fragment)} steps after {steps}")
-    infos = fragment.infos
-    head = dataclasses.replace(
-        fragment,
-        obs=fragment.obs[: steps + 1],
-        actions=fragment.actions[:steps],
-        rewards=fragment.rewards[:steps],
-        behaviour_logp=fragment.behaviour_logp[:steps],
-        policy_chosen=fragment.policy_chosen[:steps],
-        weights_version=fragment.weights_version[:steps],
-        terminated=False,
-        truncated=False,
-        infos=None if infos is None else infos[:steps],
-    )
-    tail = dataclasses.replace(
-        fragment,
-        obs=fragment.obs[steps:],
-        actions=fragment.actions[steps:],
-        rewards=fragment.rewards[steps:],
-        behaviour_logp=fragment.behaviour_logp[steps:],
-        policy_chosen=fragment.policy_chosen[steps:],
-        weights_version=fragment.weights_version[steps:],
-        infos=None if infos is None else infos[steps:],
-    )
-    return head, tail
-
-
-def fair_shares(queued: dict[str, int], budget: int, first: int = 0) -> dict[str, int]:
-    """Share ``budget`` steps max-min fairly between sources with ``queued`` steps each.
-
-    Every source gets the same share, except that one with fewer steps queued takes only what
-    it has and leaves the rest to the others. A remainder of one step each goes to the sources
-    in turn from position ``first`` (rotated by the caller between takes).
-    """
-    shares = {source: 0 for source in queued}
-    left = budget
-    order = sorted(queued, key=lambda s: queued[s])
-    rest: list[str] = []
-    for i, source in enumerate(order):
-        if queued[source] <= left // (len(order) - i):
-            shares[source] = queued[source]
-            left -= queued[source]
-        else:
-            rest = order[i:]
-            break
-    if rest:
-        base, extra = divmod(left, len(rest))
-        names = list(queued)
-        rest.sort(key=lambda s: (names.index(s) - first) % len(names))
-        for j, source in enumerate(rest):
-            shares[source] = base + (1 if j < extra else 0)
-    return shares
-
-
-@dataclass(slots=True)
-class _Queued:
-    fragment: Fragment
-    seq: int
-    """The experience-log record it came in."""
-
-
-class SourceQueues:
-    """One bounded queue of fragments per source; thread-safe.
-
-    Args:
-        max_steps_per_source: Steps a source may have queued; past it its oldest are dropped.
-        stats: The server's counters (``samples/steps_queued`` and the like are kept up to date).
-    """
-
-    def __init__(self, max_steps_per_source: int, stats: ServerStats):
-        self.max_steps_per_source = max_steps_per_source
-        self._stats = stats
-        self._lock = threading.Lock()
-        self._queues: dict[str, deque[_Queued]] = {}
-        self._queued: dict[str, int] = {}
-        self._summaries: deque[EpisodeSummary] = deque(maxlen=MAX_QUEUED_SUMMARIES)
-        self._turn = 0
-        self._last_seq = 0
-        self.steps_by_source: dict[str, int] = {}
-        """Steps each source delivered (logged), since start."""
-        self.dropped_steps_by_source: dict[str, int] = {}
-        """Steps of each source dropped from its full queue before they were taken."""
-        self.taken_steps_by_source: dict[str, int] = {}
-        """Steps of each source handed to the Algorithm."""
-
-    def start_at(self, log_seq: int) -> None:
-        """Records up to ``log_seq`` are not queued (logged before this server started)."""
-        with self._lock:
-            self._last_seq = max(self._last_seq, log_seq)
-
-    def put(self, source: str, fragments: list[Fragment], seq: int) -> None:
-        """Queue the fragments of log record ``seq`` under ``source``; trim its queue."""
-        steps = sum(len(f) for f in fragments)
-        with self._lock:
-            queue = self._queues.setdefault(source, deque())
-            queue.extend(_Queued(f, seq) for f in fragments)
-            self._queued[source] = self._queued.get(source, 0) + steps
-            self.steps_by_source[source] = self.steps_by_source.get(source, 0) + steps
-            self._stats.steps_queued += steps
-            self._last_seq = max(self._last_seq, seq)
-            excess = self._queued[source] - self.max_steps_per_source
-            if excess > 0:
-                self._drop_oldest(source, queue, excess)
-
-    def _drop_oldest(self, source: str, queue: deque[_Queued], excess: int) -> None:
-        dropped = 0
-        while dropped < excess:
-            head = queue[0]
-            size = len(head.fragment)
-            if size <= excess - dropped:
-                queue.popleft()
-                dropped += size
-            else:
-                _, tail = split_fragment(head.fragment, excess - dropped)
-                queue[0] = _Queued(tail, head.seq)
-                dropped = excess
-        self._queued[source] -= dropped
-        self.dropped_steps_by_source[source] = self.dropped_steps_by_source.get(source, 0) + dropped
-        self._stats.steps_queued -= dropped
-        self._stats.steps_dropped_queue_full += dropped
-        SERVER_LOG.warn(
-            f"steps_dropped_queue_full:{source}",
-            f"client {source} produces faster than the Algorithm takes its experience: its "
-            f"oldest steps are dropped ({self.dropped_steps_by_source[source]} so far); raise "
-            f"max_queued_steps_per_source (now {self.max_steps_per_source}) or take more often",
-        )
-
-    def add_summary(self, summary: EpisodeSummary) -> None:
-        """Keep an ended episode's summary for the next take."""
-        with self._lock:
-            self._summaries.append(summary)
-
-    def take(self, max_steps: int | None = None) -> tuple[list[Fragment], list[EpisodeSummary]]:
-        """Everything queued, or at most ``max_steps`` steps shared fairly; all summaries."""
-        with self._lock:
-            summaries = list(self._summaries)
-            self._summaries.clear()
-            queued = {s: n for s, n in self._queued.items() if n > 0}
-            if not queued:
-                return [], summaries
-            sources = list(queued)
-            if max_steps is None:
-                shares = queued
-            else:
-                shares = fair_shares(queued, max(0, max_steps), self._turn % len(sources))
-            self._turn += 1
-            # Sources in turn, so the order of a take does not always favour the same one.
-            start = self._turn % len(sources)
-            fragments: list[Fragment] = []
-            for source in sources[start:] + sources[:start]:
-                fragments.extend(self._take_from(source, shares[source]))
-            return fragments, summaries
-
-    def _take_from(self, source: str, steps: int) -> list[Fragment]:
-        queue = self._queues[source]
-        taken: list[Fragment] = []
-        left = steps
-        while left > 0 and queue:
-            head = queue[0]
-            if len(head.fragment) <= left:
-                queue.popleft()
-                taken.append(head.fragment)
-                left -= len(head.fragment)
-            else:
-                part, tail = split_fragment(head.fragment, left)
-                queue[0] = _Queued(tail, head.seq)
-                taken.append(part)
-                left = 0
-        got = steps - left
-        self._queued[source] -= got
-        self.taken_steps_by_source[source] = self.taken_steps_by_source.get(source, 0) + got
-        self._stats.steps_queued -= got
-        self._stats.steps_sent_to_learner += got
-        return taken
-
-    def counter(self, name: str) -> dict[str, int]:
-        """A copy of one per-source counter (e.g. ``steps_by_source``), taken under the lock."""
-        with self._lock:
-            return dict(getattr(self, name))
-
-    @property
-    def queued_steps_by_source(self) -> dict[str, int]:
-        """Steps each source has queued now."""
-        with self._lock:
-            return {s: n for s, n in self._queued.items() if n > 0}
-
-    @property
-    def taken_through(self) -> int:
-        """The experience-log position every record through which was taken (or dropped)."""
-        with self._lock:
-            heads = [queue[0].seq for queue in self._queues.values() if queue]
-            return min(heads) - 1 if heads else self._last_seq
 
 
 class _AttachedStats(ServerStats):

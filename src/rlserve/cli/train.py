@@ -158,10 +158,10 @@ def add_train_parser(commands: Any) -> None:
 def train_defaults(algo: str) -> dict[str, Any]:
     """The defaults of ``algo``'s settings that ``rlserve train`` applies unlike the server.
 
-    The hosted defaults (:data:`~rlserve.algorithm.config.HOSTED_DEFAULTS`), and the seed of
-    ``--seed``; shown in ``rlserve train --help``.
+    The hosted defaults (:data:`~rlserve.algorithm.training_settings.HOSTED_DEFAULTS`), and
+    the seed of ``--seed``; shown in ``rlserve train --help``.
     """
-    from rlserve.algorithm.config import HOSTED_DEFAULTS
+    from rlserve.algorithm.training_settings import HOSTED_DEFAULTS
 
     return {**HOSTED_DEFAULTS.get(algo, {}), "seed": "that of --seed"}
 

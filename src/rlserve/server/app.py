@@ -18,7 +18,7 @@ import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import gymnasium as gym
 import uvicorn
@@ -26,7 +26,6 @@ import uvicorn
 from rlserve.config.fields import build
 from rlserve.learners.registry import DEFAULT_ALGORITHM, algorithm
 from rlserve.policy.weights import WeightsPackage
-from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.mapping import PolicyMapping
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.run.experience_log import ExperienceLog
@@ -38,6 +37,7 @@ from rlserve.server.config import ServerConfig
 from rlserve.server.http import BrowserPolicy, build_http_app
 from rlserve.server.http_deadline import protocol_kwargs, shared_port_protocol
 from rlserve.server.learner_link import LearnerLink
+from rlserve.server.learner_side import LearnerSide
 from rlserve.server.pacing import LearnerPace, max_lag_steps, paced_fragment_length
 from rlserve.server.policies import PolicySpec, is_flat, policy_paths, single_policy
 from rlserve.server.service import Service
@@ -45,46 +45,6 @@ from rlserve.server.stats import ServerStats
 from rlserve.server.tcp import BinaryServer, ConnectionPolicy, start_binary_server
 
 logger = logging.getLogger("rlserve.server")
-
-
-class LearnerSide(Protocol):
-    """What the server needs of its learner side.
-
-    :class:`LearnerLink` (a supervised learner process), or an in-process hand-off such as
-    :class:`rlserve.algorithm.serving.AttachedLearner`.
-
-    It logs each fragment (:meth:`add`) and reported batch (:meth:`add_batch`) to the
-    experience log before the server acknowledges it.
-    """
-
-    failure: str | None
-    """The learner side's last failure, for ``/v1/health``; None while healthy."""
-    device: str
-
-    @property
-    def pid(self) -> int | None:
-        """The learner process id (None: none, or in this process)."""
-
-    def add(self, fragment: Fragment) -> None:
-        """Log a fragment cut from a remote episode."""
-
-    def add_batch(
-        self,
-        fragments: list[Fragment],
-        batch_id: str,
-        on_done: Callable[[int], None],
-        source: str = "",
-    ) -> None:
-        """Log a reported batch of ``source``; ``on_done(dropped)`` once it may be answered."""
-
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start on the server's event loop."""
-
-    async def stop(self) -> dict[str, str]:
-        """Stop; return each policy's newest checkpoint (path) written while serving."""
-
-    def request_checkpoint(self) -> None:
-        """Ask for a checkpoint now."""
 
 
 class _EmbeddedUvicorn(uvicorn.Server):

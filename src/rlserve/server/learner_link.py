@@ -10,10 +10,11 @@ episodes gathered for ``NOTIFY_DELAY`` seconds); the learner answers how far it 
 A reported batch is acknowledged once it is in the log and taken by the learner: read by it, or
 announced while it waited idle (it reads all it is told at once). This paces local-inference
 clients to the learner. A written record survives a crash of either process; the log's sync
-thread flushes it to the disk within ``SYNC_INTERVAL`` seconds, or before the acknowledgement
-with ``sync_reports`` (then it survives a power loss too). When the backlog the learner
-finds is over ``max_queue_steps``, it skips the oldest records (counted in
-``samples/steps_dropped_queue_full``): the newest experience is the most useful on-policy.
+thread (:mod:`~rlserve.server.log_sync`) flushes it to the disk within ``SYNC_INTERVAL``
+seconds, or before the acknowledgement with ``sync_reports`` (then it survives a power loss
+too). When the backlog the learner finds is over ``max_queue_steps``, it skips the oldest
+records (counted in ``samples/steps_dropped_queue_full``): the newest experience is the most
+useful on-policy.
 
 The learner process hosts every policy of the server (see
 :mod:`~rlserve.training.learner_worker`); its messages name the policy they are about, and the log
@@ -24,7 +25,8 @@ weights it has, the death is logged once, and a new learner starts from the newe
 checkpoint and reads the log on from where that checkpoint had trained (``learner/restarts``).
 Both ends of the socket are non-blocking on the server (asyncio streams), so shutdown cannot
 deadlock: the learner gets a few seconds for a final checkpoint and is then killed, which loses
-nothing, since the log holds every acknowledged step.
+nothing, since the log holds every acknowledged step. The process itself is started and joined
+by :mod:`~rlserve.server.learner_process`.
 """
 
 from __future__ import annotations
@@ -32,10 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
-import subprocess
-import sys
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -49,6 +48,8 @@ from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.framing import FrameDecoder, frame
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.run.experience_log import ExperienceLog, encode_payload
+from rlserve.server.learner_process import start_learner_process, wait_for_exit
+from rlserve.server.log_sync import sync_log_forever
 from rlserve.server.pacing import LearnerPace
 from rlserve.server.stats import ServerStats
 from rlserve.server.throttled_log import SERVER_LOG
@@ -59,44 +60,11 @@ logger = logging.getLogger("rlserve.server")
 RESTART_DELAYS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 """Seconds before restarting a learner that died, by how many times in a row it died quickly."""
 
-SYNC_INTERVAL = 1.0
-"""Seconds between fsyncs of the log when no reported batch waits for one."""
-
 NOTIFY_DELAY = 0.02
 """Seconds for which fragments of remote episodes are gathered before the learner is told."""
 
 HEALTHY_RUN_SECONDS = 60.0
 """A learner that ran this long before dying resets the restart back-off."""
-
-
-async def sync_log_forever(
-    log: ExperienceLog,
-    unsynced: asyncio.Event,
-    executor: ThreadPoolExecutor,
-    stats: ServerStats,
-    someone_waits: Callable[[], bool],
-    after_sync: Callable[[], None],
-) -> None:
-    """Fsync the log whenever ``unsynced`` is set, then call ``after_sync``; runs until cancelled.
-
-    When nobody waits for the flush, a few fractions of a second of records are gathered into
-    one fsync (group commit). A failing fsync is counted and retried a second later.
-    """
-    loop = asyncio.get_running_loop()
-    while True:
-        await unsynced.wait()
-        if not someone_waits():
-            await asyncio.sleep(SYNC_INTERVAL)
-        unsynced.clear()
-        try:
-            await loop.run_in_executor(executor, log.sync)
-        except OSError as exc:
-            stats.storage_failed("experience log", exc)
-            unsynced.set()
-            await asyncio.sleep(1.0)
-            continue
-        stats.storage_ok("experience log")
-        after_sync()
 
 
 class LearnerLink:
@@ -335,10 +303,10 @@ class LearnerLink:
                 self._pace.update(connected=False)  # serving goes on unpaced meanwhile
             writer.close()
             self._checkpointed.set()  # nobody may wait for a checkpoint that cannot come
-            await loop.run_in_executor(None, _wait, process, 2.0)
+            await loop.run_in_executor(None, wait_for_exit, process, 2.0)
             if process.poll() is None:
                 process.kill()
-                await loop.run_in_executor(None, _wait, process, 2.0)
+                await loop.run_in_executor(None, wait_for_exit, process, 2.0)
             if self.failure is None and not self._stopping:
                 self.failure = f"the learner process exited with code {process.returncode}"
 
@@ -504,25 +472,3 @@ class LearnerLink:
             self._stats.storage_failed("experience log", exc)
         self._sync_executor.shutdown(wait=False)
         return dict(self.last_checkpoints)
-
-
-def start_learner_process(sock: socket.socket) -> subprocess.Popen[bytes]:
-    """Start ``python -m rlserve.training.learner_worker`` on its end of the socket pair.
-
-    A fresh interpreter, not ``multiprocessing``: its spawn re-imports the user's main script in
-    the child (a script without ``if __name__ == "__main__":`` would start a second server), and
-    it pickles the arguments. The child gets this process's import path, so it imports the same
-    rlserve; its setup comes as the first message on the socket.
-    """
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    return subprocess.Popen(
-        [sys.executable, "-m", "rlserve.training.learner_worker", str(sock.fileno())],
-        pass_fds=(sock.fileno(),),
-        env=env,
-    )
-
-
-def _wait(process: subprocess.Popen[bytes], timeout: float) -> None:
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout)
