@@ -305,7 +305,13 @@ class Algorithm(ActingMixin):
 
         They run on their own copy of the environment, so training's episodes are not
         disturbed.
+
+        Raises:
+            ValueError: ``episodes`` is below 1.
         """
+        wanted = episodes or self.config.evaluation_duration
+        if wanted < 1:
+            raise ValueError(f"evaluate(episodes={episodes}): evaluate at least one episode")
         if self._eval is None:
             seed = self.config.seed + 1_000_003
             self._eval = Evaluator(
@@ -315,7 +321,7 @@ class Algorithm(ActingMixin):
                 self.config.rollout_fragment_length,
                 seed,
             )
-        return self._eval.run(episodes or self.config.evaluation_duration, self._acting_policies())
+        return self._eval.run(wanted, self._acting_policies())
 
     def _acting_policies(self) -> dict[str, NumpyPolicy]:
         return {pid: self.collector.policy_of(pid) for pid in self.specs}
