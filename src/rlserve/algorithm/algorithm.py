@@ -44,7 +44,7 @@ from rlserve.experience.collector import Collector
 from rlserve.experience.episodes import EpisodeSummary
 from rlserve.learners.registry import DEFAULT_ALGORITHM, algorithm
 from rlserve.policy import NumpyPolicy
-from rlserve.policy.distributions import actions_to_space
+from rlserve.policy.action_layout import actions_to_space
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.mapping import PolicyMapping

@@ -70,7 +70,7 @@ from rlserve.learners.registry import algorithm, run_algorithm
 from rlserve.learners.sac_config import SACSettings
 from rlserve.learners.sac_models import SquashedGaussianActor
 from rlserve.policy import ModelSpec
-from rlserve.policy.distributions import ActionDistribution
+from rlserve.policy.distribution import ActionDistribution
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.run.checkpoints import checkpoints_in
 from rlserve.run.run_folder import RunFolder

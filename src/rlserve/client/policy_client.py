@@ -41,7 +41,7 @@ from rlserve.errors import (
     TLSError,
 )
 from rlserve.experience.agent_values import PolicyTable, plain_value
-from rlserve.policy.distributions import action_from_wire
+from rlserve.policy.action_layout import action_from_wire
 from rlserve.protocol.info import check_info_size, wire_info
 from rlserve.protocol.mapping import ALL_AGENTS
 from rlserve.protocol.messages import DEFAULT_POLICY_ID

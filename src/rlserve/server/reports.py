@@ -21,7 +21,7 @@ import numpy as np
 
 from rlserve.errors import LimitExceededError, SpaceError
 from rlserve.experience.episodes import SINGLE_AGENT, EpisodeSummary
-from rlserve.policy.distributions import action_distribution
+from rlserve.policy.space_distribution import action_distribution
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.info import check_info_size
 from rlserve.protocol.limits import Limits

@@ -37,7 +37,7 @@ from rlserve.experience.agent_groups import AgentGrouper
 from rlserve.experience.episodes import Episode, EpisodeStatus, EpisodeSummary, EpisodeTable
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.acting import compute_actions, greedy_in_evaluation
-from rlserve.policy.distributions import actions_to_space, encode_action
+from rlserve.policy.action_layout import actions_to_space, encode_action
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.limits import PROTOCOL_VERSION, Limits
