@@ -46,9 +46,9 @@ from rlserve.learners.registry import DEFAULT_ALGORITHM, algorithm
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.action_layout import actions_to_space
 from rlserve.policy.weights import WeightsPackage
+from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.mapping import PolicyMapping
-from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.protocol.spaces import check_batch, describe
 from rlserve.run.checkpoints import checkpoint_path, prune
 from rlserve.run.durable import atomic_write_bytes

@@ -45,9 +45,9 @@ from typing import Any
 from rlserve.errors import ProtocolError
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.codec import decode, encode
+from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.framing import FrameDecoder, frame
-from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.run.experience_log import ExperienceLog, encode_payload
 from rlserve.server.pacing import LearnerPace
 from rlserve.server.stats import ServerStats
