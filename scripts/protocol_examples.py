@@ -50,7 +50,8 @@ from typing import Any
 
 import numpy as np
 
-from rlserve.policy.numpy_policy import ModelSpec, NumpyPolicy
+from rlserve.policy.model_spec import ModelSpec
+from rlserve.policy.numpy_policy import NumpyPolicy
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.codec import decode, encode, encode_json
 

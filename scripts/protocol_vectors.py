@@ -17,7 +17,8 @@ from typing import Any, cast
 
 import numpy as np
 
-from rlserve.policy.numpy_policy import ModelSpec, NumpyPolicy
+from rlserve.policy.model_spec import ModelSpec
+from rlserve.policy.numpy_policy import NumpyPolicy
 from rlserve.protocol.codec import DTYPE_CODES, decode, encode, to_jsonable
 
 ROOT = Path(__file__).resolve().parents[1]

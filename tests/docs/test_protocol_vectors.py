@@ -17,7 +17,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from protocol_vectors import ATOL, RTOL, close, from_tagged, to_tagged  # noqa: E402
 
-from rlserve.policy.numpy_policy import ModelSpec, NumpyPolicy  # noqa: E402
+from rlserve.policy.model_spec import ModelSpec  # noqa: E402
+from rlserve.policy.numpy_policy import NumpyPolicy  # noqa: E402
 from rlserve.protocol.codec import decode, encode, encode_json, to_jsonable  # noqa: E402
 
 MESSAGES = json.loads((FOLDER / "messages.json").read_text())["vectors"]

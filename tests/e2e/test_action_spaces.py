@@ -20,7 +20,8 @@ from gymnasium import spaces
 
 from rlserve import PolicyClient
 from rlserve.client.local import LocalConfig
-from rlserve.policy.distributions import action_distribution, actions_to_space
+from rlserve.policy.action_layout import actions_to_space
+from rlserve.policy.space_distribution import action_distribution
 from rlserve.protocol.spaces import describe, from_description
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]

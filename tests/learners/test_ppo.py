@@ -29,7 +29,7 @@ from rlserve.learners.ppo import (
     value_loss,
 )
 from rlserve.policy import NumpyPolicy
-from rlserve.policy.distributions import actions_to_space
+from rlserve.policy.action_layout import actions_to_space
 from rlserve.protocol.fragment import Fragment
 
 OBS_SPACE = spaces.Box(-1.0, 1.0, (2,), np.float32)

@@ -17,13 +17,8 @@ from rlserve.learners.sac import (
     to_squashed,
 )
 from rlserve.learners.sac_models import EnsembleQ, squashed_log_prob
-from rlserve.policy.distributions import (
-    SQUASH_EPS,
-    squashed_sample,
-)
-from rlserve.policy.distributions import (
-    squashed_log_prob as numpy_squashed_log_prob,
-)
+from rlserve.policy.gaussian import SQUASH_EPS, squashed_sample
+from rlserve.policy.gaussian import squashed_log_prob as numpy_squashed_log_prob
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 

@@ -13,15 +13,9 @@ from gymnasium import spaces
 from rlserve.errors import ConfigError, UnsupportedSpaceError
 from rlserve.learners.models import ActorCritic
 from rlserve.policy import ModelSpec, NumpyPolicy
-from rlserve.policy.distributions import (
-    ActionDistribution,
-    ActionPart,
-    action_distribution,
-    action_from_wire,
-    actions_to_space,
-    check_learnable,
-    encode_action,
-)
+from rlserve.policy.action_layout import action_from_wire, actions_to_space, encode_action
+from rlserve.policy.distribution import ActionDistribution, ActionPart
+from rlserve.policy.space_distribution import action_distribution, check_learnable
 from rlserve.protocol.spaces import check_value, describe, from_description
 
 OBS_SPACE = spaces.Box(-np.inf, np.inf, (5,), np.float32)

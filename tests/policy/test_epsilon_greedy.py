@@ -10,7 +10,8 @@ from gymnasium import spaces
 
 from rlserve.errors import ConfigError, UnsupportedSpaceError
 from rlserve.policy import ModelSpec, NumpyPolicy
-from rlserve.policy.distributions import epsilon_greedy, epsilon_greedy_log_prob
+from rlserve.policy.greedy import epsilon_greedy_log_prob
+from rlserve.policy.space_distribution import epsilon_greedy
 
 
 def _policy(epsilon: float, start: int = 0, seed: int = 0) -> NumpyPolicy:

@@ -18,8 +18,8 @@ from rlserve.errors import ConfigError
 from rlserve.learners.models import ActorCritic
 from rlserve.learners.normalization import ObservationNormalizer, with_observation_normalization
 from rlserve.policy import ModelSpec, NumpyPolicy
-from rlserve.policy.distributions import (
-    LOG_2PI,
+from rlserve.policy.gaussian import LOG_2PI
+from rlserve.policy.space_distribution import (
     MAX_ACTION_HALF_RANGE,
     action_distribution,
     normalized_box_actions,

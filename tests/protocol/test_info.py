@@ -10,9 +10,10 @@ import pytest
 
 from rlserve.errors import DecodeError, LimitExceededError, SpaceError
 from rlserve.protocol.codec import decode, encode
+from rlserve.protocol.episode_requests import EndEpisode, GetAction, LogAction, LogReturns
 from rlserve.protocol.info import MAX_INFO_DEPTH, check_info_size, wire_info
 from rlserve.protocol.limits import Limits
-from rlserve.protocol.messages import EndEpisode, GetAction, LogAction, LogReturns, parse_request
+from rlserve.protocol.messages import parse_request
 
 WHERE = "log_returns for episode 'e1'"
 

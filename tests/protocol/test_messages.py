@@ -10,22 +10,17 @@ import pytest
 
 from rlserve.errors import DecodeError, LimitExceededError, ProtocolError, SpaceError
 from rlserve.protocol.codec import decode, encode
-from rlserve.protocol.limits import DEFAULT_LIMITS, Limits
-from rlserve.protocol.messages import (
+from rlserve.protocol.episode_requests import (
     DEFAULT_POLICY_ID,
-    REQUEST_TYPES,
     EndEpisode,
     GetAction,
-    GetWeights,
-    Hello,
     LogAction,
     LogReturns,
-    Ping,
-    ReportSamples,
     StartEpisode,
-    error_reply,
-    parse_request,
 )
+from rlserve.protocol.limits import DEFAULT_LIMITS, Limits
+from rlserve.protocol.messages import REQUEST_TYPES, error_reply, parse_request
+from rlserve.protocol.session_requests import GetWeights, Hello, Ping, ReportSamples
 
 VALID: dict[str, dict[str, Any]] = {
     "hello": {"type": "hello", "id": 1, "protocol_version": 1},

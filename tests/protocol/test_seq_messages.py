@@ -5,15 +5,9 @@ from __future__ import annotations
 import pytest
 
 from rlserve.errors import DecodeError, LimitExceededError
-from rlserve.protocol.messages import (
-    MAX_SEQ,
-    EndEpisode,
-    GetAction,
-    Hello,
-    LogAction,
-    LogReturns,
-    parse_request,
-)
+from rlserve.protocol.episode_requests import MAX_SEQ, EndEpisode, GetAction, LogAction, LogReturns
+from rlserve.protocol.messages import parse_request
+from rlserve.protocol.session_requests import Hello
 
 
 def test_seq_on_every_episode_call() -> None:

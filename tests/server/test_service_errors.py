@@ -9,8 +9,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from rlserve.protocol.episode_requests import GetAction, StartEpisode
 from rlserve.protocol.limits import Limits
-from rlserve.protocol.messages import GetAction, Ping, StartEpisode
+from rlserve.protocol.session_requests import Ping
 from rlserve.server import service as service_module
 from rlserve.server.service import INTERNAL_ERROR, Service, Session
 from rlserve.server.stats import ServerStats

@@ -70,8 +70,8 @@ from rlserve.learners.registry import algorithm, run_algorithm
 from rlserve.learners.sac_config import SACSettings
 from rlserve.learners.sac_models import SquashedGaussianActor
 from rlserve.policy import ModelSpec
-from rlserve.policy.distributions import ActionDistribution
-from rlserve.protocol.messages import DEFAULT_POLICY_ID
+from rlserve.policy.distribution import ActionDistribution
+from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.run.checkpoints import checkpoints_in
 from rlserve.run.run_folder import RunFolder
 from rlserve.server.policies import is_flat, policies_from_run, policy_paths

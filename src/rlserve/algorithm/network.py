@@ -40,8 +40,8 @@ from rlserve.learners.registry import (
     run_algorithm,
 )
 from rlserve.policy import NumpyPolicy
+from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.mapping import PolicyMapping
-from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.run.run_folder import RunFolder
 from rlserve.server.app import PolicyServer, install_uvloop, serve_forever
 from rlserve.server.config import ServerConfig

@@ -9,8 +9,8 @@ from rlserve.env.base import SINGLE_AGENT, EnvSource
 from rlserve.env.convert import to_source
 from rlserve.errors import ConfigError, RLServeError
 from rlserve.learners.registry import algorithm
+from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.mapping import PolicyMapping
-from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.server.policies import PolicySpec
 
 

@@ -41,10 +41,10 @@ from rlserve.errors import (
     TLSError,
 )
 from rlserve.experience.agent_values import PolicyTable, plain_value
-from rlserve.policy.distributions import action_from_wire
+from rlserve.policy.action_layout import action_from_wire
+from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.info import check_info_size, wire_info
 from rlserve.protocol.mapping import ALL_AGENTS
-from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.protocol.spaces import check_batch, check_value
 from rlserve.protocol.values import MAX_ABS_REWARD
 

@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlserve.errors import EpisodeError, SpaceError
-from rlserve.policy.distributions import encode_action
+from rlserve.policy.action_layout import encode_action
 from rlserve.protocol.mapping import PolicyMapping
 from rlserve.protocol.spaces import check_batch, check_one, check_value
 from rlserve.protocol.values import check_float32

@@ -17,7 +17,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rlserve.errors import EpisodeError, SpaceError
-from rlserve.policy.distributions import action_from_wire
+from rlserve.policy.action_layout import action_from_wire
 from rlserve.protocol.mapping import PolicyMapping
 from rlserve.protocol.spaces import check_batch, check_value, from_description
 

@@ -35,10 +35,10 @@ from rlserve.experience.episodes import EpisodeTable
 from rlserve.experience.vector_rollout import VectorRollout
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.acting import compute_actions, explores, greedy_in_evaluation
-from rlserve.policy.distributions import actions_to_space, encode_action
+from rlserve.policy.action_layout import actions_to_space, encode_action
+from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.mapping import ALL_AGENTS
-from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.protocol.spaces import StackedBoxCheck, check_batch, check_value
 from rlserve.protocol.values import check_float32
 

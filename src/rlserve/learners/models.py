@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from rlserve.policy import ModelSpec
-from rlserve.policy.distributions import (
+from rlserve.policy.space_distribution import (
     check_learnable,
     epsilon_greedy,
     normalized_box_actions,

@@ -22,7 +22,7 @@ from rlserve.errors import ConfigError, RLServeError, UnsupportedSpaceError
 from rlserve.learners.dqn_config import DQNSettings
 from rlserve.learners.ppo_config import PPOSettings
 from rlserve.learners.sac_config import SACSettings, check_sac_spaces
-from rlserve.policy.distributions import check_learnable
+from rlserve.policy.space_distribution import check_learnable
 
 if TYPE_CHECKING:
     from rlserve.learners.base import Learner

@@ -10,11 +10,8 @@ from gymnasium import spaces
 
 from rlserve.config.fields import option
 from rlserve.errors import ConfigError, UnsupportedSpaceError
-from rlserve.policy.distributions import (
-    ActionDistribution,
-    check_observations,
-    squashed_gaussian_distribution,
-)
+from rlserve.policy.distribution import ActionDistribution
+from rlserve.policy.space_distribution import check_observations, squashed_gaussian_distribution
 
 
 @dataclass

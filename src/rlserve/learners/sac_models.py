@@ -21,14 +21,9 @@ import torch
 from torch import nn
 
 from rlserve.policy import ModelSpec
-from rlserve.policy.distributions import (
-    LOG_2PI,
-    SQUASH_EPS,
-    SQUASHED_LOG_STD_MAX,
-    SQUASHED_LOG_STD_MIN,
-    ActionDistribution,
-    squashed_gaussian_distribution,
-)
+from rlserve.policy.distribution import ActionDistribution
+from rlserve.policy.gaussian import LOG_2PI, SQUASH_EPS, SQUASHED_LOG_STD_MAX, SQUASHED_LOG_STD_MIN
+from rlserve.policy.space_distribution import squashed_gaussian_distribution
 from rlserve.protocol.spaces import flat_dim
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}

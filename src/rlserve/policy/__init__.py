@@ -1,7 +1,9 @@
 """Policies that compute actions with numpy alone (server inference and local-mode clients)."""
 
-from rlserve.policy.distributions import ActionDistribution, ActionPart, action_distribution
-from rlserve.policy.numpy_policy import ModelSpec, NumpyPolicy, PolicyOutput
+from rlserve.policy.distribution import ActionDistribution, ActionPart
+from rlserve.policy.model_spec import ModelSpec
+from rlserve.policy.numpy_policy import NumpyPolicy, PolicyOutput
+from rlserve.policy.space_distribution import action_distribution
 
 __all__ = [
     "ActionDistribution",

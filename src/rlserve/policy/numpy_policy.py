@@ -1,34 +1,25 @@
 """A numpy implementation of the actor network and its action distribution.
 
-The learner trains a torch model; it publishes the model's description (:class:`ModelSpec`) and
-its weights as named float32 arrays. This module turns those into actions with numpy alone, so
-the server's inference loop and a local-inference client share one implementation and never
-import torch. ``tests/policy/test_numpy_policy.py`` checks it against the torch model.
+The learner trains a torch model; it publishes the model's description
+(:class:`~rlserve.policy.model_spec.ModelSpec`, also importable from here) and its weights as
+named float32 arrays. This module turns those into actions with numpy alone, so the server's
+inference loop and a local-inference client share one implementation and never import torch.
+``tests/policy/test_numpy_policy.py`` checks it against the torch model.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
-from rlserve.errors import ConfigError, SpaceError
-from rlserve.policy.distributions import (
-    DISTRIBUTION_KINDS,
-    ActionDistribution,
-    ActionPart,
-    epsilon_greedy_choices,
-    epsilon_greedy_log_prob,
-)
+from rlserve.errors import ConfigError
+from rlserve.policy.gaussian import LOG_2PI
+from rlserve.policy.greedy import epsilon_greedy_choices, epsilon_greedy_log_prob
+from rlserve.policy.model_spec import ACTIVATIONS, ModelSpec
 
-_ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    # In place: the forward pass owns every intermediate array.
-    "tanh": lambda x: np.tanh(x, out=x),
-    "relu": lambda x: np.maximum(x, 0.0, out=x),
-}
+__all__ = ["SERIAL_MATMUL_WORK", "ModelSpec", "NumpyPolicy", "PolicyOutput"]
 
 _maximum, _subtract, _exp, _add, _less, _where, _log, _tanh = (
     np.maximum,
@@ -40,8 +31,6 @@ _maximum, _subtract, _exp, _add, _less, _where, _log, _tanh = (
     np.log,
     np.tanh,
 )
-
-LOG_2PI = float(np.log(2.0 * np.pi))  # the value of rlserve.policy.distributions.LOG_2PI
 
 _TILED_ROWS = 64
 """Batches up to this many rows (no more than the layers' one-thread bound) take the small-batch
@@ -62,269 +51,13 @@ in row blocks that each stay under this bound; a layer too large for two rows pe
 to the BLAS."""
 
 
-@dataclass(frozen=True, slots=True)
-class ModelSpec:
-    """What a client needs to rebuild the actor from named arrays.
-
-    Attributes:
-        obs_dim: Length of the flattened observation.
-        actor_layers: Names of the actor's linear layers in order; layer ``name`` has the arrays
-            ``name.weight`` (``[out, in]``) and ``name.bias``.
-        activation: Activation between layers (``tanh`` or ``relu``); none after the last.
-        distribution: ``categorical`` (logits over ``action_dim`` choices), ``gaussian``
-            (mean of ``action_dim`` values; std from the array ``log_std``),
-            ``epsilon_greedy`` (action values of ``action_dim`` choices; see ``epsilon``) or
-            one of the multi-part kinds (``action_parts``).
-        action_dim: Number of logits, or of action dimensions.
-        action_low: Lower bounds to clip Gaussian actions to before sending (may be empty).
-        action_high: Upper bounds, as ``action_low``.
-        action_start: First value of a Discrete action space: choice ``i`` is sent as
-            ``action_start + i``.
-        action_parts: The distribution's parts as ``(kind, size)`` pairs, for the
-            distributions other than ``categorical`` and ``gaussian`` (whose single part
-            ``action_dim`` implies); see :mod:`rlserve.policy.distributions`.
-        action_offsets: Per action column, the value added to give the environment's value
-            (the ``start`` of Discrete and MultiDiscrete members), with ``action_parts``.
-        epsilon: ``epsilon_greedy`` only: the probability that an exploring policy takes a
-            uniformly random choice (the learner's schedule, shipped with each version). On the
-            wire only for ``epsilon_greedy``; absent means 0.
-        obs_mean: Observation normalisation (the learner's running statistics, frozen for this
-            weights version): per flattened observation element, the value subtracted before
-            the first layer. Empty (absent on the wire) when the policy reads raw observations.
-        obs_std: Per element, the divisor after the subtraction (positive); with ``obs_mean``.
-        obs_clip: With ``obs_mean``: the normalised observation is clipped to
-            ``[-obs_clip, obs_clip]``. The first layer reads
-            ``clip((obs - obs_mean) / obs_std, -obs_clip, obs_clip)``, in float32.
-        action_scale: Per action column, the factor from the Gaussian's normalised units to the
-            space's units (see :mod:`rlserve.policy.distributions`); empty (absent on the wire)
-            when Gaussian values are in the space's units.
-        action_bias: Per action column, the value added after ``action_scale``.
-    """
-
-    obs_dim: int
-    actor_layers: tuple[str, ...]
-    activation: str
-    distribution: str
-    action_dim: int
-    action_low: tuple[float, ...] = field(default=())
-    action_high: tuple[float, ...] = field(default=())
-    action_start: int = 0
-    action_parts: tuple[tuple[str, int], ...] = field(default=())
-    action_offsets: tuple[int, ...] = field(default=())
-    epsilon: float = 0.0
-    obs_mean: tuple[float, ...] = field(default=())
-    obs_std: tuple[float, ...] = field(default=())
-    obs_clip: float | None = None
-    action_scale: tuple[float, ...] = field(default=())
-    action_bias: tuple[float, ...] = field(default=())
-
-    def __post_init__(self) -> None:
-        if not (self.obs_mean or self.obs_std or self.obs_clip is not None):
-            return
-        if len(self.obs_mean) != self.obs_dim or len(self.obs_std) != self.obs_dim:
-            raise ConfigError(
-                f"model spec: obs_mean and obs_std need obs_dim = {self.obs_dim} values each; "
-                f"got {len(self.obs_mean)} and {len(self.obs_std)}"
-            )
-        if self.obs_clip is None or not (math.isfinite(self.obs_clip) and self.obs_clip > 0):
-            raise ConfigError(
-                f"model spec: obs_clip must be a finite positive number with obs_mean, got "
-                f"{self.obs_clip}"
-            )
-        mean = np.asarray(self.obs_mean, dtype=np.float64)
-        std = np.asarray(self.obs_std, dtype=np.float64)
-        if not np.isfinite(mean).all():
-            raise ConfigError("model spec: obs_mean holds a value that is not finite")
-        if not (np.isfinite(std).all() and (std > 0).all()):
-            raise ConfigError("model spec: obs_std must hold finite positive values")
-
-    @property
-    def normalizes_observations(self) -> bool:
-        """True when the first layer reads normalised observations (``obs_mean`` is given)."""
-        return bool(self.obs_mean)
-
-    @classmethod
-    def for_distribution(
-        cls,
-        obs_dim: int,
-        actor_layers: tuple[str, ...],
-        activation: str,
-        distribution: ActionDistribution,
-    ) -> ModelSpec:
-        """The spec of an actor that parameterises ``distribution``."""
-        dim = distribution.param_dim
-        base = cls(
-            obs_dim,
-            actor_layers,
-            activation,
-            distribution.kind,
-            dim,
-            action_scale=distribution.scale,
-            action_bias=distribution.bias,
-        )
-        if distribution.kind == "categorical":
-            return replace(base, action_start=distribution.offsets[0])
-        if distribution.kind == "epsilon_greedy":
-            return replace(base, action_start=distribution.offsets[0], epsilon=distribution.epsilon)
-        if distribution.kind == "gaussian":
-            return replace(base, action_low=distribution.low, action_high=distribution.high)
-        return replace(
-            base,
-            action_low=distribution.low,
-            action_high=distribution.high,
-            action_parts=tuple((p.kind, p.size) for p in distribution.parts),
-            action_offsets=distribution.offsets,
-        )
-
-    def action_distribution(self) -> ActionDistribution:
-        """The distribution this spec describes.
-
-        Raises:
-            ConfigError: The action fields do not describe a valid distribution.
-        """
-        try:
-            if self.distribution in ("categorical", "epsilon_greedy"):
-                if self.action_scale or self.action_bias:
-                    raise ConfigError(
-                        f"model spec: a {self.distribution} policy has no action_scale or "
-                        "action_bias"
-                    )
-                part = ActionPart("categorical", self.action_dim)
-                inf = (math.inf,)
-                return ActionDistribution(
-                    self.distribution,
-                    (part,),
-                    (self.action_start,),
-                    (-math.inf,),
-                    inf,
-                    self.epsilon if self.distribution == "epsilon_greedy" else 0.0,
-                )
-            if self.distribution == "gaussian":
-                dim = self.action_dim
-                return ActionDistribution(
-                    "gaussian",
-                    (ActionPart("gaussian", dim),),
-                    (0,) * dim,
-                    self.action_low or (-math.inf,) * dim,
-                    self.action_high or (math.inf,) * dim,
-                    scale=self.action_scale,
-                    bias=self.action_bias,
-                )
-            distribution = ActionDistribution(
-                self.distribution,
-                tuple(ActionPart(kind, size) for kind, size in self.action_parts),
-                self.action_offsets,
-                self.action_low,
-                self.action_high,
-                scale=self.action_scale,
-                bias=self.action_bias,
-            )
-        except SpaceError as exc:
-            raise ConfigError(f"model spec: {exc}") from exc
-        if distribution.param_dim != self.action_dim:
-            raise ConfigError(
-                f"model spec: the action parts need {distribution.param_dim} actor outputs; "
-                f"action_dim is {self.action_dim}"
-            )
-        return distribution
-
-    def to_wire(self) -> dict[str, Any]:
-        """Return the spec as a plain map."""
-        data = asdict(self)
-        data["actor_layers"] = list(self.actor_layers)
-        if self.distribution in ("categorical", "gaussian", "epsilon_greedy"):
-            del data["action_parts"], data["action_offsets"]
-        else:
-            data["action_parts"] = [{"kind": k, "size": n} for k, n in self.action_parts]
-            data["action_offsets"] = list(self.action_offsets)
-        if self.distribution != "epsilon_greedy":
-            del data["epsilon"]  # the wire form of the other kinds is as it always was
-        # Normalisation fields only when in use: a spec without them is as it always was.
-        if self.obs_mean:
-            data["obs_mean"] = [float(v) for v in self.obs_mean]
-            data["obs_std"] = [float(v) for v in self.obs_std]
-            data["obs_clip"] = float(data["obs_clip"])
-        else:
-            del data["obs_mean"], data["obs_std"], data["obs_clip"]
-        if self.action_scale:
-            data["action_scale"] = [float(v) for v in self.action_scale]
-            data["action_bias"] = [float(v) for v in self.action_bias]
-        else:
-            del data["action_scale"], data["action_bias"]
-        # JSON has no infinity: an unbounded side is written as null, as in space descriptions.
-        data["action_low"] = [v if math.isfinite(v) else None for v in self.action_low]
-        data["action_high"] = [v if math.isfinite(v) else None for v in self.action_high]
-        return data
-
-    @classmethod
-    def from_wire(cls, raw: dict[str, Any]) -> ModelSpec:
-        """Rebuild a spec from :meth:`to_wire` output.
-
-        Absent normalisation fields (``obs_mean``, ``obs_std``, ``obs_clip``, ``action_scale``,
-        ``action_bias``) mean none, as in a spec from before they existed.
-
-        Raises:
-            ConfigError: Unknown activation or distribution, missing fields, or normalisation
-                fields of the wrong length, not finite, or a divisor or scale that is not
-                positive.
-        """
-        try:
-            spec = cls(
-                obs_dim=int(raw["obs_dim"]),
-                actor_layers=tuple(str(n) for n in raw["actor_layers"]),
-                activation=str(raw["activation"]),
-                distribution=str(raw["distribution"]),
-                action_dim=int(raw["action_dim"]),
-                action_low=tuple(
-                    -math.inf if v is None else float(v) for v in raw.get("action_low", ())
-                ),
-                action_high=tuple(
-                    math.inf if v is None else float(v) for v in raw.get("action_high", ())
-                ),
-                action_start=int(raw.get("action_start", 0)),
-                action_parts=tuple(
-                    (str(p["kind"]), int(p["size"])) for p in raw.get("action_parts", ())
-                ),
-                action_offsets=tuple(int(v) for v in raw.get("action_offsets", ())),
-                epsilon=float(raw.get("epsilon", 0.0)),
-                obs_mean=_floats(raw.get("obs_mean", ())),
-                obs_std=_floats(raw.get("obs_std", ())),
-                obs_clip=None if raw.get("obs_clip") is None else float(raw["obs_clip"]),
-                action_scale=_floats(raw.get("action_scale", ())),
-                action_bias=_floats(raw.get("action_bias", ())),
-            )
-        except ConfigError:
-            raise  # a field of the right type with a wrong value: the message says which
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"malformed model spec: {exc!r}") from exc
-        if spec.activation not in _ACTIVATIONS:
-            raise ConfigError(f"unknown activation '{spec.activation}'; use tanh or relu")
-        if spec.distribution not in DISTRIBUTION_KINDS:
-            raise ConfigError(
-                f"unknown distribution '{spec.distribution}'; known: "
-                f"{', '.join(DISTRIBUTION_KINDS)}"
-            )
-        spec.action_distribution()  # refuses inconsistent action fields
-        return spec
-
-
-def _floats(values: Any) -> tuple[float, ...]:
-    """A wire list of numbers as floats; anything else (a string, a map, a boolean) is refused."""
-    if not isinstance(values, list | tuple):
-        raise TypeError(f"expected a list of numbers, got {type(values).__name__}")
-    for v in values:
-        if isinstance(v, bool | np.bool_) or not isinstance(v, int | float | np.number):
-            raise TypeError(f"expected a list of numbers, found {v!r}")
-    return tuple(float(v) for v in values)
-
-
 @dataclass(slots=True)
 class PolicyOutput:
     """Actions for a batch of observations.
 
     Attributes:
         actions: ``[N]`` int64 (categorical, epsilon_greedy) or ``[N, A]`` float32 (every
-            other distribution, in the layout of :mod:`rlserve.policy.distributions`; Gaussian
+            other distribution, in the layout of :mod:`rlserve.policy.distribution`; Gaussian
             values in the space's units (scaled by ``action_scale``) and unclipped: this is what
             was sampled and what the learner trains on).
         logp: ``[N]`` float32 log-probability of each action.
@@ -354,7 +87,7 @@ class NumpyPolicy:
         self.spec = spec
         self.version = version
         self._rng = np.random.default_rng(seed)
-        self._act = _ACTIVATIONS[spec.activation]
+        self._act = ACTIVATIONS[spec.activation]
         self._tanh = spec.activation == "tanh"
         self._layers: list[tuple[np.ndarray, np.ndarray]] = []
         in_dim = spec.obs_dim
@@ -607,7 +340,7 @@ class NumpyPolicy:
 
         Categorical and epsilon-greedy: ``[N]`` int64; Gaussian: ``[N, A]`` float32; other
         distributions: ``[N, A]`` float64 (see
-        :func:`rlserve.policy.distributions.actions_to_space` for the space's own form).
+        :func:`rlserve.policy.action_layout.actions_to_space` for the space's own form).
         """
         if self.spec.distribution in ("categorical", "epsilon_greedy"):
             return actions + self.spec.action_start if self.spec.action_start else actions

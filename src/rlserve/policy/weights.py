@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from rlserve.policy.numpy_policy import ModelSpec
+from rlserve.policy.model_spec import ModelSpec
 
 
 @dataclass(slots=True)

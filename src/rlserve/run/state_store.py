@@ -28,7 +28,7 @@ from rlserve.errors import ProtocolError
 from rlserve.policy import ModelSpec
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.codec import decode, encode
-from rlserve.protocol.messages import DEFAULT_POLICY_ID
+from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.run.durable import atomic_write_bytes
 from rlserve.run.experience_log import LOG_LIMITS
 

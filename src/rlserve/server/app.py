@@ -26,8 +26,8 @@ import uvicorn
 from rlserve.config.fields import build
 from rlserve.learners.registry import DEFAULT_ALGORITHM, algorithm
 from rlserve.policy.weights import WeightsPackage
+from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.mapping import PolicyMapping
-from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.run.experience_log import ExperienceLog
 from rlserve.run.metrics import MetricsWriter, ProgressLine
 from rlserve.run.run_folder import RunFolder, endpoints

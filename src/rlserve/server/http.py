@@ -36,12 +36,7 @@ from starlette.types import Receive, Scope, Send
 from rlserve.errors import LimitExceededError, RLServeError
 from rlserve.protocol.codec import encode_json, to_jsonable
 from rlserve.protocol.limits import PROTOCOL_VERSION
-from rlserve.protocol.messages import (
-    REQUEST_TYPES,
-    error_reply,
-    parse_request,
-    valid_request_id,
-)
+from rlserve.protocol.messages import REQUEST_TYPES, error_reply, parse_request, valid_request_id
 from rlserve.server.config import ServerConfig, is_loopback
 from rlserve.server.json_body import parse_body
 from rlserve.server.service import INTERNAL_ERROR, Service, Session, identity_key

@@ -44,9 +44,9 @@ from typing import Any
 from rlserve.errors import ProtocolError
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.codec import decode, encode
+from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.framing import FrameDecoder, frame
-from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.run.experience_log import ExperienceLog, encode_payload
 from rlserve.server.learner_process import start_learner_process, wait_for_exit
 from rlserve.server.log_sync import sync_log_forever

@@ -27,8 +27,8 @@ import gymnasium as gym
 
 from rlserve.errors import ConfigError
 from rlserve.learners.registry import algorithm, run_algorithm
+from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.mapping import PolicyMapping
-from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.protocol.spaces import describe, from_description
 
 POLICY_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")

@@ -21,11 +21,12 @@ import numpy as np
 
 from rlserve.errors import LimitExceededError, SpaceError
 from rlserve.experience.episode_records import SINGLE_AGENT, EpisodeSummary
-from rlserve.policy.distributions import action_distribution
+from rlserve.policy.space_distribution import action_distribution
+from rlserve.protocol.fields import finite_number
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.info import check_info_size
 from rlserve.protocol.limits import Limits
-from rlserve.protocol.messages import ReportSamples, finite_number
+from rlserve.protocol.session_requests import ReportSamples
 from rlserve.protocol.spaces import flat_dim
 from rlserve.protocol.values import MAX_ABS_LOGP, MAX_ABS_REWARD, check_float32, indices_within
 

@@ -38,25 +38,21 @@ from rlserve.experience.episode_records import Episode, EpisodeSummary
 from rlserve.experience.episodes import EpisodeTable
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.acting import compute_actions, greedy_in_evaluation
-from rlserve.policy.distributions import actions_to_space, encode_action
+from rlserve.policy.action_layout import actions_to_space, encode_action
 from rlserve.policy.weights import WeightsPackage
-from rlserve.protocol.fragment import Fragment
-from rlserve.protocol.limits import PROTOCOL_VERSION, Limits
-from rlserve.protocol.mapping import PolicyMapping
-from rlserve.protocol.messages import (
+from rlserve.protocol.episode_requests import (
     DEFAULT_POLICY_ID,
     EndEpisode,
     GetAction,
-    GetWeights,
-    Hello,
     LogAction,
     LogReturns,
-    Ping,
-    ReportSamples,
-    Request,
     StartEpisode,
-    error_reply,
 )
+from rlserve.protocol.fragment import Fragment
+from rlserve.protocol.limits import PROTOCOL_VERSION, Limits
+from rlserve.protocol.mapping import PolicyMapping
+from rlserve.protocol.messages import Request, error_reply
+from rlserve.protocol.session_requests import GetWeights, Hello, Ping, ReportSamples
 from rlserve.protocol.spaces import check_batch, check_one, check_value, describe
 from rlserve.protocol.values import check_float32
 from rlserve.server.pacing import LearnerPace

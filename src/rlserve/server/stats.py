@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from rlserve.experience.episode_records import EpisodeSummary
-from rlserve.protocol.messages import DEFAULT_POLICY_ID
+from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.server.throttled_log import SERVER_LOG
 
 logger = logging.getLogger("rlserve.server")

@@ -32,7 +32,8 @@ from rlserve.errors import AuthenticationError, DecodeError, FrameTooLargeError,
 from rlserve.protocol.codec import decode, encode
 from rlserve.protocol.framing import FrameDecoder, frame
 from rlserve.protocol.limits import Limits
-from rlserve.protocol.messages import Hello, error_reply, parse_request, valid_request_id
+from rlserve.protocol.messages import error_reply, parse_request, valid_request_id
+from rlserve.protocol.session_requests import Hello
 from rlserve.server.config import ServerConfig
 from rlserve.server.service import Service, Session
 from rlserve.server.throttled_log import SERVER_LOG
