@@ -23,7 +23,15 @@ _NUMBER_TYPES = {float, int, np.float64, np.float32, np.int64, np.int32}
 
 
 def reward_number(reward: Any, where: str) -> float:
-    """``reward`` as a float, refused at once when it is not a finite number in range."""
+    """``reward`` as a float, refused at once when it is not a finite number in range.
+
+    Args:
+        reward: What the simulator passed.
+        where: The call and episode, for the error message.
+
+    Raises:
+        SpaceError: Not a number, or not finite within ``-MAX_ABS_REWARD..MAX_ABS_REWARD``.
+    """
     if isinstance(reward, bool) or not isinstance(reward, int | float | np.number):
         raise SpaceError(f"{where}: reward must be a number, got {type(reward).__name__}")
     try:
@@ -47,7 +55,11 @@ def agent_keys(values: Mapping[Any, Any]) -> list[str]:
 
 
 def agent_rewards(episode_id: str, reward: Any) -> dict[str, float]:
-    """A multi-agent reward dict with each value checked."""
+    """A multi-agent reward dict with each value checked, keyed by agent id as a string.
+
+    Raises:
+        SpaceError: Not a dict, or a value that is not a finite number in range.
+    """
     if not isinstance(reward, Mapping):
         raise SpaceError(
             f"log_returns for episode '{episode_id}': a multi-agent episode takes a dict of "

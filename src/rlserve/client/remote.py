@@ -28,7 +28,7 @@ from rlserve.protocol.values import MAX_ABS_REWARD
 
 
 class RemoteEngine:
-    """The remote-mode engine behind :class:`~rlserve.PolicyClient` (see :mod:`.engine`).
+    """The remote-mode :class:`~rlserve.client.engine.Engine` behind :class:`~rlserve.PolicyClient`.
 
     Args:
         conn: The client's open connection.
