@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rlserve.client.connection import Address, client_ssl_context, parse_address
+from rlserve.client.address import Address, client_ssl_context, parse_address
 from rlserve.errors import ConfigError
 
 

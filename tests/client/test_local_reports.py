@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlserve.client.local import halve_report, plan_reports, split_fragment
+from rlserve.client.reports import halve_report, plan_reports, split_fragment
 from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.protocol.codec import encode
 from rlserve.protocol.fragment import Fragment

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from rlserve.client.policy_client import _agent_keys, _agent_rewards
+from rlserve.client.arguments import agent_keys as _agent_keys
+from rlserve.client.arguments import agent_rewards as _agent_rewards
 from rlserve.errors import SpaceError
 from rlserve.experience.agent_values import PolicyTable
 from rlserve.protocol.spaces import describe

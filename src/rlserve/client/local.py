@@ -34,7 +34,6 @@ import contextlib
 import logging
 import threading
 import time
-import uuid
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +41,8 @@ from typing import Any
 import numpy as np
 
 from rlserve.client.connection import Connection, Timeouts
+from rlserve.client.engine import ServerView
+from rlserve.client.reports import halve_report, plan_reports, report_message
 from rlserve.config.fields import option
 from rlserve.errors import (
     ConfigError,
@@ -50,22 +51,12 @@ from rlserve.errors import (
     ServerError,
     SpaceError,
 )
-from rlserve.experience.agent_values import PolicyTable
 from rlserve.experience.collector import Collector
 from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.policy import ModelSpec, NumpyPolicy
 from rlserve.protocol.fragment import Fragment
 
 logger = logging.getLogger("rlserve.client")
-
-MESSAGE_OVERHEAD = 1024
-"""Bytes reserved per report for its fixed fields (type, ids, map keys)."""
-
-FRAGMENT_OVERHEAD = 512
-"""Bytes reserved per fragment for its keys, flags and array headers (plus its id)."""
-
-SUMMARY_BYTES = 256
-"""Bytes reserved per episode summary (plus its id)."""
 
 DROP_WARNING_INTERVAL = 30.0
 """Seconds between two warnings about dropped steps (each says the count so far)."""
@@ -106,8 +97,9 @@ class LocalInference(Collector):
     Args:
         weights_conn: An open connection for fetching weights.
         make_connection: Opens another connection (for the shipper).
-        table: The server's policies and agent mapping; this client holds every policy (one
-            weights fetch each) and ships each policy's experience in its own reports.
+        view: The server's welcome: its policies and agent mapping; this client holds every
+            policy (one weights fetch each) and ships each policy's experience in its own
+            reports.
         update_interval: Seconds between weight refreshes; None: only on request.
         config: Batching and buffering.
         timeouts: Connection timeouts.
@@ -118,7 +110,7 @@ class LocalInference(Collector):
         self,
         weights_conn: Connection,
         make_connection: Any,
-        table: PolicyTable,
+        view: ServerView,
         update_interval: float | None,
         config: LocalConfig,
         timeouts: Timeouts,
@@ -146,9 +138,10 @@ class LocalInference(Collector):
         self._weights_lock = threading.Lock()
         self._seeds = np.random.SeedSequence(seed)
         self._policies = {}
-        first = {pid: self._fetch_retrying(pid, None) for pid in table.policies}
+        self._view = view
+        first = {pid: self._fetch_retrying(pid, None) for pid in view.policies.policies}
         super().__init__(
-            table,
+            view.policies,
             first,
             config.fragment_length,
             config.max_episodes,
@@ -199,6 +192,18 @@ class LocalInference(Collector):
                     raise
                 with self._weights_lock:
                     self._weights_conn.reconnect(deadline)
+
+    @property
+    def weights_version(self) -> int | None:
+        """Version of the weights acting in single-agent episodes of the default policy."""
+        return self.policy.version
+
+    def get_actions(self, episode_ids: list[str], observations: Any, keyed: bool) -> Any:
+        """Act in several episodes at once: a dict keyed by id when ``keyed``, else stacked."""
+        actions = self.get_action(episode_ids, observations)
+        if keyed:
+            return self._view.by_episode(episode_ids, actions)
+        return actions
 
     def update_weights(self) -> None:
         """Fetch the newest weights of every policy now (a round trip each, or more to retry)."""
@@ -326,13 +331,7 @@ class LocalInference(Collector):
     ) -> bool:
         """Send one report until the server answers it; False when closing gave up on it."""
         steps = sum(len(f) for f in fragments)
-        message = {
-            "type": "report_samples",
-            "batch_id": uuid.uuid4().hex,
-            "policy_id": policy_id,
-            "fragments": [_fragment_to_wire(f) for f in fragments],
-            "episodes": [_summary_to_wire(s) for s in summaries],
-        }
+        message = report_message(policy_id, fragments, summaries)
         while True:
             try:
                 reply = self._ship_conn.request(dict(message))
@@ -443,149 +442,3 @@ class LocalInference(Collector):
             conn.abort()
             with contextlib.suppress(ConnectionLostError, ServerError):
                 conn.close()
-
-
-def _summary_to_wire(summary: EpisodeSummary) -> dict[str, Any]:
-    wire: dict[str, Any] = {
-        "episode_id": summary.episode_id,
-        "return": summary.episode_return,
-        "length": summary.length,
-        "reason": summary.reason,
-    }
-    if summary.policy_returns is not None:
-        wire["policy_returns"] = summary.policy_returns
-    return wire
-
-
-def _fragment_to_wire(fragment: Fragment) -> dict[str, Any]:
-    wire = fragment.to_wire()
-    del wire["agent_id"], wire["policy_id"]
-    return wire
-
-
-def plan_reports(
-    fragments: list[Fragment],
-    summaries: list[EpisodeSummary],
-    max_frame_bytes: int,
-    max_array_elements: int,
-    max_items: int,
-) -> tuple[list[tuple[list[Fragment], list[EpisodeSummary]]], list[Fragment]]:
-    """Cut what is ready into reports that each fit the server's limits.
-
-    The encoded size is estimated from the arrays' bytes plus fixed overheads. A fragment that
-    does not fit is split by steps (the head bootstraps from the tail's first observation, as
-    at any fragment cut).
-
-    Returns:
-        The reports as (fragments, summaries), in order; and the fragments of which not even
-        one step fits in a report (to be dropped).
-    """
-    budget = int(max_frame_bytes * 0.95) - MESSAGE_OVERHEAD
-    reports: list[tuple[list[Fragment], list[EpisodeSummary]]] = []
-    too_big: list[Fragment] = []
-    current: list[Fragment] = []
-    ended: list[EpisodeSummary] = []
-    used = 0
-    queue = deque(fragments)
-    while queue:
-        fragment = queue.popleft()
-        room = budget - used if len(current) < max_items else 0
-        fits = _steps_fitting(fragment, room, max_array_elements)
-        if fits >= len(fragment):
-            current.append(fragment)
-            used += _fragment_bytes(fragment, len(fragment))
-            continue
-        if fits > 0:
-            head, tail = split_fragment(fragment, fits)
-            current.append(head)
-            queue.appendleft(tail)
-        elif not current:
-            too_big.append(fragment)  # not even one step fits in an empty report
-            continue
-        else:
-            queue.appendleft(fragment)
-        reports.append((current, []))
-        current, used = [], 0
-    for summary in summaries:
-        size = SUMMARY_BYTES + len(summary.episode_id)
-        if used + size > budget or len(ended) >= max_items:
-            reports.append((current, ended))
-            current, ended, used = [], [], 0
-        ended.append(summary)
-        used += size
-    reports.append((current, ended))
-    return [r for r in reports if r[0] or r[1]], too_big
-
-
-def _step_bytes(fragment: Fragment) -> int:
-    return (
-        fragment.obs[0].nbytes
-        + fragment.actions[:1].nbytes
-        + fragment.rewards.itemsize
-        + fragment.behaviour_logp.itemsize
-        + fragment.policy_chosen.itemsize
-        + fragment.weights_version.itemsize
-    )
-
-
-def _fragment_bytes(fragment: Fragment, steps: int) -> int:
-    overhead = FRAGMENT_OVERHEAD + len(fragment.episode_id) + fragment.obs[0].nbytes
-    return overhead + steps * _step_bytes(fragment)
-
-
-def _steps_fitting(fragment: Fragment, room: int, max_elements: int) -> int:
-    """How many of the fragment's first steps fit in ``room`` bytes and the element limit."""
-    per_step = _step_bytes(fragment)
-    by_bytes = (room - _fragment_bytes(fragment, 0)) // per_step
-    obs_elements = max(1, fragment.obs[0].size)
-    action_elements = max(1, fragment.actions[:1].size)
-    by_elements = min(max_elements // obs_elements - 1, max_elements // action_elements)
-    return max(0, min(len(fragment), by_bytes, by_elements))
-
-
-def split_fragment(fragment: Fragment, steps: int) -> tuple[Fragment, Fragment]:
-    """Cut a fragment after ``steps`` steps; the head ends in the tail's first observation."""
-    head = Fragment(
-        fragment.episode_id,
-        fragment.agent_id,
-        fragment.policy_id,
-        fragment.obs[: steps + 1],
-        fragment.actions[:steps],
-        fragment.rewards[:steps],
-        fragment.behaviour_logp[:steps],
-        fragment.policy_chosen[:steps],
-        fragment.weights_version[:steps],
-        terminated=False,
-        truncated=False,
-        infos=None if fragment.infos is None else fragment.infos[:steps],
-    )
-    tail = Fragment(
-        fragment.episode_id,
-        fragment.agent_id,
-        fragment.policy_id,
-        fragment.obs[steps:],
-        fragment.actions[steps:],
-        fragment.rewards[steps:],
-        fragment.behaviour_logp[steps:],
-        fragment.policy_chosen[steps:],
-        fragment.weights_version[steps:],
-        terminated=fragment.terminated,
-        truncated=fragment.truncated,
-        infos=None if fragment.infos is None else fragment.infos[steps:],
-    )
-    return head, tail
-
-
-def halve_report(
-    fragments: list[Fragment], summaries: list[EpisodeSummary]
-) -> tuple[tuple[list[Fragment], list[EpisodeSummary]], ...] | None:
-    """Two smaller reports with the same content, or None when one step cannot be split."""
-    if len(fragments) > 1:
-        middle = len(fragments) // 2
-        return (fragments[:middle], []), (fragments[middle:], summaries)
-    if fragments and len(fragments[0]) > 1:
-        head, tail = split_fragment(fragments[0], len(fragments[0]) // 2)
-        return ([head], []), ([tail], summaries)
-    if fragments and summaries:
-        return (fragments, []), ([], summaries)
-    return None

@@ -1,0 +1,204 @@
+"""A remote-inference client's calls: sequence numbers, re-sending, and a server's restarts.
+
+Every episode call carries the episode's next sequence number ``seq`` and every ``hello`` the
+client's random ``client_id``, so a call re-sent after a lost reply or a timeout is answered
+with its first answer and never applied twice (see ``docs/protocol.md``, "Exactly-once calls").
+:class:`RemoteSession` numbers the calls, re-sends them on a fresh connection, and remembers
+which episodes are open, ended or lost (a restarted server no longer knows them).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from rlserve.client.connection import Connection, Timeouts
+from rlserve.client.engine import ServerView
+from rlserve.errors import ConnectionLostError, EpisodeLostError, RLServeError
+
+logger = logging.getLogger("rlserve.client")
+
+ENDED_SEQS_KEPT = 4096
+"""Ended episodes whose last call number is kept (in case the server refuses the end)."""
+
+EPISODES_TRACKED = 100_000
+"""Open (and lost) episode ids a remote-mode client remembers, oldest forgotten first."""
+
+
+class RemoteSession:
+    """Sends a remote-mode client's calls until they are answered, each applied once.
+
+    Args:
+        conn: The client's open connection.
+        timeouts: How long to keep re-sending (``reconnect``).
+        view: The server's welcome; re-read on every reconnection.
+        forget: Called when the server restarted, to drop what was kept for its episodes.
+    """
+
+    def __init__(
+        self,
+        conn: Connection,
+        timeouts: Timeouts,
+        view: ServerView,
+        forget: Callable[[], None],
+    ):
+        self.conn = conn
+        self._timeouts = timeouts
+        self._view = view
+        self._forget = forget
+        self.open: OrderedDict[str, None] = OrderedDict()
+        """Episodes this client started and has not ended."""
+        self._lost: OrderedDict[str, None] = OrderedDict()
+        self.seq: dict[str, int] = {}
+        """Episode id -> the ``seq`` of its last call the server accepted."""
+        # The end_episode seq of recently ended episodes: calls after the end take the next
+        # number; if the server refuses the end, the episode goes on with the end's number.
+        self._ended_seq: OrderedDict[str, int] = OrderedDict()
+
+    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send ``message`` and return its reply (re-sent until answered; errors raised)."""
+        reply = self._call(message, wait=True)
+        assert reply is not None
+        return reply
+
+    def send_nowait(self, message: dict[str, Any]) -> None:
+        """Send ``message`` pipelined: its error, if any, is raised by the next call."""
+        self._call(message, wait=False)
+
+    def _call(self, message: dict[str, Any], wait: bool) -> dict[str, Any] | None:
+        """Send ``message`` (and re-send pipelined calls a broken connection lost) until done.
+
+        Every message this client sends is idempotent on the server (see the class docstring
+        of :class:`~rlserve.PolicyClient`), so re-sending after a lost reply never applies a
+        call twice.
+        """
+        conn = self.conn
+        deadline: float | None = None
+        replay: list[dict[str, Any]] = []
+        while True:
+            try:
+                while replay:
+                    try:
+                        conn.request(dict(replay[0]))
+                    except ConnectionLostError:
+                        raise
+                    except RLServeError:
+                        self._undo_refused(replay[0])
+                        raise
+                    replay.pop(0)
+                conn.failed_message = None
+                if wait:
+                    return conn.request(dict(message))
+                conn.send_nowait(dict(message))
+                return None
+            except ConnectionLostError:  # RequestTimeoutError included
+                replay = conn.take_unanswered() + replay
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self._timeouts.reconnect
+                if now >= deadline:
+                    raise
+                if self._welcome(conn.reconnect(deadline)):
+                    if replay:
+                        logger.warning(
+                            "rlserve: the server restarted; %d unanswered call(s) for its ended "
+                            "episodes are not re-sent",
+                            len(replay),
+                        )
+                        replay = []
+                    self.check_not_lost(_episodes_of(message))
+            except RLServeError:
+                # A pipelined end_episode the server refused leaves its episode open.
+                if conn.failed_message is not None:
+                    self._undo_refused(conn.failed_message)
+                raise
+
+    def _welcome(self, welcome: dict[str, Any]) -> bool:
+        """Take a reconnection's ``welcome``; True when it is a restarted server."""
+        restarted = self._view.read(welcome)
+        if restarted:
+            # The server restarted: the episodes this client had open are gone there.
+            for episode_id in [*self.open, *self.seq]:
+                remember(self._lost, episode_id)
+            self.open.clear()
+            self.seq.clear()
+            self._ended_seq.clear()
+            self._forget()
+        return restarted
+
+    def _undo_refused(self, message: dict[str, Any]) -> None:
+        """An ``end_episode`` was refused: the episode goes on, its next call takes the number."""
+        if message.get("type") != "end_episode":
+            return
+        episode_id, seq = message["episode_id"], int(message["seq"])
+        if self._ended_seq.get(episode_id) == seq:
+            del self._ended_seq[episode_id]
+            remember(self.open, episode_id)
+            if seq > 1:
+                self.seq[episode_id] = seq - 1
+
+    def check_not_lost(self, episode_ids: list[str]) -> None:
+        """Raise :class:`~rlserve.errors.EpisodeLostError` naming those a restart took.
+
+        Raises:
+            EpisodeLostError: The server restarted since one of these episodes started.
+        """
+        lost = [eid for eid in episode_ids if eid in self._lost]
+        if lost:
+            names = ", ".join(f"'{eid}'" for eid in lost)
+            raise EpisodeLostError(
+                f"episode {names} is lost: the server restarted since it started and no longer "
+                "knows it; start a new episode (reset your environment) and carry on",
+                lost,
+            )
+
+    def next_seq(self, episode_id: str) -> int:
+        """The ``seq`` of the episode's next call."""
+        last = self.seq.get(episode_id)
+        if last is None:
+            last = self._ended_seq.get(episode_id, 0)
+        return last + 1
+
+    def started(self, episode_id: str) -> None:
+        """The server started ``episode_id`` for this client."""
+        remember(self.open, episode_id)
+        self._lost.pop(episode_id, None)
+
+    def ended(self, episode_id: str, seq: int) -> None:
+        """``end_episode`` of ``episode_id`` went out with ``seq`` (its reply is pipelined)."""
+        self.open.pop(episode_id, None)
+        self.seq.pop(episode_id, None)
+        self._ended_seq[episode_id] = seq
+        if len(self._ended_seq) > ENDED_SEQS_KEPT:
+            self._ended_seq.popitem(last=False)
+
+    def close(self) -> None:
+        """Settle a pipelined ``end_episode`` (re-sent if the connection broke) and disconnect.
+
+        Raises:
+            RLServeError: The last pipelined call failed.
+        """
+        if self.conn.unanswered:
+            self.request({"type": "ping"})
+        self.conn.close()
+
+
+def _episodes_of(message: dict[str, Any]) -> list[str]:
+    """The episode ids an episode call names (none for other calls)."""
+    if message.get("type") == "start_episode":
+        return []
+    if "episode_ids" in message:
+        return list(message["episode_ids"])
+    episode_id = message.get("episode_id")
+    return [episode_id] if isinstance(episode_id, str) else []
+
+
+def remember(ids: OrderedDict[str, None], episode_id: str) -> None:
+    """Add ``episode_id`` to ``ids`` as the newest, forgetting the oldest past the bound."""
+    ids[episode_id] = None
+    ids.move_to_end(episode_id)
+    if len(ids) > EPISODES_TRACKED:
+        ids.popitem(last=False)

@@ -1,0 +1,186 @@
+"""A local-inference client's ``report_samples``: their wire form, cut to the server's limits.
+
+What is ready to ship is cut into reports that each fit the server's ``max_frame_bytes`` and
+``max_array_elements`` (a fragment is split by steps when needed); a report the server still
+finds too large is halved.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import deque
+from typing import Any
+
+from rlserve.experience.episodes import EpisodeSummary
+from rlserve.protocol.fragment import Fragment
+
+MESSAGE_OVERHEAD = 1024
+"""Bytes reserved per report for its fixed fields (type, ids, map keys)."""
+
+FRAGMENT_OVERHEAD = 512
+"""Bytes reserved per fragment for its keys, flags and array headers (plus its id)."""
+
+SUMMARY_BYTES = 256
+"""Bytes reserved per episode summary (plus its id)."""
+
+
+def report_message(
+    policy_id: str, fragments: list[Fragment], summaries: list[EpisodeSummary]
+) -> dict[str, Any]:
+    """A ``report_samples`` of one policy's fragments, with a fresh batch id.
+
+    The server trains on each batch id once, so a report re-sent as it is counts once.
+    """
+    return {
+        "type": "report_samples",
+        "batch_id": uuid.uuid4().hex,
+        "policy_id": policy_id,
+        "fragments": [_fragment_to_wire(f) for f in fragments],
+        "episodes": [_summary_to_wire(s) for s in summaries],
+    }
+
+
+def _summary_to_wire(summary: EpisodeSummary) -> dict[str, Any]:
+    wire: dict[str, Any] = {
+        "episode_id": summary.episode_id,
+        "return": summary.episode_return,
+        "length": summary.length,
+        "reason": summary.reason,
+    }
+    if summary.policy_returns is not None:
+        wire["policy_returns"] = summary.policy_returns
+    return wire
+
+
+def _fragment_to_wire(fragment: Fragment) -> dict[str, Any]:
+    wire = fragment.to_wire()
+    del wire["agent_id"], wire["policy_id"]
+    return wire
+
+
+def plan_reports(
+    fragments: list[Fragment],
+    summaries: list[EpisodeSummary],
+    max_frame_bytes: int,
+    max_array_elements: int,
+    max_items: int,
+) -> tuple[list[tuple[list[Fragment], list[EpisodeSummary]]], list[Fragment]]:
+    """Cut what is ready into reports that each fit the server's limits.
+
+    The encoded size is estimated from the arrays' bytes plus fixed overheads. A fragment that
+    does not fit is split by steps (the head bootstraps from the tail's first observation, as
+    at any fragment cut).
+
+    Returns:
+        The reports as (fragments, summaries), in order; and the fragments of which not even
+        one step fits in a report (to be dropped).
+    """
+    budget = int(max_frame_bytes * 0.95) - MESSAGE_OVERHEAD
+    reports: list[tuple[list[Fragment], list[EpisodeSummary]]] = []
+    too_big: list[Fragment] = []
+    current: list[Fragment] = []
+    ended: list[EpisodeSummary] = []
+    used = 0
+    queue = deque(fragments)
+    while queue:
+        fragment = queue.popleft()
+        room = budget - used if len(current) < max_items else 0
+        fits = _steps_fitting(fragment, room, max_array_elements)
+        if fits >= len(fragment):
+            current.append(fragment)
+            used += _fragment_bytes(fragment, len(fragment))
+            continue
+        if fits > 0:
+            head, tail = split_fragment(fragment, fits)
+            current.append(head)
+            queue.appendleft(tail)
+        elif not current:
+            too_big.append(fragment)  # not even one step fits in an empty report
+            continue
+        else:
+            queue.appendleft(fragment)
+        reports.append((current, []))
+        current, used = [], 0
+    for summary in summaries:
+        size = SUMMARY_BYTES + len(summary.episode_id)
+        if used + size > budget or len(ended) >= max_items:
+            reports.append((current, ended))
+            current, ended, used = [], [], 0
+        ended.append(summary)
+        used += size
+    reports.append((current, ended))
+    return [r for r in reports if r[0] or r[1]], too_big
+
+
+def _step_bytes(fragment: Fragment) -> int:
+    return (
+        fragment.obs[0].nbytes
+        + fragment.actions[:1].nbytes
+        + fragment.rewards.itemsize
+        + fragment.behaviour_logp.itemsize
+        + fragment.policy_chosen.itemsize
+        + fragment.weights_version.itemsize
+    )
+
+
+def _fragment_bytes(fragment: Fragment, steps: int) -> int:
+    overhead = FRAGMENT_OVERHEAD + len(fragment.episode_id) + fragment.obs[0].nbytes
+    return overhead + steps * _step_bytes(fragment)
+
+
+def _steps_fitting(fragment: Fragment, room: int, max_elements: int) -> int:
+    """How many of the fragment's first steps fit in ``room`` bytes and the element limit."""
+    per_step = _step_bytes(fragment)
+    by_bytes = (room - _fragment_bytes(fragment, 0)) // per_step
+    obs_elements = max(1, fragment.obs[0].size)
+    action_elements = max(1, fragment.actions[:1].size)
+    by_elements = min(max_elements // obs_elements - 1, max_elements // action_elements)
+    return max(0, min(len(fragment), by_bytes, by_elements))
+
+
+def split_fragment(fragment: Fragment, steps: int) -> tuple[Fragment, Fragment]:
+    """Cut a fragment after ``steps`` steps; the head ends in the tail's first observation."""
+    head = Fragment(
+        fragment.episode_id,
+        fragment.agent_id,
+        fragment.policy_id,
+        fragment.obs[: steps + 1],
+        fragment.actions[:steps],
+        fragment.rewards[:steps],
+        fragment.behaviour_logp[:steps],
+        fragment.policy_chosen[:steps],
+        fragment.weights_version[:steps],
+        terminated=False,
+        truncated=False,
+        infos=None if fragment.infos is None else fragment.infos[:steps],
+    )
+    tail = Fragment(
+        fragment.episode_id,
+        fragment.agent_id,
+        fragment.policy_id,
+        fragment.obs[steps:],
+        fragment.actions[steps:],
+        fragment.rewards[steps:],
+        fragment.behaviour_logp[steps:],
+        fragment.policy_chosen[steps:],
+        fragment.weights_version[steps:],
+        terminated=fragment.terminated,
+        truncated=fragment.truncated,
+        infos=None if fragment.infos is None else fragment.infos[steps:],
+    )
+    return head, tail
+
+
+def halve_report(
+    fragments: list[Fragment], summaries: list[EpisodeSummary]
+) -> tuple[tuple[list[Fragment], list[EpisodeSummary]], ...] | None:
+    """Two smaller reports with the same content, or None when one step cannot be split."""
+    if len(fragments) > 1:
+        middle = len(fragments) // 2
+        return (fragments[:middle], []), (fragments[middle:], summaries)
+    if fragments and len(fragments[0]) > 1:
+        head, tail = split_fragment(fragments[0], len(fragments[0]) // 2)
+        return ([head], []), ([tail], summaries)
+    if fragments and summaries:
+        return (fragments, []), ([], summaries)
+    return None
