@@ -55,7 +55,7 @@ from rlserve.server.app import PolicyServer
 from rlserve.server.config import ServerConfig
 from rlserve.server.learner_link import sync_log_forever
 from rlserve.server.policies import PolicySpec
-from rlserve.server.service import identity_key
+from rlserve.server.sessions import identity_key
 from rlserve.server.stats import ServerStats
 from rlserve.server.throttled_log import SERVER_LOG
 
