@@ -9,11 +9,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlserve.protocol.episode_requests import GetAction, StartEpisode
 from rlserve.protocol.limits import Limits
-from rlserve.protocol.session_requests import Ping
-from rlserve.server import service as service_module
-from rlserve.server.service import INTERNAL_ERROR, Service, Session
+from rlserve.protocol.messages import GetAction, Ping, StartEpisode
+from rlserve.server import replies as replies_module
+from rlserve.server.replies import INTERNAL_ERROR
+from rlserve.server.service import Service, Session
 from rlserve.server.stats import ServerStats
 from rlserve.server.throttled_log import ThrottledLog
 
@@ -30,7 +30,7 @@ def test_an_unexpected_exception_becomes_an_internal_error_reply_logged_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     stream = io.StringIO()
-    monkeypatch.setattr(service_module, "SERVER_LOG", ThrottledLog(60.0, stream))
+    monkeypatch.setattr(replies_module, "SERVER_LOG", ThrottledLog(60.0, stream))
     space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     service = Service(
         {"default": (space, gym.spaces.Discrete(2))}, Limits(), None, 8, _Sink(), ServerStats()
@@ -57,7 +57,7 @@ def test_a_failing_forward_pass_answers_every_waiting_request(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     stream = io.StringIO()
-    monkeypatch.setattr(service_module, "SERVER_LOG", ThrottledLog(60.0, stream))
+    monkeypatch.setattr(replies_module, "SERVER_LOG", ThrottledLog(60.0, stream))
     space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     service = Service(
         {"default": (space, gym.spaces.Discrete(2))}, Limits(), None, 8, _Sink(), ServerStats()

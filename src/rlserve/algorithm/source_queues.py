@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.protocol.fragment import Fragment
-from rlserve.server.service import identity_key
+from rlserve.server.sessions import identity_key
 from rlserve.server.stats import ServerStats
 from rlserve.server.throttled_log import SERVER_LOG
 

@@ -39,7 +39,9 @@ from rlserve.protocol.limits import PROTOCOL_VERSION
 from rlserve.protocol.messages import REQUEST_TYPES, error_reply, parse_request, valid_request_id
 from rlserve.server.config import ServerConfig, is_loopback
 from rlserve.server.json_body import parse_body
-from rlserve.server.service import INTERNAL_ERROR, Service, Session, identity_key
+from rlserve.server.replies import INTERNAL_ERROR
+from rlserve.server.service import Service
+from rlserve.server.sessions import Session, identity_key
 from rlserve.server.throttled_log import SERVER_LOG
 from rlserve.version import __version__
 
