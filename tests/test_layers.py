@@ -16,7 +16,7 @@ PACKAGE = SRC / "rlserve"
 LAYERS: list[set[str]] = [
     {"errors", "version"},
     {"protocol", "policy"},
-    {"config", "experience", "run"},
+    {"config", "experience", "processes", "run"},
     {"learners", "env"},
     {"training"},
     {"server", "client"},

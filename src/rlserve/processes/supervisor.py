@@ -1,0 +1,382 @@
+"""The process supervisor: a group of forked workers, started, messaged, watched and restarted.
+
+:class:`ProcessSupervisor` owns what every group of child processes needs: starting a child (a
+``multiprocessing`` context, ``fork`` by default, and a duplex pipe; with ``fork`` the target is
+inherited, never pickled), sending it a message over a :class:`~rlserve.processes.wire.Wire`
+(encoded once for several children), gathering the answers of several children with a deadline
+or a stall check (hang detection), telling why a child died, killing it, and the restart policy
+(:class:`~rlserve.processes.restarts.RestartPolicy`): a failed child is killed and restarted,
+and one that fails ``max_restarts + 1`` times in a row without a success is given up with a
+``RuntimeError`` naming it. Its users keep only what is theirs: what a child does, its messages
+(a ``judge`` turns each message into an answer or a failure), and what a failure costs them
+(episodes lost). They are :class:`~rlserve.env.subprocess.ProcessVectorSource` (env
+sub-processes) and :class:`~rlserve.algorithm.runner_group.RunnerGroup` (env-runner processes).
+
+:class:`SupervisedGroup` is the interface such a user programs against, so another backend is
+one new implementation of it. A Ray actor backend, say: :meth:`~SupervisedGroup.start` creates
+actor ``slot`` from the arguments, :meth:`~SupervisedGroup.send` calls its method (keeping the
+object ref), :meth:`~SupervisedGroup.gather` is ``ray.wait`` on the refs up to the deadline (an
+``RayActorError`` is the death reason), :meth:`~SupervisedGroup.fail` is ``ray.kill`` plus the
+same :class:`~rlserve.processes.restarts.RestartPolicy`, and :meth:`~SupervisedGroup.stop` kills
+every actor. The learner process of ``rlserve serve`` is supervised on asyncio
+(:mod:`rlserve.server.learner_link`) and is no such group; it shares the restart policy and the
+death reasons only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
+from typing import Any, Final, Protocol, runtime_checkable
+
+from rlserve.errors import DecodeError
+from rlserve.processes.restarts import Failure, RestartPolicy, death_reason
+from rlserve.processes.wire import Wire
+
+__all__ = ["KEEP_WAITING", "Judge", "ProcessSupervisor", "Stalled", "SupervisedGroup"]
+
+KEEP_WAITING: Final = object()
+"""What a :data:`Judge` returns for a message that is no answer (one to an abandoned call)."""
+
+Judge = Callable[[int, Any], Any]
+"""``judge(slot, message)``: the answer in a child's message, a ``Failure``, or
+:data:`KEEP_WAITING`; it may raise (a ``ConfigError`` no restart mends)."""
+
+Stalled = Callable[[int, float], "str | None"]
+"""``stalled(slot, now)``: why a child that has not answered yet counts as hung ("did not step
+within 5 s"), or None while it makes progress."""
+
+
+@runtime_checkable
+class SupervisedGroup(Protocol):
+    """A group of supervised workers, addressed by slot ``0..size-1``.
+
+    A worker answers each message it is sent with one message; a worker that fails (raises,
+    dies, hangs, sends garbage) shows as a :class:`~rlserve.processes.restarts.Failure` in
+    place of its answer, and its user hands it to :meth:`fail` then :meth:`restart`.
+    """
+
+    @property
+    def size(self) -> int:
+        """How many workers."""
+        ...
+
+    @property
+    def restarts(self) -> int:
+        """Workers restarted, lifetime (a failed restart counts too)."""
+        ...
+
+    @property
+    def failures(self) -> int:
+        """Worker failures, lifetime."""
+        ...
+
+    @property
+    def num_alive(self) -> int:
+        """Workers running now."""
+        ...
+
+    def start(self, slot: int, *args: Any) -> None:
+        """Start worker ``slot`` (not running) with ``args`` for its target."""
+        ...
+
+    def send(self, slot: int, message: Any) -> Failure | None:
+        """Send ``message`` to worker ``slot``; the failure when it cannot take it."""
+        ...
+
+    def send_all(self, message: Any, slots: Iterable[int]) -> dict[int, Failure]:
+        """Send one ``message`` to every worker in ``slots``; the failures by slot."""
+        ...
+
+    def gather(
+        self,
+        slots: Iterable[int],
+        timeout: float | None,
+        judge: Judge,
+        stalled: Stalled | None = None,
+    ) -> dict[int, Any]:
+        """Each worker's answer by slot, judged, or a failure (a worker past its deadline)."""
+        ...
+
+    def succeeded(self, slot: int) -> None:
+        """Worker ``slot`` did its work: its failures in a row start again."""
+        ...
+
+    def fail(self, slot: int, failure: Failure, during: str) -> None:
+        """Count a failure and kill the worker; raise ``RuntimeError`` when it is given up."""
+        ...
+
+    def restart(self, slot: int, bring_up: Callable[[], Any]) -> Any:
+        """Call ``bring_up`` (start the worker, await it) until it succeeds; its result."""
+        ...
+
+    def stop(self) -> None:
+        """Ask every worker to exit, kill those that do not, and reap them all."""
+        ...
+
+
+@dataclass
+class _Child:
+    name: str
+    label: str
+    process: BaseProcess | None = None
+    conn: Connection | None = None
+
+
+class ProcessSupervisor:
+    """A :class:`SupervisedGroup` of child processes, each serving one duplex pipe.
+
+    A child runs ``target(conn, *args, inherited)``: ``args`` are :meth:`start`'s, ``inherited``
+    the parent's pipe ends it holds through ``fork`` (see
+    :func:`~rlserve.processes.child.enter_child`). It holds no reference to its user, so a
+    user may close it from a finaliser.
+
+    Args:
+        names: One process name per child.
+        labels: How errors and logs name each child ("env CartPole-v1 in env runner 1").
+        target: The child's body.
+        what: What a child is called in failure reasons ("runner process").
+        wire: How messages cross the pipes.
+        close_message: What asks a child to exit.
+        logger: Where restarts are logged (a warning each).
+        restart_note: What the warning says is restarted ("its sub-process").
+        success: What a child does that resets its failures in a row ("step").
+        max_restarts: Restarts in a row of one child, without a success, before giving up.
+        close_wait_s: How long :meth:`stop` waits for children to exit, and a kill to reap.
+        context: The ``multiprocessing`` start method or context (default ``fork``).
+        daemon: Start children as daemons (a daemon cannot start processes of its own).
+        check_s: How often :meth:`gather` asks ``stalled`` while it waits.
+    """
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        labels: Sequence[str],
+        target: Callable[..., None],
+        *,
+        what: str,
+        wire: Wire,
+        close_message: Any,
+        logger: logging.Logger,
+        restart_note: str,
+        success: str,
+        max_restarts: int = 3,
+        close_wait_s: float = 2.0,
+        context: str | BaseContext | None = None,
+        daemon: bool = True,
+        check_s: float = 0.2,
+    ) -> None:
+        if isinstance(context, BaseContext):
+            self._ctx: BaseContext = context
+        else:
+            default = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+            self._ctx = mp.get_context(context or default)
+        self._children = [_Child(n, label) for n, label in zip(names, labels, strict=True)]
+        self._target = target
+        self._what = what
+        self._wire = wire
+        self._close_message = close_message
+        self._logger = logger
+        self._restart_note = restart_note
+        self._success = success
+        self._close_wait_s = close_wait_s
+        self._daemon = daemon
+        self._check_s = check_s
+        self.policy = RestartPolicy(max_restarts)
+        """The restart policy: failures in a row per child, lifetime counters."""
+
+    @property
+    def size(self) -> int:
+        """How many children."""
+        return len(self._children)
+
+    @property
+    def restarts(self) -> int:
+        """Children restarted, lifetime (a failed restart counts too)."""
+        return self.policy.restarts
+
+    @property
+    def failures(self) -> int:
+        """Child failures, lifetime."""
+        return self.policy.failures
+
+    @property
+    def num_alive(self) -> int:
+        """Children alive now."""
+        return sum(1 for c in self._children if c.process is not None and c.process.is_alive())
+
+    @property
+    def pids(self) -> list[int | None]:
+        """The children's process ids, by slot (None: not running)."""
+        return [None if c.process is None else c.process.pid for c in self._children]
+
+    def start(self, slot: int, *args: Any) -> None:
+        """Start child ``slot`` (not running) on a new pipe with ``args`` for its target."""
+        child = self._children[slot]
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        inherited: list[Connection] = []
+        if self._ctx.get_start_method() == "fork":
+            inherited = [parent_conn] + [
+                c.conn for c in self._children if c.conn is not None and c is not child
+            ]
+        process = self._ctx.Process(  # type: ignore[attr-defined]
+            target=self._target,
+            args=(child_conn, *args, inherited),
+            name=child.name,
+            daemon=self._daemon,
+        )
+        process.start()
+        child_conn.close()
+        child.process, child.conn = process, parent_conn
+
+    def send(self, slot: int, message: Any) -> Failure | None:
+        """Send ``message`` to child ``slot``; the failure when it cannot take it."""
+        return self._transmit(slot, self._wire.encode(message))
+
+    def send_all(self, message: Any, slots: Iterable[int]) -> dict[int, Failure]:
+        """Send one ``message`` (encoded once) to every child in ``slots``; the failures."""
+        payload = self._wire.encode(message)
+        failures = {}
+        for slot in slots:
+            failure = self._transmit(slot, payload)
+            if failure is not None:
+                failures[slot] = failure
+        return failures
+
+    def _transmit(self, slot: int, payload: Any) -> Failure | None:
+        conn = self._children[slot].conn
+        if conn is None:  # given up on after a RuntimeError
+            return Failure(f"{self._what} is not running")
+        try:
+            self._wire.transmit(conn, payload)
+        except (OSError, ValueError):
+            return Failure(self._died(slot))
+        return None
+
+    def gather(
+        self,
+        slots: Iterable[int],
+        timeout: float | None,
+        judge: Judge,
+        stalled: Stalled | None = None,
+    ) -> dict[int, Any]:
+        """Each running child's answer by slot: what ``judge`` makes of its message, or a failure.
+
+        A child fails when its pipe closes, its message does not decode, it has not answered
+        within ``timeout`` seconds (None: no deadline), or ``stalled`` says it hangs.
+        """
+        answers: dict[int, Any] = {}
+        pending = {c.conn: s for s in slots if (c := self._children[s]).conn is not None}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while pending:
+            wait_s = None if stalled is None else self._check_s
+            if deadline is not None:
+                remaining = max(0.0, deadline - time.monotonic())
+                wait_s = remaining if wait_s is None else min(wait_s, remaining)
+            for conn in wait(list(pending), timeout=wait_s):
+                assert isinstance(conn, Connection)
+                slot = pending.pop(conn)
+                try:
+                    message = self._wire.receive(conn)
+                except (EOFError, OSError):
+                    answers[slot] = Failure(self._died(slot))
+                    continue
+                except DecodeError as exc:
+                    answers[slot] = Failure(f"sent a malformed message: {exc}")
+                    continue
+                answer = judge(slot, message)
+                if answer is KEEP_WAITING:
+                    pending[conn] = slot
+                else:
+                    answers[slot] = answer
+            now = time.monotonic()
+            for conn, slot in list(pending.items()):
+                if deadline is not None and now >= deadline:
+                    limit: str | None = f"did not answer within {timeout:g} s"
+                else:
+                    limit = None if stalled is None else stalled(slot, now)
+                if limit is not None:
+                    del pending[conn]
+                    answers[slot] = Failure(f"{self._what} {limit} and was killed")
+        return answers
+
+    def succeeded(self, slot: int) -> None:
+        """Child ``slot`` did its work: its failures in a row start again."""
+        self.policy.succeeded(slot)
+
+    def fail(self, slot: int, failure: Failure, during: str) -> None:
+        """Count a failure, kill the child, log a warning.
+
+        Raises:
+            RuntimeError: The child failed ``max_restarts + 1`` times in a row: it is given up.
+        """
+        given_up = self.policy.failed(slot)
+        self._kill(slot)
+        label = self._children[slot].label
+        if given_up:
+            raise RuntimeError(
+                f"{label} failed {self.policy.in_a_row(slot)} times in a row without a "
+                f"successful {self._success}; last error during {during}: {failure.reason}"
+                + failure.details_suffix
+            )
+        self._logger.warning(
+            "%s failed during %s: %s; restarting %s%s",
+            label,
+            during,
+            failure.reason,
+            self._restart_note,
+            failure.details_suffix,
+        )
+
+    def restart(self, slot: int, bring_up: Callable[[], Any]) -> Any:
+        """Call ``bring_up`` until it returns no failure, failing the child after each that does.
+
+        Args:
+            slot: The child, killed.
+            bring_up: Starts the child and awaits it (its first answer): that, or a failure.
+
+        Returns:
+            What ``bring_up`` returned.
+
+        Raises:
+            RuntimeError: The child is given up (see :meth:`fail`).
+        """
+        while True:
+            self.policy.restarting()
+            answer = bring_up()
+            if not isinstance(answer, Failure):
+                return answer
+            self.fail(slot, answer, "restart")
+
+    def _died(self, slot: int) -> str:
+        return death_reason(self._children[slot].process, self._what)
+
+    def _kill(self, slot: int) -> None:
+        child = self._children[slot]
+        if child.process is not None:
+            if child.process.is_alive():
+                child.process.kill()
+            child.process.join(timeout=self._close_wait_s)
+        if child.conn is not None:
+            child.conn.close()
+        child.process, child.conn = None, None
+
+    def stop(self) -> None:
+        """Ask every child to exit, kill those that do not, and reap them all."""
+        payload = self._wire.encode(self._close_message)
+        for child in self._children:
+            if child.conn is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    self._wire.transmit(child.conn, payload)
+        deadline = time.monotonic() + self._close_wait_s
+        for slot, child in enumerate(self._children):
+            if child.process is not None:
+                child.process.join(timeout=max(0.0, deadline - time.monotonic()))
+            self._kill(slot)
