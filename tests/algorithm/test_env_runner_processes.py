@@ -216,19 +216,14 @@ def test_a_runner_killed_with_sigkill_mid_training_is_restarted() -> None:
 
 @pytest.mark.timeout(60)
 def test_the_answer_to_an_abandoned_round_is_not_taken_for_the_next() -> None:
-    from rlserve.protocol.codec import encode
-
     with _config().build() as algo:
         group = algo.runners
         assert group is not None
         algo.train()
         # A round whose caller went away (an exception, Ctrl-C) before reading the answers.
         group._round += 1
-        stale = encode({"kind": "sample", "round": group._round, "steps": 10, "weights": {}})
-        for pid in range(len(group.pids)):
-            conn = group._runners[pid].conn
-            assert conn is not None
-            conn.send_bytes(stale)
+        stale = {"kind": "sample", "round": group._round, "steps": 10, "weights": {}}
+        assert not group._supervisor.send_all(stale, range(len(group.pids)))
         results = [algo.train() for _ in range(2)]
     for result in results:
         # Each runner's share is 128 steps of 2 copies: exactly 256, never the stale 10s.

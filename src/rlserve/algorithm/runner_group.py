@@ -12,7 +12,9 @@ A runner that raises, exits, is killed, or does not step within its hang timeout
 experience is lost, its episodes in flight count in :attr:`RunnerGroup.episodes_failed`, and the
 others' experience is used as usual (RLlib's ``restart_failed_env_runners``). When one runner
 fails ``max_restarts + 1`` times in a row without a successful round, :meth:`sample` raises
-``RuntimeError`` naming the environment.
+``RuntimeError`` naming the environment. Starting, watching, killing and restarting the
+processes is the :class:`~rlserve.processes.supervisor.ProcessSupervisor`'s; this module owns
+the rounds, the runners' seeds and weights versions, and their lost episodes.
 """
 
 from __future__ import annotations
@@ -22,31 +24,23 @@ import logging
 import multiprocessing as mp
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
-from multiprocessing.process import BaseProcess
 from multiprocessing.util import Finalize
 from typing import Any
 
 import numpy as np
 
 from rlserve.algorithm.config import AlgorithmConfig
-from rlserve.algorithm.runner_process import (
-    RunnerSetup,
-    receive,
-    run_runner,
-    send,
-    summary_from_wire,
-)
+from rlserve.algorithm.runner_process import RunnerSetup, run_runner, summary_from_wire
 from rlserve.algorithm.sources import make_source
 from rlserve.env.base import EnvSource
-from rlserve.env.subprocess import death_reason
 from rlserve.errors import ConfigError, DecodeError
 from rlserve.experience.agent_values import PolicyTable
 from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.policy.weights import WeightsPackage
-from rlserve.protocol.codec import encode
+from rlserve.processes.restarts import Failure
+from rlserve.processes.supervisor import KEEP_WAITING, Judge, ProcessSupervisor
+from rlserve.processes.wire import CODEC
 from rlserve.protocol.fragment import Fragment
 
 __all__ = ["RunnerGroup", "SampleRound", "local_source"]
@@ -62,9 +56,6 @@ inside its runner (a step timeout, then up to this long to start again)."""
 
 _CLOSE_WAIT_S = 5.0
 """How long :meth:`RunnerGroup.stop` waits for runners to exit by themselves."""
-
-_CHECK_S = 0.2
-"""How often a waiting parent looks at the runners' step clocks."""
 
 
 def local_source(config: AlgorithmConfig, seed: int) -> EnvSource:
@@ -101,16 +92,12 @@ class SampleRound:
 
 @dataclass
 class _Runner:
-    """One runner process and what the parent knows of it."""
+    """What the parent knows of one runner beyond its process (the supervisor's)."""
 
     index: int
     stamp: Any
-    process: BaseProcess | None = None
-    conn: Connection | None = None
     versions: dict[str, int] = field(default_factory=dict)
     """The weights version of each policy it acts with."""
-    failures: int = 0
-    """Failures since its last successful round."""
     starts: int = 0
     reported_failed: int = 0
     """``episodes_failed`` its current process reported last."""
@@ -118,45 +105,10 @@ class _Runner:
     """Episodes open in it at its last answer (lost if it fails)."""
 
 
-class _Failure:
-    """Why a runner gave no usable answer."""
-
-    def __init__(self, reason: str, details: str = "") -> None:
-        self.reason = reason
-        self.details = details
-
-
-class _Processes:
-    """The runners' processes, closable from a finaliser that holds no group reference."""
-
-    def __init__(self) -> None:
-        self.runners: list[_Runner] = []
-
-    def close(self) -> None:
-        for runner in self.runners:
-            if runner.conn is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    send(runner.conn, {"kind": "close"})
-        deadline = time.monotonic() + _CLOSE_WAIT_S
-        for runner in self.runners:
-            if runner.process is not None:
-                runner.process.join(timeout=max(0.0, deadline - time.monotonic()))
-            kill(runner)
-
-
-def kill(runner: _Runner) -> None:
-    """Kill a runner's process if it is alive, reap it and close its pipe."""
-    if runner.process is not None:
-        if runner.process.is_alive():
-            runner.process.kill()
-        runner.process.join(timeout=_CLOSE_WAIT_S)
-    if runner.conn is not None:
-        runner.conn.close()
-    runner.process, runner.conn = None, None
-
-
 class RunnerGroup:
     """``config.num_env_runners`` env-runner processes sampling in parallel.
+
+    Runner ``k`` (1..N) is the supervisor's child ``k - 1``.
 
     Args:
         config: The Algorithm's settings (``num_env_runners`` >= 1).
@@ -170,7 +122,6 @@ class RunnerGroup:
     Attributes:
         episodes_failed: Episodes lost, lifetime: in the runners' failed sub-environments and
             in flight in failed runners.
-        restarts: Runner processes restarted after a failure.
 
     Raises:
         ConfigError: The environment cannot be made in a runner.
@@ -190,52 +141,68 @@ class RunnerGroup:
             raise ConfigError(
                 f"a RunnerGroup needs num_env_runners >= 1, not {config.num_env_runners}"
             )
-        self._ctx = mp.get_context("fork")
+        ctx = mp.get_context("fork")
         self._config = config
         self._table = table
         self._packages = dict(packages)
         self._seed = seed
-        self.max_restarts = max_restarts
         self.episodes_failed = episodes_failed
-        self.restarts = 0
         self._round = 0
         self.hang_timeout_s = config.step_timeout_s
         if config.remote_worker_envs:
             self.hang_timeout_s = 2 * config.step_timeout_s + REMOTE_RESTART_ALLOWANCE_S
         env = config.env
-        self._env_name = env if isinstance(env, str) else getattr(env, "__qualname__", repr(env))
-        self._procs = _Processes()
-        self._finalizer = Finalize(self, self._procs.close, exitpriority=10)
-        for index in range(1, config.num_env_runners + 1):
-            self._procs.runners.append(_Runner(index, self._ctx.RawValue("d", 0.0)))
+        env_name = env if isinstance(env, str) else getattr(env, "__qualname__", repr(env))
+        self._runners = [
+            _Runner(k, ctx.RawValue("d", 0.0)) for k in range(1, config.num_env_runners + 1)
+        ]
+        self._supervisor = ProcessSupervisor(
+            [f"rlserve-env-runner-{r.index}" for r in self._runners],
+            [f"env {env_name} in env runner {r.index}" for r in self._runners],
+            run_runner,
+            what="runner process",
+            wire=CODEC,
+            close_message={"kind": "close"},
+            logger=logger,
+            restart_note="the runner",
+            success="sample",
+            max_restarts=max_restarts,
+            close_wait_s=_CLOSE_WAIT_S,
+            context=ctx,
+            # Not a daemon: a runner with remote_worker_envs starts processes of its own, which
+            # a daemon may not. The finaliser (and each runner's parent watch) reaps them instead.
+            daemon=False,
+        )
+        self._finalizer = Finalize(self, self._supervisor.stop, exitpriority=10)
         try:
             for runner in self._runners:
-                self._spawn(runner)
-            for runner in self._runners:
-                answer = self._gather([runner], "ready", START_TIMEOUT_S)[runner.index]
-                if isinstance(answer, _Failure):
+                self._start(runner)
+            for slot, runner in enumerate(self._runners):
+                answer = self._supervisor.gather([slot], START_TIMEOUT_S, self._judge("ready"))
+                if isinstance(answer[slot], Failure):
                     raise RuntimeError(
-                        f"env {self._env_name} could not be made in env runner {runner.index}: "
-                        f"{answer.reason}\n{answer.details}"
+                        f"env {env_name} could not be made in env runner {runner.index}: "
+                        f"{answer[slot].reason}\n{answer[slot].details}"
                     )
-                runner.in_flight = int(answer["in_flight"])
+                runner.in_flight = int(answer[slot]["in_flight"])
         except BaseException:
             self.stop()
             raise
 
     @property
-    def _runners(self) -> list[_Runner]:
-        return self._procs.runners
+    def restarts(self) -> int:
+        """Runner processes restarted after a failure."""
+        return self._supervisor.restarts
 
     @property
     def pids(self) -> list[int | None]:
         """The runners' process ids, in runner order (None: not running)."""
-        return [None if r.process is None else r.process.pid for r in self._runners]
+        return self._supervisor.pids
 
     @property
     def num_healthy(self) -> int:
         """Runner processes alive now."""
-        return sum(1 for r in self._runners if r.process is not None and r.process.is_alive())
+        return self._supervisor.num_alive
 
     # -- a round -----------------------------------------------------------------------------
 
@@ -252,41 +219,41 @@ class RunnerGroup:
         self._packages = dict(packages)
         self._round += 1
         share = -(-steps // len(self._runners))
-        encoded: dict[tuple[str, ...], bytes] = {}
-        failures: dict[int, _Failure] = {}
-        sent: list[_Runner] = []
-        for runner in self._runners:
+        # Runners that need the same weights get one message, encoded once.
+        needs: dict[tuple[str, ...], list[int]] = {}
+        for slot, runner in enumerate(self._runners):
             changed = tuple(
                 pid for pid, p in packages.items() if runner.versions.get(pid) != p.version
             )
-            if changed not in encoded:
-                weights = {pid: packages[pid].to_wire() for pid in changed}
-                encoded[changed] = encode(
-                    {"kind": "sample", "round": self._round, "steps": share, "weights": weights}
-                )
-            runner.stamp.value = time.monotonic()
-            failure = self._send(runner, encoded[changed])
-            if failure is None:
-                runner.versions.update({pid: packages[pid].version for pid in changed})
-                sent.append(runner)
-            else:
-                failures[runner.index] = failure
-        answers = self._gather(sent, "sampled", None)
+            needs.setdefault(changed, []).append(slot)
+        failures: dict[int, Failure] = {}
+        for changed, slots in needs.items():
+            weights = {pid: packages[pid].to_wire() for pid in changed}
+            message = {"kind": "sample", "round": self._round, "steps": share, "weights": weights}
+            for slot in slots:
+                self._runners[slot].stamp.value = time.monotonic()
+            failures.update(self._supervisor.send_all(message, slots))
+            for slot in slots:
+                if slot not in failures:
+                    self._runners[slot].versions.update(
+                        {pid: packages[pid].version for pid in changed}
+                    )
+        sent = [slot for slot in range(len(self._runners)) if slot not in failures]
+        answers = self._supervisor.gather(sent, None, self._judge("sampled"), self._stalled)
+        answers.update(failures)
         taken = SampleRound()
-        for runner in self._runners:
-            answer = failures.get(runner.index) or answers[runner.index]
-            if isinstance(answer, _Failure):
-                self._fail(runner, answer, "sample")
-                self._restart(runner)
+        for slot, runner in enumerate(self._runners):
+            answer = answers[slot]
+            if isinstance(answer, Failure):
+                self._fail(slot, answer, "sample")
                 continue
             try:
                 fragments = [Fragment.from_wire(raw) for raw in answer["fragments"]]
                 summaries = [summary_from_wire(raw) for raw in answer["summaries"]]
             except DecodeError as exc:
-                self._fail(runner, _Failure(f"sent a malformed answer: {exc}"), "sample")
-                self._restart(runner)
+                self._fail(slot, Failure(f"sent a malformed answer: {exc}"), "sample")
                 continue
-            runner.failures = 0
+            self._supervisor.succeeded(slot)
             taken.fragments += fragments
             taken.summaries += summaries
             taken.env_steps += int(answer["env_steps"])
@@ -296,13 +263,10 @@ class RunnerGroup:
             runner.in_flight = int(answer["in_flight"])
         return taken
 
-    # -- processes ---------------------------------------------------------------------------
+    # -- what the supervisor does not know ---------------------------------------------------
 
-    def _spawn(self, runner: _Runner) -> None:
-        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        inherited = [parent_conn] + [
-            r.conn for r in self._runners if r.conn is not None and r is not runner
-        ]
+    def _start(self, runner: _Runner) -> None:
+        """Start ``runner``'s process with a setup of its own (a new seed each start)."""
         seed = int(
             np.random.SeedSequence([self._seed, runner.index, runner.starts]).generate_state(1)[0]
         )
@@ -310,111 +274,49 @@ class RunnerGroup:
         setup = RunnerSetup(
             self._config, self._table, self._packages, runner.index, seed, runner.stamp
         )
-        # Not a daemon: a runner with remote_worker_envs starts processes of its own, which a
-        # daemon may not. The finaliser (and each runner's parent watch) reaps them instead.
-        process = self._ctx.Process(
-            target=run_runner,
-            args=(child_conn, setup, inherited),
-            name=f"rlserve-env-runner-{runner.index}",
-        )
-        process.start()
-        child_conn.close()
-        runner.process, runner.conn = process, parent_conn
+        self._supervisor.start(runner.index - 1, setup)
         runner.versions = {pid: p.version for pid, p in self._packages.items()}
         runner.reported_failed = 0
 
-    def _send(self, runner: _Runner, data: bytes) -> _Failure | None:
-        if runner.conn is None:
-            return _Failure("runner process is not running")
-        try:
-            runner.conn.send_bytes(data)
-        except (OSError, ValueError):
-            return _Failure(self._died(runner))
+    def _judge(self, kind: str) -> Judge:
+        """How a runner's message is read when its ``kind`` answer is awaited."""
+
+        def judge(slot: int, message: dict[str, Any]) -> Any:
+            if kind == "sampled" and message.get("round", self._round) != self._round:
+                return KEEP_WAITING  # the answer to a round the caller abandoned (Ctrl-C)
+            if message.get("kind") == kind:
+                return message
+            if message.get("kind") == "config_error":
+                raise ConfigError(f"in env runner {slot + 1}: {message.get('reason')}")
+            if message.get("kind") == "error":
+                return Failure(f"env raised {message.get('reason')}", str(message.get("traceback")))
+            return Failure(f"runner process answered {message.get('kind')!r}, not {kind!r}")
+
+        return judge
+
+    def _stalled(self, slot: int, now: float) -> str | None:
+        """Why runner ``slot`` counts as hung: its step clock is older than the hang timeout."""
+        if now - self._runners[slot].stamp.value > self.hang_timeout_s:
+            return f"did not step within {self.hang_timeout_s:g} s"
         return None
 
-    def _gather(
-        self, runners: Sequence[_Runner], kind: str, timeout: float | None
-    ) -> dict[int, Any]:
-        """Each runner's ``kind`` answer by index, or a :class:`_Failure`.
+    def _fail(self, slot: int, failure: Failure, during: str) -> None:
+        """Count a failure and its lost episodes, then restart the runner until it is ready.
 
-        With ``timeout`` None a runner fails when its step clock is older than the hang
-        timeout; else when it has not answered within ``timeout`` seconds.
+        Raises:
+            RuntimeError: The runner is given up (the supervisor's restart policy).
         """
-        answers: dict[int, Any] = {}
-        pending = {r.conn: r for r in runners if r.conn is not None}
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while pending:
-            for conn in wait(list(pending), timeout=_CHECK_S):
-                assert isinstance(conn, Connection)
-                runner = pending.pop(conn)
-                try:
-                    message = receive(conn)
-                except (EOFError, OSError):
-                    answers[runner.index] = _Failure(self._died(runner))
-                    continue
-                except DecodeError as exc:
-                    answers[runner.index] = _Failure(f"sent a malformed message: {exc}")
-                    continue
-                if kind == "sampled" and message.get("round", self._round) != self._round:
-                    # The answer to a round the caller abandoned (an exception, Ctrl-C).
-                    pending[conn] = runner
-                    continue
-                answers[runner.index] = self._answer(runner, message, kind)
-            now = time.monotonic()
-            for conn, runner in list(pending.items()):
-                if deadline is not None and now > deadline:
-                    limit = f"did not answer within {timeout:g} s"
-                elif deadline is None and now - runner.stamp.value > self.hang_timeout_s:
-                    limit = f"did not step within {self.hang_timeout_s:g} s"
-                else:
-                    continue
-                del pending[conn]
-                answers[runner.index] = _Failure(f"runner process {limit} and was killed")
-        return answers
-
-    def _answer(self, runner: _Runner, message: dict[str, Any], kind: str) -> Any:
-        if message.get("kind") == kind:
-            return message
-        if message.get("kind") == "config_error":
-            raise ConfigError(f"in env runner {runner.index}: {message.get('reason')}")
-        if message.get("kind") == "error":
-            return _Failure(f"env raised {message.get('reason')}", str(message.get("traceback")))
-        return _Failure(f"runner process answered {message.get('kind')!r}, not {kind!r}")
-
-    def _died(self, runner: _Runner) -> str:
-        return death_reason(runner.process, "runner process")
-
-    def _fail(self, runner: _Runner, failure: _Failure, during: str) -> None:
-        """Count a failure and its lost episodes, kill the process; raise when given up."""
-        runner.failures += 1
-        kill(runner)
+        runner = self._runners[slot]
         self.episodes_failed += runner.in_flight
         runner.in_flight = 0
-        if runner.failures > self.max_restarts:
-            raise RuntimeError(
-                f"env {self._env_name} in env runner {runner.index} failed {runner.failures} "
-                f"times in a row without a successful sample; last error during {during}: "
-                f"{failure.reason}" + (f"\n{failure.details}" if failure.details else "")
-            )
-        logger.warning(
-            "env %s in env runner %d failed during %s: %s; restarting the runner%s",
-            self._env_name,
-            runner.index,
-            during,
-            failure.reason,
-            f"\n{failure.details}" if failure.details else "",
-        )
+        self._supervisor.fail(slot, failure, during)
 
-    def _restart(self, runner: _Runner) -> None:
-        """Start ``runner`` again until it is ready."""
-        while True:
-            self.restarts += 1
-            self._spawn(runner)
-            answer = self._gather([runner], "ready", START_TIMEOUT_S)[runner.index]
-            if not isinstance(answer, _Failure):
-                runner.in_flight = int(answer["in_flight"])
-                return
-            self._fail(runner, answer, "restart")
+        def bring_up() -> Any:
+            self._start(runner)
+            return self._supervisor.gather([slot], START_TIMEOUT_S, self._judge("ready"))[slot]
+
+        ready = self._supervisor.restart(slot, bring_up)
+        runner.in_flight = int(ready["in_flight"])
 
     def stop(self) -> None:
         """Ask every runner to exit, kill those that do not, and reap them all."""

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import signal
 import stat
 import time
 import traceback
@@ -42,29 +41,17 @@ from rlserve.algorithm.config import AlgorithmConfig
 from rlserve.algorithm.sources import make_source
 from rlserve.env.base import EnvSource, VectorEnvSource
 from rlserve.env.runner import EnvRunner
-from rlserve.env.subprocess import watch_parent
 from rlserve.errors import ConfigError, DecodeError
 from rlserve.experience.agent_values import PolicyTable
 from rlserve.experience.collector import Collector
 from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.weights import WeightsPackage
-from rlserve.protocol.codec import decode, encode
+from rlserve.processes.child import enter_child
+from rlserve.processes.wire import receive, send
 from rlserve.protocol.fragment import Fragment
-from rlserve.protocol.limits import Limits
 
-__all__ = [
-    "IPC_LIMITS",
-    "RunnerSetup",
-    "receive",
-    "run_runner",
-    "send",
-    "summary_from_wire",
-    "summary_to_wire",
-]
-
-IPC_LIMITS = Limits(max_frame_bytes=1 << 30, max_array_elements=1 << 28, max_container_len=1 << 20)
-"""Decoding limits between our own processes: a round's fragments may be large."""
+__all__ = ["RunnerSetup", "run_runner", "summary_from_wire", "summary_to_wire"]
 
 
 @dataclass
@@ -86,21 +73,6 @@ class RunnerSetup:
     index: int
     seed: int
     stamp: Any
-
-
-def send(conn: Connection, message: dict[str, Any]) -> None:
-    """Send one codec-encoded message."""
-    conn.send_bytes(encode(message))
-
-
-def receive(conn: Connection) -> dict[str, Any]:
-    """Receive one message sent with :func:`send`.
-
-    Raises:
-        EOFError: The other end closed the pipe.
-        DecodeError: The bytes are not a message.
-    """
-    return decode(conn.recv_bytes(), IPC_LIMITS)
 
 
 def summary_to_wire(summary: EpisodeSummary) -> dict[str, Any]:
@@ -158,13 +130,8 @@ def close_inherited_sockets(keep: set[int]) -> None:
 
 def run_runner(conn: Connection, setup: RunnerSetup, inherited: Sequence[Connection]) -> None:
     """The body of a runner process: make the environments, then answer commands until told."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # A forked child holds copies of the parent's ends of its own and the other runners' pipes;
-    # closing them lets every runner see EOF when the parent dies.
-    for other in inherited:
-        other.close()
+    enter_child(inherited)
     close_inherited_sockets(keep={0, 1, 2, conn.fileno()})
-    watch_parent()
     source: EnvSource | None = None
     try:
         try:
