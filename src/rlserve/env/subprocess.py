@@ -3,36 +3,30 @@
 Written by hand because Gymnasium's ``AsyncVectorEnv`` cannot restart one worker: a crashed or
 hung sub-process breaks the whole vector env. Here a sub-process that raises, exits, is killed
 or does not answer in time is killed if need be and started again; its copies' episodes are
-reported in :attr:`StepBatch.failed` and the other copies go on untouched.
+reported in :attr:`StepBatch.failed` and the other copies go on untouched. Starting, watching,
+killing and restarting the sub-processes is the
+:class:`~rlserve.processes.supervisor.ProcessSupervisor`'s; this module owns what a sub-process
+does, its messages, and how its failures become failed episodes.
 
 Each sub-process holds ``envs_per_process`` copies and serves one duplex
 ``multiprocessing`` pipe: the parent sends ``(command, data)`` and the child answers
 ``("ok", result)`` or ``("error", reason, traceback)``. Messages are plain values and numpy
-arrays pickled by ``Connection.send``; both ends are our own processes on this machine, nothing
-comes from the network. The env creator is handed over when the process starts: with the
-default ``fork`` context nothing is pickled, so env classes defined in a ``__main__`` script
-without an ``if __name__ == "__main__"`` guard work (with ``spawn`` they must be importable).
-
-A child ignores SIGINT (the parent handles Ctrl-C) and exits when its pipe reaches EOF or its
-parent process goes away, so no sub-process outlives the trainer.
+arrays pickled by ``Connection.send`` (:data:`~rlserve.processes.wire.PICKLE`). The env creator
+is handed over when the process starts: with the default ``fork`` context nothing is pickled, so
+env classes defined in a ``__main__`` script without an ``if __name__ == "__main__"`` guard work
+(with ``spawn`` they must be importable).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing as mp
-import os
-import signal
 import sys
-import threading
-import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
-from multiprocessing.process import BaseProcess
 from typing import Any
 
 import numpy as np
@@ -42,33 +36,17 @@ from rlserve.env.make import EnvContext, EnvSpec, env_creator
 from rlserve.env.stacking import ObsStacker
 from rlserve.env.vector import step_copies
 from rlserve.errors import ConfigError
+from rlserve.processes.child import enter_child
+from rlserve.processes.restarts import Failure
+from rlserve.processes.supervisor import ProcessSupervisor
+from rlserve.processes.wire import PICKLE
 
-__all__ = ["ProcessVectorSource", "watch_parent"]
+__all__ = ["ProcessVectorSource"]
 
 logger = logging.getLogger("rlserve.env")
 
-_PARENT_CHECK_S = 0.5
-"""How often a child checks that its parent process is still there."""
-
 _CLOSE_WAIT_S = 2.0
 """How long ``close`` waits for a child to exit by itself before killing it."""
-
-
-def watch_parent() -> None:
-    """Exit this (child) process soon after its parent process goes away.
-
-    EOF on a command pipe only shows while the child waits for a command; this daemon thread
-    also catches a parent that died while the env hangs in a step.
-    """
-    parent = os.getppid()
-
-    def watch() -> None:
-        while True:
-            time.sleep(_PARENT_CHECK_S)
-            if os.getppid() != parent:
-                os._exit(1)
-
-    threading.Thread(target=watch, name="rlserve-parent-watch", daemon=True).start()
 
 
 def _worker(
@@ -77,12 +55,7 @@ def _worker(
     inherited: Sequence[Connection],
 ) -> None:
     """The loop of one sub-process: make its copies, then answer ``reset``/``step`` commands."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # A forked child holds copies of the parent's ends of the other workers' pipes; closing
-    # them lets those workers see EOF when the parent dies.
-    for other in inherited:
-        other.close()
-    watch_parent()
+    enter_child(inherited)
     envs: list[Any] = []
     try:
         try:
@@ -114,25 +87,22 @@ def _worker(
                 env.close()
 
 
+def _judge(slot: int, message: Any) -> Any:
+    """A sub-process's answer: its result, or a failure."""
+    if message[0] == "ok":
+        return message[1]
+    if message[0] == "config_error":
+        # Multi-agent envs in sub-processes (not wired yet) end here too.
+        raise ConfigError(f"in its sub-process: {message[1]}")
+    return Failure(f"env raised {message[1]}", message[2])
+
+
 @dataclass
 class _Worker:
-    """One sub-process and the copies it holds."""
+    """One sub-process's share: the copies it holds and how to make them."""
 
-    index: int
     copies: range
     creators: list[Callable[[], Any]]
-    process: BaseProcess | None = None
-    conn: Connection | None = None
-    failures: int = 0
-    """Failures since its last successful step (restarts in a row)."""
-
-
-class _Failure:
-    """Why a worker gave no usable answer."""
-
-    def __init__(self, reason: str, details: str = "") -> None:
-        self.reason = reason
-        self.details = details
 
 
 class ProcessVectorSource(VectorEnvSource):
@@ -196,17 +166,10 @@ class ProcessVectorSource(VectorEnvSource):
             )
         if step_timeout <= 0 or reset_timeout <= 0:
             raise ConfigError("step_timeout and reset_timeout must be positive seconds")
-        if isinstance(mp_context, BaseContext):
-            self._ctx: BaseContext = mp_context
-        else:
-            default = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-            self._ctx = mp.get_context(mp_context or default)
         self._env_name = env if isinstance(env, str) else getattr(env, "__qualname__", repr(env))
         self.num_envs = num_envs
         self.step_timeout = step_timeout
         self.reset_timeout = reset_timeout
-        self.max_restarts = max_restarts
-        self.restarts = 0
         self.episodes_failed = 0
         self._seed = seed
         self._base_seed: int | None = None
@@ -219,15 +182,29 @@ class ProcessVectorSource(VectorEnvSource):
                 context.copy_with(worker_index=w + 1, vector_index=j) for j in range(len(copies))
             ]
             creators = [env_creator(env, c, render_mode=render_mode) for c in ctxs]
-            self._workers.append(_Worker(w, copies, creators))
+            self._workers.append(_Worker(copies, creators))
+        self._supervisor = ProcessSupervisor(
+            [f"rlserve-env-{w}" for w in range(len(self._workers))],
+            [f"env {self._env_name} ({_copies_text(w.copies)})" for w in self._workers],
+            _worker,
+            what="sub-process",
+            wire=PICKLE,
+            close_message=("close", None),
+            logger=logger,
+            restart_note="its sub-process",
+            success="step",
+            max_restarts=max_restarts,
+            close_wait_s=_CLOSE_WAIT_S,
+            context=mp_context,
+        )
         try:
-            for worker in self._workers:
-                self._spawn(worker)
-            answers = self._gather(self._workers, reset_timeout)
+            for w, worker in enumerate(self._workers):
+                self._supervisor.start(w, worker.creators)
+            answers = self._supervisor.gather(range(len(self._workers)), reset_timeout, _judge)
             spaces = []
-            for worker in self._workers:
-                answer = answers[worker.index]
-                if isinstance(answer, _Failure):
+            for w in range(len(self._workers)):
+                answer = answers[w]
+                if isinstance(answer, Failure):
                     raise RuntimeError(
                         f"env {self._env_name} could not be made in its sub-process: "
                         f"{answer.reason}\n{answer.details}"
@@ -248,119 +225,44 @@ class ProcessVectorSource(VectorEnvSource):
         self._stacker = ObsStacker(self.observation_space)
         super().__init__()
 
+    @property
+    def restarts(self) -> int:
+        """How many times a sub-process was restarted."""
+        return self._supervisor.restarts
+
     # -- sub-process handling -------------------------------------------------------------
 
-    def _spawn(self, worker: _Worker) -> None:
-        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        inherited: list[Connection] = []
-        if self._ctx.get_start_method() == "fork":
-            inherited = [parent_conn] + [
-                w.conn for w in self._workers if w.conn is not None and w is not worker
-            ]
-        process = self._ctx.Process(  # type: ignore[attr-defined]
-            target=_worker,
-            args=(child_conn, worker.creators, inherited),
-            name=f"rlserve-env-{worker.index}",
-            daemon=True,
-        )
-        process.start()
-        child_conn.close()
-        worker.process, worker.conn = process, parent_conn
+    def _seeds(self, w: int, base: int | None) -> list[int | None]:
+        return [None if base is None else base + i for i in self._workers[w].copies]
 
-    def _kill(self, worker: _Worker) -> None:
-        if worker.process is not None:
-            if worker.process.is_alive():
-                worker.process.kill()
-            worker.process.join(timeout=_CLOSE_WAIT_S)
-        if worker.conn is not None:
-            worker.conn.close()
-        worker.process, worker.conn = None, None
+    def _send_each(
+        self, command: str, data: Callable[[int], Any], timeout: float
+    ) -> dict[int, Any]:
+        """Send ``(command, data(w))`` to every sub-process ``w``; each one's answer or failure."""
+        failures = {}
+        for w in range(len(self._workers)):
+            failure = self._supervisor.send(w, (command, data(w)))
+            if failure is not None:
+                failures[w] = failure
+        sent = [w for w in range(len(self._workers)) if w not in failures]
+        return {**self._supervisor.gather(sent, timeout, _judge), **failures}
 
-    def _died(self, worker: _Worker) -> str:
-        return death_reason(worker.process, "sub-process")
+    def _restart(self, w: int) -> list[tuple[Any, dict[str, Any]]]:
+        """Restart sub-process ``w`` until its copies are made and reset; first obs and infos."""
 
-    def _gather(self, workers: Sequence[_Worker], timeout: float) -> dict[int, Any]:
-        """Each worker's answer by index: its result, or a :class:`_Failure`."""
-        answers: dict[int, Any] = {}
-        pending = {w.conn: w for w in workers if w.conn is not None}
-        deadline = time.monotonic() + timeout
-        while pending:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            for conn in wait(list(pending), timeout=remaining):
-                assert isinstance(conn, Connection)
-                worker = pending.pop(conn)
-                try:
-                    message = conn.recv()
-                except (EOFError, OSError):
-                    answers[worker.index] = _Failure(self._died(worker))
-                    continue
-                if message[0] == "ok":
-                    answers[worker.index] = message[1]
-                elif message[0] == "config_error":
-                    # Multi-agent envs in sub-processes (not wired yet) end here too.
-                    raise ConfigError(f"in its sub-process: {message[1]}")
-                else:
-                    answers[worker.index] = _Failure(f"env raised {message[1]}", message[2])
-        for worker in pending.values():
-            answers[worker.index] = _Failure(
-                f"sub-process did not answer within {timeout:g} s and was killed"
-            )
-        return answers
-
-    def _send(self, worker: _Worker, command: str, data: Any) -> _Failure | None:
-        if worker.conn is None:  # given up on after a RuntimeError
-            return _Failure("sub-process is not running")
-        try:
-            worker.conn.send((command, data))
-        except (OSError, ValueError):
-            return _Failure(self._died(worker))
-        return None
-
-    def _seeds(self, worker: _Worker, base: int | None) -> list[int | None]:
-        return [None if base is None else base + i for i in worker.copies]
-
-    def _fail(self, worker: _Worker, failure: _Failure, during: str) -> None:
-        """Count a failure, log it, kill the process; raise when the worker is given up."""
-        worker.failures += 1
-        self._kill(worker)
-        first, last = worker.copies.start, worker.copies.stop - 1
-        copies = f"copy {first}" if first == last else f"copies {first}..{last}"
-        if worker.failures > self.max_restarts:
-            raise RuntimeError(
-                f"env {self._env_name} ({copies}) failed {worker.failures} times in a row "
-                f"without a successful step; last error during {during}: {failure.reason}"
-                + (f"\n{failure.details}" if failure.details else "")
-            )
-        logger.warning(
-            "env %s (%s) failed during %s: %s; restarting its sub-process%s",
-            self._env_name,
-            copies,
-            during,
-            failure.reason,
-            f"\n{failure.details}" if failure.details else "",
-        )
-
-    def _restart(self, worker: _Worker) -> list[tuple[Any, dict[str, Any]]]:
-        """Restart ``worker`` until its copies are made and reset; their first obs and infos."""
-        while True:
-            self.restarts += 1
+        def bring_up() -> Any:
             base = None
             if self._base_seed is not None:
-                base = self._base_seed + self.num_envs * self.restarts
-            self._spawn(worker)
-            answer = self._gather([worker], self.reset_timeout)[worker.index]
-            if not isinstance(answer, _Failure):
-                failure = self._send(worker, "reset", self._seeds(worker, base))
-                if failure is None:
-                    answer = self._gather([worker], self.reset_timeout)[worker.index]
-                else:
-                    answer = failure
-            if not isinstance(answer, _Failure):
-                result: list[tuple[Any, dict[str, Any]]] = answer
-                return result
-            self._fail(worker, answer, "restart")
+                base = self._base_seed + self.num_envs * self._supervisor.restarts
+            self._supervisor.start(w, self._workers[w].creators)
+            answer = self._supervisor.gather([w], self.reset_timeout, _judge)[w]
+            if isinstance(answer, Failure):
+                return answer
+            failure = self._supervisor.send(w, ("reset", self._seeds(w, base)))
+            return failure or self._supervisor.gather([w], self.reset_timeout, _judge)[w]
+
+        result: list[tuple[Any, dict[str, Any]]] = self._supervisor.restart(w, bring_up)
+        return result
 
     # -- the VectorEnvSource interface ------------------------------------------------------
 
@@ -383,13 +285,12 @@ class ProcessVectorSource(VectorEnvSource):
             self._base_seed = seed
             self.action_space.seed(seed)
         results: list[Any] = [None] * self.num_envs
-        sent = [w for w in self._workers if self._send(w, "reset", self._seeds(w, seed)) is None]
-        answers = self._gather(sent, self.reset_timeout)
-        for worker in self._workers:
-            answer = answers.get(worker.index) or _Failure(self._died(worker))
-            if isinstance(answer, _Failure):
-                self._fail(worker, answer, "reset")
-                answer = self._restart(worker)
+        answers = self._send_each("reset", lambda w: self._seeds(w, seed), self.reset_timeout)
+        for w, worker in enumerate(self._workers):
+            answer = answers[w]
+            if isinstance(answer, Failure):
+                self._supervisor.fail(w, answer, "reset")
+                answer = self._restart(w)
             results[worker.copies.start : worker.copies.stop] = answer
         self._started = True
         obs = self._stacker.stack([r[0] for r in results])
@@ -417,30 +318,24 @@ class ProcessVectorSource(VectorEnvSource):
         batch = StepBatch(
             obs=np.empty(0), rewards=rewards, terminated=terminated, truncated=truncated
         )
-        failures: dict[int, _Failure] = {}
-        sent = []
-        for worker in self._workers:
-            chunk = actions[worker.copies.start : worker.copies.stop]
-            failure = self._send(worker, "step", chunk)
-            if failure is None:
-                sent.append(worker)
-            else:
-                failures[worker.index] = failure
-        answers = self._gather(sent, self.step_timeout)
-        for worker in self._workers:
-            answer = failures.get(worker.index) or answers[worker.index]
+        copies = [w.copies for w in self._workers]
+        answers = self._send_each(
+            "step", lambda w: actions[copies[w].start : copies[w].stop], self.step_timeout
+        )
+        for w, worker in enumerate(self._workers):
+            answer = answers[w]
             start, stop = worker.copies.start, worker.copies.stop
-            if isinstance(answer, _Failure):
+            if isinstance(answer, Failure):
                 self.episodes_failed += len(worker.copies)
-                self._fail(worker, answer, "step")
-                restarted = self._restart(worker)
+                self._supervisor.fail(w, answer, "step")
+                restarted = self._restart(w)
                 for j, (first_obs, info) in enumerate(restarted):
                     obs[start + j] = first_obs
                     batch.failed[start + j] = answer.reason
                     if info:
                         batch.reset_infos[start + j] = info
                 continue
-            worker.failures = 0
+            self._supervisor.succeeded(w)
             c_obs, c_rewards, c_term, c_trunc, c_final, c_infos, c_reset_infos = answer
             obs[start:stop] = c_obs
             rewards[start:stop] = c_rewards
@@ -457,15 +352,7 @@ class ProcessVectorSource(VectorEnvSource):
 
     def close(self) -> None:
         """Ask every sub-process to exit, kill those that do not, and reap them all."""
-        for worker in self._workers:
-            if worker.conn is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    worker.conn.send(("close", None))
-        deadline = time.monotonic() + _CLOSE_WAIT_S
-        for worker in self._workers:
-            if worker.process is not None:
-                worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
-            self._kill(worker)
+        self._supervisor.stop()
 
     def __del__(self) -> None:
         # A source dropped without close() must not leave processes behind until exit.
@@ -475,20 +362,6 @@ class ProcessVectorSource(VectorEnvSource):
             self.close()
 
 
-def death_reason(process: Any, what: str) -> str:
-    """Why a child ``process`` (a ``multiprocessing`` process, named ``what``) stopped answering.
-
-    Waits up to a second for it to end: killed by a signal, exited with a code, or (still
-    running, or never started) it closed its pipe.
-    """
-    if process is not None:
-        process.join(timeout=1.0)
-        code = process.exitcode
-        if code is not None and code < 0:
-            try:
-                return f"{what} was killed by {signal.Signals(-code).name}"
-            except ValueError:
-                return f"{what} was killed by signal {-code}"
-        if code is not None:
-            return f"{what} exited with code {code}"
-    return f"{what} closed its pipe"
+def _copies_text(copies: range) -> str:
+    first, last = copies.start, copies.stop - 1
+    return f"copy {first}" if first == last else f"copies {first}..{last}"
