@@ -26,7 +26,9 @@ checkpoint and reads the log on from where that checkpoint had trained (``learne
 Both ends of the socket are non-blocking on the server (asyncio streams), so shutdown cannot
 deadlock: the learner gets a few seconds for a final checkpoint and is then killed, which loses
 nothing, since the log holds every acknowledged step. The process itself is started and joined
-by :mod:`~rlserve.server.learner_process`.
+by :mod:`~rlserve.server.learner_process`; its restart policy (never given up, backing off by
+deaths in a row) and death reasons are :mod:`~rlserve.processes.restarts`', shared with the
+env-runner and env sub-process supervisor.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from typing import Any
 
 from rlserve.errors import ProtocolError
 from rlserve.policy.weights import WeightsPackage
+from rlserve.processes.restarts import RestartPolicy, exit_reason
 from rlserve.protocol.codec import decode, encode
 from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.fragment import Fragment
@@ -251,7 +254,9 @@ class LearnerLink:
         return None if self._process is None else self._process.pid
 
     async def _supervise(self) -> None:
-        quick_deaths = 0
+        # The learner is never given up (serving goes on without it); a run longer than
+        # HEALTHY_RUN_SECONDS counts as a success, and the back-off grows with deaths in a row.
+        deaths = RestartPolicy(max_restarts=None)
         while not self._stopping:
             started = time.monotonic()
             try:
@@ -261,9 +266,9 @@ class LearnerLink:
             if self._stopping:
                 return
             if time.monotonic() - started > HEALTHY_RUN_SECONDS:
-                quick_deaths = 0
-            delay = RESTART_DELAYS[min(quick_deaths, len(RESTART_DELAYS) - 1)]
-            quick_deaths += 1
+                deaths.succeeded()
+            deaths.failed()
+            delay = RESTART_DELAYS[min(deaths.in_a_row() - 1, len(RESTART_DELAYS) - 1)]
             self._stats.learner_restarts += 1
             logger.error(
                 "rlserve: the learner process died (%s); serving goes on with weights %s; "
@@ -308,7 +313,7 @@ class LearnerLink:
                 process.kill()
                 await loop.run_in_executor(None, wait_for_exit, process, 2.0)
             if self.failure is None and not self._stopping:
-                self.failure = f"the learner process exited with code {process.returncode}"
+                self.failure = exit_reason(process.returncode, "the learner process")
 
     def _versions_text(self) -> str:
         versions = self._published_versions()
