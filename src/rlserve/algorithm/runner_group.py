@@ -92,7 +92,7 @@ class SampleRound:
 
 @dataclass
 class _Runner:
-    """What the parent knows of one runner beyond its process (the supervisor's)."""
+    """What the parent knows of one runner besides its process, which the supervisor holds."""
 
     index: int
     stamp: Any
