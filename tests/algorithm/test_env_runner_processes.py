@@ -224,7 +224,7 @@ def test_the_answer_to_an_abandoned_round_is_not_taken_for_the_next() -> None:
         algo.train()
         # A round whose caller went away (an exception, Ctrl-C) before reading the answers.
         group._round += 1
-        stale = encode({"kind": "sample", "round": group._round, "steps": 10, "weights": {}})
+        stale = encode({"type": "sample", "round": group._round, "steps": 10, "weights": {}})
         for pid in range(len(group.pids)):
             conn = group._runners[pid].conn
             assert conn is not None

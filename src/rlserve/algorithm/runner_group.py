@@ -22,7 +22,7 @@ import logging
 import multiprocessing as mp
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -32,24 +32,19 @@ from typing import Any
 import numpy as np
 
 from rlserve.algorithm.config import AlgorithmConfig
-from rlserve.algorithm.runner_process import (
-    RunnerSetup,
-    receive,
-    run_runner,
-    send,
-    summary_from_wire,
-)
+from rlserve.algorithm.runner_process import RunnerSetup, receive, run_runner, send
 from rlserve.algorithm.sources import make_source
 from rlserve.env.base import EnvSource
 from rlserve.env.subprocess import death_reason
 from rlserve.errors import ConfigError, DecodeError
 from rlserve.experience.agent_values import PolicyTable
-from rlserve.experience.episode_records import EpisodeSummary
+from rlserve.experience.episode_records import summary_from_wire
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.codec import encode
 from rlserve.protocol.fragment import Fragment
+from rlserve.training.sampler import SampleRound
 
-__all__ = ["RunnerGroup", "SampleRound", "local_source"]
+__all__ = ["RunnerGroup", "local_source"]
 
 logger = logging.getLogger("rlserve.algorithm")
 
@@ -91,15 +86,6 @@ def local_source(config: AlgorithmConfig, seed: int) -> EnvSource:
 
 
 @dataclass
-class SampleRound:
-    """What one :meth:`RunnerGroup.sample` round brought back from all runners."""
-
-    fragments: list[Fragment] = field(default_factory=list)
-    summaries: list[EpisodeSummary] = field(default_factory=list)
-    env_steps: int = 0
-
-
-@dataclass
 class _Runner:
     """One runner process and what the parent knows of it."""
 
@@ -136,7 +122,7 @@ class _Processes:
         for runner in self.runners:
             if runner.conn is not None:
                 with contextlib.suppress(OSError, ValueError):
-                    send(runner.conn, {"kind": "close"})
+                    send(runner.conn, {"type": "close"})
         deadline = time.monotonic() + _CLOSE_WAIT_S
         for runner in self.runners:
             if runner.process is not None:
@@ -239,7 +225,7 @@ class RunnerGroup:
 
     # -- a round -----------------------------------------------------------------------------
 
-    def sample(self, steps: int, packages: dict[str, WeightsPackage]) -> SampleRound:
+    def sample(self, steps: int, packages: Mapping[str, WeightsPackage]) -> SampleRound:
         """One round: every runner samples ``ceil(steps / N)`` steps with ``packages``.
 
         Returns:
@@ -262,7 +248,7 @@ class RunnerGroup:
             if changed not in encoded:
                 weights = {pid: packages[pid].to_wire() for pid in changed}
                 encoded[changed] = encode(
-                    {"kind": "sample", "round": self._round, "steps": share, "weights": weights}
+                    {"type": "sample", "round": self._round, "steps": share, "weights": weights}
                 )
             runner.stamp.value = time.monotonic()
             failure = self._send(runner, encoded[changed])
@@ -373,13 +359,13 @@ class RunnerGroup:
         return answers
 
     def _answer(self, runner: _Runner, message: dict[str, Any], kind: str) -> Any:
-        if message.get("kind") == kind:
+        if message.get("type") == kind:
             return message
-        if message.get("kind") == "config_error":
+        if message.get("type") == "config_error":
             raise ConfigError(f"in env runner {runner.index}: {message.get('reason')}")
-        if message.get("kind") == "error":
+        if message.get("type") == "error":
             return _Failure(f"env raised {message.get('reason')}", str(message.get("traceback")))
-        return _Failure(f"runner process answered {message.get('kind')!r}, not {kind!r}")
+        return _Failure(f"runner process answered {message.get('type')!r}, not {kind!r}")
 
     def _died(self, runner: _Runner) -> str:
         return death_reason(runner.process, "runner process")
