@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -58,6 +58,9 @@ from rlserve.server.policies import is_flat, run_folder_form
 from rlserve.training.driver import MAX_UPDATES_PER_ROUND, TrainingDriver
 from rlserve.training.policy_learner import PolicyLearner
 from rlserve.training.sampler import Sampler
+
+if TYPE_CHECKING:
+    from rlserve.algorithm.serving import AttachedServer
 
 RETURN_WINDOW = 100
 """Episodes in the moving window of ``episode_return_mean``."""
@@ -160,7 +163,7 @@ class Algorithm(ActingMixin):
             self.run = RunFolder.create(config.run_dir, config.run_name)
             self._write_run_files(self.run.path)
             self._metrics = MetricsWriter(self.run.path)
-        self.server: Any = None
+        self.server: AttachedServer | None = None
         if config.serving_settings is not None:
             self._attach_server(resume=resume is not None)
 
@@ -380,11 +383,10 @@ class Algorithm(ActingMixin):
         self._seeds = np.random.SeedSequence([self.config.seed, self.iteration])
         seed = self.config.seed + 7919 * self.iteration
         self._packages = {pid: learner.weights() for pid, learner in self.learners.items()}
+        self._env_sampler.stop()
         if self.runners is None:
             self.source.close()
             self.source = make_source(self.config, seed=seed)
-        else:
-            self.runners.stop()
         self._start_sampling(seed, int(state.get("episodes_failed", 0)))
         if self.server is not None:
             for pid, learner in self.learners.items():

@@ -1,9 +1,10 @@
 """The learner process: trains the server's policies on the experience log, publishes weights.
 
 It runs apart from the serving process so an update never pauses serving, and so that its death
-never stops serving: the server restarts it (see :mod:`rlserve.server.learner_link`). It hosts
-one learner per policy (:class:`~rlserve.training.policy_learner.PolicyLearner`, each with its own
-optimiser, counters, weights version and checkpoints) and reads the run's experience log
+never stops serving: the server restarts it (see :mod:`rlserve.server.learner_link`). It runs
+the one learner loop, :class:`~rlserve.training.driver.TrainingDriver`, over one learner per
+policy (:class:`~rlserve.training.policy_learner.PolicyLearner`, each with its own optimiser,
+counters, weights version and checkpoints) and reads the run's experience log
 (:mod:`rlserve.run.experience_log`) once for all of them, handing each fragment to the policy
 it names, from the lowest position a policy's newest intact checkpoint had trained through; each
 policy skips what it trained already, so a restarted learner or a resumed run trains every
