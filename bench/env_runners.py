@@ -52,21 +52,12 @@ def sample_rate(runners: int, envs: int, batch: int, rounds: int, env: str) -> f
     """Env steps/s of sampling alone (no update), with ``runners`` processes or in process."""
     algo = config(runners, envs, batch, env).build()
     try:
-        packages = algo._packages
-        if algo.runners is None:
-            algo.runner.sample(batch)  # warm-up: first resets
-            start = time.perf_counter()
-            steps = 0
-            for _ in range(rounds):
-                steps += algo.runner.sample(batch)
-                algo.runner.cut()
-                algo._fragments.clear()
-        else:
-            algo.runners.sample(batch, packages)
-            start = time.perf_counter()
-            steps = 0
-            for _ in range(rounds):
-                steps += algo.runners.sample(batch, packages).env_steps
+        sampler, packages = algo.samplers[0], algo._packages
+        sampler.sample(batch, packages)  # warm-up: first resets (runner processes: start)
+        start = time.perf_counter()
+        steps = 0
+        for _ in range(rounds):
+            steps += sampler.sample(batch, packages).env_steps
         return steps / (time.perf_counter() - start)
     finally:
         algo.stop()

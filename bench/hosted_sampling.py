@@ -5,7 +5,7 @@ Run: ``PYTHONPATH=src .venv/bin/python bench/hosted_sampling.py`` (``--quick`` f
 What is measured, for 1 and 8 copies of CartPole-v1, in this process and in sub-processes
 (``remote_worker_envs=True``, one copy per process):
 
-- **rlserve**: ``algo.runner.sample(n)`` of ``PPOConfig().environment("CartPole-v1")
+- **rlserve**: ``algo.local.runner.sample(n)`` of ``PPOConfig().environment("CartPole-v1")
   .env_runners(...).build()``, i.e. the env steps, the forward pass of the default 64x64 PPO
   actor (``NumpyPolicy``), action sampling and all episode bookkeeping (the ``EpisodeTable``
   cutting fragments, episode summaries). The fragments are discarded; the learner never trains,
@@ -41,8 +41,8 @@ def rlserve_rate(num_envs: int, remote: bool, steps: int) -> float:
         .build()
     )
     try:
-        runner = algo.runner
-        fragments = algo._fragments  # the collector's sink; emptied as we go
+        runner = algo.local.runner
+        fragments = algo.local.fragments  # the collector's sink; emptied as we go
         runner.sample(max(num_envs, 256))  # warm-up: reset, first forward passes
         fragments.clear()
         chunk = 2048

@@ -222,7 +222,7 @@ def test_the_answer_to_an_abandoned_round_is_not_taken_for_the_next() -> None:
         algo.train()
         # A round whose caller went away (an exception, Ctrl-C) before reading the answers.
         group._round += 1
-        stale = {"kind": "sample", "round": group._round, "steps": 10, "weights": {}}
+        stale = {"type": "sample", "round": group._round, "steps": 10, "weights": {}}
         assert not group._supervisor.send_all(stale, range(len(group.pids)))
         results = [algo.train() for _ in range(2)]
     for result in results:

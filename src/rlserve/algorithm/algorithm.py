@@ -1,8 +1,10 @@
 """The Algorithm: env runners, a collector and learners in one object (RLlib's ``Algorithm``).
 
-``train()`` is synchronous, as on-policy PPO wants it: sample a round of steps with the current
-weights, cut every open episode there (so a batch holds only those weights' steps), update each
-policy's learner that is ready, and hand the new weights to the collector; repeat until
+``train()`` is synchronous, as on-policy PPO wants it: each sampler (the environments, in process
+or in env-runner processes; an attached server's clients: :mod:`rlserve.training.sampler`)
+samples a round with the current weights, every open episode cut at its end (so a batch holds
+only those weights' steps); the :class:`~rlserve.training.driver.TrainingDriver` updates each
+ready learner, and the new weights go to the collector (and the server); repeat until
 ``min_env_steps_per_iteration`` steps were sampled, then return the result dict
 (:data:`RESULT_KEYS` documents it). A round is the shortest of the learners' schedules
 (``sample_steps``: PPO's ``train_batch_size``, DQN's and SAC's ``train_every``), so in a run
@@ -25,7 +27,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,31 +41,29 @@ from rlserve.algorithm.checkpoint_state import (
 from rlserve.algorithm.config import AlgorithmConfig
 from rlserve.algorithm.evaluation import Evaluator
 from rlserve.algorithm.inference import ActingMixin
+from rlserve.algorithm.local_sampler import LocalSampler
 from rlserve.algorithm.results import episode_stats, iteration_result, report
 from rlserve.algorithm.runner_group import RunnerGroup, local_source
-from rlserve.algorithm.sources import make_source, source_policies
+from rlserve.algorithm.sources import make_source, policy_table, source_policies
 from rlserve.config.fields import to_table
 from rlserve.env.base import EnvSource
-from rlserve.env.runner import EnvRunner
-from rlserve.experience.agent_values import PolicyTable
 from rlserve.experience.collector import Collector
 from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.learners.registry import DEFAULT_ALGORITHM, algorithm
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.weights import WeightsPackage
-from rlserve.protocol.fragment import Fragment
-from rlserve.protocol.mapping import PolicyMapping
-from rlserve.protocol.spaces import describe
 from rlserve.run.metrics import MetricsWriter, ProgressLine
 from rlserve.run.run_folder import RunFolder
-from rlserve.server.policies import PolicySpec, is_flat, run_folder_form
+from rlserve.server.policies import is_flat, run_folder_form
+from rlserve.training.driver import MAX_UPDATES_PER_ROUND, TrainingDriver
+from rlserve.training.policy_learner import PolicyLearner
+from rlserve.training.sampler import Sampler
+
+if TYPE_CHECKING:
+    from rlserve.algorithm.serving import AttachedServer
 
 RETURN_WINDOW = 100
 """Episodes in the moving window of ``episode_return_mean``."""
-
-MAX_UPDATES_PER_ROUND = 64
-"""Updates of one learner after one round of sampling at most: an off-policy learner that is
-still ready after an update has a backlog (more steps came in than one round trains on)."""
 
 RESULT_KEYS = {
     "training_iteration": "iterations done so far",
@@ -108,7 +108,6 @@ class Algorithm(ActingMixin):
 
     def __init__(self, config: AlgorithmConfig, *, resume: str | Path | None = None):
         self.config = config
-        self._log_trained_through = 0
         self.iteration = 0
         self.env_steps_sampled = 0
         self.episodes_total = 0
@@ -116,7 +115,6 @@ class Algorithm(ActingMixin):
         self._returns: deque[float] = deque(maxlen=RETURN_WINDOW)
         self._lengths: deque[int] = deque(maxlen=RETURN_WINDOW)
         self._episodes_this_iter = 0
-        self._fragments: list[Fragment] = []
         self._seeds = np.random.SeedSequence(config.seed)
         if config.num_env_runners:
             self.source: EnvSource = local_source(config, seed=config.seed)
@@ -137,20 +135,22 @@ class Algorithm(ActingMixin):
             )
             for index, (pid, spec) in enumerate(self.specs.items())
         }
+        self.driver = TrainingDriver(
+            {pid: PolicyLearner.in_process(pid, learner) for pid, learner in self.learners.items()},
+            self._updated,
+            max_updates_per_round=MAX_UPDATES_PER_ROUND,
+        )
+        """The learner loop; the Algorithm publishes each round's new weights itself."""
         self._learner_metrics: dict[str, dict[str, float]] = {pid: {} for pid in self.learners}
-        self.table = _policy_table(self.specs, self.mapping)
+        self.table = policy_table(self.specs, self.mapping)
         self._packages = {pid: learner.weights() for pid, learner in self.learners.items()}
-        self.collector = self._make_collector()
-        self.runner = EnvRunner(self.source, self.collector, seed=config.seed)
-        """Samples in this process (with ``num_env_runners=0``)."""
         self.runners: RunnerGroup | None = None
         """The env-runner processes (with ``num_env_runners`` >= 1)."""
-        if config.num_env_runners:
-            try:
-                self.runners = RunnerGroup(config, self.table, self._packages, config.seed)
-            except BaseException:
-                self.source.close()
-                raise
+        try:
+            self._start_sampling(config.seed)
+        except BaseException:
+            self.source.close()
+            raise
         self._eval: Evaluator | None = None
         self.run: RunFolder | None = None
         self._metrics: MetricsWriter | None = None
@@ -163,7 +163,7 @@ class Algorithm(ActingMixin):
             self.run = RunFolder.create(config.run_dir, config.run_name)
             self._write_run_files(self.run.path)
             self._metrics = MetricsWriter(self.run.path)
-        self.server: Any = None
+        self.server: AttachedServer | None = None
         if config.serving_settings is not None:
             self._attach_server(resume=resume is not None)
 
@@ -177,30 +177,20 @@ class Algorithm(ActingMixin):
         network_steps = 0
         batch = min(learner.sample_steps for learner in self.learners.values())
         while sampled < self.config.min_env_steps_per_iteration:
-            if self.runners is not None:
-                round_ = self.runners.sample(batch, self._packages)
+            through = None
+            for sampler in self.samplers:
+                round_ = sampler.sample(batch, self._packages)
                 sampled += round_.env_steps
-                fragments = round_.fragments
+                network_steps += round_.client_steps
                 for summary in round_.summaries:
                     self._episode_done(summary)
-            else:
-                sampled += self.runner.sample(batch)
-                self.runner.cut()
-                fragments, self._fragments[:] = list(self._fragments), []
-            through = None
-            if self.server is not None:
-                taken, summaries = self.server.take(batch)
-                through = self.server.taken_through
-                network_steps += sum(len(f) for f in taken)
-                fragments += taken
-                for summary in summaries:
-                    self._episode_done(summary)
-            self._update(fragments)
-            if through is not None and not any(
-                learner.buffered_steps for learner in self.learners.values()
-            ):
-                # Every log record through `through` is now in the learners' weights.
-                self._log_trained_through = through
+                self.driver.take(round_.fragments)
+                if round_.log_position is not None:
+                    through = round_.log_position
+            self.driver.ingest(through)
+            for pid in self.driver.train():
+                self._packages[pid] = self.learners[pid].weights()
+                self._publish(pid, self._packages[pid])
         self.env_steps_sampled += sampled
         self.iteration += 1
         elapsed = time.perf_counter() - started
@@ -222,39 +212,41 @@ class Algorithm(ActingMixin):
             self._checkpoint(self.run.path)
         return result
 
-    def _update(self, fragments: list[Fragment]) -> None:
-        by_policy: dict[str, list[Fragment]] = {}
-        for fragment in fragments:
-            by_policy.setdefault(fragment.policy_id, []).append(fragment)
-        for pid, own in by_policy.items():
-            learner = self.learners.get(pid)
-            if learner is not None:
-                learner.ingest(own)
-        for pid, learner in self.learners.items():
-            updated = False
-            for _ in range(MAX_UPDATES_PER_ROUND):
-                if not learner.ready():
-                    break
-                self._learner_metrics[pid] = learner.update()
-                updated = True
-            if updated:
-                self._packages[pid] = learner.weights()
-                self._publish(pid, self._packages[pid])
+    @property
+    def samplers(self) -> list[Sampler]:
+        """Where each round's experience comes from: the environments, then the clients."""
+        envs = self._env_sampler
+        return [envs] if self.server is None else [envs, self.server]
+
+    def _start_sampling(self, seed: int, episodes_failed: int = 0) -> None:
+        """Start the environments' sampler (and the acting policies) from ``seed``."""
+        self.local = LocalSampler(
+            self.source,
+            self.table,
+            {pid: self._numpy_policy(package) for pid, package in self._packages.items()},
+            self.config.rollout_fragment_length,
+            seed,
+            episodes_failed,
+        )
+        """Samples in this process (with ``num_env_runners=0``); acts for compute_actions."""
+        if self.config.num_env_runners:
+            self.runners = RunnerGroup(
+                self.config, self.table, self._packages, seed, episodes_failed
+            )
+        self._env_sampler: Sampler = self.local if self.runners is None else self.runners
+
+    def _updated(self, policy: PolicyLearner, metrics: dict[str, float]) -> None:
+        self._learner_metrics[policy.policy_id] = metrics
 
     def _publish(self, policy_id: str, package: WeightsPackage) -> None:
         self.collector.set_policy(policy_id, self._numpy_policy(package))
         if self.server is not None:
             self.server.publish(policy_id, package)
 
-    def _make_collector(self) -> Collector:
-        return Collector(
-            self.table,
-            {pid: self._numpy_policy(package) for pid, package in self._packages.items()},
-            self.config.rollout_fragment_length,
-            max(1024, 4 * _num_envs(self.source)),
-            self._fragments.append,
-            self._episode_done,
-        )
+    @property
+    def collector(self) -> Collector:
+        """The collector whose policies act (and sample, with ``num_env_runners=0``)."""
+        return self.local.collector
 
     def _numpy_policy(self, package: WeightsPackage) -> NumpyPolicy:
         seed = int(self._seeds.spawn(1)[0].generate_state(1, np.uint64)[0])
@@ -275,8 +267,8 @@ class Algorithm(ActingMixin):
             "num_env_steps_sampled": sampled,
             "num_env_steps_sampled_lifetime": self.env_steps_sampled,
             "episodes_failed": self._episodes_failed,
-            "num_healthy_env_runners": 0 if self.runners is None else self.runners.num_healthy,
-            "num_env_runner_restarts": 0 if self.runners is None else self.runners.restarts,
+            "num_healthy_env_runners": sum(s.num_healthy for s in self.samplers),
+            "num_env_runner_restarts": sum(s.restarts for s in self.samplers),
         }
         return iteration_result(
             self.iteration,
@@ -290,9 +282,7 @@ class Algorithm(ActingMixin):
 
     @property
     def _episodes_failed(self) -> int:
-        if self.runners is not None:
-            return self.runners.episodes_failed
-        return self.runner.episodes_failed
+        return sum(sampler.episodes_failed for sampler in self.samplers)
 
     # -- acting (compute_single_action and compute_actions: ActingMixin) ----------------------
 
@@ -365,12 +355,12 @@ class Algorithm(ActingMixin):
             "episodes_failed": self._episodes_failed,
             "checkpoints": files,
             "algorithms": dict(self.algorithms),
-            "log_trained_through": self._log_trained_through,
+            "log_trained_through": self.driver.trained_through,
         }
         write_state(folder, state)
         if self.server is not None and self.run is not None and _same(folder, self.run.path):
             # The checkpoint holds what the log held through this point: it may go.
-            self.server.release_log(self._log_trained_through)
+            self.server.release_log(self.driver.trained_through)
 
     def restore(self, checkpoint_dir: str | Path) -> None:
         """Load the learners and counters of a checkpoint folder written by :meth:`save`.
@@ -391,27 +381,21 @@ class Algorithm(ActingMixin):
         self._lengths = deque(state["lengths"], maxlen=RETURN_WINDOW)
         # Restart sampling from a state that depends only on the checkpoint.
         self._seeds = np.random.SeedSequence([self.config.seed, self.iteration])
-        self._fragments.clear()
         seed = self.config.seed + 7919 * self.iteration
-        failed = int(state.get("episodes_failed", 0))
         self._packages = {pid: learner.weights() for pid, learner in self.learners.items()}
+        self._env_sampler.stop()
         if self.runners is None:
             self.source.close()
             self.source = make_source(self.config, seed=seed)
-        self.collector = self._make_collector()
-        self.runner = EnvRunner(self.source, self.collector, seed=seed)
-        if self.runners is None:
-            self.runner.episodes_failed = failed
-        else:
-            self.runners.stop()
-            self.runners = RunnerGroup(self.config, self.table, self._packages, seed, failed)
+        self._start_sampling(seed, int(state.get("episodes_failed", 0)))
         if self.server is not None:
             for pid, learner in self.learners.items():
                 self.server.publish(pid, learner.weights())
             if self.run is not None and _same(folder, self.run.path):
                 # Resuming the server's own run: what it logged past the checkpoint is trained.
-                self._log_trained_through = int(state.get("log_trained_through", 0))
-                self.server.requeue_after(self._log_trained_through)
+                position = int(state.get("log_trained_through", 0))
+                self.driver.restart_at(position)
+                self.server.requeue_after(position)
 
     @classmethod
     def from_checkpoint(
@@ -492,12 +476,9 @@ class Algorithm(ActingMixin):
 
     def stop(self) -> None:
         """Close the environments, the attached server and the metrics files."""
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-        if self.runners is not None:
-            self.runners.stop()
-            self.runners = None
+        for sampler in reversed(self.samplers):
+            sampler.stop()
+        self.server = self.runners = None
         self.source.close()
         if self._eval is not None:
             self._eval.close()
@@ -514,25 +495,5 @@ class Algorithm(ActingMixin):
         self.stop()
 
 
-def _policy_table(specs: dict[str, PolicySpec], mapping: PolicyMapping | None) -> PolicyTable:
-    """The collector's view of the policies (the form a server's ``welcome`` gives a client)."""
-    welcome = {
-        "policies": {
-            pid: {
-                "observation_space": describe(s.observation_space),
-                "action_space": describe(s.action_space),
-            }
-            for pid, s in specs.items()
-        },
-        "mapping": None if mapping is None else mapping.to_wire(),
-        "multi_agent": True,
-    }
-    return PolicyTable(welcome)
-
-
 def _same(a: Path, b: Path) -> bool:
     return a.resolve() == b.resolve()
-
-
-def _num_envs(source: EnvSource) -> int:
-    return int(getattr(source, "num_envs", 1))

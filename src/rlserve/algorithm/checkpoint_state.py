@@ -14,9 +14,9 @@ from typing import Any
 
 from rlserve.errors import ConfigError
 from rlserve.learners.base import Learner
-from rlserve.run.checkpoints import checkpoint_path, prune
 from rlserve.run.durable import atomic_write_bytes
 from rlserve.server.policies import policy_paths
+from rlserve.training.policy_learner import write_checkpoint
 
 STATE_FILE = "algorithm.json"
 """The Algorithm's own counters in a checkpoint folder (next to the learners' files)."""
@@ -41,9 +41,7 @@ def save_learners(
     for pid, learner in learners.items():
         checkpoints = policy_paths(folder, pid, flat).checkpoints
         checkpoints.mkdir(parents=True, exist_ok=True)
-        path = checkpoint_path(checkpoints, learner.counters()["updates"])
-        learner.save(path, {"iteration": iteration})
-        prune(checkpoints, keep)
+        path, _ = write_checkpoint(learner, checkpoints, {"iteration": iteration}, keep)
         files[pid] = str(path.relative_to(folder))
     return files
 

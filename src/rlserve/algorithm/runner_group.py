@@ -24,6 +24,7 @@ import logging
 import multiprocessing as mp
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from multiprocessing.util import Finalize
 from typing import Any
@@ -31,19 +32,20 @@ from typing import Any
 import numpy as np
 
 from rlserve.algorithm.config import AlgorithmConfig
-from rlserve.algorithm.runner_process import RunnerSetup, run_runner, summary_from_wire
+from rlserve.algorithm.runner_process import RunnerSetup, run_runner
 from rlserve.algorithm.sources import make_source
 from rlserve.env.base import EnvSource
 from rlserve.errors import ConfigError, DecodeError
 from rlserve.experience.agent_values import PolicyTable
-from rlserve.experience.episode_records import EpisodeSummary
+from rlserve.experience.episode_records import summary_from_wire
 from rlserve.policy.weights import WeightsPackage
 from rlserve.processes.restarts import Failure
 from rlserve.processes.supervisor import KEEP_WAITING, Judge, ProcessSupervisor
 from rlserve.processes.wire import CODEC
 from rlserve.protocol.fragment import Fragment
+from rlserve.training.sampler import SampleRound
 
-__all__ = ["RunnerGroup", "SampleRound", "local_source"]
+__all__ = ["RunnerGroup", "local_source"]
 
 logger = logging.getLogger("rlserve.algorithm")
 
@@ -79,15 +81,6 @@ def local_source(config: AlgorithmConfig, seed: int) -> EnvSource:
             f"(the {config.num_env_runners} env-runner processes already sample in parallel)"
         )
     return source
-
-
-@dataclass
-class SampleRound:
-    """What one :meth:`RunnerGroup.sample` round brought back from all runners."""
-
-    fragments: list[Fragment] = field(default_factory=list)
-    summaries: list[EpisodeSummary] = field(default_factory=list)
-    env_steps: int = 0
 
 
 @dataclass
@@ -162,7 +155,7 @@ class RunnerGroup:
             run_runner,
             what="runner process",
             wire=CODEC,
-            close_message={"kind": "close"},
+            close_message={"type": "close"},
             logger=logger,
             restart_note="the runner",
             success="sample",
@@ -206,7 +199,7 @@ class RunnerGroup:
 
     # -- a round -----------------------------------------------------------------------------
 
-    def sample(self, steps: int, packages: dict[str, WeightsPackage]) -> SampleRound:
+    def sample(self, steps: int, packages: Mapping[str, WeightsPackage]) -> SampleRound:
         """One round: every runner samples ``ceil(steps / N)`` steps with ``packages``.
 
         Returns:
@@ -229,7 +222,7 @@ class RunnerGroup:
         failures: dict[int, Failure] = {}
         for changed, slots in needs.items():
             weights = {pid: packages[pid].to_wire() for pid in changed}
-            message = {"kind": "sample", "round": self._round, "steps": share, "weights": weights}
+            message = {"type": "sample", "round": self._round, "steps": share, "weights": weights}
             for slot in slots:
                 self._runners[slot].stamp.value = time.monotonic()
             failures.update(self._supervisor.send_all(message, slots))
@@ -284,13 +277,13 @@ class RunnerGroup:
         def judge(slot: int, message: dict[str, Any]) -> Any:
             if kind == "sampled" and message.get("round", self._round) != self._round:
                 return KEEP_WAITING  # the answer to a round the caller abandoned (Ctrl-C)
-            if message.get("kind") == kind:
+            if message.get("type") == kind:
                 return message
-            if message.get("kind") == "config_error":
+            if message.get("type") == "config_error":
                 raise ConfigError(f"in env runner {slot + 1}: {message.get('reason')}")
-            if message.get("kind") == "error":
+            if message.get("type") == "error":
                 return Failure(f"env raised {message.get('reason')}", str(message.get("traceback")))
-            return Failure(f"runner process answered {message.get('kind')!r}, not {kind!r}")
+            return Failure(f"runner process answered {message.get('type')!r}, not {kind!r}")
 
         return judge
 

@@ -6,8 +6,8 @@ process makes its source (``num_envs_per_env_runner`` copies, in sub-processes o
 and answers the parent's commands. Messages are maps in rlserve's msgpack codec (typed arrays, no
 pickle), one per :meth:`Connection.send_bytes <multiprocessing.connection.Connection.send_bytes>`:
 
-* parent -> runner: ``{"kind": "sample", "round": r, "steps": n, "weights": {policy id:
-  package}}`` (only the policies whose version changed) and ``{"kind": "close"}``.
+* parent -> runner: ``{"type": "sample", "round": r, "steps": n, "weights": {policy id:
+  package}}`` (only the policies whose version changed) and ``{"type": "close"}``.
 * runner -> parent: ``ready`` once the environments are made; ``sampled`` (echoing ``round``, so
   the answer to a round the parent abandoned is told apart) with the fragments and
   episode summaries of the round (every open episode cut at its end) and the counters
@@ -25,7 +25,6 @@ goes away.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import stat
 import time
@@ -41,17 +40,17 @@ from rlserve.algorithm.config import AlgorithmConfig
 from rlserve.algorithm.sources import make_source
 from rlserve.env.base import EnvSource, VectorEnvSource
 from rlserve.env.runner import EnvRunner
-from rlserve.errors import ConfigError, DecodeError
+from rlserve.errors import ConfigError
 from rlserve.experience.agent_values import PolicyTable
 from rlserve.experience.collector import Collector
-from rlserve.experience.episode_records import EpisodeSummary
+from rlserve.experience.episode_records import EpisodeSummary, summary_to_wire
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.weights import WeightsPackage
 from rlserve.processes.child import enter_child
 from rlserve.processes.wire import receive, send
 from rlserve.protocol.fragment import Fragment
 
-__all__ = ["RunnerSetup", "run_runner", "summary_from_wire", "summary_to_wire"]
+__all__ = ["RunnerSetup", "run_runner"]
 
 
 @dataclass
@@ -73,34 +72,6 @@ class RunnerSetup:
     index: int
     seed: int
     stamp: Any
-
-
-def summary_to_wire(summary: EpisodeSummary) -> dict[str, Any]:
-    """An episode summary as a map for the codec."""
-    return dataclasses.asdict(summary)
-
-
-def summary_from_wire(raw: dict[str, Any]) -> EpisodeSummary:
-    """Rebuild an episode summary from :func:`summary_to_wire` output.
-
-    Raises:
-        DecodeError: A field is missing.
-    """
-    try:
-        returns = raw["policy_returns"]
-        return EpisodeSummary(
-            episode_id=str(raw["episode_id"]),
-            episode_return=float(raw["episode_return"]),
-            length=int(raw["length"]),
-            training_enabled=bool(raw["training_enabled"]),
-            reason=str(raw["reason"]),
-            policy_returns=None
-            if returns is None
-            else {str(k): float(v) for k, v in returns.items()},
-            policy_id=str(raw["policy_id"]),
-        )
-    except KeyError as exc:
-        raise DecodeError(f"episode summary is missing the field {exc}") from exc
 
 
 def close_inherited_sockets(keep: set[int]) -> None:
@@ -137,7 +108,7 @@ def run_runner(conn: Connection, setup: RunnerSetup, inherited: Sequence[Connect
         try:
             source = make_source(setup.config, seed=setup.seed, worker_index=setup.index)
         except ConfigError as exc:
-            send(conn, {"kind": "config_error", "reason": str(exc)})
+            send(conn, {"type": "config_error", "reason": str(exc)})
             return
         _serve(conn, setup, source)
     except Exception as exc:
@@ -145,7 +116,7 @@ def run_runner(conn: Connection, setup: RunnerSetup, inherited: Sequence[Connect
             send(
                 conn,
                 {
-                    "kind": "error",
+                    "type": "error",
                     "reason": f"{type(exc).__name__}: {exc}",
                     "traceback": traceback.format_exc(),
                 },
@@ -183,13 +154,13 @@ def _serve(conn: Connection, setup: RunnerSetup, source: EnvSource) -> None:
     )
     # Before its first reset a source has no episode open, but a failure then still loses one
     # per copy: count those.
-    send(conn, {"kind": "ready", "in_flight": num_envs})
+    send(conn, {"type": "ready", "in_flight": num_envs})
     while True:
         try:
             message = receive(conn)
         except (EOFError, OSError):
             return
-        if message.get("kind") != "sample":
+        if message.get("type") != "sample":
             return
         setup.stamp.value = time.monotonic()
         for pid, raw in message["weights"].items():
@@ -202,13 +173,13 @@ def _serve(conn: Connection, setup: RunnerSetup, source: EnvSource) -> None:
             setup.stamp.value = time.monotonic()
         runner.cut()
         reply = {
-            "kind": "sampled",
+            "type": "sampled",
             "round": message.get("round"),
             "env_steps": steps,
             "episodes_failed": runner.episodes_failed,
             "in_flight": len(collector.table) + vector_copies,
             "fragments": [f.to_wire() for f in fragments],
-            "summaries": [summary_to_wire(s) for s in summaries],
+            "summaries": [summary_to_wire(s, with_policy=True) for s in summaries],
         }
         fragments.clear()
         summaries.clear()

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from rlserve.algorithm.server_thread import ServerThread
@@ -52,6 +52,7 @@ from rlserve.server.app import PolicyServer
 from rlserve.server.log_sync import sync_log_forever
 from rlserve.server.policies import PolicySpec
 from rlserve.server.stats import ServerStats
+from rlserve.training.sampler import SampleRound
 
 UNKNOWN_SOURCE = "unknown"
 """The source of a fragment whose episode's owner cannot be found (should not happen)."""
@@ -238,6 +239,28 @@ class AttachedServer:
             algo=algorithm(algo).name,
         )
         self._thread = ServerThread(self.server, name="rlserve-attached-server")
+
+    # -- as a sampler (rlserve.training.sampler.Sampler) --------------------------------------
+
+    episodes_failed = 0
+    """Episodes lost: none (a client's episode that idles out ends as ``idle_timeout``)."""
+    num_healthy = 0
+    """Sampling processes: none (the clients are not the server's to count)."""
+    restarts = 0
+    """Sampling processes restarted: none."""
+
+    def sample(self, steps: int, packages: Mapping[str, WeightsPackage]) -> SampleRound:
+        """One round: what clients produced since the last one (:meth:`take` of ``steps``).
+
+        ``packages`` are not used: the trainer hands each new version to :meth:`publish`.
+        """
+        fragments, summaries = self.take(steps)
+        return SampleRound(
+            fragments,
+            summaries,
+            client_steps=sum(len(f) for f in fragments),
+            log_position=self.taken_through,
+        )
 
     # -- life cycle ------------------------------------------------------------------------
 

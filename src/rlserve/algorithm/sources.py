@@ -8,9 +8,11 @@ from rlserve.algorithm.config import AlgorithmConfig
 from rlserve.env.base import SINGLE_AGENT, EnvSource
 from rlserve.env.convert import to_source
 from rlserve.errors import ConfigError, RLServeError
+from rlserve.experience.agent_values import PolicyTable
 from rlserve.learners.registry import algorithm
 from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.mapping import PolicyMapping
+from rlserve.protocol.spaces import describe
 from rlserve.server.policies import PolicySpec
 
 
@@ -106,3 +108,19 @@ def source_policies(
         specs[pid] = spec
     mapping_out = PolicyMapping(rules, declared) if source.multi_agent else None
     return specs, mapping_out
+
+
+def policy_table(specs: dict[str, PolicySpec], mapping: PolicyMapping | None) -> PolicyTable:
+    """The collector's view of the policies (the form a server's ``welcome`` gives a client)."""
+    welcome = {
+        "policies": {
+            pid: {
+                "observation_space": describe(s.observation_space),
+                "action_space": describe(s.action_space),
+            }
+            for pid, s in specs.items()
+        },
+        "mapping": None if mapping is None else mapping.to_wire(),
+        "multi_agent": True,
+    }
+    return PolicyTable(welcome)

@@ -11,7 +11,7 @@ import uuid
 from collections import deque
 from typing import Any
 
-from rlserve.experience.episodes import EpisodeSummary
+from rlserve.experience.episode_records import EpisodeSummary, summary_to_wire
 from rlserve.protocol.fragment import Fragment
 
 MESSAGE_OVERHEAD = 1024
@@ -36,20 +36,8 @@ def report_message(
         "batch_id": uuid.uuid4().hex,
         "policy_id": policy_id,
         "fragments": [_fragment_to_wire(f) for f in fragments],
-        "episodes": [_summary_to_wire(s) for s in summaries],
+        "episodes": [summary_to_wire(s) for s in summaries],
     }
-
-
-def _summary_to_wire(summary: EpisodeSummary) -> dict[str, Any]:
-    wire: dict[str, Any] = {
-        "episode_id": summary.episode_id,
-        "return": summary.episode_return,
-        "length": summary.length,
-        "reason": summary.reason,
-    }
-    if summary.policy_returns is not None:
-        wire["policy_returns"] = summary.policy_returns
-    return wire
 
 
 def _fragment_to_wire(fragment: Fragment) -> dict[str, Any]:

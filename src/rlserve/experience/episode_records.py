@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from rlserve.errors import SpaceError
+from rlserve.errors import DecodeError, SpaceError
 from rlserve.experience.agent_columns import EpisodeAgents
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.values import MAX_ABS_REWARD
@@ -49,6 +49,52 @@ class EpisodeSummary:
     None for a single-agent episode (its one policy's return is ``episode_return``)."""
     policy_id: str = "default"
     """The policy of a single-agent episode."""
+
+
+def summary_to_wire(summary: EpisodeSummary, with_policy: bool = False) -> dict[str, Any]:
+    """An episode summary in its one wire form (``report_samples``' ``episodes``, protocol §7.10).
+
+    ``episode_id``, ``return``, ``length``, ``reason``, and ``policy_returns`` for a multi-agent
+    episode. ``with_policy`` adds ``policy_id`` (a report names its policy once for all its
+    summaries; an env-runner's round does not).
+    """
+    wire: dict[str, Any] = {
+        "episode_id": summary.episode_id,
+        "return": summary.episode_return,
+        "length": summary.length,
+        "reason": summary.reason,
+    }
+    if summary.policy_returns is not None:
+        wire["policy_returns"] = summary.policy_returns
+    if with_policy:
+        wire["policy_id"] = summary.policy_id
+    return wire
+
+
+def summary_from_wire(raw: dict[str, Any], policy_id: str = "default") -> EpisodeSummary:
+    """Rebuild a trained episode's summary from :func:`summary_to_wire` output of our own.
+
+    ``policy_id``: its policy when ``raw`` names none. (A client's report is checked first:
+    :func:`rlserve.server.reports.check_summaries`.)
+
+    Raises:
+        DecodeError: A field is missing.
+    """
+    try:
+        returns = raw.get("policy_returns")
+        return EpisodeSummary(
+            episode_id=str(raw["episode_id"]),
+            episode_return=float(raw["return"]),
+            length=int(raw["length"]),
+            training_enabled=True,
+            reason=str(raw.get("reason") or "terminated"),
+            policy_returns=None
+            if returns is None
+            else {str(k): float(v) for k, v in returns.items()},
+            policy_id=str(raw.get("policy_id", policy_id)),
+        )
+    except KeyError as exc:
+        raise DecodeError(f"episode summary is missing the field {exc}") from exc
 
 
 @dataclass(slots=True)

@@ -1,9 +1,10 @@
 """The learner process: trains the server's policies on the experience log, publishes weights.
 
 It runs apart from the serving process so an update never pauses serving, and so that its death
-never stops serving: the server restarts it (see :mod:`rlserve.server.learner_link`). It hosts
-one learner per policy (:class:`~rlserve.training.policy_learner.PolicyLearner`, each with its own
-optimiser, counters, weights version and checkpoints) and reads the run's experience log
+never stops serving: the server restarts it (see :mod:`rlserve.server.learner_link`). It runs
+the one learner loop, :class:`~rlserve.training.driver.TrainingDriver`, over one learner per
+policy (:class:`~rlserve.training.policy_learner.PolicyLearner`, each with its own optimiser,
+counters, weights version and checkpoints) and reads the run's experience log
 (:mod:`rlserve.run.experience_log`) once for all of them, handing each fragment to the policy
 it names, from the lowest position a policy's newest intact checkpoint had trained through; each
 policy skips what it trained already, so a restarted learner or a resumed run trains every
@@ -40,6 +41,7 @@ from rlserve.protocol.framing import FrameDecoder, frame
 from rlserve.protocol.limits import Limits
 from rlserve.run.checkpoints import checkpoints_in, trained_through_of
 from rlserve.run.experience_log import LogCorruptError, LogReader
+from rlserve.training.driver import TrainingDriver
 from rlserve.training.policy_learner import PolicyLearner, restore_newest
 
 __all__ = [
@@ -172,9 +174,10 @@ def run_learner(sock: socket.socket, setup: dict[str, Any] | None = None) -> Non
 
 
 class _LearnerLoop:
-    """Reads the log as the server announces it and trains, publishes and checkpoints policies.
+    """Reads the log as the server announces it; a :class:`TrainingDriver` trains the policies.
 
-    Each fragment goes to the learner of the policy it names; the policies train in turn.
+    The pipe is the driver's publisher: each update's ``weights`` (or ``metrics``), each
+    ``checkpointed``, and the ``owed`` steps when they change.
     """
 
     def __init__(self, pipe: LearnerPipe, setup: dict[str, Any]):
@@ -185,71 +188,67 @@ class _LearnerLoop:
         self.available = 0
         self.stop_requested = False
         self.checkpoint_requested = False
-        self.policies: dict[str, PolicyLearner] = {}
-        self.unknown_policies: set[str] = set()
         self.reported_owed = 0
+        published = setup.get("published_versions") or {}
+        keep = int(setup["keep_checkpoints"])
+        policies = {}
+        for spec in setup["policies"]:
+            pid = str(spec["policy_id"])
+            policies[pid] = PolicyLearner.start(spec, int(published.get(pid, -1)), keep)
+        self.driver = TrainingDriver(
+            policies,
+            self.published,
+            self.pipe.send,
+            checkpoint_every=int(setup["checkpoint_every"]),
+            on_unknown=_unknown_policy,
+        )
 
     def run(self) -> None:
-        published = self.setup.get("published_versions") or {}
-        keep = int(self.setup["keep_checkpoints"])
-        for spec in self.setup["policies"]:
-            pid = str(spec["policy_id"])
-            self.policies[pid] = PolicyLearner.start(spec, int(published.get(pid, -1)), keep)
-        # Read on from the policy that trained least far; the others skip what they have.
-        behind = min(self.policies.values(), key=lambda p: p.settled)
-        self.position = behind.settled
-        self.consumed_steps = behind.settled_log_consumed
-        first = next(iter(self.policies.values())).learner
+        """Say ready, then read, train and checkpoint as the server asks, until it says stop."""
+        policies = self.driver.policies
+        first = next(iter(policies.values())).learner
         self.pipe.send(
             {
                 "type": "ready",
                 "pid": os.getpid(),
                 "device": str(getattr(first, "device", "cpu")),
-                "steps_consumed": self.consumed_steps,
+                "steps_consumed": self.driver.log_steps,
                 "owed_steps": self.owed_steps(),
-                "policies": {pid: p.ready_info() for pid, p in self.policies.items()},
+                "policies": {pid: p.ready_info() for pid, p in policies.items()},
             }
         )
         self.reported_owed = self.owed_steps()
         # Their counters at once (restored ones after --resume), so the server's learner keys
         # are true before the first update; with the first weights when they have new ones.
-        for policy in self.policies.values():
+        for policy in policies.values():
             self.pipe.send(policy.publication(policy.counter_metrics()))
         while True:
             # Wait only when nothing announced is left unread (it may have come in meanwhile);
             # say so first, so the server hands the next records over at once (acknowledging
             # reports without waiting for this loop to come round).
-            idle = self.available <= self.position
+            idle = self.available <= self.driver.position
             if idle:
-                self.pipe.send({"type": "waiting", "through": self.position})
+                self.pipe.send({"type": "waiting", "through": self.driver.position})
             self.poll(block=idle)
             self.read_available()
-            self.train()
+            if not self.stop_requested:
+                self.driver.train(self.interrupted)
             if self.stop_requested:
-                self.save_all("shutdown")
+                self.driver.save_all("shutdown")
                 return
             if self.checkpoint_requested:
                 self.checkpoint_requested = False
-                self.save_all("request")
+                self.driver.save_all("request")
 
-    def train(self) -> None:
-        """Update every policy that has a batch, in turn, until none has (or a stop comes)."""
-        every = int(self.setup["checkpoint_every"])
-        while not self.stop_requested:
-            ready = [p for p in self.policies.values() if p.ready()]
-            if not ready:
-                return
-            for policy in ready:
-                metrics = policy.learner.update()
-                policy.settle(self.position, self.consumed_steps)
-                self.pipe.send(policy.publication(metrics))
-                self.report_owed()
-                if every and policy.updates % every == 0:
-                    self.pipe.send(policy.save("interval"))
-                    self.save_idle()
-                self.poll(block=False)
-                if self.stop_requested:
-                    return
+    def published(self, policy: PolicyLearner, metrics: dict[str, float]) -> None:
+        """Send an update's weights (or only its metrics) and the owed steps."""
+        self.pipe.send(policy.publication(metrics))
+        self.report_owed()
+
+    def interrupted(self) -> bool:
+        """Take the waiting messages; whether a stop came."""
+        self.poll(block=False)
+        return self.stop_requested
 
     def poll(self, block: bool) -> None:
         """Take every waiting message (waiting for one first when ``block``)."""
@@ -266,13 +265,14 @@ class _LearnerLoop:
 
     def read_available(self) -> None:
         """Hand the announced log records to their policies, dropping the oldest over the bound."""
-        if self.available <= self.position:
+        driver = self.driver
+        if self.available <= driver.position:
             return
         try:
-            records = list(self.reader.records(self.position, self.available))
+            records = list(self.reader.records(driver.position, self.available))
         except (LogCorruptError, OSError) as exc:
             print(
-                f"rlserve learner: cannot read the experience log past seq {self.position} "
+                f"rlserve learner: cannot read the experience log past seq {driver.position} "
                 f"({exc}); skipping to {self.available}",
                 file=sys.stderr,
             )
@@ -294,34 +294,25 @@ class _LearnerLoop:
                 )
                 dropped.append([record.seq, record.steps])
                 continue
-            for fragment in fragments:
-                policy = self.policies.get(fragment.policy_id)
-                if policy is None:
-                    self._unknown_policy(fragment.policy_id)
-                    continue
-                policy.take(record.seq, fragment)
-        for policy in self.policies.values():
-            policy.ingest_taken()
-        self.position = self.available
-        self.consumed_steps += sum(r.steps for r in records)
-        for policy in self.policies.values():
-            policy.settle(self.position, self.consumed_steps)
+            driver.take(fragments, record.seq)
+        driver.ingest(self.available, sum(r.steps for r in records))
+        for policy in driver.policies.values():
             report = policy.read_report()
             if report is not None:
                 self.pipe.send(report)
         self.pipe.send(
             {
                 "type": "consumed",
-                "through": self.position,
+                "through": driver.position,
                 "dropped": dropped,
-                "steps_consumed": self.consumed_steps,
+                "steps_consumed": driver.log_steps,
             }
         )
         self.report_owed()
 
     def owed_steps(self) -> int:
         """Env steps read whose scheduled training the policies still owe (off-policy)."""
-        return sum(p.learner.owed_steps for p in self.policies.values() if not p.frozen)
+        return sum(p.learner.owed_steps for p in self.driver.policies.values() if not p.frozen)
 
     def report_owed(self) -> None:
         """Tell the server the owed steps when they changed (it paces clients by them)."""
@@ -330,28 +321,13 @@ class _LearnerLoop:
             self.reported_owed = owed
             self.pipe.send({"type": "owed", "steps": owed})
 
-    def _unknown_policy(self, policy_id: str) -> None:
-        if policy_id not in self.unknown_policies:
-            self.unknown_policies.add(policy_id)
-            print(
-                f"rlserve learner: the experience log holds fragments of the policy "
-                f"'{policy_id}', which this server does not host; they are skipped",
-                file=sys.stderr,
-            )
 
-    def save_all(self, reason: str) -> None:
-        """Checkpoint every policy."""
-        for policy in self.policies.values():
-            self.pipe.send(policy.save(reason))
-
-    def save_idle(self) -> None:
-        """Checkpoint again the idle policies that settled further in the log.
-
-        Frozen ones and ones without traffic: so the log's clean-up moves on.
-        """
-        for policy in self.policies.values():
-            if policy.idle_behind():
-                self.pipe.send(policy.save("idle"))
+def _unknown_policy(policy_id: str) -> None:
+    print(
+        f"rlserve learner: the experience log holds fragments of the policy '{policy_id}', "
+        "which this server does not host; they are skipped",
+        file=sys.stderr,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -34,6 +34,33 @@ if TYPE_CHECKING:
     from rlserve.learners.base import Learner
 
 
+def write_checkpoint(
+    learner: Learner,
+    folder: Path,
+    extra: dict[str, Any],
+    keep: int,
+    trained_through: int | None = None,
+) -> tuple[Path, list[Path]]:
+    """Save ``learner`` as ``folder``'s checkpoint of its update count; keep the newest ``keep``.
+
+    Args:
+        learner: The learner to save.
+        folder: Its checkpoint folder (it exists).
+        extra: Stored with the checkpoint (the trainer's own record of it).
+        keep: Checkpoints kept in ``folder``.
+        trained_through: The log position it trained through, for its side file (None: none
+            written: a trainer without a log of its own).
+
+    Returns:
+        The checkpoint's path, and the checkpoints kept (oldest first).
+    """
+    path = checkpoint_path(folder, int(learner.counters().get("updates", 0)))
+    learner.save(path, extra)
+    if trained_through is not None:
+        write_side_file(path, trained_through)
+    return path, prune(folder, keep)
+
+
 def restore_newest(
     make_learner: Callable[[], Learner], folder: Path
 ) -> tuple[Learner, dict[str, Any], Path | None]:
@@ -64,7 +91,8 @@ class PolicyLearner:
         setup: The policy's plain-value set-up: ``policy_id``, ``algo`` (its algorithm's name;
             absent: PPO), ``settings`` (that algorithm's whole settings table; ``ppo`` in the
             set-up of an older server), ``observation_space``, ``action_space`` (descriptions),
-            ``frozen``, ``init_checkpoint`` (a path or None), ``checkpoint_dir``.
+            ``frozen``, ``init_checkpoint`` (a path or None), ``checkpoint_dir`` (absent: the
+            trainer checkpoints it by itself, :meth:`save` is not used).
         learner: Its learner, restored or fresh.
         extra: The ``extra`` of the checkpoint it was restored from ({}: none).
         keep_checkpoints: How many of its checkpoints to keep.
@@ -75,7 +103,8 @@ class PolicyLearner:
     ):
         self.policy_id = str(setup["policy_id"])
         self.frozen = bool(setup.get("frozen", False))
-        self.folder = Path(setup["checkpoint_dir"])
+        folder = setup.get("checkpoint_dir")
+        self.folder = None if folder is None else Path(folder)
         self.keep = keep_checkpoints
         self.learner = learner
         self.restored: Path | None = None
@@ -93,6 +122,11 @@ class PolicyLearner:
         self.checkpointed_updates: int | None = None
         self.checkpointed_through = self.settled
         self._taken: list[Fragment] = []
+
+    @classmethod
+    def in_process(cls, policy_id: str, learner: Learner) -> PolicyLearner:
+        """A policy whose trainer checkpoints it by itself (the in-process Algorithm's)."""
+        return cls({"policy_id": policy_id}, learner, {}, 0)
 
     @classmethod
     def start(cls, setup: dict[str, Any], published: int, keep_checkpoints: int) -> PolicyLearner:
@@ -155,9 +189,12 @@ class PolicyLearner:
 
     # -- experience ------------------------------------------------------------------------
 
-    def take(self, seq: int, fragment: Fragment) -> None:
-        """Take a fragment of log record ``seq``, unless this policy has trained past it."""
-        if seq <= self.settled:
+    def take(self, seq: int | None, fragment: Fragment) -> None:
+        """Take a fragment of log record ``seq``, unless this policy has trained past it.
+
+        ``seq`` None: the fragment was never logged; it is always taken.
+        """
+        if seq is not None and seq <= self.settled:
             return  # in the weights already (read again after a restart)
         self.consumed += len(fragment)
         if self.frozen:
@@ -243,7 +280,8 @@ class PolicyLearner:
 
     def save(self, reason: str) -> dict[str, Any]:
         """Write a checkpoint atomically, forget the oldest; return the ``checkpointed`` message."""
-        path = checkpoint_path(self.folder, self.updates)
+        if self.folder is None:
+            raise RuntimeError(f"policy '{self.policy_id}' has no checkpoint folder of its own")
         extra = {
             "policy_id": self.policy_id,
             "trained_through": self.settled,
@@ -252,9 +290,7 @@ class PolicyLearner:
             "steps_skipped_frozen": self.skipped_frozen,
             "reason": reason,
         }
-        self.learner.save(path, extra)
-        write_side_file(path, self.settled)
-        kept = prune(self.folder, self.keep)
+        path, kept = write_checkpoint(self.learner, self.folder, extra, self.keep, self.settled)
         self.checkpointed_updates = self.updates
         self.checkpointed_through = self.settled
         return {
