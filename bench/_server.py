@@ -34,7 +34,7 @@ def rlserve_command() -> list[str]:
     script = Path(sys.executable).parent / "rlserve"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-m", "rlserve.cli.commands"]
+    return [sys.executable, "-m", "rlserve.cli"]
 
 
 def rss_bytes(pid: int) -> int | None:
@@ -156,7 +156,7 @@ def start_server(
             "-o",
             str(profile),
             "-m",
-            "rlserve.cli.commands",
+            "rlserve.cli",
         ]
     command = [*launcher, "serve", "--run-dir", str(folder / "runs"), "--name", "bench"]
     command += ["--port", "0", "--http-port", "0", "--no-progress", *flags]

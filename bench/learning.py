@@ -102,7 +102,7 @@ def rlserve_logged(seed: int, run_dir: str) -> dict[str, Any]:
     started = time.monotonic()
     name = f"logged-seed{seed}"
     rlserve = Path(sys.executable).with_name("rlserve")
-    head = [str(rlserve)] if rlserve.exists() else [sys.executable, "-m", "rlserve.cli.commands"]
+    head = [str(rlserve)] if rlserve.exists() else [sys.executable, "-m", "rlserve.cli"]
     server = subprocess.Popen(
         [
             *head,

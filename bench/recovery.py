@@ -48,7 +48,7 @@ SMALL_PPO = [
 
 def start(args: list[str]) -> tuple[subprocess.Popen[str], int, int, float]:
     """Start ``rlserve serve ARGS``; return the process, its ports and the seconds to listen."""
-    command = [sys.executable, "-m", "rlserve.cli.commands", "serve", "--no-progress", *args]
+    command = [sys.executable, "-m", "rlserve.cli", "serve", "--no-progress", *args]
     started = time.perf_counter()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(

@@ -291,9 +291,7 @@ class Server:
     def __init__(self, run_dir: Path, name: str):
         executable = Path(sys.executable).with_name("rlserve")
         command = (
-            [str(executable)]
-            if executable.exists()
-            else [sys.executable, "-m", "rlserve.cli.commands"]
+            [str(executable)] if executable.exists() else [sys.executable, "-m", "rlserve.cli"]
         )
         command += [
             "serve",

@@ -114,7 +114,7 @@ def run(command: list[str]) -> tuple[int | None, float | None, float]:
 
 def rlserve_command(seed: int, run_dir: str, extra: list[str]) -> list[str]:
     rlserve = Path(sys.executable).with_name("rlserve")
-    head = [str(rlserve)] if rlserve.exists() else [sys.executable, "-m", "rlserve.cli.commands"]
+    head = [str(rlserve)] if rlserve.exists() else [sys.executable, "-m", "rlserve.cli"]
     return [
         *head,
         "train",

@@ -141,7 +141,7 @@ def servers(run_dir: Path, *flag_sets: tuple[str, ...]) -> Iterator[list[Server]
             command = [
                 sys.executable,
                 "-m",
-                "rlserve.cli.commands",
+                "rlserve.cli",
                 "serve",
                 *SERVER_FLAGS,
                 *flags,

@@ -48,7 +48,7 @@ def rlserve_command() -> list[str]:
     script = Path(sys.executable).parent / "rlserve"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-m", "rlserve.cli.commands"]
+    return [sys.executable, "-m", "rlserve.cli"]
 
 
 def server_env() -> dict[str, str]:

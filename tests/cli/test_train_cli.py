@@ -20,7 +20,7 @@ def _rlserve(*args: str, timeout: float = 200) -> subprocess.CompletedProcess[st
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run(
-        [sys.executable, "-m", "rlserve.cli.commands", *args],
+        [sys.executable, "-m", "rlserve.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
