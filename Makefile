@@ -26,8 +26,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Tests run in parallel workers, a test file per worker at a time: most end-to-end tests wait on
+# servers and sockets, so more workers than cores shortens the run.
+TEST_WORKERS ?= 4
+
 unit: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test: lint typecheck unit
 
