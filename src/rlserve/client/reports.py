@@ -1,4 +1,4 @@
-"""A local-inference client's ``report_samples``: their wire form, cut to the server's limits.
+"""A local-inference client's ``report_samples``: built, and cut to the server's limits.
 
 What is ready to ship is cut into reports that each fit the server's ``max_frame_bytes`` and
 ``max_array_elements`` (a fragment is split by steps when needed); a report the server still
@@ -12,7 +12,8 @@ from collections import deque
 from typing import Any
 
 from rlserve.experience.episodes import EpisodeSummary
-from rlserve.protocol.fragment import Fragment
+from rlserve.protocol.fragment import Fragment, report_wire
+from rlserve.protocol.session_requests import ReportSamples
 
 MESSAGE_OVERHEAD = 1024
 """Bytes reserved per report for its fixed fields (type, ids, map keys)."""
@@ -31,13 +32,14 @@ def report_message(
 
     The server trains on each batch id once, so a report re-sent as it is counts once.
     """
-    return {
-        "type": "report_samples",
-        "batch_id": uuid.uuid4().hex,
-        "policy_id": policy_id,
-        "fragments": [_fragment_to_wire(f) for f in fragments],
-        "episodes": [_summary_to_wire(s) for s in summaries],
-    }
+    report = ReportSamples(
+        0,
+        uuid.uuid4().hex,
+        policy_id,
+        [report_wire(f) for f in fragments],
+        [_summary_to_wire(s) for s in summaries],
+    )
+    return report.to_wire()
 
 
 def _summary_to_wire(summary: EpisodeSummary) -> dict[str, Any]:
@@ -49,12 +51,6 @@ def _summary_to_wire(summary: EpisodeSummary) -> dict[str, Any]:
     }
     if summary.policy_returns is not None:
         wire["policy_returns"] = summary.policy_returns
-    return wire
-
-
-def _fragment_to_wire(fragment: Fragment) -> dict[str, Any]:
-    wire = fragment.to_wire()
-    del wire["agent_id"], wire["policy_id"]
     return wire
 
 
