@@ -20,6 +20,8 @@ from rlserve.protocol.codec import decode, encode
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import parse_request
+from rlserve.protocol.replies import Welcome
+from rlserve.protocol.session_requests import Hello
 from rlserve.server.service import Service, Session
 from rlserve.server.stats import ServerStats
 
@@ -68,9 +70,9 @@ def _bridge(service: Service) -> type:
             self.mode = args[3]
             self.client_id = args[6]
 
-        def open(self) -> dict[str, Any]:
-            hello = {"type": "hello", "protocol_version": 1, "inference_mode": self.mode}
-            return self.request({**hello, "client_id": self.client_id})
+        def open(self) -> Welcome:
+            hello = Hello(1, 1, inference_mode=self.mode, client_id=self.client_id)
+            return Welcome.from_wire(self.request(hello.to_wire()))
 
         def request(self, message: dict[str, Any]) -> dict[str, Any]:
             replies: list[dict[str, Any]] = []

@@ -19,7 +19,8 @@ from rlserve.protocol.episode_requests import (
     StartEpisode,
 )
 from rlserve.protocol.limits import DEFAULT_LIMITS, Limits
-from rlserve.protocol.messages import REQUEST_TYPES, error_reply, parse_request
+from rlserve.protocol.messages import REQUEST_TYPES, parse_request
+from rlserve.protocol.replies import ErrorReply
 from rlserve.protocol.session_requests import GetWeights, Hello, Ping, ReportSamples
 
 VALID: dict[str, dict[str, Any]] = {
@@ -468,7 +469,7 @@ def test_every_parse_error_is_a_protocol_error() -> None:
 
 
 def test_error_reply() -> None:
-    assert error_reply(5, "episode_error", "no such episode") == {
+    assert ErrorReply(5, "episode_error", "no such episode").to_wire() == {
         "type": "error",
         "id": 5,
         "code": "episode_error",

@@ -29,6 +29,8 @@ from rlserve.errors import (
 from rlserve.protocol.codec import decode, encode
 from rlserve.protocol.framing import FrameDecoder, frame
 from rlserve.protocol.limits import DEFAULT_LIMITS, PROTOCOL_VERSION, Limits
+from rlserve.protocol.replies import ErrorReply, Welcome
+from rlserve.protocol.session_requests import Hello
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +96,8 @@ class Connection:
         self._deferred_message: dict[str, Any] | None = None
         self.failed_message: dict[str, Any] | None = None
         """The pipelined request whose error was raised last (for the caller to undo it)."""
-        self.welcome: dict[str, Any] = {}
+        self.welcome: Welcome | None = None
+        """The server's latest ``welcome``."""
         self.reconnects = 0
 
     @property
@@ -104,7 +107,7 @@ class Connection:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def open(self) -> dict[str, Any]:
+    def open(self) -> Welcome:
         """Connect and say hello; return the server's ``welcome``.
 
         Raises:
@@ -122,16 +125,15 @@ class Connection:
         self._unanswered.clear()
         self._replies.clear()
         try:
-            reply = self._roundtrip(
-                {
-                    "type": "hello",
-                    "protocol_version": PROTOCOL_VERSION,
-                    "client_name": self._client_name,
-                    "token": self._token,
-                    "inference_mode": self._inference_mode,
-                    "client_id": self._client_id,
-                }
+            hello = Hello(
+                0,
+                PROTOCOL_VERSION,
+                self._client_name,
+                self._token,
+                self._inference_mode,
+                self._client_id,
             )
+            welcome = Welcome.from_wire(self._roundtrip(hello.to_wire()))
         except ConnectionLostError as exc:
             # Closed without a byte of reply: what a TLS server does to a plain-text hello.
             closed = not isinstance(exc, RequestTimeoutError)
@@ -139,12 +141,10 @@ class Connection:
             if closed and not self.tls and self._head == b"" and dialer.speaks_tls():
                 raise TLSError(dialer.tls_peer_message()) from exc
             raise
-        self.welcome = reply
-        limits = reply.get("limits", {})
-        known = {k: v for k, v in limits.items() if k in Limits.__dataclass_fields__}
-        self.limits = Limits(**known)
+        self.welcome = welcome
+        self.limits = welcome.limits
         self._decoder.max_frame_bytes = self.limits.max_frame_bytes
-        return reply
+        return welcome
 
     def close(self) -> None:
         """Read outstanding replies (raising a deferred error) and close the socket."""
@@ -161,7 +161,7 @@ class Connection:
                 self._sock.close()
         self._sock = None
 
-    def reconnect(self, deadline: float | None = None) -> dict[str, Any]:
+    def reconnect(self, deadline: float | None = None) -> Welcome:
         """Re-open the connection with exponential backoff until the reconnect timeout.
 
         Args:
@@ -236,8 +236,9 @@ class Connection:
     def _roundtrip(self, message: dict[str, Any]) -> dict[str, Any]:
         request_id = self._send(message)
         reply = self._read_until(request_id)
-        if reply.get("type") == "error":
-            raise error_for_code(str(reply.get("code")), str(reply.get("message")), request_id)
+        error = ErrorReply.of(reply)
+        if error is not None:
+            raise error_for_code(error.code, error.message, request_id)
         return reply
 
     def _send(self, message: dict[str, Any]) -> int:
@@ -302,23 +303,24 @@ class Connection:
             if isinstance(reply_id, int) and reply_id in self._unanswered:
                 sent = self._unanswered.pop(reply_id)
                 kind = sent["type"]
-                if reply.get("type") == "error" and self._deferred_error is None:
+                error = ErrorReply.of(reply)
+                if error is not None and self._deferred_error is None:
                     self._deferred_message = sent
                     episode = sent.get("episode_id")
                     of = f" of episode '{episode}'" if isinstance(episode, str) else ""
                     self._deferred_error = error_for_code(
-                        str(reply.get("code")),
-                        f"the earlier {kind}{of} failed: {reply.get('message')} (it was sent "
+                        error.code,
+                        f"the earlier {kind}{of} failed: {error.message} (it was sent "
                         "without waiting for its reply, so its error is raised by the next "
                         "call, which was not sent)",
                         reply_id,
                     )
             elif isinstance(reply_id, int):
                 self._replies[reply_id] = reply
-            elif reply.get("type") == "error":
+            elif (error := ErrorReply.of(reply)) is not None:
                 # An error without a request id concerns the connection itself.
                 self._drop_socket()
-                raise error_for_code(str(reply.get("code")), str(reply.get("message")))
+                raise error_for_code(error.code, error.message)
 
     def _raise_deferred(self) -> None:
         error, self._deferred_error = self._deferred_error, None

@@ -17,6 +17,7 @@ from gymnasium import spaces
 from rlserve.experience.agent_values import PolicyTable
 from rlserve.policy.distributions import action_from_wire
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
+from rlserve.protocol.replies import Welcome
 
 
 class ServerView:
@@ -30,20 +31,18 @@ class ServerView:
         multiagent: Whether dict observations are one per agent; None: as the server declares.
     """
 
-    def __init__(
-        self, welcome: dict[str, Any], policy_ids: Mapping[str, str], multiagent: bool | None
-    ):
+    def __init__(self, welcome: Welcome, policy_ids: Mapping[str, str], multiagent: bool | None):
         self._policy_ids = dict(policy_ids)
         self._multiagent = multiagent
         self.instance_id: Any = None
         """The server process's id: another one after a reconnection means it restarted."""
         self.read(welcome)
 
-    def read(self, welcome: dict[str, Any]) -> bool:
+    def read(self, welcome: Welcome) -> bool:
         """Take a (re)connection's ``welcome``; True when it comes from a restarted server."""
-        restarted = self.instance_id not in (None, welcome.get("instance_id"))
-        self.instance_id = welcome.get("instance_id")
-        self.policies = PolicyTable(welcome, self._policy_ids)
+        restarted = self.instance_id not in (None, welcome.instance_id)
+        self.instance_id = welcome.instance_id
+        self.policies = PolicyTable(welcome.to_wire(), self._policy_ids)
         """The server's policies (spaces by id) and agent -> policy mapping."""
         self.multiagent = (
             self.policies.multi_agent if self._multiagent is None else bool(self._multiagent)

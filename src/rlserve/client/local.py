@@ -55,6 +55,8 @@ from rlserve.experience.collector import Collector
 from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.policy import ModelSpec, NumpyPolicy
 from rlserve.protocol.fragment import Fragment
+from rlserve.protocol.replies import SamplesAccepted, WeightsReply
+from rlserve.protocol.session_requests import GetWeights
 
 logger = logging.getLogger("rlserve.client")
 
@@ -162,18 +164,18 @@ class LocalInference(Collector):
 
     def _fetch(self, policy_id: str, have: int | None) -> NumpyPolicy:
         with self._weights_lock:
-            reply = self._weights_conn.request(
-                {"type": "get_weights", "policy_id": policy_id, "have_version": have}
-            )
-        if reply.get("unchanged"):
+            raw = self._weights_conn.request(GetWeights(0, policy_id, have).to_wire())
+        reply = WeightsReply.from_wire(raw)
+        if reply.unchanged:
             return self._policies[policy_id]
+        assert reply.model is not None and reply.arrays is not None
         with self._weights_lock:
             # Each swapped-in policy samples from its own child of this client's stream.
             child = self._seeds.spawn(1)[0]
-        spec = ModelSpec.from_wire(reply["model"])
-        arrays = {str(k): np.asarray(v) for k, v in reply["arrays"].items()}
+        spec = ModelSpec.from_wire(reply.model)
+        arrays = {str(k): np.asarray(v) for k, v in reply.arrays.items()}
         seed = int(child.generate_state(1, np.uint64)[0])
-        return NumpyPolicy(spec, arrays, int(reply["version"]), seed=seed)
+        return NumpyPolicy(spec, arrays, reply.version, seed=seed)
 
     def _fetch_retrying(self, policy_id: str, have: int | None) -> NumpyPolicy:
         """:meth:`_fetch`, re-sent after a lost reply or a timeout within the reconnect timeout.
@@ -334,7 +336,7 @@ class LocalInference(Collector):
         message = report_message(policy_id, fragments, summaries)
         while True:
             try:
-                reply = self._ship_conn.request(dict(message))
+                reply = SamplesAccepted.from_wire(self._ship_conn.request(dict(message)))
                 break
             except FrameTooLargeError:
                 # The size estimate was short: ship the batch in two halves.
@@ -354,8 +356,8 @@ class LocalInference(Collector):
                 return True
         self.shipped_steps += steps
         self._release(steps)
-        dropped = reply.get("dropped_steps")
-        if isinstance(dropped, int) and dropped > 0:
+        dropped = reply.dropped_steps
+        if dropped is not None and dropped > 0:
             self.server_dropped_steps += dropped
             self._warn_dropped(
                 "server",
@@ -364,7 +366,8 @@ class LocalInference(Collector):
                 "(client.local.server_dropped_steps); run fewer clients or raise the server's "
                 "--max-sample-queue-steps",
             )
-        newer = int(reply.get("weights_version", -1)) > self._policies[policy_id].version
+        served = reply.weights_version
+        newer = served is not None and served > self._policies[policy_id].version
         if newer and self.update_interval is not None:
             self._wake_refresher.set()
         return True

@@ -29,6 +29,7 @@ from rlserve.config.fields import TOKEN_ENV
 from rlserve.errors import ConfigError, ConnectionLostError, EpisodeError, SpaceError, TLSError
 from rlserve.experience.agent_values import PolicyTable
 from rlserve.protocol.info import check_info_size, wire_info
+from rlserve.protocol.replies import Welcome
 
 
 class PolicyClient:
@@ -161,7 +162,7 @@ class PolicyClient:
                 seed,
             )
 
-    def _open_first(self) -> dict[str, Any]:
+    def _open_first(self) -> Welcome:
         try:
             return self._conn.open()
         except TLSError:

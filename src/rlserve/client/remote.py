@@ -23,6 +23,16 @@ from rlserve.client.remote_agents import RemoteAgents
 from rlserve.client.remote_session import RemoteSession
 from rlserve.errors import SpaceError
 from rlserve.experience.agent_values import plain_value
+from rlserve.protocol.episode_requests import (
+    DEFAULT_POLICY_ID,
+    EndEpisode,
+    GetAction,
+    LogAction,
+    LogReturns,
+    StartEpisode,
+    get_action_wire,
+)
+from rlserve.protocol.replies import EpisodeStarted, action_of, actions_of
 from rlserve.protocol.spaces import check_batch, check_value
 from rlserve.protocol.values import MAX_ABS_REWARD
 
@@ -58,15 +68,13 @@ class RemoteEngine:
         self, episode_id: str | None, training_enabled: bool, policy_id: str | None = None
     ) -> str:
         """Start an episode on the server (a random id for None, so a retry is recognised)."""
-        message: dict[str, Any] = {
-            "type": "start_episode",
-            "episode_id": episode_id or uuid.uuid4().hex,
-            "training_enabled": training_enabled,
-        }
-        if policy_id is not None:
-            message["policy_id"] = policy_id
-        reply = self._session.request(message)
-        started = str(reply["episode_id"])
+        start = StartEpisode(
+            0,
+            episode_id or uuid.uuid4().hex,
+            training_enabled,
+            DEFAULT_POLICY_ID if policy_id is None else policy_id,
+        )
+        started = EpisodeStarted.from_wire(self._session.request(start.to_wire())).episode_id
         self._session.started(started)
         return started
 
@@ -75,16 +83,17 @@ class RemoteEngine:
         session = self._session
         session.check_not_lost([episode_id])
         seq = session.next_seq(episode_id)
-        message: dict[str, Any] = {
-            "type": "get_action",
-            "episode_id": episode_id,
-            "observation": self._check_one(observation),
-            "seq": seq,
-        }
-        self._attach_pending(episode_id, message)
+        message = get_action_wire(
+            0,
+            episode_id,
+            self._check_one(observation),
+            seq,
+            self._pending_reward.get(episode_id),
+            self._pending_info.get(episode_id),
+        )
         reply = session.request(message)
         self._delivered([episode_id], [seq])
-        return self._view.action(reply["action"])
+        return self._view.action(action_of(reply))
 
     def get_actions(self, episode_ids: list[str], observations: Any, keyed: bool) -> Any:
         """One batched ``get_action`` round trip for several episodes."""
@@ -93,18 +102,13 @@ class RemoteEngine:
         stacked = self._check_many(observations, len(episode_ids))
         rewards = [self._pending_reward.get(eid, 0.0) for eid in episode_ids]
         seqs = [session.next_seq(eid) for eid in episode_ids]
-        batch: dict[str, Any] = {
-            "type": "get_action",
-            "episode_ids": episode_ids,
-            "observations": stacked,
-            "rewards": rewards,
-            "seqs": seqs,
-        }
+        infos = None
         if any(eid in self._pending_info for eid in episode_ids):
-            batch["infos"] = [self._pending_info.get(eid) for eid in episode_ids]
-        reply = session.request(batch)
+            infos = [self._pending_info.get(eid) for eid in episode_ids]
+        batch = GetAction(0, episode_ids, stacked, rewards, True, seqs, infos)
+        reply = session.request(batch.to_wire())
         self._delivered(episode_ids, seqs)
-        actions = reply["actions"]
+        actions = actions_of(reply)
         if keyed:
             return self._view.by_episode(episode_ids, actions)
         # Dict and Tuple actions arrive as a list (one per episode), the others stacked.
@@ -117,15 +121,16 @@ class RemoteEngine:
         session = self._session
         session.check_not_lost([episode_id])
         seq = session.next_seq(episode_id)
-        message: dict[str, Any] = {
-            "type": "log_action",
-            "episode_id": episode_id,
-            "observation": self._check_one(observation),
-            "action": check_value(self._view.action_space, action, "action"),
-            "seq": seq,
-        }
-        self._attach_pending(episode_id, message)
-        session.request(message)
+        message = LogAction(
+            0,
+            episode_id,
+            self._check_one(observation),
+            check_value(self._view.action_space, action, "action"),
+            self._pending_reward.get(episode_id),
+            seq,
+            self._pending_info.get(episode_id),
+        )
+        session.request(message.to_wire())
         self._delivered([episode_id], [seq])
 
     def log_returns(
@@ -150,15 +155,7 @@ class RemoteEngine:
         merged = info if pending is None or not info else {**pending, **info}
         if episode_id not in session.open:
             seq = session.next_seq(episode_id)
-            message: dict[str, Any] = {
-                "type": "log_returns",
-                "episode_id": episode_id,
-                "reward": total,
-                "seq": seq,
-            }
-            if merged is not None:
-                message["info"] = merged
-            session.request(message)
+            session.request(LogReturns(0, episode_id, total, merged, seq).to_wire())
             self._pending_reward.pop(episode_id, None)
             self._pending_info.pop(episode_id, None)
             session.seq[episode_id] = seq
@@ -171,18 +168,20 @@ class RemoteEngine:
         """Send ``end_episode`` pipelined: the episode is over here, its error comes later."""
         session = self._session
         session.check_not_lost([episode_id])
-        message: dict[str, Any] = {
-            "type": "end_episode",
-            "episode_id": episode_id,
-            "observation": self._check_one(observation),
-            "truncated": bool(truncated),
-            "seq": session.next_seq(episode_id),
-        }
-        self._attach_pending(episode_id, message)
-        session.send_nowait(message)
+        seq = session.next_seq(episode_id)
+        end = EndEpisode(
+            0,
+            episode_id,
+            self._check_one(observation),
+            bool(truncated),
+            self._pending_reward.get(episode_id),
+            seq,
+            self._pending_info.get(episode_id),
+        )
+        session.send_nowait(end.to_wire())
         self._pending_reward.pop(episode_id, None)
         self._pending_info.pop(episode_id, None)
-        session.ended(episode_id, message["seq"])
+        session.ended(episode_id, seq)
 
     def get_agent_actions(self, episode_id: str, observation: Any) -> dict[str, Any]:
         """See :meth:`RemoteAgents.get_actions`."""
@@ -241,15 +240,6 @@ class RemoteEngine:
             except (TypeError, ValueError) as exc:
                 raise SpaceError(f"observations: cannot be read as numbers: {exc}") from exc
         return [self._check_one(v) for v in values]
-
-    def _attach_pending(self, episode_id: str, message: dict[str, Any]) -> None:
-        """Add the reward and info logged since the episode's last action to ``message``."""
-        reward = self._pending_reward.get(episode_id)
-        if reward is not None:
-            message["reward"] = reward
-        info = self._pending_info.get(episode_id)
-        if info is not None:
-            message["info"] = info
 
     def _delivered(self, episode_ids: list[str], seqs: list[int]) -> None:
         # Only once the server accepted the call: a refused call leaves the pending rewards,

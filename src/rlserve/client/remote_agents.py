@@ -18,7 +18,9 @@ from rlserve.client.arguments import agent_keys
 from rlserve.client.engine import ServerView
 from rlserve.client.remote_session import RemoteSession, remember
 from rlserve.errors import EpisodeError, SpaceError
+from rlserve.protocol.episode_requests import EndEpisode, GetAction, LogAction, LogReturns
 from rlserve.protocol.mapping import ALL_AGENTS
+from rlserve.protocol.replies import actions_of
 from rlserve.protocol.values import MAX_ABS_REWARD
 
 
@@ -51,7 +53,7 @@ class RemoteAgents:
     def get_actions(self, episode_id: str, observation: Mapping[str, Any]) -> dict[str, Any]:
         """One ``get_action`` round trip for the agents observed; their actions by agent id."""
         agent_ids, reply = self._step("get_action", episode_id, observation, None)
-        return self._view.policies.actions(agent_ids, reply["actions"])
+        return self._view.policies.actions(agent_ids, actions_of(reply))
 
     def log_actions(
         self, episode_id: str, observation: Mapping[str, Any], action: Mapping[str, Any]
@@ -142,19 +144,14 @@ class RemoteAgents:
         ):
             # Rewards of agents without a final observation go first, on their own.
             self._flush_returns(episode_id, {})
-        message: dict[str, Any] = {
-            "type": "end_episode",
-            "episode_id": episode_id,
-            "agent_ids": agent_ids,
-            "truncated": bool(truncated),
-            "seq": self._session.next_seq(episode_id),
-        }
+        seq = self._session.next_seq(episode_id)
+        end = EndEpisode(0, episode_id, [], bool(truncated), seq=seq, agent_ids=agent_ids)
         if agent_ids:
-            message["observations"] = self._view.policies.observations(
+            end.observation = self._view.policies.observations(
                 agent_ids, [observation[a] for a in agent_ids], self._check_observations
             )
-            self._extras(episode_id, agent_ids, message)
-        self._session.send_nowait(message)
+            end.rewards, end.infos = self._pending(episode_id, agent_ids)
+        self._session.send_nowait(end.to_wire())
         # Pipelined: its error, if any, is raised by the next call; the episode is over here.
         for per_episode in (
             self._rewards,
@@ -163,7 +160,7 @@ class RemoteAgents:
             self._done,
         ):
             per_episode.pop(episode_id, None)
-        self._session.ended(episode_id, message["seq"])
+        self._session.ended(episode_id, seq)
 
     def _step(
         self,
@@ -182,19 +179,30 @@ class RemoteAgents:
             )
         self._check_usable(episode_id, agent_ids, call)
         seq = self._session.next_seq(episode_id)
-        message: dict[str, Any] = {
-            "type": call,
-            "episode_id": episode_id,
-            "agent_ids": agent_ids,
-            "observations": self._view.policies.observations(
-                agent_ids, list(observation.values()), self._check_observations
-            ),
-            "seq": seq,
-        }
-        if action is not None:
-            message["actions"] = self._view.policies.taken_actions(agent_ids, action)
-        self._extras(episode_id, agent_ids, message)
-        reply = self._session.request(message)
+        observations = self._view.policies.observations(
+            agent_ids, list(observation.values()), self._check_observations
+        )
+        rewards, infos = self._pending(episode_id, agent_ids)
+        policy_ids = self._view.policies.explicit_ids(agent_ids)
+        message: GetAction | LogAction
+        if action is None:
+            message = GetAction(
+                0, [episode_id], observations, rewards, False, [seq], infos, agent_ids, policy_ids
+            )
+        else:
+            taken = self._view.policies.taken_actions(agent_ids, action)
+            message = LogAction(
+                0,
+                episode_id,
+                observations,
+                taken,
+                seq=seq,
+                agent_ids=agent_ids,
+                rewards=rewards,
+                infos=infos,
+                policy_ids=policy_ids,
+            )
+        reply = self._session.request(message.to_wire())
         self._delivered(episode_id, agent_ids, seq)
         return agent_ids, reply
 
@@ -206,22 +214,17 @@ class RemoteAgents:
         if not agent_ids and not done:
             return
         seq = self._session.next_seq(episode_id)
-        message: dict[str, Any] = {
-            "type": "log_returns",
-            "episode_id": episode_id,
-            "agent_ids": agent_ids,
-            "rewards": [pending.get(a, 0.0) for a in agent_ids],
-            "seq": seq,
-        }
-        if infos:
-            message["infos"] = [infos.get(a) for a in agent_ids]
-        terminated = [a for a, t in done.items() if t]
-        truncated = [a for a, t in done.items() if not t]
-        if terminated:
-            message["terminated_agents"] = terminated
-        if truncated:
-            message["truncated_agents"] = truncated
-        self._session.request(message)
+        returns = LogReturns(
+            0,
+            episode_id,
+            0.0,
+            seq=seq,
+            agent_ids=agent_ids,
+            rewards=np.array([pending.get(a, 0.0) for a in agent_ids], dtype=np.float64),
+            infos=[infos.get(a) for a in agent_ids] if infos else None,
+            done=done,
+        )
+        self._session.request(returns.to_wire())
         self._rewards.pop(episode_id, None)
         self._infos.pop(episode_id, None)
         self._session.seq[episode_id] = seq
@@ -239,8 +242,11 @@ class RemoteAgents:
                         "again; use a new agent id for a new agent"
                     )
 
-    def _extras(self, episode_id: str, agent_ids: list[str], message: dict[str, Any]) -> None:
-        """Attach the rewards and infos logged for these agents since their previous action."""
+    def _pending(
+        self, episode_id: str, agent_ids: list[str]
+    ) -> tuple[np.ndarray | None, list[dict[str, Any] | None] | None]:
+        """The rewards and infos logged for these agents since their previous action, if any."""
+        listed: np.ndarray | None = None
         rewards = self._rewards.get(episode_id)
         if rewards:
             # One typed array on the wire: the server checks it with a few numpy operations.
@@ -248,14 +254,12 @@ class RemoteAgents:
                 listed = np.fromiter(rewards.values(), np.float64, len(agent_ids))
             else:
                 listed = np.array([rewards.get(a, 0.0) for a in agent_ids], dtype=np.float64)
-            if listed.any():
-                message["rewards"] = listed
+            if not listed.any():
+                listed = None
         infos = self._infos.get(episode_id)
         if infos and any(a in infos for a in agent_ids):
-            message["infos"] = [infos.get(a) for a in agent_ids]
-        explicit = self._view.policies.explicit_ids(agent_ids)
-        if explicit is not None:
-            message["policy_ids"] = explicit
+            return listed, [infos.get(a) for a in agent_ids]
+        return listed, None
 
     def _delivered(self, episode_id: str, agent_ids: list[str], seq: int) -> None:
         rewards = self._rewards.get(episode_id)

@@ -18,6 +18,8 @@ from typing import Any
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.engine import ServerView
 from rlserve.errors import ConnectionLostError, EpisodeLostError, RLServeError
+from rlserve.protocol.replies import Welcome
+from rlserve.protocol.session_requests import Ping
 
 logger = logging.getLogger("rlserve.client")
 
@@ -116,7 +118,7 @@ class RemoteSession:
                     self._undo_refused(conn.failed_message)
                 raise
 
-    def _welcome(self, welcome: dict[str, Any]) -> bool:
+    def _welcome(self, welcome: Welcome) -> bool:
         """Take a reconnection's ``welcome``; True when it is a restarted server."""
         restarted = self._view.read(welcome)
         if restarted:
@@ -182,7 +184,7 @@ class RemoteSession:
             RLServeError: The last pipelined call failed.
         """
         if self.conn.unanswered:
-            self.request({"type": "ping"})
+            self.request(Ping(0).to_wire())
         self.conn.close()
 
 

@@ -1,4 +1,4 @@
-"""A local-inference client's ``report_samples``: their wire form, cut to the server's limits.
+"""A local-inference client's ``report_samples``: built, and cut to the server's limits.
 
 What is ready to ship is cut into reports that each fit the server's ``max_frame_bytes`` and
 ``max_array_elements`` (a fragment is split by steps when needed); a report the server still
@@ -12,7 +12,8 @@ from collections import deque
 from typing import Any
 
 from rlserve.experience.episode_records import EpisodeSummary, summary_to_wire
-from rlserve.protocol.fragment import Fragment
+from rlserve.protocol.fragment import Fragment, report_wire
+from rlserve.protocol.session_requests import ReportSamples
 
 MESSAGE_OVERHEAD = 1024
 """Bytes reserved per report for its fixed fields (type, ids, map keys)."""
@@ -31,19 +32,14 @@ def report_message(
 
     The server trains on each batch id once, so a report re-sent as it is counts once.
     """
-    return {
-        "type": "report_samples",
-        "batch_id": uuid.uuid4().hex,
-        "policy_id": policy_id,
-        "fragments": [_fragment_to_wire(f) for f in fragments],
-        "episodes": [summary_to_wire(s) for s in summaries],
-    }
-
-
-def _fragment_to_wire(fragment: Fragment) -> dict[str, Any]:
-    wire = fragment.to_wire()
-    del wire["agent_id"], wire["policy_id"]
-    return wire
+    report = ReportSamples(
+        0,
+        uuid.uuid4().hex,
+        policy_id,
+        [report_wire(f) for f in fragments],
+        [summary_to_wire(s) for s in summaries],
+    )
+    return report.to_wire()
 
 
 def plan_reports(

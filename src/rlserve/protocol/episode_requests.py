@@ -1,7 +1,10 @@
-"""The records of the episode calls, and the defaults they share.
+"""The records of the episode calls, their wire encoders, and the defaults they share.
 
 ``start_episode``, ``get_action``, ``log_action``, ``log_returns`` and ``end_episode``; their
-fields are documented once, here and in ``docs/protocol.md``.
+fields are documented once, here and in ``docs/protocol.md``. Each record's ``to_wire`` writes
+the map a client sends (``parse_request`` of it gives the record back); the single-episode
+``get_action`` of a client's every step is written by :func:`get_action_wire`, which skips the
+record. ``id`` goes last: a connection numbers the request by setting it in place.
 
 Values that are checked against a Gymnasium space (observations, actions) stay undecoded here
 (an array, a list or a map): the protocol layer knows nothing about spaces.
@@ -21,6 +24,55 @@ MAX_SEQ = 2**53
 """Largest episode call sequence number (``seq``): exact in JSON numbers too."""
 
 
+def _ending(
+    wire: dict[str, Any],
+    request_id: int,
+    seq: int | None,
+    reward: float | None = None,
+    info: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``wire`` with the optional fields of a single-episode call, and the id, added."""
+    if seq is not None:
+        wire["seq"] = seq
+    if reward is not None:
+        wire["reward"] = reward
+    if info is not None:
+        wire["info"] = info
+    wire["id"] = request_id
+    return wire
+
+
+def _agents_ending(
+    wire: dict[str, Any],
+    request_id: int,
+    rewards: Any,
+    infos: list[dict[str, Any] | None] | None,
+    policy_ids: list[str | None] | None = None,
+) -> dict[str, Any]:
+    """``wire`` with the optional per-agent fields of a multi-agent call, and the id, added."""
+    if rewards is not None:
+        wire["rewards"] = rewards
+    if infos is not None:
+        wire["infos"] = infos
+    if policy_ids is not None:
+        wire["policy_ids"] = policy_ids
+    wire["id"] = request_id
+    return wire
+
+
+def get_action_wire(
+    request_id: int,
+    episode_id: str,
+    observation: Any,
+    seq: int | None = None,
+    reward: float | None = None,
+    info: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``get_action`` of one episode: what :meth:`GetAction.to_wire` writes for it."""
+    wire = {"type": "get_action", "episode_id": episode_id, "observation": observation}
+    return _ending(wire, request_id, seq, reward, info)
+
+
 @dataclass(slots=True)
 class StartEpisode:
     """Begin an episode (``type: start_episode``).
@@ -36,6 +88,17 @@ class StartEpisode:
     episode_id: str | None = None
     training_enabled: bool = True
     policy_id: str = DEFAULT_POLICY_ID
+
+    def to_wire(self) -> dict[str, Any]:
+        """The request as a map for the codec (the default policy is not named)."""
+        wire: dict[str, Any] = {"type": "start_episode"}
+        if self.episode_id is not None:
+            wire["episode_id"] = self.episode_id
+        wire["training_enabled"] = self.training_enabled
+        if self.policy_id != DEFAULT_POLICY_ID:
+            wire["policy_id"] = self.policy_id
+        wire["id"] = self.id
+        return wire
 
 
 @dataclass(slots=True)
@@ -73,6 +136,42 @@ class GetAction:
     policy_ids: list[str | None] | None = None
     """Multi-agent form: each agent's policy named explicitly (None: by the mapping)."""
 
+    def to_wire(self) -> dict[str, Any]:
+        """The request as a map for the codec, in the form it was parsed from."""
+        seq = None if self.seqs is None else self.seqs[0]
+        if self.agent_ids is not None:
+            wire = {
+                "type": "get_action",
+                "episode_id": self.episode_ids[0],
+                "agent_ids": self.agent_ids,
+                "observations": self.observations,
+            }
+            if seq is not None:
+                wire["seq"] = seq
+            return _agents_ending(wire, self.id, self.rewards, self.infos, self.policy_ids)
+        if not self.batched:
+            return get_action_wire(
+                self.id,
+                self.episode_ids[0],
+                self.observations[0],
+                seq,
+                None if self.rewards is None else self.rewards[0],
+                None if self.infos is None else self.infos[0],
+            )
+        wire = {
+            "type": "get_action",
+            "episode_ids": self.episode_ids,
+            "observations": self.observations,
+        }
+        if self.rewards is not None:
+            wire["rewards"] = self.rewards
+        if self.seqs is not None:
+            wire["seqs"] = self.seqs
+        if self.infos is not None:
+            wire["infos"] = self.infos
+        wire["id"] = self.id
+        return wire
+
 
 @dataclass(slots=True)
 class LogAction:
@@ -106,6 +205,27 @@ class LogAction:
     infos: list[dict[str, Any] | None] | None = None
     policy_ids: list[str | None] | None = None
 
+    def to_wire(self) -> dict[str, Any]:
+        """The request as a map for the codec, in the form it was parsed from."""
+        if self.agent_ids is None:
+            wire = {
+                "type": "log_action",
+                "episode_id": self.episode_id,
+                "observation": self.observation,
+                "action": self.action,
+            }
+            return _ending(wire, self.id, self.seq, self.reward, self.info)
+        wire = {
+            "type": "log_action",
+            "episode_id": self.episode_id,
+            "agent_ids": self.agent_ids,
+            "observations": self.observation,
+        }
+        if self.seq is not None:
+            wire["seq"] = self.seq
+        wire["actions"] = self.action
+        return _agents_ending(wire, self.id, self.rewards, self.infos, self.policy_ids)
+
 
 @dataclass(slots=True)
 class LogReturns:
@@ -133,6 +253,34 @@ class LogReturns:
     rewards: np.ndarray | None = None
     infos: list[dict[str, Any] | None] | None = None
     done: dict[str, bool] | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The request as a map for the codec, in the form it was parsed from.
+
+        The multi-agent ``rewards`` travel as a list of numbers.
+        """
+        if self.agent_ids is None:
+            wire = {"type": "log_returns", "episode_id": self.episode_id, "reward": self.reward}
+            return _ending(wire, self.id, self.seq, info=self.info)
+        wire = {
+            "type": "log_returns",
+            "episode_id": self.episode_id,
+            "agent_ids": self.agent_ids,
+            "rewards": [] if self.rewards is None else self.rewards.tolist(),
+        }
+        if self.seq is not None:
+            wire["seq"] = self.seq
+        if self.infos is not None:
+            wire["infos"] = self.infos
+        done = self.done or {}
+        terminated = [agent_id for agent_id, ended in done.items() if ended]
+        truncated = [agent_id for agent_id, ended in done.items() if not ended]
+        if terminated:
+            wire["terminated_agents"] = terminated
+        if truncated:
+            wire["truncated_agents"] = truncated
+        wire["id"] = self.id
+        return wire
 
 
 @dataclass(slots=True)
@@ -164,3 +312,30 @@ class EndEpisode:
     agent_ids: list[str] | None = None
     rewards: np.ndarray | None = None
     infos: list[dict[str, Any] | None] | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The request as a map for the codec, in the form it was parsed from.
+
+        The multi-agent form sends ``observations`` only when it names agents.
+        """
+        if self.agent_ids is None:
+            wire = {
+                "type": "end_episode",
+                "episode_id": self.episode_id,
+                "observation": self.observation,
+                "truncated": self.truncated,
+            }
+            return _ending(wire, self.id, self.seq, self.reward, self.info)
+        wire = {
+            "type": "end_episode",
+            "episode_id": self.episode_id,
+            "agent_ids": self.agent_ids,
+            "truncated": self.truncated,
+        }
+        if self.seq is not None:
+            wire["seq"] = self.seq
+        if not self.agent_ids:
+            wire["id"] = self.id
+            return wire
+        wire["observations"] = self.observation
+        return _agents_ending(wire, self.id, self.rewards, self.infos)

@@ -6,6 +6,13 @@ clients later) to a learner, so it carries what any algorithm needs: observation
 one after the last action (for bootstrapping or as the next state), the action actually taken,
 whether the policy chose it, the behaviour log-probability when known, and the weights version
 that acted. It needs numpy only.
+
+A fragment has two wire forms: the whole record (:meth:`Fragment.to_wire`, between a server and
+its learner processes and in the experience log), and the *report form* a local-inference client
+sends in ``report_samples`` (:func:`report_wire`): without ``agent_id`` and ``policy_id``, which
+the report names once. :func:`read_report` reads a report form back, checking what needs no
+space: the id, that the fields are there and numeric, and that they agree on the step count. The
+server then checks the values against the policy's spaces.
 """
 
 from __future__ import annotations
@@ -15,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from rlserve.errors import DecodeError
+from rlserve.errors import DecodeError, LimitExceededError, SpaceError
+from rlserve.protocol.info import check_info_size
+from rlserve.protocol.limits import Limits
 
 
 @dataclass(slots=True)
@@ -117,3 +126,128 @@ class Fragment:
         if wrong or steps == 0:
             raise DecodeError(f"fragment of {steps} rewards has mismatched lengths {wrong}")
         return fragment
+
+
+def report_wire(fragment: Fragment) -> dict[str, Any]:
+    """A fragment in the report form of ``report_samples`` (no ``agent_id``, ``policy_id``)."""
+    wire = fragment.to_wire()
+    del wire["agent_id"], wire["policy_id"]
+    return wire
+
+
+@dataclass(slots=True)
+class ReportedFragment:
+    """A fragment's report form as read by :func:`read_report`, its values not yet checked.
+
+    Attributes:
+        episode_id: The episode.
+        steps: ``T``, the number of rewards; every per-step field has ``T`` entries.
+        obs: The observations as sent (numbers; their shape is the space's business).
+        actions: The actions as sent (numbers).
+        rewards: ``[T]`` rewards as sent.
+        behaviour_logp: ``[T]`` log-probabilities as sent.
+        policy_chosen: ``[T]`` bool.
+        weights_version: ``[T]`` integers as sent.
+        terminated: The episode ended after the last step.
+        truncated: The episode was cut short after the last step (never both).
+        infos: ``[T]`` info maps or nils, or None.
+    """
+
+    episode_id: str
+    steps: int
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    behaviour_logp: np.ndarray
+    policy_chosen: np.ndarray
+    weights_version: np.ndarray
+    terminated: bool
+    truncated: bool
+    infos: list[dict[str, Any] | None] | None
+
+
+def _array(raw: dict[str, Any], name: str, where: str) -> np.ndarray:
+    if name not in raw:
+        raise SpaceError(f"{where}: missing '{name}'")
+    try:
+        array = np.asarray(raw[name])
+    except (TypeError, ValueError) as exc:
+        raise SpaceError(f"{where}: '{name}' is not an array: {exc}") from exc
+    if array.dtype == object or array.dtype.kind not in "biuf":
+        raise SpaceError(f"{where}: '{name}' must hold numbers, got {array.dtype}")
+    return array
+
+
+def read_report(raw: dict[str, Any], limits: Limits, where: str) -> ReportedFragment:
+    """Read one fragment map of a ``report_samples`` (:func:`report_wire`'s form).
+
+    Args:
+        raw: The decoded fragment map.
+        limits: Bounds on the id's length and each info map's size.
+        where: The fragment, for messages (``report_samples 'b1'.fragments[0]``).
+
+    Raises:
+        SpaceError: A field is missing, not numeric, or of the wrong length or type.
+        LimitExceededError: The episode id or an info map over its limit.
+    """
+    episode_id = raw.get("episode_id")
+    if not isinstance(episode_id, str) or not episode_id:
+        raise SpaceError(f"{where}: 'episode_id' must be a non-empty string")
+    if len(episode_id) > limits.max_id_length:
+        raise LimitExceededError(
+            f"{where}: 'episode_id' has {len(episode_id)} characters; the limit is "
+            f"{limits.max_id_length}"
+        )
+    rewards = _array(raw, "rewards", where)
+    steps = rewards.shape[0] if rewards.ndim == 1 else -1
+    if steps < 1:
+        raise SpaceError(f"{where}: 'rewards' must be a non-empty 1-D array")
+    obs = _array(raw, "obs", where)
+    actions = _array(raw, "actions", where)
+    chosen = _array(raw, "policy_chosen", where)
+    if chosen.shape != (steps,):
+        raise SpaceError(f"{where}: 'policy_chosen' must have shape ({steps},)")
+    logp = _array(raw, "behaviour_logp", where)
+    if logp.shape != (steps,):
+        raise SpaceError(
+            f"{where}: 'behaviour_logp' must have shape ({steps},) and be finite where the "
+            "policy chose the action (NaN marks a logged action)"
+        )
+    versions = _array(raw, "weights_version", where)
+    if versions.shape != (steps,) or versions.dtype.kind not in "iu":
+        raise SpaceError(f"{where}: 'weights_version' must be ({steps},) integers")
+    terminated, truncated = raw.get("terminated"), raw.get("truncated")
+    if not isinstance(terminated, bool) or not isinstance(truncated, bool):
+        raise SpaceError(f"{where}: 'terminated' and 'truncated' must be true or false")
+    if terminated and truncated:
+        raise SpaceError(f"{where}: a fragment cannot be both terminated and truncated")
+    return ReportedFragment(
+        episode_id,
+        steps,
+        obs,
+        actions,
+        rewards,
+        logp,
+        chosen.astype(bool, copy=False),
+        versions,
+        terminated,
+        truncated,
+        _read_infos(raw.get("infos"), steps, limits, where),
+    )
+
+
+def _read_infos(
+    infos: Any, steps: int, limits: Limits, where: str
+) -> list[dict[str, Any] | None] | None:
+    if infos is None:
+        return None
+    if not isinstance(infos, list) or len(infos) != steps:
+        raise SpaceError(f"{where}: 'infos' must be a list of {steps} maps or nils, one per step")
+    for i, info in enumerate(infos):
+        if info is None:
+            continue
+        if not isinstance(info, dict):
+            raise SpaceError(f"{where}: 'infos'[{i}] must be a map or nil")
+        if info:
+            check_info_size(info, limits.max_info_bytes, f"{where}.infos[{i}]")
+    return infos

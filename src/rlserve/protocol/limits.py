@@ -8,7 +8,9 @@ sending.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import Any
 
 PROTOCOL_VERSION = 1
 """The wire protocol version this package speaks."""
@@ -53,6 +55,11 @@ class Limits:
     def to_wire(self) -> dict[str, int]:
         """Return the limits as a plain map for the ``welcome`` message."""
         return asdict(self)
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any]) -> Limits:
+        """The limits a ``welcome`` sends; ones this package does not know are ignored."""
+        return cls(**{k: v for k, v in raw.items() if k in cls.__dataclass_fields__})
 
 
 DEFAULT_LIMITS = Limits()

@@ -1,4 +1,4 @@
-"""Protocol version 1's requests: a decoded map to its typed record, and the error reply.
+"""Protocol version 1's requests: a decoded map to its typed record.
 
 Every message is a map with a ``type`` string. Requests carry an ``id`` (a non-negative integer
 chosen by the client); the reply to a request carries the same ``id``, so a client may pipeline
@@ -7,6 +7,7 @@ the episode calls' records are in :mod:`rlserve.protocol.episode_requests` (thei
 forms parsed in :mod:`rlserve.protocol.multi_agent_requests`), the others' in
 :mod:`rlserve.protocol.session_requests`, the field checks in :mod:`rlserve.protocol.fields`.
 This module re-exports the records, so every name it held before the split imports from here.
+Each record's ``to_wire`` is its encoder; the replies are in :mod:`rlserve.protocol.replies`.
 
 A field sent as nil (JSON ``null``) is the same as a field left out, for every field of every
 request (C# and C++ serialisers write nil for unset members): :func:`parse_request` drops nil
@@ -49,7 +50,6 @@ __all__ = [
     "ReportSamples",
     "Request",
     "StartEpisode",
-    "error_reply",
     "finite_number",
     "parse_request",
     "valid_request_id",
@@ -267,14 +267,3 @@ def valid_request_id(raw: Any) -> int | None:
     if isinstance(request_id, int) and not isinstance(request_id, bool) and request_id >= 0:
         return request_id
     return None
-
-
-def error_reply(request_id: int | None, code: str, message: str) -> dict[str, Any]:
-    """Build an ``error`` reply.
-
-    Args:
-        request_id: The failed request's id (None when it could not be read).
-        code: A machine-readable code, e.g. ``episode_error`` (see ``docs/protocol.md``).
-        message: What was wrong and how to fix it.
-    """
-    return {"type": "error", "id": request_id, "code": code, "message": message}

@@ -1,7 +1,9 @@
-"""The records of the connection and local-inference requests.
+"""The records of the connection and local-inference requests, and their wire encoders.
 
 ``hello``, ``ping``, ``get_weights`` and ``report_samples``; their fields are documented once,
-here and in ``docs/protocol.md``.
+here and in ``docs/protocol.md``. Each record's ``to_wire`` writes the map a client sends
+(``parse_request`` of it gives the record back), ``id`` last: a connection numbers the request
+by setting it in place.
 """
 
 from __future__ import annotations
@@ -33,12 +35,28 @@ class Hello:
     inference_mode: str = "remote"
     client_id: str | None = None
 
+    def to_wire(self) -> dict[str, Any]:
+        """The request as a map for the codec (``token`` and ``client_id`` nil when unset)."""
+        return {
+            "type": "hello",
+            "protocol_version": self.protocol_version,
+            "client_name": self.client_name,
+            "token": self.token,
+            "inference_mode": self.inference_mode,
+            "client_id": self.client_id,
+            "id": self.id,
+        }
+
 
 @dataclass(slots=True)
 class Ping:
     """Liveness check (``type: ping``); answered with ``pong``."""
 
     id: int
+
+    def to_wire(self) -> dict[str, Any]:
+        """The request as a map for the codec."""
+        return {"type": "ping", "id": self.id}
 
 
 @dataclass(slots=True)
@@ -56,6 +74,15 @@ class GetWeights:
     policy_id: str = DEFAULT_POLICY_ID
     have_version: int | None = None
 
+    def to_wire(self) -> dict[str, Any]:
+        """The request as a map for the codec (``have_version`` nil when unset)."""
+        return {
+            "type": "get_weights",
+            "policy_id": self.policy_id,
+            "have_version": self.have_version,
+            "id": self.id,
+        }
+
 
 @dataclass(slots=True)
 class ReportSamples:
@@ -66,7 +93,9 @@ class ReportSamples:
         batch_id: Unique per batch; a batch re-sent after a lost reply is recognised by it and
             not trained on twice.
         policy_id: The policy that acted.
-        fragments: Trajectory fragments (maps; checked by the server against the policy).
+        fragments: Trajectory fragments in their report form
+            (:func:`~rlserve.protocol.fragment.report_wire`; checked by the server against the
+            policy).
         episodes: Summaries of episodes that ended (``episode_id``, ``return``, ``length``),
             for the episode metrics.
     """
@@ -76,3 +105,14 @@ class ReportSamples:
     policy_id: str
     fragments: list[dict[str, Any]]
     episodes: list[dict[str, Any]]
+
+    def to_wire(self) -> dict[str, Any]:
+        """The request as a map for the codec."""
+        return {
+            "type": "report_samples",
+            "batch_id": self.batch_id,
+            "policy_id": self.policy_id,
+            "fragments": self.fragments,
+            "episodes": self.episodes,
+            "id": self.id,
+        }

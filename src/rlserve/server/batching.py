@@ -25,6 +25,7 @@ from rlserve.policy.acting import compute_actions, greedy_in_evaluation
 from rlserve.policy.distributions import actions_to_space
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.messages import GetAction, GetWeights, ReportSamples
+from rlserve.protocol.replies import action_reply, actions_reply
 from rlserve.server.replies import Respond, answer_internal_error
 from rlserve.server.reports import FragmentChecker
 from rlserve.server.sessions import Session
@@ -159,11 +160,10 @@ class Batcher:
                     episode.answer = int(answer) if discrete else copy.deepcopy(answer)
             chunk = env_actions[offset : offset + count]
             offset += count
-            reply: dict[str, Any] = {"type": "action", "id": item.request.id}
             if item.request.batched:
-                reply["actions"] = chunk
+                reply = actions_reply(item.request.id, chunk)
             else:
-                reply["action"] = int(chunk[0]) if discrete else chunk[0]
+                reply = action_reply(item.request.id, int(chunk[0]) if discrete else chunk[0])
             item.respond(reply)
             for joined, respond in item.joined:
                 respond({**reply, "id": joined.id})
@@ -205,7 +205,7 @@ class Batcher:
         if owner.request.seqs is not None:
             # Kept for a retry of this call; a copy, so the batch's arrays are not kept.
             episode.answer = copy.deepcopy(reply_actions)
-        reply = {"type": "action", "id": owner.request.id, "actions": reply_actions}
+        reply = actions_reply(owner.request.id, reply_actions)
         owner.respond(reply)
         for joined, respond in owner.joined:
             respond({**reply, "id": joined.id})

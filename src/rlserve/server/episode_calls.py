@@ -20,6 +20,7 @@ from rlserve.experience.episode_records import Episode, EpisodeSummary
 from rlserve.experience.episodes import EpisodeTable
 from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import EndEpisode, GetAction, LogAction, LogReturns
+from rlserve.protocol.replies import Ok
 from rlserve.server.batching import PolicySlot
 from rlserve.server.replies import Respond
 from rlserve.server.sessions import Session
@@ -66,11 +67,11 @@ class EpisodeCalls(ABC):
         """Record an action the client chose itself; return the reply."""
         episode = self._episode(request.episode_id, session)
         if self.episodes.check_seq(episode, request.seq, "log_action"):
-            return {"type": "ok", "id": request.id}
+            return Ok(request.id).to_wire()
         count = self._log_action(request, episode)
         self.episodes.record_seq(episode, request.seq, "log_action")
         self.stats.count_actions(count, batch=0)
-        return {"type": "ok", "id": request.id}
+        return Ok(request.id).to_wire()
 
     def log_returns(self, request: LogReturns, session: Session) -> dict[str, Any]:
         """Add rewards (and ``info``) to the last action; return the reply."""
@@ -78,17 +79,17 @@ class EpisodeCalls(ABC):
         if not self.episodes.check_seq(episode, request.seq, "log_returns"):
             self._log_returns(request, episode)
             self.episodes.record_seq(episode, request.seq, "log_returns")
-        return {"type": "ok", "id": request.id}
+        return Ok(request.id).to_wire()
 
     def end_episode(self, request: EndEpisode, session: Session) -> dict[str, Any]:
         """End an episode with its last observation; return the reply."""
         if self.episodes.ended_by(request.episode_id, session.key, request.seq):
-            return {"type": "ok", "id": request.id}  # a retry of the call that ended it
+            return Ok(request.id).to_wire()  # a retry of the call that ended it
         episode = self._episode(request.episode_id, session)
         self.episodes.check_seq(episode, request.seq, "end_episode")
         self.stats.record_episode(self._end(request, episode))
         self.stats.episodes_active = len(self.episodes)
-        return {"type": "ok", "id": request.id}
+        return Ok(request.id).to_wire()
 
     @abstractmethod
     def _log_action(self, request: LogAction, episode: Episode) -> int:

@@ -36,7 +36,8 @@ from starlette.types import Receive, Scope, Send
 from rlserve.errors import LimitExceededError, RLServeError
 from rlserve.protocol.codec import encode_json, to_jsonable
 from rlserve.protocol.limits import PROTOCOL_VERSION
-from rlserve.protocol.messages import REQUEST_TYPES, error_reply, parse_request, valid_request_id
+from rlserve.protocol.messages import REQUEST_TYPES, parse_request, valid_request_id
+from rlserve.protocol.replies import ErrorReply
 from rlserve.server.config import ServerConfig, is_loopback
 from rlserve.server.json_body import parse_body
 from rlserve.server.replies import INTERNAL_ERROR
@@ -109,12 +110,12 @@ def _refusal(request: HTTPRequest, policy: BrowserPolicy) -> Response | None:
     host = request.headers.get("host", "")
     if policy.loopback_only and _host_name(host).lower() not in LOOPBACK_HOSTS:
         return _json(
-            error_reply(
+            ErrorReply(
                 None,
                 "forbidden",
                 f"Host header {host!r} does not name this loopback server; use localhost, "
                 "127.0.0.1 or [::1] (a foreign Host is how DNS rebinding reaches a local server)",
-            ),
+            ).to_wire(),
             421,
         )
     origin = request.headers.get("origin")
@@ -122,12 +123,12 @@ def _refusal(request: HTTPRequest, policy: BrowserPolicy) -> Response | None:
         own = {f"{request.url.scheme}://{host}"}
         if origin not in own:
             return _json(
-                error_reply(
+                ErrorReply(
                     None,
                     "forbidden",
                     f"cross-origin request from {origin!r} refused; allow it with the server "
                     "option http_allowed_origins",
-                ),
+                ).to_wire(),
                 403,
             )
     return None
@@ -187,11 +188,11 @@ def build_http_app(
 
     def unauthorised() -> Response:
         return _json(
-            error_reply(
+            ErrorReply(
                 None,
                 "unauthorized",
                 "missing or wrong token: send the header 'Authorization: Bearer <token>'",
-            ),
+            ).to_wire(),
             401,
         )
 
@@ -226,12 +227,12 @@ def build_http_app(
             return unauthorised()
         if not _is_json(request):
             return _json(
-                error_reply(
+                ErrorReply(
                     None,
                     "decode_error",
                     "POST /v1/* needs the header 'Content-Type: application/json', got "
                     f"{request.headers.get('content-type')!r}",
-                ),
+                ).to_wire(),
                 415,
             )
         raw: Any = None
@@ -247,16 +248,16 @@ def build_http_app(
             parsed = parse_request(raw, limits)
         except RLServeError as exc:  # a ProtocolError, or a SpaceError of an out-of-range reward
             return _json(
-                error_reply(valid_request_id(raw), exc.code, str(exc)),
+                ErrorReply(valid_request_id(raw), exc.code, str(exc)).to_wire(),
                 STATUS_FOR_CODE.get(exc.code, 400),
             )
         except TimeoutError:
             return _json(
-                error_reply(
+                ErrorReply(
                     None,
                     "timeout",
                     f"the request body did not arrive within {policy.request_timeout:g} s",
-                ),
+                ).to_wire(),
                 408,
             )
         except ClientDisconnect:
@@ -265,14 +266,18 @@ def build_http_app(
         except Exception as exc:  # the parser's bug, but the body is at fault: answer it
             SERVER_LOG.warn("http_parse", f"unexpected error parsing an HTTP body: {exc!r}")
             return _json(
-                error_reply(valid_request_id(raw), "decode_error", f"malformed message: {exc}"),
+                ErrorReply(
+                    valid_request_id(raw), "decode_error", f"malformed message: {exc}"
+                ).to_wire(),
                 400,
             )
         # The header is the client identity (a bearer secret): its episodes are its own.
         client = request.headers.get("x-rlserve-client", "anonymous")
         if not 1 <= len(client) <= limits.max_id_length:
             message = f"header X-RLServe-Client must have 1 to {limits.max_id_length} characters"
-            return _json(error_reply(valid_request_id(raw), "limit_exceeded", message), 413)
+            return _json(
+                ErrorReply(valid_request_id(raw), "limit_exceeded", message).to_wire(), 413
+            )
         session = sessions.get(client)
         if session is None:
             if len(sessions) >= MAX_HTTP_SESSIONS:
@@ -320,11 +325,11 @@ def build_http_app(
         allowed = KNOWN_PATHS.get(path)
         if allowed is not None and method not in allowed:
             return _json(
-                error_reply(
+                ErrorReply(
                     None,
                     "decode_error",
                     f"{path} does not take {method}; use {' or '.join(allowed)}",
-                ),
+                ).to_wire(),
                 405,
                 headers={"Allow": ", ".join(allowed)},
             )
@@ -336,7 +341,7 @@ def build_http_app(
                 f"no such path: {method} {path}; the server has POST /v1/<type> (a message "
                 "type), GET /v1/health, GET /v1/metrics and GET /metrics"
             )
-        return _json(error_reply(None, "decode_error", problem), 404)
+        return _json(ErrorReply(None, "decode_error", problem).to_wire(), 404)
 
     routes = [Route(f"/v1/{kind}", guarded(message), methods=["POST"]) for kind in REQUEST_TYPES]
     routes += [

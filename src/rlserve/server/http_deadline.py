@@ -21,20 +21,19 @@ from typing import Any, cast
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from rlserve.protocol.replies import ErrorReply
 from rlserve.server.config import ServerConfig
 from rlserve.server.throttled_log import SERVER_LOG
 
 
 def _response_503(max_connections: int) -> bytes:
-    body = json.dumps(
-        {
-            "type": "error",
-            "id": None,
-            "code": "capacity",
-            "message": f"the server has {max_connections} open HTTP connections, its limit; "
-            "retry later or ask the operator to raise http_max_connections",
-        }
-    ).encode()
+    refusal = ErrorReply(
+        None,
+        "capacity",
+        f"the server has {max_connections} open HTTP connections, its limit; retry later or "
+        "ask the operator to raise http_max_connections",
+    )
+    body = json.dumps(refusal.to_wire()).encode()
     head = (
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
         f"connection: close\r\ncontent-length: {len(body)}\r\n\r\n"

@@ -17,6 +17,7 @@ from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import GetWeights, ReportSamples
+from rlserve.protocol.replies import WeightsReply
 from rlserve.server.batching import PolicySlot, named_slot
 from rlserve.server.replies import Respond
 from rlserve.server.reports import BatchLedger, check_summaries
@@ -48,17 +49,18 @@ class SampleSink(Protocol):
 
 def weights_reply(request: GetWeights, package: WeightsPackage) -> dict[str, Any]:
     """The ``weights`` reply: the package, or only its version when the client has it."""
-    reply: dict[str, Any] = {
-        "type": "weights",
-        "id": request.id,
-        "policy_id": request.policy_id,
-        "version": package.version,
-        "unchanged": request.have_version == package.version,
-    }
-    if not reply["unchanged"]:
-        reply["model"] = package.spec.to_wire()
-        reply["arrays"] = package.arrays
-    return reply
+    if request.have_version == package.version:
+        reply = WeightsReply(request.id, request.policy_id, package.version, unchanged=True)
+    else:
+        reply = WeightsReply(
+            request.id,
+            request.policy_id,
+            package.version,
+            unchanged=False,
+            model=package.spec.to_wire(),
+            arrays=package.arrays,
+        )
+    return reply.to_wire()
 
 
 class LocalInference:

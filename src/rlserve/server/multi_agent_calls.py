@@ -16,6 +16,7 @@ import numpy as np
 from rlserve.errors import CapacityError, EpisodeError
 from rlserve.experience.episode_records import Episode, EpisodeSummary
 from rlserve.protocol.messages import EndEpisode, GetAction, LogAction, LogReturns
+from rlserve.protocol.replies import actions_reply
 from rlserve.server.batching import AgentPart, AgentsPending
 from rlserve.server.episode_calls import EpisodeCalls
 from rlserve.server.replies import Respond
@@ -91,7 +92,7 @@ class MultiAgentCalls(EpisodeCalls):
                 )
             answer.joined.append((request, respond))
             return True
-        respond({"type": "action", "id": request.id, "actions": answer})
+        respond(actions_reply(request.id, answer))
         return False
 
     def _log_action(self, request: LogAction, episode: Episode) -> int:

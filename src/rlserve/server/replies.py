@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from rlserve.protocol.messages import error_reply
+from rlserve.protocol.replies import ErrorReply
 from rlserve.server.stats import ServerStats
 from rlserve.server.throttled_log import SERVER_LOG
 
@@ -45,4 +45,4 @@ def answer_internal_error(
     for request_id, respond in answers:
         with contextlib.suppress(Exception):  # a broken respond cannot be answered
             message = f"the server failed to {failed} ({type(exc).__name__}: {exc}); {advice}"
-            respond(error_reply(request_id, INTERNAL_ERROR, message))
+            respond(ErrorReply(request_id, INTERNAL_ERROR, message).to_wire())

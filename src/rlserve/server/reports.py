@@ -1,9 +1,10 @@
 """Experience reported by local-inference clients: validation and exactly-once bookkeeping.
 
 A ``report_samples`` batch is checked as a whole before any of it is used: every fragment's
-arrays must agree on their length, observations must fit the policy (flattened, finite, within a
-Box's bounds), actions must fit the action space, rewards must be finite, and every weights
-version must be one the server has published (a forged, future version is refused). A batch is
+report form must read (:func:`~rlserve.protocol.fragment.read_report`: its arrays agree on
+their length), observations must fit the policy (flattened, finite, within a Box's bounds),
+actions must fit the action space, rewards must be finite, and every weights version must be
+one the server has published (a forged, future version is refused). A batch is
 identified by its ``batch_id``; the :class:`BatchLedger` remembers the ids handed to the learner
 (and saves them in checkpoints), so a batch re-sent after a lost reply or a server restart is
 answered as a duplicate and never trained on twice.
@@ -12,38 +13,27 @@ answered as a duplicate and never trained on twice.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from rlserve.errors import LimitExceededError, SpaceError
+from rlserve.errors import SpaceError
 from rlserve.experience.episode_records import SINGLE_AGENT, EpisodeSummary
 from rlserve.policy.space_distribution import action_distribution
 from rlserve.protocol.fields import finite_number
-from rlserve.protocol.fragment import Fragment
-from rlserve.protocol.info import check_info_size
+from rlserve.protocol.fragment import Fragment, read_report
 from rlserve.protocol.limits import Limits
+from rlserve.protocol.replies import SamplesAccepted
 from rlserve.protocol.session_requests import ReportSamples
 from rlserve.protocol.spaces import flat_dim
 from rlserve.protocol.values import MAX_ABS_LOGP, MAX_ABS_REWARD, check_float32, indices_within
+from rlserve.server.replies import Respond
 
 MAX_REMEMBERED_BATCHES = 100_000
 """Batch ids remembered for de-duplication (oldest forgotten first)."""
-
-
-def _array(raw: dict[str, Any], name: str, where: str) -> np.ndarray:
-    if name not in raw:
-        raise SpaceError(f"{where}: missing '{name}'")
-    try:
-        array = np.asarray(raw[name])
-    except (TypeError, ValueError) as exc:
-        raise SpaceError(f"{where}: '{name}' is not an array: {exc}") from exc
-    if array.dtype == object or array.dtype.kind not in "biuf":
-        raise SpaceError(f"{where}: '{name}' must hold numbers, got {array.dtype}")
-    return array
 
 
 class FragmentChecker:
@@ -84,21 +74,10 @@ class FragmentChecker:
             SpaceError: A field is missing, mistyped, of the wrong shape, or out of range.
             LimitExceededError: An id over the length limit.
         """
-        limits = self.limits
-        episode_id = raw.get("episode_id")
-        if not isinstance(episode_id, str) or not episode_id:
-            raise SpaceError(f"{where}: 'episode_id' must be a non-empty string")
-        if len(episode_id) > limits.max_id_length:
-            raise LimitExceededError(
-                f"{where}: 'episode_id' has {len(episode_id)} characters; the limit is "
-                f"{limits.max_id_length}"
-            )
-        rewards = _array(raw, "rewards", where)
-        steps = rewards.shape[0] if rewards.ndim == 1 else -1
-        if steps < 1:
-            raise SpaceError(f"{where}: 'rewards' must be a non-empty 1-D array")
-        rewards = check_float32(rewards, f"{where}.rewards", MAX_ABS_REWARD)
-        obs = _array(raw, "obs", where)
+        wire = read_report(raw, self.limits, where)
+        steps = wire.steps
+        rewards = check_float32(wire.rewards, f"{where}.rewards", MAX_ABS_REWARD)
+        obs = wire.obs
         if obs.shape != (steps + 1, self._obs_dim):
             raise SpaceError(
                 f"{where}: 'obs' must be the flattened observations, shape "
@@ -112,17 +91,8 @@ class FragmentChecker:
                 raise SpaceError(
                     f"{where}: 'obs' has values outside {self.observation_space}'s bounds"
                 )
-        actions = self._check_actions(_array(raw, "actions", where), steps, where)
-        chosen = _array(raw, "policy_chosen", where)
-        if chosen.shape != (steps,):
-            raise SpaceError(f"{where}: 'policy_chosen' must have shape ({steps},)")
-        chosen = chosen.astype(bool, copy=False)
-        logp = _array(raw, "behaviour_logp", where)
-        if logp.shape != (steps,):
-            raise SpaceError(
-                f"{where}: 'behaviour_logp' must have shape ({steps},) and be finite where the "
-                "policy chose the action (NaN marks a logged action)"
-            )
+        actions = self._check_actions(wire.actions, steps, where)
+        chosen, logp = wire.policy_chosen, wire.behaviour_logp
         all_chosen = bool(chosen.all())
         # Only the policy's own choices carry a log-probability; a logged action's is ignored.
         check_float32(
@@ -137,23 +107,15 @@ class FragmentChecker:
             # A logged action's behaviour probability is unknown whatever number came with it.
             logp = logp.copy()
             logp[~chosen] = np.nan
-        versions = _array(raw, "weights_version", where)
-        if versions.shape != (steps,) or versions.dtype.kind not in "iu":
-            raise SpaceError(f"{where}: 'weights_version' must be ({steps},) integers")
+        versions = wire.weights_version
         if not indices_within(versions, published_version):
             raise SpaceError(
                 f"{where}: weights versions {versions.min()}..{versions.max()} are not versions "
                 f"this server published (0..{published_version}); report the version the client "
                 "acted with"
             )
-        terminated, truncated = raw.get("terminated"), raw.get("truncated")
-        if not isinstance(terminated, bool) or not isinstance(truncated, bool):
-            raise SpaceError(f"{where}: 'terminated' and 'truncated' must be true or false")
-        if terminated and truncated:
-            raise SpaceError(f"{where}: a fragment cannot be both terminated and truncated")
-        infos = self._check_infos(raw.get("infos"), steps, where)
         return Fragment(
-            episode_id=episode_id,
+            episode_id=wire.episode_id,
             agent_id=SINGLE_AGENT,
             policy_id=self.policy_id,
             obs=obs,
@@ -162,28 +124,10 @@ class FragmentChecker:
             behaviour_logp=logp,
             policy_chosen=chosen,
             weights_version=versions.astype(np.int64, copy=False),
-            terminated=terminated,
-            truncated=truncated,
-            infos=infos,
+            terminated=wire.terminated,
+            truncated=wire.truncated,
+            infos=wire.infos,
         )
-
-    def _check_infos(
-        self, infos: Any, steps: int, where: str
-    ) -> list[dict[str, Any] | None] | None:
-        if infos is None:
-            return None
-        if not isinstance(infos, list) or len(infos) != steps:
-            raise SpaceError(
-                f"{where}: 'infos' must be a list of {steps} maps or nils, one per step"
-            )
-        for i, info in enumerate(infos):
-            if info is None:
-                continue
-            if not isinstance(info, dict):
-                raise SpaceError(f"{where}: 'infos'[{i}] must be a map or nil")
-            if info:
-                check_info_size(info, self.limits.max_info_bytes, f"{where}.infos[{i}]")
-        return infos
 
     def _check_actions(self, actions: np.ndarray, steps: int, where: str) -> np.ndarray:
         if self._choices is not None:
@@ -272,9 +216,11 @@ class BatchLedger:
     """Which reported batches were handed to the learner, and who waits on pending ones."""
 
     handed: OrderedDict[str, int] = field(default_factory=OrderedDict)
-    pending: dict[str, list[Callable[[dict[str, Any]], None]]] = field(default_factory=dict)
+    pending: dict[str, list[tuple[int, Respond, bool]]] = field(default_factory=dict)
+    """Per batch still in the queue: each request's id and callback, and whether it repeats
+    the first."""
 
-    def begin(self, report: ReportSamples, respond: Callable[[dict[str, Any]], None]) -> str:
+    def begin(self, report: ReportSamples, respond: Respond) -> str:
         """Register a report.
 
         Returns:
@@ -283,13 +229,13 @@ class BatchLedger:
         """
         steps = self.handed.get(report.batch_id)
         if steps is not None:
-            respond(self.reply(report.id, report.batch_id, steps, duplicate=True))
+            respond(SamplesAccepted(report.id, report.batch_id, steps, duplicate=True).to_wire())
             return "answered"
         waiting = self.pending.get(report.batch_id)
         if waiting is not None:
-            waiting.append(lambda r: respond({**r, "id": report.id, "duplicate": True}))
+            waiting.append((report.id, respond, True))
             return "waiting"
-        self.pending[report.batch_id] = [respond]
+        self.pending[report.batch_id] = [(report.id, respond, False)]
         return "new"
 
     def remember(self, batch_id: str, steps: int) -> None:
@@ -305,22 +251,11 @@ class BatchLedger:
     def finish(self, report: ReportSamples, steps: int, dropped: int, version: int) -> None:
         """The batch is durable and read by a learner: answer everyone waiting on it."""
         self.remember(report.batch_id, steps)
-        reply = self.reply(report.id, report.batch_id, steps, duplicate=False)
-        reply["dropped_steps"] = dropped
-        reply["weights_version"] = version
-        for respond in self.pending.pop(report.batch_id, []):
-            respond(reply)
-
-    @staticmethod
-    def reply(request_id: int, batch_id: str, steps: int, duplicate: bool) -> dict[str, Any]:
-        """A ``samples_accepted`` reply."""
-        return {
-            "type": "samples_accepted",
-            "id": request_id,
-            "batch_id": batch_id,
-            "steps": steps,
-            "duplicate": duplicate,
-        }
+        for request_id, respond, duplicate in self.pending.pop(report.batch_id, []):
+            accepted = SamplesAccepted(
+                request_id, report.batch_id, steps, duplicate, dropped, version
+            )
+            respond(accepted.to_wire())
 
     def state(self) -> list[list[Any]]:
         """Accepted batch ids and their step counts, for the run folder."""

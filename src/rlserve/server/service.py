@@ -27,7 +27,7 @@ from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.experience.episodes import EpisodeTable
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.weights import WeightsPackage
-from rlserve.protocol.limits import PROTOCOL_VERSION, Limits
+from rlserve.protocol.limits import Limits
 from rlserve.protocol.mapping import PolicyMapping
 from rlserve.protocol.messages import (
     DEFAULT_POLICY_ID,
@@ -41,8 +41,8 @@ from rlserve.protocol.messages import (
     ReportSamples,
     Request,
     StartEpisode,
-    error_reply,
 )
+from rlserve.protocol.replies import EpisodeStarted, ErrorReply, Pong, Welcome
 from rlserve.protocol.spaces import describe
 from rlserve.server.batching import Batcher, PolicySlot, named_slot
 from rlserve.server.episode_calls import EpisodeCalls
@@ -166,7 +166,7 @@ class Service:
             return self._dispatch(request, session, respond)
         except RLServeError as exc:
             self.stats.count_error(exc.code)
-            respond(error_reply(request.id, exc.code, str(exc)))
+            respond(ErrorReply(request.id, exc.code, str(exc)).to_wire())
         except Exception as exc:  # a bug must cost one reply, never the connection or server
             answer_internal_error(
                 self.stats,
@@ -203,7 +203,7 @@ class Service:
         if isinstance(request, StartEpisode):
             return self._start_episode(request, session)
         if isinstance(request, Ping):
-            return {"type": "pong", "id": request.id}
+            return Pong(request.id).to_wire()
         raise EpisodeError(f"unexpected request {type(request).__name__}")
 
     def _start_episode(self, request: StartEpisode, session: Session) -> dict[str, Any]:
@@ -217,34 +217,32 @@ class Service:
             request.episode_id, session.key
         ):
             # A retry after a lost reply: the episode is this client's and still unused.
-            return {"type": "episode_started", "id": request.id, "episode_id": request.episode_id}
+            return EpisodeStarted(request.id, request.episode_id).to_wire()
         episode_id = self.episodes.start(
             request.episode_id, request.training_enabled, policy_id, session.key
         )
         self.stats.episodes_started += 1
         self.stats.episodes_active = len(self.episodes)
-        return {"type": "episode_started", "id": request.id, "episode_id": episode_id}
+        return EpisodeStarted(request.id, episode_id).to_wire()
 
     def welcome(self, request_id: int | None) -> dict[str, Any]:
         """The ``welcome`` reply: versions, policies and their spaces, modes, limits."""
-        return {
-            "type": "welcome",
-            "id": request_id,
-            "protocol_version": PROTOCOL_VERSION,
-            "server_version": __version__,
-            "policies": {
+        return Welcome(
+            request_id,
+            __version__,
+            {
                 pid: {
                     "observation_space": describe(slot.observation_space),
                     "action_space": describe(slot.action_space),
                 }
                 for pid, slot in self.slots.items()
             },
-            "mapping": self.mapping.to_wire(),
-            "multi_agent": self.multi_agent,
-            "inference_modes": list(INFERENCE_MODES),
-            "instance_id": self.instance_id,
-            "limits": self.limits.to_wire(),
-        }
+            self.mapping.to_wire(),
+            self.multi_agent,
+            list(INFERENCE_MODES),
+            self.instance_id,
+            self.limits,
+        ).to_wire()
 
     # -- batched inference -----------------------------------------------------------------
 

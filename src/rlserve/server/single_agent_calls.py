@@ -16,6 +16,7 @@ from rlserve.errors import EpisodeError
 from rlserve.experience.episode_records import Episode, EpisodeSummary
 from rlserve.policy.distributions import encode_action
 from rlserve.protocol.messages import EndEpisode, GetAction, LogAction, LogReturns
+from rlserve.protocol.replies import action_reply, actions_reply
 from rlserve.protocol.spaces import check_batch, check_one, check_value
 from rlserve.protocol.values import check_float32
 from rlserve.server.batching import Pending, PolicySlot
@@ -98,9 +99,9 @@ class SingleAgentCalls(EpisodeCalls):
             )
         if request.batched:
             actions = np.asarray([e.answer for e in episodes])
-            respond({"type": "action", "id": request.id, "actions": actions})
+            respond(actions_reply(request.id, actions))
         else:
-            respond({"type": "action", "id": request.id, "action": episodes[0].answer})
+            respond(action_reply(request.id, episodes[0].answer))
         return False
 
     def _log_action(self, request: LogAction, episode: Episode) -> int:

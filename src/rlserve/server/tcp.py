@@ -32,7 +32,8 @@ from rlserve.errors import AuthenticationError, DecodeError, FrameTooLargeError,
 from rlserve.protocol.codec import decode, encode
 from rlserve.protocol.framing import FrameDecoder, frame
 from rlserve.protocol.limits import Limits
-from rlserve.protocol.messages import error_reply, parse_request, valid_request_id
+from rlserve.protocol.messages import parse_request, valid_request_id
+from rlserve.protocol.replies import ErrorReply
 from rlserve.protocol.session_requests import Hello
 from rlserve.server.config import ServerConfig
 from rlserve.server.service import Service, Session
@@ -134,12 +135,12 @@ class BinaryConnection(asyncio.Protocol):
                 "(raise max_connections if the clients are legitimate)",
             )
             self._write(
-                error_reply(
+                ErrorReply(
                     None,
                     "capacity",
                     f"the server has {self._policy.max_connections} open connections, its limit; "
                     "retry later or ask the operator to raise max_connections",
-                )
+                ).to_wire()
             )
             self._close()
             return
@@ -192,7 +193,7 @@ class BinaryConnection(asyncio.Protocol):
                     f"{self._decoder.max_frame_bytes} bytes"
                 )
             self._service.stats.count_error(exc.code)
-            self._write(error_reply(None, exc.code, message))
+            self._write(ErrorReply(None, exc.code, message).to_wire())
             self._close()
             return
         self._backlog.extend(frames)
@@ -251,7 +252,7 @@ class BinaryConnection(asyncio.Protocol):
 
     def _refuse(self, raw: Any, exc: RLServeError) -> None:
         self._service.stats.count_error(exc.code)
-        self._write(error_reply(valid_request_id(raw), exc.code, str(exc)))
+        self._write(ErrorReply(valid_request_id(raw), exc.code, str(exc)).to_wire())
 
     def _reply_hello(self, reply: dict[str, Any]) -> None:
         self._write(reply)
@@ -265,12 +266,12 @@ class BinaryConnection(asyncio.Protocol):
             return
         self._service.stats.count_error(TIMEOUT_CODE)
         self._write(
-            error_reply(
+            ErrorReply(
                 None,
                 TIMEOUT_CODE,
                 f"no successful hello within {self._policy.hello_timeout:g} s of connecting; "
                 "send hello first",
-            )
+            ).to_wire()
         )
         self._close()
 
