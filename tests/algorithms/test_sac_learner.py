@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -144,6 +145,57 @@ def test_a_checkpoint_resumes_the_same_training(tmp_path: Path) -> None:
     for a, b in zip(first.actor.parameters(), second.actor.parameters(), strict=True):
         torch.testing.assert_close(a, b)
     assert first.alpha == second.alpha
+
+
+def _generators_on_their_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``torch.randn`` refuse a generator of another device, as its CUDA kernels do.
+
+    Its CPU and meta kernels do not check: without a GPU, this is how a draw on the wrong device
+    shows (``Expected a 'cuda' device type for generator but found 'cpu'`` on CUDA).
+    """
+    randn = torch.randn
+
+    def strict(*args: Any, generator: Any = None, device: Any = None, **kwargs: Any) -> Any:
+        drawn_on = torch.device("cpu" if device is None else device)
+        if generator is not None and generator.device.type != drawn_on.type:
+            raise RuntimeError(
+                f"Expected a '{drawn_on.type}' device type for generator but found "
+                f"'{generator.device.type}'"
+            )
+        return randn(*args, generator=generator, device=drawn_on, **kwargs)
+
+    monkeypatch.setattr(torch, "randn", strict)
+
+
+def test_the_learners_generator_draws_the_noise_of_an_actor_on_another_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The learner's generator is a CPU one; its actor may live on CUDA (device auto)."""
+    _generators_on_their_device(monkeypatch)
+    learner = SACLearner(OBS, WIDE, _settings(device="cpu"))
+    generator = learner._generator
+    assert generator.device.type == "cpu"
+    actor = learner.actor.to("meta")  # any device but the generator's
+    actions, logp = actor.sample(torch.zeros((4, 2), device="meta"), generator)
+    assert actions.device.type == logp.device.type == "meta"
+    assert actions.shape == (4, 1) and logp.shape == (4,)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_trains_and_resumes_on_cuda(tmp_path: Path) -> None:
+    """A CUDA learner trains, and its checkpoint resumes on CUDA and on the CPU alike."""
+    learner = SACLearner(OBS, WIDE, _settings(device="cuda", checkpoint_replay=True))
+    assert next(learner.actor.parameters()).device.type == "cuda"
+    learner.ingest([_fragment(30)])
+    metrics = learner.update()
+    assert learner.version == 1 and np.isfinite(metrics["learner/critic_loss"])
+    path = tmp_path / "sac.pt"
+    learner.save(path, {})
+    for device in ("cuda", "cpu"):
+        twin = SACLearner(OBS, WIDE, _settings(device=device, checkpoint_replay=True, seed=5))
+        twin.load(path)
+        twin.ingest([_fragment(10, seed=7)])
+        assert np.isfinite(twin.update()["learner/critic_loss"]) and twin.version == 2
 
 
 def test_initialise_from_takes_weights_only_and_refuses_other_shapes(tmp_path: Path) -> None:

@@ -143,6 +143,8 @@ class SACLearner(ReplayLearner):
         self.config = config
         torch.set_num_threads(config.torch_threads)
         torch.manual_seed(config.seed)  # the networks' initial weights
+        # The actor's noise: a CPU generator whatever the device, so a checkpoint's stream
+        # resumes on any device (the actor moves the noise to its own).
         self._generator = torch.Generator()
         self._generator.manual_seed(config.seed)
         self.device = resolve_device(config.device)
@@ -470,7 +472,7 @@ class SACLearner(ReplayLearner):
         self._counters.update({k: int(v) for k, v in counters.items()})
         self._owed = float(state["schedule"]["owed"])
         self._new_steps = int(state["schedule"]["new_steps"])
-        self._generator.set_state(state["torch_rng"])
+        self._generator.set_state(state["torch_rng"].cpu())  # map_location moved it
         if "replay" in state:
             self.replay.load_state({k: v.cpu().numpy() for k, v in state["replay"].items()})
         return dict(state["extra"])
