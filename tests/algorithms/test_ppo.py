@@ -475,6 +475,41 @@ def test_behaviour_cloning_learns_the_logged_actions(mode: str, rises: bool) -> 
         assert after == pytest.approx(before, abs=1e-6)
 
 
+def _one_step_episode(version: int, action: int, reward: float, logged: bool) -> Fragment:
+    """An episode of one step from the one state ``[1, 1]``, terminated after it."""
+    return Fragment(
+        episode_id=f"{version}-{action}-{reward}-{logged}",
+        agent_id="agent0",
+        policy_id="default",
+        obs=np.ones((2, 2), np.float32),
+        actions=np.array([action], np.int64),
+        rewards=np.array([reward], np.float32),
+        behaviour_logp=np.array([np.nan if logged else np.log(0.5)], np.float32),
+        policy_chosen=np.array([not logged]),
+        weights_version=np.array([version], np.int64),
+        terminated=True,
+        truncated=False,
+    )
+
+
+def test_by_default_logged_actions_do_not_bias_the_policys_value() -> None:
+    """One state; every action of the policy is worth 0.5, so it stays at 50/50 and its value
+    is 0.5. Half the episodes are another controller's action, worth 1: the value function
+    must learn the policy's value, not that of the mix (0.75)."""
+    learner = PPOLearner(OBS_SPACE, DISCRETE, _config(train_batch_size=64, minibatch_size=16))
+    for _ in range(40):
+        version = learner.version
+        fragments = [_one_step_episode(version, i % 2, 0.5, logged=False) for i in range(32)]
+        fragments += [_one_step_episode(version, 1, 1.0, logged=True) for _ in range(32)]
+        learner.ingest(fragments)
+        learner.update()
+    with torch.no_grad():
+        value = float(learner.model.value(torch.ones((1, 2)))[0])
+        logp, _ = learner.model.log_prob_entropy(torch.ones((2, 2)), torch.tensor([0, 1]))
+    np.testing.assert_allclose(logp.exp().numpy(), [0.5, 0.5], atol=0.05)
+    assert value == pytest.approx(0.5, abs=0.05)
+
+
 def _stale_learner(lag: int, **overrides: Any) -> tuple[PPOLearner, list[Fragment]]:
     """A learner ``lag`` updates past the weights that collected the fragments it returns."""
     learner = PPOLearner(OBS_SPACE, DISCRETE, _config(max_policy_lag=lag, lr=3e-2, **overrides))

@@ -18,14 +18,17 @@ is not carried over later actions that ``pi_prox`` would rarely take (off by def
 slower on CartPole with the demo's lag, docs/benchmarks.md).
 
 Steps logged with ``log_action`` (``policy_chosen`` false, or an unknown, NaN, behaviour
-log-probability) are treated as ``logged_steps`` says: ``exclude`` leaves them out of every loss
-and cuts the lambda trace at them (their rewards still count in the previous step's TD error);
-``value`` does the same but trains the value function on them too; ``bc`` adds a behaviour-cloning
-term (``bc_coef`` times their mean negative log-likelihood) to ``value``; ``on_policy`` trains them
-as if the proximal policy had sampled them (weight 1, trace not cut; rlserve's treatment before
-these options). A finite behaviour log-probability sent with a logged step is ignored, and a
-logged step is never dropped as stale: no policy sampled it, so the version that was served when
-it was logged says nothing about it.
+log-probability) are treated as ``logged_steps`` says: ``exclude`` (the default) leaves them out of
+every loss and cuts the lambda trace at them (their rewards still count in the previous step's TD
+error); ``value`` does the same but trains the value function on them too, towards the return of
+the logged action: ``V`` then learns the value of the mix of policy and logged controller, not the
+policy's (nothing unbiased can be had without the logged actions' probabilities), and the bias
+reaches the previous step's advantage through ``V`` of the logged step's state; ``bc`` adds a
+behaviour-cloning term (``bc_coef`` times their mean negative log-likelihood) to ``value``;
+``on_policy`` trains them as if the proximal policy had sampled them (weight 1, trace not cut;
+rlserve's treatment before these options). A finite behaviour log-probability sent with a logged
+step is ignored, and a logged step is never dropped as stale: no policy sampled it, so the version
+that was served when it was logged says nothing about it.
 
 Normalisation (:mod:`rlserve.algorithms.normalization`). With ``normalize_observations`` an update
 first takes the buffered steps' observations into the running statistics and freezes them: the

@@ -53,10 +53,11 @@ class PPOSettings:
         "off: plain GAE over the behaviour policy's steps.",
     )
     logged_steps: str = option(
-        "value",
+        "exclude",
         "Steps logged with log_action (not chosen by the policy): exclude (left out, the lambda "
-        "trace cut at them), value (also value targets), bc (also a behaviour-cloning term, "
-        "bc_coef) or on_policy (trained as if the policy had sampled them).",
+        "trace cut at them), value (also value targets: biased towards the logged actions' "
+        "returns), bc (also a behaviour-cloning term, bc_coef) or on_policy (trained as if the "
+        "policy had sampled them).",
     )
     bc_coef: float = option(
         1.0, "Weight of the behaviour-cloning term on logged steps (logged_steps = bc)."
