@@ -22,6 +22,7 @@ from rlserve.algorithms.ppo import (
     clipped_policy_loss,
     importance_log_ratio,
     importance_weights,
+    minibatch_indices,
     normalise_advantages,
     trace_coefficients,
     value_loss,
@@ -271,6 +272,38 @@ def test_update_increments_version_and_returns_finite_metrics() -> None:
     after = _params(learner)
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert not learner.ready()
+
+
+@pytest.mark.parametrize(
+    ("size", "minibatch"), [(64, 16), (81, 16), (79, 16), (2047, 256), (9, 16)]
+)
+def test_each_epoch_splits_a_fresh_permutation_into_equal_minibatches(
+    size: int, minibatch: int
+) -> None:
+    generator = torch.Generator().manual_seed(0)
+    epochs = [minibatch_indices(size, minibatch, generator) for _ in range(3)]
+    for parts in epochs:
+        sizes = [len(part) for part in parts]
+        assert len(parts) == math.ceil(size / minibatch)
+        assert max(sizes) - min(sizes) <= 1 and max(sizes) <= minibatch
+        np.testing.assert_array_equal(np.sort(torch.cat(parts).numpy()), np.arange(size))
+    assert not torch.equal(torch.cat(epochs[0]), torch.cat(epochs[1]))  # a fresh order
+
+
+def test_an_update_makes_no_small_remainder_minibatch() -> None:
+    """A batch of 81 steps with minibatches of 16: six of 13 or 14 steps, no step-sized one."""
+    learner = PPOLearner(OBS_SPACE, DISCRETE, _config(minibatch_size=16, num_epochs=3))
+    sizes: list[int] = []
+    minibatch = learner._minibatch
+
+    def recorded(batch: Any, idx: torch.Tensor, *args: Any) -> bool:
+        sizes.append(len(idx))
+        return minibatch(batch, idx, *args)
+
+    learner._minibatch = recorded  # type: ignore[method-assign]
+    learner.ingest(collect(learner, 81))
+    learner.update()
+    assert len(sizes) == 3 * 6 and set(sizes) <= {13, 14} and sum(sizes) == 3 * 81
 
 
 def test_update_twice() -> None:

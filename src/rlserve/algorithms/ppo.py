@@ -161,6 +161,20 @@ def normalise_advantages(advantages: torch.Tensor) -> torch.Tensor:
     return centred / advantages.std().clamp_min(ADVANTAGE_STD_FLOOR)
 
 
+def minibatch_indices(
+    size: int, minibatch_size: int, generator: torch.Generator
+) -> tuple[torch.Tensor, ...]:
+    """One epoch's minibatches: a fresh permutation of ``range(size)`` split into equal parts.
+
+    ``ceil(size / minibatch_size)`` parts whose sizes differ by one at most, none larger than
+    ``minibatch_size`` (and so none smaller than half of it, but in a batch smaller than that),
+    and every step in one: no small remainder gets a full optimiser step of its own (or decides
+    ``target_kl``), and an epoch makes as many steps as minibatches of ``minibatch_size`` would.
+    """
+    order = torch.randperm(size, generator=generator)
+    return torch.tensor_split(order, max(1, math.ceil(size / minibatch_size)))
+
+
 def value_loss(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
     """Half the mean squared error between value estimates and returns."""
     return 0.5 * (values - returns).pow(2).mean()
@@ -577,9 +591,8 @@ class PPOLearner(Learner):
         skipped = 0
         for _ in range(cfg.num_epochs if batch is not None else 0):
             assert batch is not None
-            order = torch.randperm(size, generator=self._generator).to(self.device)
-            for lo in range(0, size, cfg.minibatch_size):
-                idx = order[lo : lo + cfg.minibatch_size]
+            for part in minibatch_indices(size, cfg.minibatch_size, self._generator):
+                idx = part.to(self.device)
                 if not self._minibatch(batch, idx, stats, every_step_in_surrogate):
                     skipped += 1
             if (

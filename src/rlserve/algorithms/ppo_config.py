@@ -17,7 +17,11 @@ class PPOSettings:
     """PPO hyper-parameters; the defaults solve CartPole-v1 from 4 external clients quickly."""
 
     train_batch_size: int = option(1024, "Env steps collected per update.")
-    minibatch_size: int = option(256, "Steps per gradient step.")
+    minibatch_size: int = option(
+        256,
+        "Steps per gradient step at most: each epoch splits the batch into the fewest equal "
+        "minibatches of no more steps.",
+    )
     num_epochs: int = option(10, "Passes over each batch.")
     lr: float = option(1e-3, "Adam learning rate.")
     gamma: float = option(0.98, "Discount factor.")
