@@ -112,6 +112,21 @@ def test_broken_fragments_are_excluded_and_counted() -> None:
     assert len(learner.replay) == 4
 
 
+def test_ingest_joins_the_n_step_sums_of_an_episodes_fragments() -> None:
+    learner = SACLearner(OBS, WIDE, _settings(gamma=0.5, n_step=3))
+    whole = _fragment(6, terminated=True)
+    first, second = _fragment(4), _fragment(2, terminated=True)
+    first.obs, first.actions, first.rewards = whole.obs[:5], whole.actions[:4], whole.rewards[:4]
+    second.obs, second.actions, second.rewards = whole.obs[4:], whole.actions[4:], whole.rewards[4:]
+    learner.ingest([first, second])
+    joined = learner.replay.state()
+    # As if the episode had come in one piece: 3-step sums right up to its terminal state.
+    one_piece = SACLearner(OBS, WIDE, _settings(gamma=0.5, n_step=3))
+    one_piece.ingest([whole])
+    for name in ("rewards", "next_obs", "discounts"):
+        np.testing.assert_allclose(joined[name], one_piece.replay.state()[name], rtol=1e-6)
+
+
 def test_actions_are_stored_in_squashed_units() -> None:
     learner = SACLearner(OBS, WIDE, _settings())
     fragment = _fragment(3)

@@ -25,6 +25,7 @@ and counted; a warning goes to the ``rlserve.learner`` logger at most once per m
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import logging
 import math
@@ -230,13 +231,8 @@ class DQNLearner(ReplayLearner):
             if self.obs_normalization is not None:
                 self.obs_normalization.observe(obs[:-1])
             before = self.replay.added
-            steps = self.replay.add(
-                obs,
-                actions,
-                rewards,
-                bool(fragment.terminated),
-                key=(fragment.episode_id, fragment.agent_id),
-                truncated=bool(fragment.truncated),
+            steps = self.replay.add_fragment(
+                dataclasses.replace(fragment, obs=obs, actions=actions, rewards=rewards)
             )
             self._counters["env_steps_ingested"] += steps
             self._new_steps += steps

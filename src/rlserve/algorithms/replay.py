@@ -168,14 +168,15 @@ class ReplayBuffer:
         """Store a (sanitised) fragment's steps as transitions; return how many.
 
         Its n-step sums are joined to the episode's last fragment (``episode_id``, ``agent_id``).
+        The off-policy learners store what they take in this way.
         """
         return self.add(
             fragment.obs,
             fragment.actions,
             fragment.rewards,
-            fragment.terminated,
+            bool(fragment.terminated),
             key=(fragment.episode_id, fragment.agent_id),
-            truncated=fragment.truncated,
+            truncated=bool(fragment.truncated),
         )
 
     def add(

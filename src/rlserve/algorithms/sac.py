@@ -4,7 +4,8 @@ Read top to bottom: the losses (plain functions, tested against hand-computed va
 learner. Experience arrives as trajectory fragments from any source; every step goes into the
 replay buffer (:mod:`rlserve.algorithms.replay`) as the action actually taken, whoever chose it
 and however old the acting weights (SAC learns off-policy), converted from the space's units to
-the squashed units ``[-1, 1]`` the networks work in. Training follows a schedule
+the squashed units ``[-1, 1]`` the networks work in, its n-step sums (``n_step``) joined across
+an episode's fragments as DQN's are. Training follows a schedule
 (:class:`~rlserve.algorithms.sac_config.SACSettings`): a warm-up of ``learning_starts`` steps,
 then ``updates_per_step`` gradient steps owed per step taken in, paid in updates of at most
 ``train_every * updates_per_step`` gradient steps; each update that applies one advances the
@@ -224,7 +225,7 @@ class SACLearner(ReplayLearner):
                 self.obs_normalization.observe(fragment.obs[: len(fragment)])
             before = self.replay.added
             squashed = to_squashed(fragment.actions, self._low, self._high)
-            steps = self.replay.add(fragment.obs, squashed, fragment.rewards, fragment.terminated)
+            steps = self.replay.add_fragment(dataclasses.replace(fragment, actions=squashed))
             # Only the steps past the warm-up owe gradient steps.
             warm = max(0, self.replay.added - max(before, self.config.learning_starts))
             self._owed += warm * self.config.updates_per_step
