@@ -23,8 +23,13 @@ ACT = gym.spaces.Discrete(3)
 
 
 def _fragment(
-    steps: int, terminated: bool = False, seed: int = 0, actions: np.ndarray | None = None
+    steps: int,
+    terminated: bool = False,
+    seed: int = 0,
+    actions: np.ndarray | None = None,
+    logged: bool = False,
 ) -> Fragment:
+    """``steps`` random steps; the policy's actions, or with ``logged`` another controller's."""
     rng = np.random.default_rng(seed)
     return Fragment(
         episode_id=f"e{seed}",
@@ -33,8 +38,8 @@ def _fragment(
         obs=rng.uniform(-1, 1, (steps + 1, 3)).astype(np.float32),
         actions=rng.integers(0, 3, steps) if actions is None else actions,
         rewards=rng.normal(0, 1, steps).astype(np.float32),
-        behaviour_logp=np.full(steps, np.nan, np.float32),
-        policy_chosen=np.zeros(steps, bool),
+        behaviour_logp=np.full(steps, np.nan if logged else np.log(1 / 3), np.float32),
+        policy_chosen=np.full(steps, not logged),
         weights_version=np.zeros(steps, np.int64),
         terminated=terminated,
         truncated=False,
@@ -204,7 +209,7 @@ def test_training_follows_the_warm_up_and_the_schedule() -> None:
 
 def test_old_and_logged_steps_are_all_stored() -> None:
     learner = DQNLearner(OBS, ACT, _settings())
-    fragment = _fragment(12)
+    fragment = _fragment(12, logged=True)
     fragment.weights_version[:] = -50  # very stale weights: nothing is dropped
     learner.ingest([fragment])
     assert len(learner.replay) == 12
@@ -241,6 +246,7 @@ def test_each_round_applies_the_scheduled_learning_rate() -> None:
         ("actions", np.array([0.5, 1, 1, 0]), "not a choice index"),
         ("rewards", np.array([1e12, 0, 0, 0], np.float32), "beyond max_abs_input"),
         ("obs", np.zeros((4, 3), np.float32), "obs has shape"),
+        ("policy_chosen", np.ones(3, bool), "policy_chosen has shape"),
     ],
 )
 def test_broken_fragments_are_excluded_and_counted(
@@ -349,3 +355,19 @@ def test_ingest_joins_the_n_step_sums_of_an_episodes_fragments() -> None:
     one_piece.ingest([whole])
     for name in ("rewards", "next_obs", "discounts"):
         np.testing.assert_allclose(joined[name], one_piece.replay.state()[name], rtol=1e-6)
+
+
+def test_n_step_sums_stop_before_a_logged_action() -> None:
+    """The sum of the step before a logged action bootstraps there: the logged controller's
+    rewards say nothing of the greedy policy's value (a logged step may start a sum)."""
+    learner = DQNLearner(OBS, ACT, _settings(gamma=0.5, n_step=3))
+    fragment = _fragment(4, terminated=True)
+    fragment.policy_chosen[2] = False
+    learner.ingest([fragment])
+    state = learner.replay.state()
+    r = fragment.rewards.astype(np.float64)
+    np.testing.assert_allclose(
+        state["rewards"], [r[0] + 0.5 * r[1], r[1], r[2] + 0.5 * r[3], r[3]], rtol=1e-6
+    )
+    np.testing.assert_array_equal(state["next_obs"], fragment.obs[[2, 2, 4, 4]])
+    np.testing.assert_allclose(state["discounts"], [0.25, 0.5, 0.0, 0.0])

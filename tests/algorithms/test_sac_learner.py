@@ -127,6 +127,20 @@ def test_ingest_joins_the_n_step_sums_of_an_episodes_fragments() -> None:
         np.testing.assert_allclose(joined[name], one_piece.replay.state()[name], rtol=1e-6)
 
 
+def test_n_step_sums_stop_before_a_logged_action() -> None:
+    learner = SACLearner(OBS, WIDE, _settings(gamma=0.5, n_step=3))
+    fragment = _fragment(4)
+    fragment.policy_chosen[1] = False
+    learner.ingest([fragment])
+    state = learner.replay.state()
+    r = fragment.rewards.astype(np.float64)
+    np.testing.assert_allclose(
+        state["rewards"], [r[0], r[1] + 0.5 * r[2] + 0.25 * r[3], r[2] + 0.5 * r[3], r[3]]
+    )
+    np.testing.assert_array_equal(state["next_obs"], fragment.obs[[1, 4, 4, 4]])
+    np.testing.assert_allclose(state["discounts"], [0.5, 0.125, 0.25, 0.5])
+
+
 def test_actions_are_stored_in_squashed_units() -> None:
     learner = SACLearner(OBS, WIDE, _settings())
     fragment = _fragment(3)

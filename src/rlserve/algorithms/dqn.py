@@ -5,12 +5,13 @@ taken in allow, so an over-estimate cannot feed on itself), the fragment check, 
 Every step a source sends is stored in the replay buffer (:mod:`rlserve.algorithms.replay`) as
 the action actually taken, whoever chose it (the policy on the server or in a local client, a
 hosted runner, ``log_action``) and however old the weights that chose it: off-policy learning
-does not care. Training follows a schedule rather than consuming what arrived: nothing until
-``learning_starts`` transitions are stored (the warm-up), then rounds of at least ``train_every``
-new env steps, each round making ``updates_per_step`` gradient steps per new env step (a fraction
-carries over) and publishing one weights version. The published weights carry the exploration
-epsilon of the schedule at that point (``ModelSpec.epsilon``), so the server, or a local client's
-numpy policy, explores with it.
+does not care, but its n-step sums stop before an action the policy did not choose (they would
+follow the other controller's actions otherwise). Training follows a schedule rather than
+consuming what arrived: nothing until ``learning_starts`` transitions are stored (the warm-up),
+then rounds of at least ``train_every`` new env steps, each round making ``updates_per_step``
+gradient steps per new env step (a fraction carries over) and publishing one weights version.
+The published weights carry the exploration epsilon of the schedule at that point
+(``ModelSpec.epsilon``), so the server, or a local client's numpy policy, explores with it.
 
 With ``normalize_observations`` the observations go into the replay buffer raw and into the
 running statistics as they arrive; each round freezes the statistics, normalises the sampled
@@ -47,7 +48,7 @@ from rlserve.algorithms.normalization import (
     restore_observation_normalization,
 )
 from rlserve.algorithms.ppo import RateLimitedWarning, resolve_device
-from rlserve.algorithms.replay import ReplayBuffer
+from rlserve.algorithms.replay import ReplayBuffer, checked_chosen
 from rlserve.durable import atomic_write_bytes
 from rlserve.samples import Fragment
 from rlserve.values import indices_within, within
@@ -98,11 +99,11 @@ def value_bounds(reward_min: float, reward_max: float, gamma: float) -> tuple[fl
 
 def check_fragment(
     fragment: Fragment, obs_dim: int, choices: int, limit: float
-) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray] | None, str]:
-    """``(obs float32, actions int64, rewards float32)`` of a usable fragment, or why not.
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None, str]:
+    """``(obs float32, actions int64, rewards float32, policy_chosen bool)``, or why not.
 
-    Shapes must be ``[T + 1, obs_dim]``, ``[T]``, ``[T]`` with ``T >= 1``; observations and
-    rewards finite and within ``limit``; actions whole choice indices ``0..choices-1``.
+    Shapes must be ``[T + 1, obs_dim]``, ``[T]``, ``[T]``, ``[T]`` with ``T >= 1``; observations
+    and rewards finite and within ``limit``; actions whole choice indices ``0..choices-1``.
     """
     try:
         obs = np.asarray(fragment.obs)
@@ -119,6 +120,9 @@ def check_fragment(
     ):
         if array.shape != shape:
             return None, f"{name} has shape {array.shape}, expected {shape}"
+    chosen, problem = checked_chosen(fragment.policy_chosen, steps)
+    if chosen is None:
+        return None, problem
     for name, array in (("obs", obs), ("actions", actions), ("rewards", rewards)):
         if array.dtype.kind not in "biuf":
             return None, f"{name} has dtype {array.dtype}"
@@ -144,7 +148,7 @@ def check_fragment(
             f"{name} holds {array[large][0]:.3g}, beyond max_abs_input {limit:.3g} "
             "(raise --dqn-max-abs-input if such values are real)"
         )
-    return (obs, actions, rewards), ""
+    return (obs, actions, rewards, chosen), ""
 
 
 class DQNLearner(ReplayLearner):
@@ -223,7 +227,7 @@ class DQNLearner(ReplayLearner):
             if checked is None:
                 self._exclude_fragment(fragment, problem)
                 continue
-            obs, actions, rewards = checked
+            obs, actions, rewards, chosen = checked
             low, high = float(rewards.min()), float(rewards.max())
             if self._reward_range is not None:
                 low, high = min(low, self._reward_range[0]), max(high, self._reward_range[1])
@@ -232,7 +236,9 @@ class DQNLearner(ReplayLearner):
                 self.obs_normalization.observe(obs[:-1])
             before = self.replay.added
             steps = self.replay.add_fragment(
-                dataclasses.replace(fragment, obs=obs, actions=actions, rewards=rewards)
+                dataclasses.replace(
+                    fragment, obs=obs, actions=actions, rewards=rewards, policy_chosen=chosen
+                )
             )
             self._counters["env_steps_ingested"] += steps
             self._new_steps += steps

@@ -46,7 +46,11 @@ class DQNSettings:
     )
     lr_decay_steps: int = option(50_000, "Env steps over which the learning rate falls to lr_end.")
     gamma: float = option(0.99, "Discount factor.")
-    n_step: int = option(5, "Rewards summed per target before bootstrapping (n-step returns).")
+    n_step: int = option(
+        5,
+        "Rewards summed per target before bootstrapping (n-step returns; fewer before an action "
+        "logged with log_action).",
+    )
     double_q: bool = option(True, "Double-Q: the online network picks the next action.")
     dueling: bool = option(False, "Dueling heads: Q = V + A - mean(A).")
     target_update_interval: int = option(

@@ -48,7 +48,7 @@ from rlserve.algorithms.normalization import (
     restore_observation_normalization,
 )
 from rlserve.algorithms.ppo import RateLimitedWarning, resolve_device
-from rlserve.algorithms.replay import ReplayBuffer
+from rlserve.algorithms.replay import ReplayBuffer, checked_chosen
 from rlserve.algorithms.sac_config import SACSettings
 from rlserve.algorithms.sac_models import EnsembleQ, SquashedGaussianActor
 from rlserve.durable import atomic_write_bytes
@@ -237,7 +237,7 @@ class SACLearner(ReplayLearner):
 
         Shapes must match the model; observations, rewards and actions must be finite and
         within ``max_abs_input``. Actions outside the Box are kept (the environment clipped
-        them; the learner does too).
+        them; the learner does too). ``policy_chosen`` becomes bool (non-zero: chosen).
         """
         try:
             obs = np.asarray(fragment.obs)
@@ -255,6 +255,9 @@ class SACLearner(ReplayLearner):
         for name, (array, shape) in expected.items():
             if array.shape != shape:
                 return None, f"{name} has shape {array.shape}, expected {shape}"
+        chosen, problem = checked_chosen(fragment.policy_chosen, steps)
+        if chosen is None:
+            return None, problem
         arrays = {"obs": obs, "actions": actions, "rewards": rewards}
         for name, array in arrays.items():
             if array.dtype.kind not in "biuf":
@@ -273,10 +276,14 @@ class SACLearner(ReplayLearner):
                 f"{name} holds {array[large][0]:.3g}, beyond max_abs_input {limit:.3g} "
                 "(raise --sac-max-abs-input if such values are real)"
             )
-        if all(cast[name] is arrays[name] for name in cast):
+        if chosen is fragment.policy_chosen and all(cast[name] is arrays[name] for name in cast):
             return fragment, ""
         replaced = dataclasses.replace(
-            fragment, obs=cast["obs"], actions=cast["actions"], rewards=cast["rewards"]
+            fragment,
+            obs=cast["obs"],
+            actions=cast["actions"],
+            rewards=cast["rewards"],
+            policy_chosen=chosen,
         )
         return replaced, ""
 

@@ -37,7 +37,11 @@ class SACSettings:
     lr: float = option(3e-4, "Adam learning rate of actor, critics and temperature.")
     gamma: float = option(0.99, "Discount factor.")
     tau: float = option(0.005, "Polyak rate of the target critics.")
-    n_step: int = option(1, "Rewards summed per transition (n-step returns).")
+    n_step: int = option(
+        1,
+        "Rewards summed per transition (n-step returns; fewer before an action logged with "
+        "log_action).",
+    )
     initial_alpha: float = option(1.0, "Initial entropy temperature.")
     learn_alpha: bool = option(True, "Tune the temperature to reach target_entropy.")
     target_entropy: float | None = option(
