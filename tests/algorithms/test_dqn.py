@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 
@@ -317,6 +318,23 @@ def test_checkpoints_restore_the_run_and_optionally_the_replay(
     torch.testing.assert_close(fresh.target(obs), learner.model(obs))
     with pytest.raises(ValueError, match="no Q-network of this policy's shape"):
         DQNLearner(OBS, ACT, _settings(hidden=(4,))).initialise_from(path)
+
+
+def test_a_checkpoints_replay_of_other_n_step_sums_is_left_out_and_the_rest_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    learner = DQNLearner(OBS, ACT, _settings(checkpoint_replay=True))
+    learner.ingest([_fragment(60)])
+    learner.update()
+    path = tmp_path / "ckpt.pt"
+    learner.save(path, {})
+    other = DQNLearner(OBS, ACT, _settings(checkpoint_replay=True, n_step=2, seed=5))
+    with caplog.at_level(logging.WARNING, logger="rlserve.learner"):
+        other.load(path)
+    assert "replay buffer not restored" in caplog.text and "keep n_step and gamma" in caplog.text
+    assert len(other.replay) == 0 and other.version == 1
+    obs = torch.as_tensor(_fragment(3).obs)
+    torch.testing.assert_close(other.model(obs), learner.model(obs))
 
 
 def test_the_log_position_settles_as_soon_as_steps_are_stored(tmp_path: Path) -> None:

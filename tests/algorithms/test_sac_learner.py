@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,25 @@ def test_a_checkpoint_resumes_the_same_training(tmp_path: Path) -> None:
     for a, b in zip(first.actor.parameters(), second.actor.parameters(), strict=True):
         torch.testing.assert_close(a, b)
     assert first.alpha == second.alpha
+
+
+def test_a_checkpoints_replay_of_other_n_step_sums_is_left_out_and_the_rest_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = SACLearner(OBS, WIDE, _settings(checkpoint_replay=True))
+    first.ingest([_fragment(30)])
+    first.update()
+    path = tmp_path / "sac.pt"
+    first.save(path, {"note": "x"})
+    other = SACLearner(OBS, WIDE, _settings(checkpoint_replay=True, n_step=3, seed=9))
+    with caplog.at_level(logging.WARNING, logger="rlserve.learner"):
+        assert other.load(path) == {"note": "x"}
+    assert "replay buffer not restored" in caplog.text and "keep n_step and gamma" in caplog.text
+    assert len(other.replay) == 0 and other.counters() == first.counters()
+    for a, b in zip(first.actor.parameters(), other.actor.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(first.critic.parameters(), other.critic.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
 
 
 def _generators_on_their_device(monkeypatch: pytest.MonkeyPatch) -> None:

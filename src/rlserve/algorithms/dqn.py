@@ -28,7 +28,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import io
-import logging
 import math
 import time
 from pathlib import Path
@@ -52,8 +51,6 @@ from rlserve.algorithms.replay import ReplayBuffer, checked_chosen
 from rlserve.durable import atomic_write_bytes
 from rlserve.samples import Fragment
 from rlserve.values import indices_within, within
-
-logger = logging.getLogger("rlserve.learner")
 
 
 def q_targets(
@@ -449,12 +446,7 @@ class DQNLearner(ReplayLearner):
         self._credit = float(schedule.get("credit", 0.0))
         reward_range = [float(v) for v in schedule.get("reward_range", [])]
         self._reward_range = (reward_range[0], reward_range[1]) if len(reward_range) == 2 else None
-        replay = state.get("replay")
-        if replay is not None:
-            try:
-                self.replay.load_state({k: v.cpu().numpy() for k, v in replay.items()})
-            except ValueError as exc:
-                logger.warning("%s: replay buffer not restored: %s", path, exc)
+        self._restore_replay(state.get("replay"), path)
         return dict(state["extra"])
 
     def initialise_from(self, path: Path) -> None:

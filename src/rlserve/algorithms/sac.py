@@ -467,7 +467,9 @@ class SACLearner(ReplayLearner):
     def load(self, path: Path) -> dict[str, Any]:
         """Restore networks, optimisers, counters, schedule, RNG and replay from ``path``.
 
-        The observation normalisation is the checkpoint's, whatever the settings say.
+        The observation normalisation is the checkpoint's, whatever the settings say. A saved
+        replay buffer that does not fit this learner's ``gamma`` / ``n_step`` is left out with a
+        warning: the run resumes with an empty buffer.
         """
         state = torch.load(path, map_location=self.device, weights_only=True)
         self._load_model(state["model"])
@@ -481,8 +483,7 @@ class SACLearner(ReplayLearner):
         self._owed = float(state["schedule"]["owed"])
         self._new_steps = int(state["schedule"]["new_steps"])
         self._generator.set_state(state["torch_rng"].cpu())  # map_location moved it
-        if "replay" in state:
-            self.replay.load_state({k: v.cpu().numpy() for k, v in state["replay"].items()})
+        self._restore_replay(state.get("replay"), path)
         return dict(state["extra"])
 
     def _load_model(self, model: dict[str, Any]) -> None:
