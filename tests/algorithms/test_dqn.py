@@ -15,7 +15,7 @@ from rlserve.algorithms.dqn import DQNLearner, check_fragment, q_targets, value_
 from rlserve.algorithms.dqn_config import DQNSettings
 from rlserve.algorithms.models import QNetwork
 from rlserve.algorithms.registry import algorithm
-from rlserve.errors import UnsupportedSpaceError
+from rlserve.errors import ConfigError, UnsupportedSpaceError
 from rlserve.policy import ModelSpec, NumpyPolicy
 from rlserve.samples import Fragment
 
@@ -190,6 +190,17 @@ def test_registry_builds_dqn_for_discrete_actions_only() -> None:
     assert isinstance(learner, DQNLearner) and learner.sample_steps == 10
     with pytest.raises(UnsupportedSpaceError, match="Discrete action spaces only"):
         entry.make_learner(OBS, gym.spaces.Box(-1.0, 1.0, (2,)), _settings())
+
+
+def test_a_warm_up_longer_than_the_buffer_is_refused() -> None:
+    """It would never end: no training, and pacing would hold the clients for good."""
+    with pytest.raises(
+        ConfigError,
+        match=r"learning_starts 600 is larger than buffer_size 500.*lower learning_starts "
+        "or raise buffer_size",
+    ):
+        _settings(learning_starts=600)
+    assert _settings(learning_starts=500).learning_starts == 500
 
 
 def test_training_follows_the_warm_up_and_the_schedule() -> None:

@@ -68,6 +68,14 @@ def test_settings_are_checked() -> None:
         SACSettings(tau=0.0)
     with pytest.raises(ConfigError, match="updates_per_step must be positive"):
         SACSettings(updates_per_step=0.0)
+    # A warm-up the buffer cannot hold never ends: refused, with both values and the fix.
+    with pytest.raises(
+        ConfigError,
+        match=r"learning_starts 2000 is larger than buffer_size 1000.*lower learning_starts "
+        "or raise buffer_size",
+    ):
+        SACSettings(learning_starts=2000, buffer_size=1000)
+    assert SACSettings(learning_starts=1000, buffer_size=1000).learning_starts == 1000
     assert SACSettings(train_every=10, updates_per_step=0.5).updates_per_hand_off == 5
 
 

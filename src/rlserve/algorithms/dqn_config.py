@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rlserve.algorithms.replay import check_warm_up
 from rlserve.config import option
 from rlserve.errors import ConfigError
 
@@ -30,7 +31,9 @@ class DQNSettings:
     """
 
     buffer_size: int = option(100_000, "Transitions the replay buffer holds (oldest dropped).")
-    learning_starts: int = option(1000, "Transitions stored before the first update (the warm-up).")
+    learning_starts: int = option(
+        1000, "Transitions stored before the first update (the warm-up; at most buffer_size)."
+    )
     batch_size: int = option(128, "Transitions per gradient step.")
     train_every: int = option(
         64, "New env steps per training round; each round publishes one weights version."
@@ -108,6 +111,7 @@ class DQNSettings:
                 f"batch_size {self.batch_size} is larger than buffer_size {self.buffer_size}; "
                 "lower it"
             )
+        check_warm_up(self.learning_starts, self.buffer_size)
         for name in ("lr", "lr_end"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):

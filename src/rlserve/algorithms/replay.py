@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from rlserve.errors import ConfigError
 from rlserve.samples import Fragment
 
 STATE_FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
@@ -74,6 +75,23 @@ class ReplayBatch:
     next_obs: np.ndarray
     discounts: np.ndarray
     indices: np.ndarray
+
+
+def check_warm_up(learning_starts: int, buffer_size: int) -> None:
+    """Refuse a warm-up the replay buffer cannot hold (off-policy settings' check).
+
+    Training starts once ``learning_starts`` transitions are stored, which never happens when
+    the buffer holds fewer: the learner would never train, and pacing would hold the clients.
+
+    Raises:
+        ConfigError: ``learning_starts`` is larger than ``buffer_size``.
+    """
+    if learning_starts > buffer_size:
+        raise ConfigError(
+            f"learning_starts {learning_starts} is larger than buffer_size {buffer_size}: the "
+            "replay buffer never holds that many transitions, so training would never start "
+            "(and the clients would be held for it); lower learning_starts or raise buffer_size"
+        )
 
 
 def n_step_transitions(

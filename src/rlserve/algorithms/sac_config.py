@@ -8,6 +8,7 @@ from typing import Any
 
 from gymnasium import spaces
 
+from rlserve.algorithms.replay import check_warm_up
 from rlserve.config import option
 from rlserve.errors import ConfigError, UnsupportedSpaceError
 from rlserve.policy.distributions import (
@@ -28,7 +29,9 @@ class SACSettings:
     """
 
     buffer_size: int = option(1_000_000, "Replay buffer capacity (transitions).")
-    learning_starts: int = option(100, "Steps in the replay buffer before training starts.")
+    learning_starts: int = option(
+        100, "Steps in the replay buffer before training starts (at most buffer_size)."
+    )
     batch_size: int = option(256, "Transitions per gradient step.")
     updates_per_step: float = option(1.0, "Gradient steps per env step taken in.")
     train_every: int = option(
@@ -85,6 +88,7 @@ class SACSettings:
             )
         if self.learning_starts < 0:
             raise ConfigError(f"learning_starts must be 0 or more, got {self.learning_starts}")
+        check_warm_up(self.learning_starts, self.buffer_size)
         if not self.updates_per_step > 0:
             raise ConfigError(f"updates_per_step must be positive, got {self.updates_per_step}")
         if not 0.0 < self.tau <= 1.0:
