@@ -400,3 +400,14 @@ def test_n_step_sums_stop_before_a_logged_action() -> None:
     )
     np.testing.assert_array_equal(state["next_obs"], fragment.obs[[2, 2, 4, 4]])
     np.testing.assert_allclose(state["discounts"], [0.25, 0.5, 0.0, 0.0])
+
+
+def test_n_step_through_logged_lets_the_sums_follow_the_logged_controller() -> None:
+    learner = DQNLearner(OBS, ACT, _settings(gamma=0.5, n_step=3, n_step_through_logged=True))
+    fragment = _fragment(4, terminated=True, logged=True)
+    learner.ingest([fragment])
+    state = learner.replay.state()
+    r = fragment.rewards.astype(np.float64)
+    sums = [r[0] + 0.5 * r[1] + 0.25 * r[2], r[1] + 0.5 * r[2] + 0.25 * r[3], r[2] + 0.5 * r[3]]
+    np.testing.assert_allclose(state["rewards"], [*sums, r[3]], rtol=1e-6)
+    np.testing.assert_allclose(state["discounts"], [0.125, 0.0, 0.0, 0.0])

@@ -172,7 +172,12 @@ class DQNLearner(ReplayLearner):
         self.target = copy.deepcopy(self.model).requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
         self.replay = ReplayBuffer(
-            config.buffer_size, self.model.obs_dim, config.gamma, config.n_step, seed=config.seed
+            config.buffer_size,
+            self.model.obs_dim,
+            config.gamma,
+            config.n_step,
+            seed=config.seed,
+            through_logged=config.n_step_through_logged,
         )
         self.obs_normalization: ObservationNormalization | None = None
         """Observation statistics (``normalize_observations``): raw observations are stored

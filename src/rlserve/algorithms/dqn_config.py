@@ -54,6 +54,12 @@ class DQNSettings:
         "Rewards summed per target before bootstrapping (n-step returns; fewer before an action "
         "logged with log_action).",
     )
+    n_step_through_logged: bool = option(
+        False,
+        "Let n-step sums run through actions logged with log_action, as through the policy's: "
+        "the targets then follow the logged controller (biased towards its values; faster from "
+        "one controller's data, where the sums are otherwise one-step).",
+    )
     double_q: bool = option(True, "Double-Q: the online network picks the next action.")
     dueling: bool = option(False, "Dueling heads: Q = V + A - mean(A).")
     target_update_interval: int = option(

@@ -23,6 +23,11 @@ What remains is the usual n-step bias: the policy's own actions in a sum include
 current policy's, so the target leans towards the value of the policy that acted (less so with
 a smaller ``n_step``; none with 1).
 
+Data that is all logged gets one-step targets, which can learn slowly. A buffer built
+``through_logged`` (a learner's ``n_step_through_logged``) lets the sums run through logged
+actions instead: its targets then follow the logged controller, biased towards that controller's
+values, but learn fast from one controller's data (the greedy policy improves on that controller).
+
 Given the fragments' episode (``add(..., key=(episode_id, agent_id))``), the buffer joins the
 sums across a cut: the last ``n_step - 1`` transitions of a fragment whose episode goes on are
 kept open (those a logged action has not ended), and when the episode's next fragment arrives (it
@@ -179,6 +184,8 @@ class ReplayBuffer:
         action_shape: ``()`` for ``[T]`` choice indices (stored int64), ``(A,)`` for ``[T, A]``
             actions (stored float32).
         seed: Seed of the sampling generator.
+        through_logged: :meth:`add_fragment` lets the sums run through logged actions as
+            through the policy's (the learners' ``n_step_through_logged``).
     """
 
     def __init__(
@@ -189,6 +196,7 @@ class ReplayBuffer:
         n_step: int = 1,
         action_shape: tuple[int, ...] = (),
         seed: int = 0,
+        through_logged: bool = False,
     ):
         if capacity < 1:
             raise ValueError(f"capacity must be positive, got {capacity}")
@@ -199,6 +207,7 @@ class ReplayBuffer:
         self.gamma = float(gamma)
         self.n_step = int(n_step)
         self.action_shape = tuple(action_shape)
+        self.through_logged = bool(through_logged)
         action_dtype = np.int64 if not self.action_shape else np.float32
         self._obs = np.zeros((self.capacity, self.obs_dim), dtype=np.float32)
         self._next_obs = np.zeros((self.capacity, self.obs_dim), dtype=np.float32)
@@ -220,8 +229,9 @@ class ReplayBuffer:
         """Store a (sanitised) fragment's steps as transitions; return how many.
 
         Its n-step sums are joined to the episode's last fragment (``episode_id``, ``agent_id``)
-        and stop before its logged actions (``policy_chosen`` false). The off-policy learners
-        store what they take in this way.
+        and stop before its logged actions (``policy_chosen`` false), unless the buffer lets
+        them run through (``through_logged``). The off-policy learners store what they take in
+        this way.
         """
         return self.add(
             fragment.obs,
@@ -230,7 +240,7 @@ class ReplayBuffer:
             bool(fragment.terminated),
             key=(fragment.episode_id, fragment.agent_id),
             truncated=bool(fragment.truncated),
-            chosen=fragment.policy_chosen,
+            chosen=None if self.through_logged else fragment.policy_chosen,
         )
 
     def add(

@@ -181,6 +181,7 @@ class SACLearner(ReplayLearner):
             config.n_step,
             action_shape=(self.action_dim,),
             seed=config.seed,
+            through_logged=config.n_step_through_logged,
         )
         self.obs_normalization: ObservationNormalization | None = None
         """Observation statistics (``normalize_observations``): raw observations are stored

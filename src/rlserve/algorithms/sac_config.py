@@ -45,6 +45,11 @@ class SACSettings:
         "Rewards summed per transition (n-step returns; fewer before an action logged with "
         "log_action).",
     )
+    n_step_through_logged: bool = option(
+        False,
+        "Let n-step sums run through actions logged with log_action, as through the policy's: "
+        "the targets then follow the logged controller (biased towards its values).",
+    )
     initial_alpha: float = option(1.0, "Initial entropy temperature.")
     learn_alpha: bool = option(True, "Tune the temperature to reach target_entropy.")
     target_entropy: float | None = option(
