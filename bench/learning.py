@@ -14,7 +14,8 @@ as ``rlserve demo`` runs them; every rlserve setting is the server's default unl
   update every 10 steps, train_freq 256 with 128 gradient steps, exploration over 16% of the
   run to 0.04, net 256x256), 60,000 steps, stopped at the target.
 - ``logged``: one client that only calls ``log_action``, with a scripted CartPole balancer
-  that takes a random action 30% of the time (20,000 steps into ``rlserve serve --algo dqn``);
+  that takes a random action 30% of the time (20,000 steps into ``rlserve serve --algo dqn
+  --dqn-n-step-through-logged``: n-step sums over the controller's actions);
   then 20 greedy evaluation episodes (``training_enabled=False``). Target: clearly better than
   the scripted controller. SB3 has no way to train on another controller's actions without
   custom code, so this row has no SB3 side.
@@ -121,6 +122,7 @@ def rlserve_logged(seed: int, run_dir: str) -> dict[str, Any]:
             name,
             "--seed",
             str(seed),
+            "--dqn-n-step-through-logged",
             "--no-progress",
         ],
         stdout=subprocess.DEVNULL,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 from float_paths import assert_same_choices
-from rlserve.errors import UnsupportedSpaceError
+from rlserve.errors import ConfigError, UnsupportedSpaceError
 from rlserve.learners.dqn import DQNLearner, check_fragment, q_targets, value_bounds
 from rlserve.learners.dqn_config import DQNSettings
 from rlserve.learners.models import QNetwork
@@ -24,8 +25,13 @@ ACT = gym.spaces.Discrete(3)
 
 
 def _fragment(
-    steps: int, terminated: bool = False, seed: int = 0, actions: np.ndarray | None = None
+    steps: int,
+    terminated: bool = False,
+    seed: int = 0,
+    actions: np.ndarray | None = None,
+    logged: bool = False,
 ) -> Fragment:
+    """``steps`` random steps; the policy's actions, or with ``logged`` another controller's."""
     rng = np.random.default_rng(seed)
     return Fragment(
         episode_id=f"e{seed}",
@@ -34,8 +40,8 @@ def _fragment(
         obs=rng.uniform(-1, 1, (steps + 1, 3)).astype(np.float32),
         actions=rng.integers(0, 3, steps) if actions is None else actions,
         rewards=rng.normal(0, 1, steps).astype(np.float32),
-        behaviour_logp=np.full(steps, np.nan, np.float32),
-        policy_chosen=np.zeros(steps, bool),
+        behaviour_logp=np.full(steps, np.nan if logged else np.log(1 / 3), np.float32),
+        policy_chosen=np.full(steps, not logged),
         weights_version=np.zeros(steps, np.int64),
         terminated=terminated,
         truncated=False,
@@ -189,6 +195,17 @@ def test_registry_builds_dqn_for_discrete_actions_only() -> None:
         entry.make_learner(OBS, gym.spaces.Box(-1.0, 1.0, (2,)), _settings())
 
 
+def test_a_warm_up_longer_than_the_buffer_is_refused() -> None:
+    """It would never end: no training, and pacing would hold the clients for good."""
+    with pytest.raises(
+        ConfigError,
+        match=r"learning_starts 600 is larger than buffer_size 500.*lower learning_starts "
+        "or raise buffer_size",
+    ):
+        _settings(learning_starts=600)
+    assert _settings(learning_starts=500).learning_starts == 500
+
+
 def test_training_follows_the_warm_up_and_the_schedule() -> None:
     learner = DQNLearner(OBS, ACT, _settings())
     learner.ingest([_fragment(30)])
@@ -207,7 +224,7 @@ def test_training_follows_the_warm_up_and_the_schedule() -> None:
 
 def test_old_and_logged_steps_are_all_stored() -> None:
     learner = DQNLearner(OBS, ACT, _settings())
-    fragment = _fragment(12)
+    fragment = _fragment(12, logged=True)
     fragment.weights_version[:] = -50  # very stale weights: nothing is dropped
     learner.ingest([fragment])
     assert len(learner.replay) == 12
@@ -244,6 +261,7 @@ def test_each_round_applies_the_scheduled_learning_rate() -> None:
         ("actions", np.array([0.5, 1, 1, 0]), "not a choice index"),
         ("rewards", np.array([1e12, 0, 0, 0], np.float32), "beyond max_abs_input"),
         ("obs", np.zeros((4, 3), np.float32), "obs has shape"),
+        ("policy_chosen", np.ones(3, bool), "policy_chosen has shape"),
     ],
 )
 def test_broken_fragments_are_excluded_and_counted(
@@ -316,6 +334,23 @@ def test_checkpoints_restore_the_run_and_optionally_the_replay(
         DQNLearner(OBS, ACT, _settings(hidden=(4,))).initialise_from(path)
 
 
+def test_a_checkpoints_replay_of_other_n_step_sums_is_left_out_and_the_rest_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    learner = DQNLearner(OBS, ACT, _settings(checkpoint_replay=True))
+    learner.ingest([_fragment(60)])
+    learner.update()
+    path = tmp_path / "ckpt.pt"
+    learner.save(path, {})
+    other = DQNLearner(OBS, ACT, _settings(checkpoint_replay=True, n_step=2, seed=5))
+    with caplog.at_level(logging.WARNING, logger="rlserve.learner"):
+        other.load(path)
+    assert "replay buffer not restored" in caplog.text and "keep n_step and gamma" in caplog.text
+    assert len(other.replay) == 0 and other.version == 1
+    obs = torch.as_tensor(_fragment(3).obs)
+    torch.testing.assert_close(other.model(obs), learner.model(obs))
+
+
 def test_the_log_position_settles_as_soon_as_steps_are_stored(tmp_path: Path) -> None:
     """Steps in the replay buffer are the checkpoint's (their owed training is in its schedule):
     a restart must not read them from the log again, even mid-schedule."""
@@ -352,3 +387,30 @@ def test_ingest_joins_the_n_step_sums_of_an_episodes_fragments() -> None:
     one_piece.ingest([whole])
     for name in ("rewards", "next_obs", "discounts"):
         np.testing.assert_allclose(joined[name], one_piece.replay.state()[name], rtol=1e-6)
+
+
+def test_n_step_sums_stop_before_a_logged_action() -> None:
+    """The sum of the step before a logged action bootstraps there: the logged controller's
+    rewards say nothing of the greedy policy's value (a logged step may start a sum)."""
+    learner = DQNLearner(OBS, ACT, _settings(gamma=0.5, n_step=3))
+    fragment = _fragment(4, terminated=True)
+    fragment.policy_chosen[2] = False
+    learner.ingest([fragment])
+    state = learner.replay.state()
+    r = fragment.rewards.astype(np.float64)
+    np.testing.assert_allclose(
+        state["rewards"], [r[0] + 0.5 * r[1], r[1], r[2] + 0.5 * r[3], r[3]], rtol=1e-6
+    )
+    np.testing.assert_array_equal(state["next_obs"], fragment.obs[[2, 2, 4, 4]])
+    np.testing.assert_allclose(state["discounts"], [0.25, 0.5, 0.0, 0.0])
+
+
+def test_n_step_through_logged_lets_the_sums_follow_the_logged_controller() -> None:
+    learner = DQNLearner(OBS, ACT, _settings(gamma=0.5, n_step=3, n_step_through_logged=True))
+    fragment = _fragment(4, terminated=True, logged=True)
+    learner.ingest([fragment])
+    state = learner.replay.state()
+    r = fragment.rewards.astype(np.float64)
+    sums = [r[0] + 0.5 * r[1] + 0.25 * r[2], r[1] + 0.5 * r[2] + 0.25 * r[3], r[2] + 0.5 * r[3]]
+    np.testing.assert_allclose(state["rewards"], [*sums, r[3]], rtol=1e-6)
+    np.testing.assert_allclose(state["discounts"], [0.125, 0.0, 0.0, 0.0])

@@ -24,6 +24,7 @@ from rlserve.learners.ppo import (
     clipped_policy_loss,
     importance_log_ratio,
     importance_weights,
+    minibatch_indices,
     normalise_advantages,
     trace_coefficients,
     value_loss,
@@ -273,6 +274,38 @@ def test_update_increments_version_and_returns_finite_metrics() -> None:
     assert not learner.ready()
 
 
+@pytest.mark.parametrize(
+    ("size", "minibatch"), [(64, 16), (81, 16), (79, 16), (2047, 256), (9, 16)]
+)
+def test_each_epoch_splits_a_fresh_permutation_into_equal_minibatches(
+    size: int, minibatch: int
+) -> None:
+    generator = torch.Generator().manual_seed(0)
+    epochs = [minibatch_indices(size, minibatch, generator) for _ in range(3)]
+    for parts in epochs:
+        sizes = [len(part) for part in parts]
+        assert len(parts) == math.ceil(size / minibatch)
+        assert max(sizes) - min(sizes) <= 1 and max(sizes) <= minibatch
+        np.testing.assert_array_equal(np.sort(torch.cat(parts).numpy()), np.arange(size))
+    assert not torch.equal(torch.cat(epochs[0]), torch.cat(epochs[1]))  # a fresh order
+
+
+def test_an_update_makes_no_small_remainder_minibatch() -> None:
+    """A batch of 81 steps with minibatches of 16: six of 13 or 14 steps, no step-sized one."""
+    learner = PPOLearner(OBS_SPACE, DISCRETE, _config(minibatch_size=16, num_epochs=3))
+    sizes: list[int] = []
+    minibatch = learner._minibatch
+
+    def recorded(batch: Any, idx: torch.Tensor, *args: Any) -> bool:
+        sizes.append(len(idx))
+        return minibatch(batch, idx, *args)
+
+    learner._minibatch = recorded  # type: ignore[method-assign]
+    learner.ingest(collect(learner, 81))
+    learner.update()
+    assert len(sizes) == 3 * 6 and set(sizes) <= {13, 14} and sum(sizes) == 3 * 81
+
+
 def test_update_twice() -> None:
     learner = PPOLearner(OBS_SPACE, DISCRETE, _config())
     for expected in (1, 2):
@@ -473,6 +506,41 @@ def test_behaviour_cloning_learns_the_logged_actions(mode: str, rises: bool) -> 
         assert after > before + 0.1
     else:
         assert after == pytest.approx(before, abs=1e-6)
+
+
+def _one_step_episode(version: int, action: int, reward: float, logged: bool) -> Fragment:
+    """An episode of one step from the one state ``[1, 1]``, terminated after it."""
+    return Fragment(
+        episode_id=f"{version}-{action}-{reward}-{logged}",
+        agent_id="agent0",
+        policy_id="default",
+        obs=np.ones((2, 2), np.float32),
+        actions=np.array([action], np.int64),
+        rewards=np.array([reward], np.float32),
+        behaviour_logp=np.array([np.nan if logged else np.log(0.5)], np.float32),
+        policy_chosen=np.array([not logged]),
+        weights_version=np.array([version], np.int64),
+        terminated=True,
+        truncated=False,
+    )
+
+
+def test_by_default_logged_actions_do_not_bias_the_policys_value() -> None:
+    """One state; every action of the policy is worth 0.5, so it stays at 50/50 and its value
+    is 0.5. Half the episodes are another controller's action, worth 1: the value function
+    must learn the policy's value, not that of the mix (0.75)."""
+    learner = PPOLearner(OBS_SPACE, DISCRETE, _config(train_batch_size=64, minibatch_size=16))
+    for _ in range(40):
+        version = learner.version
+        fragments = [_one_step_episode(version, i % 2, 0.5, logged=False) for i in range(32)]
+        fragments += [_one_step_episode(version, 1, 1.0, logged=True) for _ in range(32)]
+        learner.ingest(fragments)
+        learner.update()
+    with torch.no_grad():
+        value = float(learner.model.value(torch.ones((1, 2)))[0])
+        logp, _ = learner.model.log_prob_entropy(torch.ones((2, 2)), torch.tensor([0, 1]))
+    np.testing.assert_allclose(logp.exp().numpy(), [0.5, 0.5], atol=0.05)
+    assert value == pytest.approx(0.5, abs=0.05)
 
 
 def _stale_learner(lag: int, **overrides: Any) -> tuple[PPOLearner, list[Fragment]]:
@@ -948,6 +1016,23 @@ def test_loaded_learner_continues_identically(tmp_path: Path) -> None:
     for va, vb in zip(a.model.state_dict().values(), b.model.state_dict().values(), strict=True):
         assert torch.equal(va, vb)
     _optimizer_state_equal(a.optimizer.state_dict(), b.optimizer.state_dict())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_learner_trains_and_resumes_on_cuda_and_on_the_cpu(tmp_path: Path) -> None:
+    # torch.load's map_location moved the minibatch generator's state to the GPU, and a CPU
+    # generator refused it: every resume of a CUDA run fell back to a fresh start.
+    a = PPOLearner(OBS_SPACE, DISCRETE, _config(device="cuda"))
+    a.ingest(collect(a, 64))
+    _assert_metrics_finite(a.update())
+    path = tmp_path / "ckpt.pt"
+    a.save(path, {})
+    for device in ("cuda", "cpu"):
+        b = PPOLearner(OBS_SPACE, DISCRETE, _config(device=device, seed=1))
+        b.load(path)
+        b.ingest(collect(b, 64, seed=1))
+        _assert_metrics_finite(b.update())
+        assert b.version == 2
 
 
 def test_checkpoint_loads_with_weights_only(tmp_path: Path) -> None:

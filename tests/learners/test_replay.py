@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 
 import numpy as np
 import pytest
@@ -21,8 +22,8 @@ def _fragment(steps: int, terminated: bool = False, start: float = 0.0) -> Fragm
         obs=obs,
         actions=np.arange(steps, dtype=np.int64) % 2,
         rewards=np.arange(1, steps + 1, dtype=np.float32),
-        behaviour_logp=np.full(steps, np.nan, np.float32),
-        policy_chosen=np.zeros(steps, bool),
+        behaviour_logp=np.zeros(steps, np.float32),
+        policy_chosen=np.ones(steps, bool),
         weights_version=np.zeros(steps, np.int64),
         terminated=terminated,
         truncated=False,
@@ -49,6 +50,24 @@ def test_a_cut_or_truncated_fragment_bootstraps_from_its_last_obs() -> None:
     np.testing.assert_allclose(returns, [1 + 0.9 + 0.81, 1 + 0.9, 1], rtol=1e-6)
     np.testing.assert_array_equal(next_obs[:, 0], [3, 3, 3])
     np.testing.assert_allclose(discounts, [0.9**3, 0.9**2, 0.9], rtol=1e-6)
+
+
+def test_a_sum_stops_before_a_logged_action_and_bootstraps_there() -> None:
+    # rewards 1..6, gamma 0.5, n = 3, terminated after step 5; the actions of steps 2 and 5 were
+    # logged (log_action): a sum may start at one (its first action is the one taken) but not
+    # run through one.
+    chosen = np.array([True, True, False, True, True, False])
+    returns, next_obs, discounts = n_step_transitions(
+        np.arange(7, dtype=np.float32)[:, None],
+        np.arange(1, 7, dtype=np.float32),
+        True,
+        0.5,
+        3,
+        chosen,
+    )
+    np.testing.assert_allclose(returns, [1 + 0.5 * 2, 2, 3 + 0.5 * 4 + 0.25 * 5, 4 + 0.5 * 5, 5, 6])
+    np.testing.assert_array_equal(next_obs[:, 0], [2, 2, 5, 5, 5, 6])
+    np.testing.assert_allclose(discounts, [0.25, 0.5, 0.125, 0.25, 0.5, 0.0])
 
 
 def test_one_step_is_plain_td() -> None:
@@ -171,6 +190,60 @@ def test_n_step_sums_are_joined_across_an_episodes_fragments_by_hand() -> None:
         np.testing.assert_allclose(state[column], expected)
 
 
+@pytest.mark.parametrize(
+    ("pieces", "rewards", "next_obs", "discounts"),
+    [
+        # The second fragment starts with a logged action: the first one's open sums end there.
+        (
+            [([0, 1, 2], [True, True]), ([2, 3, 4], [False, True]), ([4, 5], [True])],
+            [1 + 0.5 * 2, 2, 3 + 0.5 * 4 + 0.25 * 5, 4 + 0.5 * 5, 5],
+            [2, 2, 5, 5, 5],
+            [0.25, 0.5, 0.125, 0.25, 0.5],
+        ),
+        # Its second action is logged: the sums joined across the cut stop before it.
+        (
+            [([0, 1, 2], [True, True]), ([2, 3, 4, 5], [True, False, True])],
+            [1 + 0.5 * 2 + 0.25 * 3, 2 + 0.5 * 3, 3, 4 + 0.5 * 5, 5],
+            [3, 3, 3, 5, 5],
+            [0.125, 0.25, 0.5, 0.25, 0.5],
+        ),
+    ],
+)
+def test_joined_sums_stop_before_a_logged_action_of_a_later_fragment(
+    pieces: list[tuple[list[float], list[bool]]],
+    rewards: list[float],
+    next_obs: list[float],
+    discounts: list[float],
+) -> None:
+    # One episode of rewards 1..5 (obs 0..5), gamma 0.5, n = 3, in fragments.
+    buffer = ReplayBuffer(20, 1, gamma=0.5, n_step=3)
+    for obs, chosen in pieces:
+        steps = len(chosen)
+        first = int(obs[0]) + 1
+        buffer.add(
+            np.array(obs, np.float32)[:, None],
+            np.zeros(steps, np.int64),
+            np.arange(first, first + steps, dtype=np.float32),
+            False,
+            key="e",
+            chosen=np.array(chosen),
+        )
+    state = buffer.state()
+    np.testing.assert_allclose(state["rewards"], rewards)
+    np.testing.assert_array_equal(state["next_obs"][:, 0], next_obs)
+    np.testing.assert_allclose(state["discounts"], discounts)
+    whole = n_step_transitions(
+        np.arange(6, dtype=np.float32)[:, None],
+        np.arange(1, 6, dtype=np.float32),
+        False,
+        0.5,
+        3,
+        np.concatenate([chosen for _, chosen in pieces]),
+    )
+    for column, expected in zip(("rewards", "next_obs", "discounts"), whole, strict=True):
+        np.testing.assert_allclose(state[column], expected)
+
+
 def test_a_truncated_episodes_joined_sums_bootstrap_from_its_final_obs() -> None:
     buffer = ReplayBuffer(20, 1, gamma=0.5, n_step=3)
     buffer.add(*_piece([0, 1, 2], [1, 1])[:4], key="e")
@@ -216,3 +289,46 @@ def test_fragments_through_add_fragment_are_joined_by_episode_and_agent() -> Non
     buffer.add_fragment(_fragment(2, start=2, terminated=True))  # obs 2, 3, 4; rewards 1, 2
     np.testing.assert_allclose(buffer.state()["rewards"], [2, 2 + 0.5 * 1, 1 + 0.5 * 2, 2])
     np.testing.assert_allclose(buffer.state()["discounts"], [0.25, 0.25, 0.0, 0.0])
+
+
+def _sums_by_hand(
+    rewards: np.ndarray, chosen: np.ndarray, terminated: bool, gamma: float, n: int
+) -> tuple[list[float], list[int], list[float]]:
+    """Each step's sum, bootstrap step and discount, one reward at a time."""
+    sums, ends, discounts = [], [], []
+    steps = len(rewards)
+    for t in range(steps):
+        k, total = 0, 0.0
+        while k < n and t + k < steps and (k == 0 or chosen[t + k]):
+            total += gamma**k * float(rewards[t + k])
+            k += 1
+        sums.append(total)
+        ends.append(t + k)
+        discounts.append(0.0 if terminated and t + k == steps else gamma**k)
+    return sums, ends, discounts
+
+
+def test_sums_joined_across_any_cuts_are_the_one_piece_sums_by_hand() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        steps, n = int(rng.integers(1, 15)), int(rng.integers(1, 6))
+        terminated = bool(rng.integers(2))
+        obs = np.arange(steps + 1, dtype=np.float32)[:, None]
+        rewards = rng.normal(size=steps).astype(np.float32)
+        chosen = rng.random(steps) < 0.7
+        sums, ends, discounts = _sums_by_hand(rewards, chosen, terminated, 0.7, n)
+        cuts = {int(c) for c in rng.integers(1, steps, size=3)} if steps > 1 else set()
+        buffer = ReplayBuffer(100, 1, gamma=0.7, n_step=n)
+        for a, b in itertools.pairwise([0, *sorted(cuts), steps]):
+            buffer.add(
+                obs[a : b + 1],
+                np.zeros(b - a, np.int64),
+                rewards[a:b],
+                terminated and b == steps,
+                key="e",
+                chosen=chosen[a:b],
+            )
+        state = buffer.state()
+        np.testing.assert_allclose(state["rewards"], sums, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(state["next_obs"][:, 0], ends)
+        np.testing.assert_allclose(state["discounts"], discounts, rtol=1e-6)

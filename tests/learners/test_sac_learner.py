@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -66,6 +68,14 @@ def test_settings_are_checked() -> None:
         SACSettings(tau=0.0)
     with pytest.raises(ConfigError, match="updates_per_step must be positive"):
         SACSettings(updates_per_step=0.0)
+    # A warm-up the buffer cannot hold never ends: refused, with both values and the fix.
+    with pytest.raises(
+        ConfigError,
+        match=r"learning_starts 2000 is larger than buffer_size 1000.*lower learning_starts "
+        "or raise buffer_size",
+    ):
+        SACSettings(learning_starts=2000, buffer_size=1000)
+    assert SACSettings(learning_starts=1000, buffer_size=1000).learning_starts == 1000
     assert SACSettings(train_every=10, updates_per_step=0.5).updates_per_hand_off == 5
 
 
@@ -111,6 +121,35 @@ def test_broken_fragments_are_excluded_and_counted() -> None:
     assert len(learner.replay) == 4
 
 
+def test_ingest_joins_the_n_step_sums_of_an_episodes_fragments() -> None:
+    learner = SACLearner(OBS, WIDE, _settings(gamma=0.5, n_step=3))
+    whole = _fragment(6, terminated=True)
+    first, second = _fragment(4), _fragment(2, terminated=True)
+    first.obs, first.actions, first.rewards = whole.obs[:5], whole.actions[:4], whole.rewards[:4]
+    second.obs, second.actions, second.rewards = whole.obs[4:], whole.actions[4:], whole.rewards[4:]
+    learner.ingest([first, second])
+    joined = learner.replay.state()
+    # As if the episode had come in one piece: 3-step sums right up to its terminal state.
+    one_piece = SACLearner(OBS, WIDE, _settings(gamma=0.5, n_step=3))
+    one_piece.ingest([whole])
+    for name in ("rewards", "next_obs", "discounts"):
+        np.testing.assert_allclose(joined[name], one_piece.replay.state()[name], rtol=1e-6)
+
+
+def test_n_step_sums_stop_before_a_logged_action() -> None:
+    learner = SACLearner(OBS, WIDE, _settings(gamma=0.5, n_step=3))
+    fragment = _fragment(4)
+    fragment.policy_chosen[1] = False
+    learner.ingest([fragment])
+    state = learner.replay.state()
+    r = fragment.rewards.astype(np.float64)
+    np.testing.assert_allclose(
+        state["rewards"], [r[0], r[1] + 0.5 * r[2] + 0.25 * r[3], r[2] + 0.5 * r[3], r[3]]
+    )
+    np.testing.assert_array_equal(state["next_obs"], fragment.obs[[1, 4, 4, 4]])
+    np.testing.assert_allclose(state["discounts"], [0.5, 0.125, 0.25, 0.5])
+
+
 def test_actions_are_stored_in_squashed_units() -> None:
     learner = SACLearner(OBS, WIDE, _settings())
     fragment = _fragment(3)
@@ -144,6 +183,76 @@ def test_a_checkpoint_resumes_the_same_training(tmp_path: Path) -> None:
     for a, b in zip(first.actor.parameters(), second.actor.parameters(), strict=True):
         torch.testing.assert_close(a, b)
     assert first.alpha == second.alpha
+
+
+def test_a_checkpoints_replay_of_other_n_step_sums_is_left_out_and_the_rest_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = SACLearner(OBS, WIDE, _settings(checkpoint_replay=True))
+    first.ingest([_fragment(30)])
+    first.update()
+    path = tmp_path / "sac.pt"
+    first.save(path, {"note": "x"})
+    other = SACLearner(OBS, WIDE, _settings(checkpoint_replay=True, n_step=3, seed=9))
+    with caplog.at_level(logging.WARNING, logger="rlserve.learner"):
+        assert other.load(path) == {"note": "x"}
+    assert "replay buffer not restored" in caplog.text and "keep n_step and gamma" in caplog.text
+    assert len(other.replay) == 0 and other.counters() == first.counters()
+    for a, b in zip(first.actor.parameters(), other.actor.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(first.critic.parameters(), other.critic.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def _generators_on_their_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``torch.randn`` refuse a generator of another device, as its CUDA kernels do.
+
+    Its CPU and meta kernels do not check: without a GPU, this is how a draw on the wrong device
+    shows (``Expected a 'cuda' device type for generator but found 'cpu'`` on CUDA).
+    """
+    randn = torch.randn
+
+    def strict(*args: Any, generator: Any = None, device: Any = None, **kwargs: Any) -> Any:
+        drawn_on = torch.device("cpu" if device is None else device)
+        if generator is not None and generator.device.type != drawn_on.type:
+            raise RuntimeError(
+                f"Expected a '{drawn_on.type}' device type for generator but found "
+                f"'{generator.device.type}'"
+            )
+        return randn(*args, generator=generator, device=drawn_on, **kwargs)
+
+    monkeypatch.setattr(torch, "randn", strict)
+
+
+def test_the_learners_generator_draws_the_noise_of_an_actor_on_another_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The learner's generator is a CPU one; its actor may live on CUDA (device auto)."""
+    _generators_on_their_device(monkeypatch)
+    learner = SACLearner(OBS, WIDE, _settings(device="cpu"))
+    generator = learner._generator
+    assert generator.device.type == "cpu"
+    actor = learner.actor.to("meta")  # any device but the generator's
+    actions, logp = actor.sample(torch.zeros((4, 2), device="meta"), generator)
+    assert actions.device.type == logp.device.type == "meta"
+    assert actions.shape == (4, 1) and logp.shape == (4,)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_trains_and_resumes_on_cuda(tmp_path: Path) -> None:
+    """A CUDA learner trains, and its checkpoint resumes on CUDA and on the CPU alike."""
+    learner = SACLearner(OBS, WIDE, _settings(device="cuda", checkpoint_replay=True))
+    assert next(learner.actor.parameters()).device.type == "cuda"
+    learner.ingest([_fragment(30)])
+    metrics = learner.update()
+    assert learner.version == 1 and np.isfinite(metrics["learner/critic_loss"])
+    path = tmp_path / "sac.pt"
+    learner.save(path, {})
+    for device in ("cuda", "cpu"):
+        twin = SACLearner(OBS, WIDE, _settings(device=device, checkpoint_replay=True, seed=5))
+        twin.load(path)
+        twin.ingest([_fragment(10, seed=7)])
+        assert np.isfinite(twin.update()["learner/critic_loss"]) and twin.version == 2
 
 
 def test_initialise_from_takes_weights_only_and_refuses_other_shapes(tmp_path: Path) -> None:

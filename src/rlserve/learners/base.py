@@ -10,14 +10,18 @@ has enough for an update, performs the update, and publishes its actor as a
 from __future__ import annotations
 
 import abc
+import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rlserve.learners.replay import ReplayBuffer
 from rlserve.policy import ModelSpec
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.fragment import Fragment
+
+logger = logging.getLogger("rlserve.learner")
 
 
 class Learner(abc.ABC):
@@ -130,6 +134,23 @@ class Learner(abc.ABC):
 
 class ReplayLearner(Learner):
     """A learner that stores each step in its replay buffer as it takes it in (DQN, SAC)."""
+
+    replay: ReplayBuffer
+    """Its replay buffer."""
+
+    def _restore_replay(self, state: dict[str, Any] | None, path: Path) -> None:
+        """Take back a checkpoint's replay buffer (``ReplayBuffer.state`` as tensors), if any.
+
+        One that does not fit this learner (another ``gamma`` or ``n_step``: its sums are not
+        this learner's targets) is left out with a warning, and the run resumes with the rest of
+        the checkpoint and an empty buffer: the checkpoint is not damaged.
+        """
+        if state is None:
+            return
+        try:
+            self.replay.load_state({name: value.cpu().numpy() for name, value in state.items()})
+        except ValueError as exc:
+            logger.warning("%s: replay buffer not restored: %s", path, exc)
 
     @property
     def buffered_steps(self) -> int:

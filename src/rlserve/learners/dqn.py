@@ -5,12 +5,13 @@ taken in allow, so an over-estimate cannot feed on itself), the fragment check, 
 Every step a source sends is stored in the replay buffer (:mod:`rlserve.learners.replay`) as
 the action actually taken, whoever chose it (the policy on the server or in a local client, a
 hosted runner, ``log_action``) and however old the weights that chose it: off-policy learning
-does not care. Training follows a schedule rather than consuming what arrived: nothing until
-``learning_starts`` transitions are stored (the warm-up), then rounds of at least ``train_every``
-new env steps, each round making ``updates_per_step`` gradient steps per new env step (a fraction
-carries over) and publishing one weights version. The published weights carry the exploration
-epsilon of the schedule at that point (``ModelSpec.epsilon``), so the server, or a local client's
-numpy policy, explores with it.
+does not care, but its n-step sums stop before an action the policy did not choose (they would
+follow the other controller's actions otherwise). Training follows a schedule rather than
+consuming what arrived: nothing until ``learning_starts`` transitions are stored (the warm-up),
+then rounds of at least ``train_every`` new env steps, each round making ``updates_per_step``
+gradient steps per new env step (a fraction carries over) and publishing one weights version.
+The published weights carry the exploration epsilon of the schedule at that point
+(``ModelSpec.epsilon``), so the server, or a local client's numpy policy, explores with it.
 
 With ``normalize_observations`` the observations go into the replay buffer raw and into the
 running statistics as they arrive; each round freezes the statistics, normalises the sampled
@@ -25,8 +26,8 @@ and counted; a warning goes to the ``rlserve.learner`` logger at most once per m
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
-import logging
 import math
 import time
 from pathlib import Path
@@ -46,13 +47,11 @@ from rlserve.learners.normalization import (
     restore_observation_normalization,
 )
 from rlserve.learners.ppo import RateLimitedWarning, resolve_device
-from rlserve.learners.replay import ReplayBuffer
+from rlserve.learners.replay import ReplayBuffer, checked_chosen
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.values import indices_within, within
 from rlserve.run.durable import atomic_write_bytes
-
-logger = logging.getLogger("rlserve.learner")
 
 
 def q_targets(
@@ -98,11 +97,11 @@ def value_bounds(reward_min: float, reward_max: float, gamma: float) -> tuple[fl
 
 def check_fragment(
     fragment: Fragment, obs_dim: int, choices: int, limit: float
-) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray] | None, str]:
-    """``(obs float32, actions int64, rewards float32)`` of a usable fragment, or why not.
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None, str]:
+    """``(obs float32, actions int64, rewards float32, policy_chosen bool)``, or why not.
 
-    Shapes must be ``[T + 1, obs_dim]``, ``[T]``, ``[T]`` with ``T >= 1``; observations and
-    rewards finite and within ``limit``; actions whole choice indices ``0..choices-1``.
+    Shapes must be ``[T + 1, obs_dim]``, ``[T]``, ``[T]``, ``[T]`` with ``T >= 1``; observations
+    and rewards finite and within ``limit``; actions whole choice indices ``0..choices-1``.
     """
     try:
         obs = np.asarray(fragment.obs)
@@ -119,6 +118,9 @@ def check_fragment(
     ):
         if array.shape != shape:
             return None, f"{name} has shape {array.shape}, expected {shape}"
+    chosen, problem = checked_chosen(fragment.policy_chosen, steps)
+    if chosen is None:
+        return None, problem
     for name, array in (("obs", obs), ("actions", actions), ("rewards", rewards)):
         if array.dtype.kind not in "biuf":
             return None, f"{name} has dtype {array.dtype}"
@@ -144,7 +146,7 @@ def check_fragment(
             f"{name} holds {array[large][0]:.3g}, beyond max_abs_input {limit:.3g} "
             "(raise --dqn-max-abs-input if such values are real)"
         )
-    return (obs, actions, rewards), ""
+    return (obs, actions, rewards, chosen), ""
 
 
 class DQNLearner(ReplayLearner):
@@ -171,7 +173,12 @@ class DQNLearner(ReplayLearner):
         self.target = copy.deepcopy(self.model).requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
         self.replay = ReplayBuffer(
-            config.buffer_size, self.model.obs_dim, config.gamma, config.n_step, seed=config.seed
+            config.buffer_size,
+            self.model.obs_dim,
+            config.gamma,
+            config.n_step,
+            seed=config.seed,
+            through_logged=config.n_step_through_logged,
         )
         self.obs_normalization: ObservationNormalization | None = None
         """Observation statistics (``normalize_observations``): raw observations are stored
@@ -223,7 +230,7 @@ class DQNLearner(ReplayLearner):
             if checked is None:
                 self._exclude_fragment(fragment, problem)
                 continue
-            obs, actions, rewards = checked
+            obs, actions, rewards, chosen = checked
             low, high = float(rewards.min()), float(rewards.max())
             if self._reward_range is not None:
                 low, high = min(low, self._reward_range[0]), max(high, self._reward_range[1])
@@ -231,13 +238,10 @@ class DQNLearner(ReplayLearner):
             if self.obs_normalization is not None:
                 self.obs_normalization.observe(obs[:-1])
             before = self.replay.added
-            steps = self.replay.add(
-                obs,
-                actions,
-                rewards,
-                bool(fragment.terminated),
-                key=(fragment.episode_id, fragment.agent_id),
-                truncated=bool(fragment.truncated),
+            steps = self.replay.add_fragment(
+                dataclasses.replace(
+                    fragment, obs=obs, actions=actions, rewards=rewards, policy_chosen=chosen
+                )
             )
             self._counters["env_steps_ingested"] += steps
             self._new_steps += steps
@@ -448,12 +452,7 @@ class DQNLearner(ReplayLearner):
         self._credit = float(schedule.get("credit", 0.0))
         reward_range = [float(v) for v in schedule.get("reward_range", [])]
         self._reward_range = (reward_range[0], reward_range[1]) if len(reward_range) == 2 else None
-        replay = state.get("replay")
-        if replay is not None:
-            try:
-                self.replay.load_state({k: v.cpu().numpy() for k, v in replay.items()})
-            except ValueError as exc:
-                logger.warning("%s: replay buffer not restored: %s", path, exc)
+        self._restore_replay(state.get("replay"), path)
         return dict(state["extra"])
 
     def initialise_from(self, path: Path) -> None:

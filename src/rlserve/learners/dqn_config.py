@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from rlserve.config.fields import option
 from rlserve.errors import ConfigError
+from rlserve.learners.replay import check_warm_up
 
 
 @dataclass
@@ -30,7 +31,9 @@ class DQNSettings:
     """
 
     buffer_size: int = option(100_000, "Transitions the replay buffer holds (oldest dropped).")
-    learning_starts: int = option(1000, "Transitions stored before the first update (the warm-up).")
+    learning_starts: int = option(
+        1000, "Transitions stored before the first update (the warm-up; at most buffer_size)."
+    )
     batch_size: int = option(128, "Transitions per gradient step.")
     train_every: int = option(
         64, "New env steps per training round; each round publishes one weights version."
@@ -46,7 +49,17 @@ class DQNSettings:
     )
     lr_decay_steps: int = option(50_000, "Env steps over which the learning rate falls to lr_end.")
     gamma: float = option(0.99, "Discount factor.")
-    n_step: int = option(5, "Rewards summed per target before bootstrapping (n-step returns).")
+    n_step: int = option(
+        5,
+        "Rewards summed per target before bootstrapping (n-step returns; fewer before an action "
+        "logged with log_action).",
+    )
+    n_step_through_logged: bool = option(
+        False,
+        "Let n-step sums run through actions logged with log_action, as through the policy's: "
+        "the targets then follow the logged controller (biased towards its values; faster from "
+        "one controller's data, where the sums are otherwise one-step).",
+    )
     double_q: bool = option(True, "Double-Q: the online network picks the next action.")
     dueling: bool = option(False, "Dueling heads: Q = V + A - mean(A).")
     target_update_interval: int = option(
@@ -104,6 +117,7 @@ class DQNSettings:
                 f"batch_size {self.batch_size} is larger than buffer_size {self.buffer_size}; "
                 "lower it"
             )
+        check_warm_up(self.learning_starts, self.buffer_size)
         for name in ("lr", "lr_end"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):

@@ -18,14 +18,17 @@ is not carried over later actions that ``pi_prox`` would rarely take (off by def
 slower on CartPole with the demo's lag, docs/benchmarks.md).
 
 Steps logged with ``log_action`` (``policy_chosen`` false, or an unknown, NaN, behaviour
-log-probability) are treated as ``logged_steps`` says: ``exclude`` leaves them out of every loss
-and cuts the lambda trace at them (their rewards still count in the previous step's TD error);
-``value`` does the same but trains the value function on them too; ``bc`` adds a behaviour-cloning
-term (``bc_coef`` times their mean negative log-likelihood) to ``value``; ``on_policy`` trains them
-as if the proximal policy had sampled them (weight 1, trace not cut; rlserve's treatment before
-these options). A finite behaviour log-probability sent with a logged step is ignored, and a
-logged step is never dropped as stale: no policy sampled it, so the version that was served when
-it was logged says nothing about it.
+log-probability) are treated as ``logged_steps`` says: ``exclude`` (the default) leaves them out of
+every loss and cuts the lambda trace at them (their rewards still count in the previous step's TD
+error); ``value`` does the same but trains the value function on them too, towards the return of
+the logged action: ``V`` then learns the value of the mix of policy and logged controller, not the
+policy's (nothing unbiased can be had without the logged actions' probabilities), and the bias
+reaches the previous step's advantage through ``V`` of the logged step's state; ``bc`` adds a
+behaviour-cloning term (``bc_coef`` times their mean negative log-likelihood) to ``value``;
+``on_policy`` trains them as if the proximal policy had sampled them (weight 1, trace not cut;
+rlserve's treatment before these options). A finite behaviour log-probability sent with a logged
+step is ignored, and a logged step is never dropped as stale: no policy sampled it, so the version
+that was served when it was logged says nothing about it.
 
 Normalisation (:mod:`rlserve.learners.normalization`). With ``normalize_observations`` an update
 first takes the buffered steps' observations into the running statistics and freezes them: the
@@ -157,6 +160,20 @@ def normalise_advantages(advantages: torch.Tensor) -> torch.Tensor:
     """
     centred = advantages - advantages.mean()
     return centred / advantages.std().clamp_min(ADVANTAGE_STD_FLOOR)
+
+
+def minibatch_indices(
+    size: int, minibatch_size: int, generator: torch.Generator
+) -> tuple[torch.Tensor, ...]:
+    """One epoch's minibatches: a fresh permutation of ``range(size)`` split into equal parts.
+
+    ``ceil(size / minibatch_size)`` parts whose sizes differ by one at most, none larger than
+    ``minibatch_size`` (and so none smaller than half of it, but in a batch smaller than that),
+    and every step in one: no small remainder gets a full optimiser step of its own (or decides
+    ``target_kl``), and an epoch makes as many steps as minibatches of ``minibatch_size`` would.
+    """
+    order = torch.randperm(size, generator=generator)
+    return torch.tensor_split(order, max(1, math.ceil(size / minibatch_size)))
 
 
 def value_loss(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
@@ -575,9 +592,8 @@ class PPOLearner(Learner):
         skipped = 0
         for _ in range(cfg.num_epochs if batch is not None else 0):
             assert batch is not None
-            order = torch.randperm(size, generator=self._generator).to(self.device)
-            for lo in range(0, size, cfg.minibatch_size):
-                idx = order[lo : lo + cfg.minibatch_size]
+            for part in minibatch_indices(size, cfg.minibatch_size, self._generator):
+                idx = part.to(self.device)
                 if not self._minibatch(batch, idx, stats, every_step_in_surrogate):
                     skipped += 1
             if (
@@ -754,7 +770,7 @@ class PPOLearner(Learner):
         counters = dict(state["counters"])
         self._version = int(counters.pop("version"))
         self._counters.update({k: int(v) for k, v in counters.items()})
-        self._generator.set_state(state["torch_rng"])
+        self._generator.set_state(state["torch_rng"].cpu())  # map_location moved it
         return dict(state["extra"])
 
     def initialise_from(self, path: Path) -> None:

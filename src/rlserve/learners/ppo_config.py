@@ -17,7 +17,11 @@ class PPOSettings:
     """PPO hyper-parameters; the defaults solve CartPole-v1 from 4 external clients quickly."""
 
     train_batch_size: int = option(1024, "Env steps collected per update.")
-    minibatch_size: int = option(256, "Steps per gradient step.")
+    minibatch_size: int = option(
+        256,
+        "Steps per gradient step at most: each epoch splits the batch into the fewest equal "
+        "minibatches of no more steps.",
+    )
     num_epochs: int = option(10, "Passes over each batch.")
     lr: float = option(1e-3, "Adam learning rate.")
     gamma: float = option(0.98, "Discount factor.")
@@ -53,10 +57,11 @@ class PPOSettings:
         "off: plain GAE over the behaviour policy's steps.",
     )
     logged_steps: str = option(
-        "value",
+        "exclude",
         "Steps logged with log_action (not chosen by the policy): exclude (left out, the lambda "
-        "trace cut at them), value (also value targets), bc (also a behaviour-cloning term, "
-        "bc_coef) or on_policy (trained as if the policy had sampled them).",
+        "trace cut at them), value (also value targets: biased towards the logged actions' "
+        "returns), bc (also a behaviour-cloning term, bc_coef) or on_policy (trained as if the "
+        "policy had sampled them).",
     )
     bc_coef: float = option(
         1.0, "Weight of the behaviour-cloning term on logged steps (logged_steps = bc)."

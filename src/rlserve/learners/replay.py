@@ -8,20 +8,34 @@ nothing here.
 A fragment of ``T`` steps becomes ``T`` transitions ``(obs, action, reward, next_obs, discount)``:
 
 * ``reward`` is the n-step discounted sum ``sum_{i<k} gamma^i r[t+i]`` with
-  ``k = min(n_step, T - t)``: the sum stops at the fragment's end (the steps after it are in
-  another fragment, or there are none);
+  ``k = min(n_step, T - t, j - t)``: the sum stops at the fragment's end (the steps after it are
+  in another fragment, or there are none) and before the first step ``j > t`` whose action the
+  policy did not choose (``policy_chosen`` false: ``log_action``), so it never follows another
+  controller's actions (a transition that starts at one is that action's, which is what
+  ``Q(s, a)`` needs);
 * ``next_obs`` is ``obs[t+k]``, the observation the target bootstraps from;
 * ``discount`` is ``gamma^k``, or 0 when the episode terminated at ``t+k`` (a terminal state has
   no value to bootstrap). A time-limit truncation, or a fragment cut mid-episode, keeps
   ``gamma^k``: the episode's value goes on past ``obs[T]``.
 
+What remains is the usual n-step bias: the policy's own actions in a sum include its exploration
+(epsilon-greedy, or a stochastic actor's samples) and older weights' choices, not the greedy or
+current policy's, so the target leans towards the value of the policy that acted (less so with
+a smaller ``n_step``; none with 1).
+
+Data that is all logged gets one-step targets, which can learn slowly. A buffer built
+``through_logged`` (a learner's ``n_step_through_logged``) lets the sums run through logged
+actions instead: its targets then follow the logged controller, biased towards that controller's
+values, but learn fast from one controller's data (the greedy policy improves on that controller).
+
 Given the fragments' episode (``add(..., key=(episode_id, agent_id))``), the buffer joins the
 sums across a cut: the last ``n_step - 1`` transitions of a fragment whose episode goes on are
-kept open, and when the episode's next fragment arrives (it must start in the observation the
-last one ended in) their sums are extended in place with its first rewards, as if the episode
-had come in one piece. Until then they are sampled with their shorter sums (valid targets, only
-fewer rewards before the bootstrap). At most :data:`MAX_OPEN_EPISODES` episodes are kept open
-(the one continued longest ago is let go first); the open sums are not part of :meth:`state`.
+kept open (those a logged action has not ended), and when the episode's next fragment arrives (it
+must start in the observation the last one ended in) their sums are extended in place with its
+first rewards, up to its first logged action, as if the episode had come in one piece. Until
+then they are sampled with their shorter sums (valid targets, only fewer rewards before the
+bootstrap). At most :data:`MAX_OPEN_EPISODES` episodes are kept open (the one continued longest
+ago is let go first); the open sums are not part of :meth:`state`.
 
 The target of a transition is then ``reward + discount * V(next_obs)``. The buffer is a ring of
 ``capacity`` transitions (the oldest are overwritten), sampled uniformly with its own seeded
@@ -37,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from rlserve.errors import ConfigError
 from rlserve.protocol.fragment import Fragment
 
 STATE_FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
@@ -67,12 +82,30 @@ class ReplayBatch:
     indices: np.ndarray
 
 
+def check_warm_up(learning_starts: int, buffer_size: int) -> None:
+    """Refuse a warm-up the replay buffer cannot hold (off-policy settings' check).
+
+    Training starts once ``learning_starts`` transitions are stored, which never happens when
+    the buffer holds fewer: the learner would never train, and pacing would hold the clients.
+
+    Raises:
+        ConfigError: ``learning_starts`` is larger than ``buffer_size``.
+    """
+    if learning_starts > buffer_size:
+        raise ConfigError(
+            f"learning_starts {learning_starts} is larger than buffer_size {buffer_size}: the "
+            "replay buffer never holds that many transitions, so training would never start "
+            "(and the clients would be held for it); lower learning_starts or raise buffer_size"
+        )
+
+
 def n_step_transitions(
     obs: np.ndarray,
     rewards: np.ndarray,
     terminated: bool,
     gamma: float,
     n_step: int,
+    chosen: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The n-step rewards, bootstrap observations and discounts of one fragment's steps.
 
@@ -82,24 +115,48 @@ def n_step_transitions(
         terminated: The episode ended in a terminal state after the last step.
         gamma: Discount factor.
         n_step: Rewards summed per transition at most.
+        chosen: ``[T]`` bool, whether the policy chose each step's action (``policy_chosen``);
+            no sum runs through a step it did not choose. None: it chose them all.
 
     Returns:
         ``(returns [T] float32, next_obs [T, D], discounts [T] float32)`` as the module doc
         defines them.
     """
     steps = int(rewards.shape[0])
+    t = np.arange(steps)
+    ahead = np.minimum(t + n_step, steps)
+    if chosen is not None:
+        # Per step, the first later one whose action was logged (T when there is none).
+        logged_at = np.where(chosen, steps, t)
+        later = np.append(np.minimum.accumulate(logged_at[::-1])[::-1][1:], steps)
+        ahead = np.minimum(ahead, later)
+    k = ahead - t
     padded = np.zeros(steps + n_step, dtype=np.float64)
     padded[:steps] = rewards
     returns = np.zeros(steps, dtype=np.float64)
     for i in range(n_step):
-        returns += gamma**i * padded[i : i + steps]
-    ahead = np.minimum(np.arange(steps) + n_step, steps)
-    k = ahead - np.arange(steps)
+        returns += np.where(i < k, gamma**i * padded[i : i + steps], 0.0)
     discounts = np.power(float(gamma), k.astype(np.float64))
     if terminated:
         discounts[ahead == steps] = 0.0
     with np.errstate(over="ignore"):
         return returns.astype(np.float32), obs[ahead], discounts.astype(np.float32)
+
+
+def checked_chosen(policy_chosen: Any, steps: int) -> tuple[np.ndarray | None, str]:
+    """A fragment's ``policy_chosen`` as ``[T]`` bool (non-zero: chosen), or None and why not.
+
+    The off-policy learners' check of the field (its sums stop at the steps it marks false).
+    """
+    try:
+        chosen = np.asarray(policy_chosen)
+    except (ValueError, TypeError) as exc:
+        return None, f"policy_chosen is not an array ({exc})"
+    if chosen.shape != (steps,):
+        return None, f"policy_chosen has shape {chosen.shape}, expected {(steps,)}"
+    if chosen.dtype.kind not in "biuf":
+        return None, f"policy_chosen has dtype {chosen.dtype}"
+    return (chosen if chosen.dtype == np.bool_ else chosen != 0), ""
 
 
 @dataclass(slots=True)
@@ -127,6 +184,8 @@ class ReplayBuffer:
         action_shape: ``()`` for ``[T]`` choice indices (stored int64), ``(A,)`` for ``[T, A]``
             actions (stored float32).
         seed: Seed of the sampling generator.
+        through_logged: :meth:`add_fragment` lets the sums run through logged actions as
+            through the policy's (the learners' ``n_step_through_logged``).
     """
 
     def __init__(
@@ -137,6 +196,7 @@ class ReplayBuffer:
         n_step: int = 1,
         action_shape: tuple[int, ...] = (),
         seed: int = 0,
+        through_logged: bool = False,
     ):
         if capacity < 1:
             raise ValueError(f"capacity must be positive, got {capacity}")
@@ -147,6 +207,7 @@ class ReplayBuffer:
         self.gamma = float(gamma)
         self.n_step = int(n_step)
         self.action_shape = tuple(action_shape)
+        self.through_logged = bool(through_logged)
         action_dtype = np.int64 if not self.action_shape else np.float32
         self._obs = np.zeros((self.capacity, self.obs_dim), dtype=np.float32)
         self._next_obs = np.zeros((self.capacity, self.obs_dim), dtype=np.float32)
@@ -167,15 +228,19 @@ class ReplayBuffer:
     def add_fragment(self, fragment: Fragment) -> int:
         """Store a (sanitised) fragment's steps as transitions; return how many.
 
-        Its n-step sums are joined to the episode's last fragment (``episode_id``, ``agent_id``).
+        Its n-step sums are joined to the episode's last fragment (``episode_id``, ``agent_id``)
+        and stop before its logged actions (``policy_chosen`` false), unless the buffer lets
+        them run through (``through_logged``). The off-policy learners store what they take in
+        this way.
         """
         return self.add(
             fragment.obs,
             fragment.actions,
             fragment.rewards,
-            fragment.terminated,
+            bool(fragment.terminated),
             key=(fragment.episode_id, fragment.agent_id),
-            truncated=fragment.truncated,
+            truncated=bool(fragment.truncated),
+            chosen=None if self.through_logged else fragment.policy_chosen,
         )
 
     def add(
@@ -186,6 +251,7 @@ class ReplayBuffer:
         terminated: bool,
         key: Any = None,
         truncated: bool = False,
+        chosen: np.ndarray | None = None,
     ) -> int:
         """Store ``T`` consecutive steps of one episode (``obs`` holds ``T + 1`` rows).
 
@@ -193,7 +259,8 @@ class ReplayBuffer:
         across fragments (see the module doc): this fragment extends the sums the episode's
         last fragment left open, when it starts in the observation that one ended in, and
         unless it ends the episode (``terminated`` or ``truncated``) its own last transitions
-        stay open for the next.
+        stay open for the next. ``chosen`` (``[T]`` bool, None: all) says which actions the
+        policy chose: no sum runs through one it did not.
 
         Raises:
             ValueError: The shapes disagree with each other or with the buffer.
@@ -205,10 +272,14 @@ class ReplayBuffer:
             raise ValueError(
                 f"actions has shape {actions.shape}, expected {(steps, *self.action_shape)}"
             )
+        if chosen is not None and np.shape(chosen) != (steps,):
+            raise ValueError(f"chosen has shape {np.shape(chosen)}, expected {(steps,)}")
         if steps == 0:
             return 0
+        if chosen is not None:
+            chosen = np.asarray(chosen, dtype=bool)
         returns, next_obs, discounts = n_step_transitions(
-            obs, rewards, terminated, self.gamma, self.n_step
+            obs, rewards, terminated, self.gamma, self.n_step, chosen
         )
         first = self.added
         self._write(
@@ -221,7 +292,7 @@ class ReplayBuffer:
             }
         )
         if key is not None:
-            self._join(key, obs, rewards, terminated, truncated, first)
+            self._join(key, obs, rewards, terminated, truncated, first, chosen)
         return steps
 
     def _join(
@@ -232,30 +303,36 @@ class ReplayBuffer:
         terminated: bool,
         truncated: bool,
         first: int,
+        chosen: np.ndarray | None,
     ) -> None:
         """Extend the sums ``key``'s last fragment left open; keep this one's open."""
         steps = int(rewards.shape[0])
         gamma, n = self.gamma, self.n_step
+        logged = np.flatnonzero(~chosen) if chosen is not None else np.zeros(0, np.int64)
+        # The open sums run up to the first logged action; this fragment's own sums that reach
+        # its end are those from its last logged action on (one may start at it).
+        reach = int(logged[0]) if logged.size else steps
+        own_from = int(logged[-1]) if logged.size else 0
         previous = self._open.pop(key, None)
         still_open = _OpenSums([], [], [], obs[steps])
         if previous is not None and np.array_equal(previous.last_obs, obs[0]):
             for serial, row, k in zip(previous.serials, previous.rows, previous.steps, strict=True):
                 if self.added - serial > self.capacity:
                     continue  # overwritten meanwhile
-                extra = min(n - k, steps)
+                extra = min(n - k, reach)
                 more = sum(gamma**i * float(rewards[i]) for i in range(extra))
                 with np.errstate(over="ignore"):
                     self._rewards[row] = np.float32(float(self._rewards[row]) + gamma**k * more)
                     ends = terminated and extra == steps
                     self._discounts[row] = 0.0 if ends else np.float32(gamma ** (k + extra))
                 self._next_obs[row] = obs[extra]
-                if k + extra < n:
+                if k + extra < n and extra == steps:
                     still_open.serials.append(serial)
                     still_open.rows.append(row)
                     still_open.steps.append(k + extra)
         if terminated or truncated:
             return
-        for t in range(max(0, steps - n + 1), steps):
+        for t in range(max(0, steps - n + 1, own_from), steps):
             serial = first + t
             if self.added - serial > self.capacity:
                 continue  # a fragment longer than the ring: only its newest rows fit

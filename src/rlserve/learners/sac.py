@@ -4,7 +4,8 @@ Read top to bottom: the losses (plain functions, tested against hand-computed va
 learner. Experience arrives as trajectory fragments from any source; every step goes into the
 replay buffer (:mod:`rlserve.learners.replay`) as the action actually taken, whoever chose it
 and however old the acting weights (SAC learns off-policy), converted from the space's units to
-the squashed units ``[-1, 1]`` the networks work in. Training follows a schedule
+the squashed units ``[-1, 1]`` the networks work in, its n-step sums (``n_step``) joined across
+an episode's fragments as DQN's are. Training follows a schedule
 (:class:`~rlserve.learners.sac_config.SACSettings`): a warm-up of ``learning_starts`` steps,
 then ``updates_per_step`` gradient steps owed per step taken in, paid in updates of at most
 ``train_every * updates_per_step`` gradient steps; each update that applies one advances the
@@ -47,7 +48,7 @@ from rlserve.learners.normalization import (
     restore_observation_normalization,
 )
 from rlserve.learners.ppo import RateLimitedWarning, resolve_device
-from rlserve.learners.replay import ReplayBuffer
+from rlserve.learners.replay import ReplayBuffer, checked_chosen
 from rlserve.learners.sac_config import SACSettings
 from rlserve.learners.sac_models import EnsembleQ, SquashedGaussianActor
 from rlserve.policy.weights import WeightsPackage
@@ -144,6 +145,8 @@ class SACLearner(ReplayLearner):
         self.config = config
         torch.set_num_threads(config.torch_threads)
         torch.manual_seed(config.seed)  # the networks' initial weights
+        # The actor's noise: a CPU generator whatever the device, so a checkpoint's stream
+        # resumes on any device (the actor moves the noise to its own).
         self._generator = torch.Generator()
         self._generator.manual_seed(config.seed)
         self.device = resolve_device(config.device)
@@ -179,6 +182,7 @@ class SACLearner(ReplayLearner):
             config.n_step,
             action_shape=(self.action_dim,),
             seed=config.seed,
+            through_logged=config.n_step_through_logged,
         )
         self.obs_normalization: ObservationNormalization | None = None
         """Observation statistics (``normalize_observations``): raw observations are stored
@@ -223,7 +227,7 @@ class SACLearner(ReplayLearner):
                 self.obs_normalization.observe(fragment.obs[: len(fragment)])
             before = self.replay.added
             squashed = to_squashed(fragment.actions, self._low, self._high)
-            steps = self.replay.add(fragment.obs, squashed, fragment.rewards, fragment.terminated)
+            steps = self.replay.add_fragment(dataclasses.replace(fragment, actions=squashed))
             # Only the steps past the warm-up owe gradient steps.
             warm = max(0, self.replay.added - max(before, self.config.learning_starts))
             self._owed += warm * self.config.updates_per_step
@@ -235,7 +239,7 @@ class SACLearner(ReplayLearner):
 
         Shapes must match the model; observations, rewards and actions must be finite and
         within ``max_abs_input``. Actions outside the Box are kept (the environment clipped
-        them; the learner does too).
+        them; the learner does too). ``policy_chosen`` becomes bool (non-zero: chosen).
         """
         try:
             obs = np.asarray(fragment.obs)
@@ -253,6 +257,9 @@ class SACLearner(ReplayLearner):
         for name, (array, shape) in expected.items():
             if array.shape != shape:
                 return None, f"{name} has shape {array.shape}, expected {shape}"
+        chosen, problem = checked_chosen(fragment.policy_chosen, steps)
+        if chosen is None:
+            return None, problem
         arrays = {"obs": obs, "actions": actions, "rewards": rewards}
         for name, array in arrays.items():
             if array.dtype.kind not in "biuf":
@@ -271,10 +278,14 @@ class SACLearner(ReplayLearner):
                 f"{name} holds {array[large][0]:.3g}, beyond max_abs_input {limit:.3g} "
                 "(raise --sac-max-abs-input if such values are real)"
             )
-        if all(cast[name] is arrays[name] for name in cast):
+        if chosen is fragment.policy_chosen and all(cast[name] is arrays[name] for name in cast):
             return fragment, ""
         replaced = dataclasses.replace(
-            fragment, obs=cast["obs"], actions=cast["actions"], rewards=cast["rewards"]
+            fragment,
+            obs=cast["obs"],
+            actions=cast["actions"],
+            rewards=cast["rewards"],
+            policy_chosen=chosen,
         )
         return replaced, ""
 
@@ -458,7 +469,9 @@ class SACLearner(ReplayLearner):
     def load(self, path: Path) -> dict[str, Any]:
         """Restore networks, optimisers, counters, schedule, RNG and replay from ``path``.
 
-        The observation normalisation is the checkpoint's, whatever the settings say.
+        The observation normalisation is the checkpoint's, whatever the settings say. A saved
+        replay buffer that does not fit this learner's ``gamma`` / ``n_step`` is left out with a
+        warning: the run resumes with an empty buffer.
         """
         state = torch.load(path, map_location=self.device, weights_only=True)
         self._load_model(state["model"])
@@ -471,9 +484,8 @@ class SACLearner(ReplayLearner):
         self._counters.update({k: int(v) for k, v in counters.items()})
         self._owed = float(state["schedule"]["owed"])
         self._new_steps = int(state["schedule"]["new_steps"])
-        self._generator.set_state(state["torch_rng"])
-        if "replay" in state:
-            self.replay.load_state({k: v.cpu().numpy() for k, v in state["replay"].items()})
+        self._generator.set_state(state["torch_rng"].cpu())  # map_location moved it
+        self._restore_replay(state.get("replay"), path)
         return dict(state["extra"])
 
     def _load_model(self, model: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from gymnasium import spaces
 
 from rlserve.config.fields import option
 from rlserve.errors import ConfigError, UnsupportedSpaceError
+from rlserve.learners.replay import check_warm_up
 from rlserve.policy.distribution import ActionDistribution
 from rlserve.policy.space_distribution import check_observations, squashed_gaussian_distribution
 
@@ -25,7 +26,9 @@ class SACSettings:
     """
 
     buffer_size: int = option(1_000_000, "Replay buffer capacity (transitions).")
-    learning_starts: int = option(100, "Steps in the replay buffer before training starts.")
+    learning_starts: int = option(
+        100, "Steps in the replay buffer before training starts (at most buffer_size)."
+    )
     batch_size: int = option(256, "Transitions per gradient step.")
     updates_per_step: float = option(1.0, "Gradient steps per env step taken in.")
     train_every: int = option(
@@ -34,7 +37,16 @@ class SACSettings:
     lr: float = option(3e-4, "Adam learning rate of actor, critics and temperature.")
     gamma: float = option(0.99, "Discount factor.")
     tau: float = option(0.005, "Polyak rate of the target critics.")
-    n_step: int = option(1, "Rewards summed per transition (n-step returns).")
+    n_step: int = option(
+        1,
+        "Rewards summed per transition (n-step returns; fewer before an action logged with "
+        "log_action).",
+    )
+    n_step_through_logged: bool = option(
+        False,
+        "Let n-step sums run through actions logged with log_action, as through the policy's: "
+        "the targets then follow the logged controller (biased towards its values).",
+    )
     initial_alpha: float = option(1.0, "Initial entropy temperature.")
     learn_alpha: bool = option(True, "Tune the temperature to reach target_entropy.")
     target_entropy: float | None = option(
@@ -78,6 +90,7 @@ class SACSettings:
             )
         if self.learning_starts < 0:
             raise ConfigError(f"learning_starts must be 0 or more, got {self.learning_starts}")
+        check_warm_up(self.learning_starts, self.buffer_size)
         if not self.updates_per_step > 0:
             raise ConfigError(f"updates_per_step must be positive, got {self.updates_per_step}")
         if not 0.0 < self.tau <= 1.0:

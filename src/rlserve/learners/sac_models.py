@@ -90,10 +90,14 @@ class SquashedGaussianActor(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterised actions in ``[-1, 1]`` units, ``[N, A]``, and their log-densities.
 
-        The log-density is that of the squashed action (no scaling term), ``[N]``.
+        The log-density is that of the squashed action (no scaling term), ``[N]``. The noise is
+        drawn on ``generator``'s device and moved to the networks' (torch refuses a generator
+        of another device), so a CPU generator serves a learner on any device, and draws the
+        same noise on each.
         """
         mean, log_std = self.params(obs)
-        noise = torch.randn(mean.shape, generator=generator, device=mean.device)
+        drawn_on = mean.device if generator is None else generator.device
+        noise = torch.randn(mean.shape, generator=generator, device=drawn_on).to(mean.device)
         u = mean + log_std.exp() * noise
         squashed = torch.tanh(u)
         return squashed, squashed_log_prob(u, mean, log_std, squashed)
