@@ -29,9 +29,11 @@ FRONT_DOOR = "rlserve"
 """``rlserve/__init__.py``: it re-exports the public surface, and nothing inside imports it."""
 
 KNOWN_CYCLES: list[set[str]] = [
-    # Algorithm.from_checkpoint and AlgorithmConfig.build pick NetworkAlgorithm, a subclass in a
-    # module that imports them. It goes once the Algorithm has one training driver whose sampler
-    # (hosted envs, env-runner processes, network clients) is a plug-in (issue 19's second step).
+    # AlgorithmConfig.build() returns an Algorithm (RLlib's API) while every module of the
+    # Algorithm reads its AlgorithmConfig, and build() and Algorithm.from_checkpoint() pick
+    # NetworkAlgorithm (no environments: a server and its learner process), a subclass. The
+    # arrows back are imports inside those two methods. The cycle goes once serving without
+    # environments is a sampler of the one Algorithm instead of a subclass.
     {
         "rlserve.algorithm.algorithm",
         "rlserve.algorithm.config",
