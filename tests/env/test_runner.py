@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlserve.algorithm.algorithm import _policy_table
+from rlserve.algorithm.sources import policy_table
 from rlserve.env import ALL_AGENTS, SINGLE_AGENT, EnvSource, InProcessVectorSource, Poll
 from rlserve.env.base import EnvId
 from rlserve.env.runner import EnvRunner
@@ -48,7 +48,7 @@ def make_collector(
     fragments: list[Fragment] = []
     summaries: list[EpisodeSummary] = []
     collector = Collector(
-        _policy_table(specs, mapping),
+        policy_table(specs, mapping),
         {"default": policy},
         fragment_length,
         64,

@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlserve.algorithm.algorithm import _policy_table
+from rlserve.algorithm.sources import policy_table
 from rlserve.errors import EpisodeError
 from rlserve.experience.collector import Collector
 from rlserve.experience.episode_records import EpisodeSummary
@@ -36,7 +36,7 @@ def _collector(
     fragments: list[Fragment] = []
     summaries: list[EpisodeSummary] = []
     collector = Collector(
-        _policy_table(specs, None),
+        policy_table(specs, None),
         {"default": _policy()},
         fragment_length,
         16,
@@ -134,7 +134,7 @@ def test_greedy_actions_are_deterministic_and_batches_match_single_calls() -> No
         collector.set_policy("nope", _policy())
     with pytest.raises(ValueError, match="no weights"):
         Collector(
-            _policy_table({"default": PolicySpec("default", OBS, ACT)}, None),
+            policy_table({"default": PolicySpec("default", OBS, ACT)}, None),
             {},
             10,
             4,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlserve.algorithm.algorithm import _policy_table
+from rlserve.algorithm.sources import policy_table
 from rlserve.experience.collector import Collector
 from rlserve.learners.models import ActorCritic, QNetwork
 from rlserve.policy import NumpyPolicy
@@ -133,7 +133,7 @@ def _collector(package: WeightsPackage) -> Collector:
     specs = {"default": PolicySpec("default", OBS, ACT)}
     policy = NumpyPolicy(package.spec, package.arrays, package.version, seed=3)
     return Collector(
-        _policy_table(specs, None), {"default": policy}, 100, 16, lambda f: None, lambda s: None
+        policy_table(specs, None), {"default": policy}, 100, 16, lambda f: None, lambda s: None
     )
 
 
