@@ -13,7 +13,7 @@ import torch
 
 from float_paths import assert_same_choices
 from rlserve.errors import ConfigError, UnsupportedSpaceError
-from rlserve.learners.dqn import DQNLearner, check_fragment, q_targets, value_bounds
+from rlserve.learners.dqn import DQNLearner, q_targets, value_bounds
 from rlserve.learners.dqn_config import DQNSettings
 from rlserve.learners.models import QNetwork
 from rlserve.learners.registry import algorithm
@@ -269,9 +269,9 @@ def test_broken_fragments_are_excluded_and_counted(
 ) -> None:
     fragment = _fragment(4)
     setattr(fragment, field, value)
-    checked, why = check_fragment(fragment, 3, 3, 1e9)
+    learner = DQNLearner(OBS, ACT, _settings(max_abs_input=1e9))
+    checked, why = learner.sanitise(fragment)
     assert checked is None and problem in why
-    learner = DQNLearner(OBS, ACT, _settings())
     learner.ingest([fragment, _fragment(6, seed=1)])
     counters = learner.counters()
     assert counters["fragments_excluded_invalid"] == 1

@@ -16,18 +16,20 @@ from gymnasium import spaces
 from rlserve.errors import ConfigError
 from rlserve.experience.episodes import EpisodeTable
 from rlserve.learners.advantages import gae
+from rlserve.learners.common import WARN_INTERVAL_S
 from rlserve.learners.ppo import (
-    WARN_INTERVAL_S,
     PPOLearner,
     PPOSettings,
-    behaviour_kl,
     clipped_policy_loss,
-    importance_log_ratio,
-    importance_weights,
     minibatch_indices,
     normalise_advantages,
-    trace_coefficients,
     value_loss,
+)
+from rlserve.learners.ppo_batch import (
+    behaviour_kl,
+    importance_log_ratio,
+    importance_weights,
+    trace_coefficients,
 )
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.action_layout import actions_to_space

@@ -112,9 +112,22 @@ class Learner(abc.ABC):
     def weights(self) -> WeightsPackage:
         """The current actor, for inference."""
 
-    @abc.abstractmethod
     def counters(self) -> dict[str, int]:
-        """Step counters that a checkpoint must restore (updates, trained steps...)."""
+        """Step counters that a checkpoint must restore (updates, trained steps...) and version."""
+        return dict(self._counters, version=self._version)
+
+    def _restore_counters(self, saved: dict[str, Any]) -> None:
+        """Take back the :meth:`counters` a checkpoint holds (the version among them)."""
+        counters = dict(saved)
+        self._version = int(counters.pop("version"))
+        self._counters.update({k: int(v) for k, v in counters.items()})
+
+    def _skip_update(self) -> None:
+        """Count an update that applied no step, whose version and statistics stay published."""
+        self._counters["updates_skipped_nonfinite"] += 1
+        self._warnings.add("updates that applied no step (version kept)")
+        if self.obs_normalization is not None:
+            self.obs_normalization.revert()
 
     @abc.abstractmethod
     def save(self, path: Path, extra: dict[str, Any]) -> None:

@@ -1,7 +1,9 @@
 """Deep Q-learning: replay, target network, double-Q, n-step returns, dueling heads, Huber loss.
 
 Read top to bottom: the targets (their bootstrap values clamped to the returns that the rewards
-taken in allow, so an over-estimate cannot feed on itself), the fragment check, the learner.
+taken in allow, so an over-estimate cannot feed on itself), then the learner. Settings:
+:class:`~rlserve.learners.dqn_config.DQNSettings` in ``dqn_config.py``, torch-free because the
+server reads them; the network: :class:`~rlserve.learners.models.QNetwork`.
 Every step a source sends is stored in the replay buffer (:mod:`rlserve.learners.replay`) as
 the action actually taken, whoever chose it (the policy on the server or in a local client, a
 hosted runner, ``log_action``) and however old the weights that chose it: off-policy learning
@@ -26,8 +28,6 @@ and counted; a warning goes to the ``rlserve.learner`` logger at most once per m
 from __future__ import annotations
 
 import copy
-import dataclasses
-import io
 import math
 import time
 from pathlib import Path
@@ -36,22 +36,27 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import nn
 from torch.nn import functional
 
 from rlserve.learners.base import ReplayLearner
+from rlserve.learners.common import (
+    check_replay_fragment,
+    finite_step,
+    learner_warning,
+    read_checkpoint,
+    read_weights,
+    resolve_device,
+    write_checkpoint,
+)
 from rlserve.learners.dqn_config import DQNSettings
 from rlserve.learners.models import QNetwork
 from rlserve.learners.normalization import (
     ObservationNormalization,
     restore_observation_normalization,
 )
-from rlserve.learners.ppo import RateLimitedWarning, resolve_device
-from rlserve.learners.replay import ReplayBuffer, checked_chosen
+from rlserve.learners.replay import ReplayBuffer
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.fragment import Fragment
-from rlserve.protocol.values import indices_within, within
-from rlserve.run.durable import atomic_write_bytes
 
 
 def q_targets(
@@ -93,60 +98,6 @@ def value_bounds(reward_min: float, reward_max: float, gamma: float) -> tuple[fl
     if gamma >= 1.0:
         return None
     return min(0.0, reward_min) / (1.0 - gamma), max(0.0, reward_max) / (1.0 - gamma)
-
-
-def check_fragment(
-    fragment: Fragment, obs_dim: int, choices: int, limit: float
-) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None, str]:
-    """``(obs float32, actions int64, rewards float32, policy_chosen bool)``, or why not.
-
-    Shapes must be ``[T + 1, obs_dim]``, ``[T]``, ``[T]``, ``[T]`` with ``T >= 1``; observations
-    and rewards finite and within ``limit``; actions whole choice indices ``0..choices-1``.
-    """
-    try:
-        obs = np.asarray(fragment.obs)
-        actions = np.asarray(fragment.actions)
-        rewards = np.asarray(fragment.rewards)
-    except (ValueError, TypeError) as exc:
-        return None, f"a field is not an array ({exc})"
-    steps = rewards.shape[0] if rewards.ndim == 1 else 0
-    if steps == 0:
-        return None, f"rewards has shape {rewards.shape}, expected a non-empty [T]"
-    for name, array, shape in (
-        ("obs", obs, (steps + 1, obs_dim)),
-        ("actions", actions, (steps,)),
-    ):
-        if array.shape != shape:
-            return None, f"{name} has shape {array.shape}, expected {shape}"
-    chosen, problem = checked_chosen(fragment.policy_chosen, steps)
-    if chosen is None:
-        return None, problem
-    for name, array in (("obs", obs), ("actions", actions), ("rewards", rewards)):
-        if array.dtype.kind not in "biuf":
-            return None, f"{name} has dtype {array.dtype}"
-    if actions.dtype.kind == "f":
-        whole = np.isfinite(actions) & (actions == np.round(actions))
-        if not whole.all():
-            return None, f"actions holds {actions[~whole][0]}, not a choice index"
-    actions = actions.astype(np.int64, copy=False)
-    if not indices_within(actions, choices - 1):
-        outside = (actions < 0) | (actions >= choices)
-        return None, f"actions holds {actions[outside][0]}, outside the choices 0..{choices - 1}"
-    with np.errstate(over="ignore", invalid="ignore"):
-        obs = obs.astype(np.float32, copy=False)
-        rewards = rewards.astype(np.float32, copy=False)
-    for name, array in (("obs", obs), ("rewards", rewards)):
-        if within(array, limit):
-            continue
-        finite = np.isfinite(array)
-        if not finite.all():
-            return None, f"{name} holds {array[~finite][0]}"
-        large = np.abs(array) > limit
-        return None, (
-            f"{name} holds {array[large][0]:.3g}, beyond max_abs_input {limit:.3g} "
-            "(raise --dqn-max-abs-input if such values are real)"
-        )
-    return (obs, actions, rewards, chosen), ""
 
 
 class DQNLearner(ReplayLearner):
@@ -204,9 +155,7 @@ class DQNLearner(ReplayLearner):
             "gradient_steps_skipped_nonfinite": 0,
             "updates_skipped_nonfinite": 0,
         }
-        self._warnings = RateLimitedWarning(
-            "rlserve learner: experience or updates left out to keep the weights finite"
-        )
+        self._warnings = learner_warning()
 
     # -- exploration -------------------------------------------------------------------------
 
@@ -220,35 +169,43 @@ class DQNLearner(ReplayLearner):
     def ingest(self, fragments: list[Fragment]) -> None:
         """Store every usable fragment's steps in the replay buffer (staleness is no matter).
 
-        A fragment that cannot be trained on safely (:func:`check_fragment`) is excluded whole
-        and counted in ``fragments_excluded_invalid`` and ``steps_excluded_invalid``.
+        A fragment that cannot be trained on safely (:meth:`sanitise`) is excluded whole and
+        counted in ``fragments_excluded_invalid`` and ``steps_excluded_invalid``.
         """
-        for fragment in fragments:
-            checked, problem = check_fragment(
-                fragment, self.model.obs_dim, self.model.action_dim, self.config.max_abs_input
-            )
-            if checked is None:
-                self._exclude_fragment(fragment, problem)
+        for raw in fragments:
+            fragment, problem = self.sanitise(raw)
+            if fragment is None:
+                self._exclude_fragment(raw, problem)
                 continue
-            obs, actions, rewards, chosen = checked
-            low, high = float(rewards.min()), float(rewards.max())
+            low, high = float(fragment.rewards.min()), float(fragment.rewards.max())
             if self._reward_range is not None:
                 low, high = min(low, self._reward_range[0]), max(high, self._reward_range[1])
             self._reward_range = (low, high)
             if self.obs_normalization is not None:
-                self.obs_normalization.observe(obs[:-1])
+                self.obs_normalization.observe(fragment.obs[:-1])
             before = self.replay.added
-            steps = self.replay.add_fragment(
-                dataclasses.replace(
-                    fragment, obs=obs, actions=actions, rewards=rewards, policy_chosen=chosen
-                )
-            )
+            steps = self.replay.add_fragment(fragment)
             self._counters["env_steps_ingested"] += steps
             self._new_steps += steps
             self._scheduled_steps += max(
                 0, before + steps - max(before, self.config.learning_starts)
             )
         self._warnings.flush()
+
+    def sanitise(self, fragment: Fragment) -> tuple[Fragment | None, str]:
+        """The fragment with float32 observations and rewards and int64 actions, or why not.
+
+        Shapes must be ``[T + 1, obs_dim]``, ``[T]``, ``[T]``, ``[T]`` with ``T >= 1``; observations
+        and rewards finite and within ``max_abs_input``; actions whole choice indices
+        (:func:`~rlserve.learners.common.check_replay_fragment`).
+        """
+        return check_replay_fragment(
+            fragment,
+            self.model.obs_dim,
+            self.config.max_abs_input,
+            "dqn",
+            choices=self.model.action_dim,
+        )
 
     @property
     def owed_steps(self) -> int:
@@ -317,10 +274,7 @@ class DQNLearner(ReplayLearner):
             metrics["learner/q_loss"] = float(np.mean(losses))
             metrics["learner/q_mean"] = float(np.mean(q_means))
         else:
-            self._counters["updates_skipped_nonfinite"] += 1
-            self._warnings.add("updates that applied no step (version kept)")
-            if self.obs_normalization is not None:
-                self.obs_normalization.revert()  # the published version keeps its statistics
+            self._skip_update()
         self._warnings.flush()
         metrics.update(
             {
@@ -358,15 +312,8 @@ class DQNLearner(ReplayLearner):
         q_all = self.model(obs)
         q_taken = q_all.gather(1, actions.unsqueeze(1)).squeeze(1)
         loss = functional.huber_loss(q_taken, targets, delta=cfg.huber_delta)
-        self.optimizer.zero_grad(set_to_none=True)
-        if not torch.isfinite(loss):
+        if not finite_step(self.optimizer, loss, self.model.parameters(), cfg.max_grad_norm):
             return False
-        loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-        if not torch.isfinite(grad_norm):
-            self.optimizer.zero_grad(set_to_none=True)
-            return False
-        self.optimizer.step()
         losses.append(loss.item())
         q_means.append(q_taken.detach().mean().item())
         return True
@@ -397,10 +344,6 @@ class DQNLearner(ReplayLearner):
         spec = self._with_normalization(self.model.spec(self.epsilon))
         return WeightsPackage(self._version, spec, self.model.q_arrays())
 
-    def counters(self) -> dict[str, int]:
-        """Updates, trained steps, gradient steps, steps taken in, exclusions and the version."""
-        return dict(self._counters, version=self._version)
-
     def save(self, path: Path, extra: dict[str, Any]) -> None:
         """Write a checkpoint loadable with ``torch.load(weights_only=True)``.
 
@@ -423,9 +366,7 @@ class DQNLearner(ReplayLearner):
             state["obs_normalization"] = self.obs_normalization.state()
         if self.config.checkpoint_replay:
             state["replay"] = {k: torch.from_numpy(v) for k, v in self.replay.state().items()}
-        buffer = io.BytesIO()
-        torch.save(state, buffer)
-        atomic_write_bytes(path, buffer.getvalue())
+        write_checkpoint(path, state)
 
     def load(self, path: Path) -> dict[str, Any]:
         """Restore networks, optimiser, counters, schedule (and the replay buffer, if saved).
@@ -436,16 +377,14 @@ class DQNLearner(ReplayLearner):
         A saved replay buffer that does not fit this learner's ``gamma`` / ``n_step`` is left
         out with a warning: the run resumes with an empty buffer.
         """
-        state = torch.load(path, map_location=self.device, weights_only=True)
+        state = read_checkpoint(path, self.device)
         self.model.load_state_dict(state["model"])
         self.target.load_state_dict(state["target"])
         self.obs_normalization = restore_observation_normalization(
             self.obs_normalization, state.get("obs_normalization"), self.model.obs_dim, str(path)
         )
         self.optimizer.load_state_dict(state["optimizer"])
-        counters = dict(state["counters"])
-        self._version = int(counters.pop("version"))
-        self._counters.update({k: int(v) for k, v in counters.items()})
+        self._restore_counters(state["counters"])
         schedule = state.get("schedule", {})
         self._new_steps = int(schedule.get("new_steps", 0))
         self._scheduled_steps = int(schedule.get("scheduled_steps", 0))
@@ -461,14 +400,11 @@ class DQNLearner(ReplayLearner):
         Raises:
             ValueError: The checkpoint holds no Q-network of this learner's shape.
         """
-        state = torch.load(path, map_location=self.device, weights_only=True)
-        try:
-            self.model.load_state_dict(state["model"])
-        except (KeyError, TypeError, RuntimeError) as exc:
-            raise ValueError(
-                f"{path} holds no Q-network of this policy's shape (its spaces, hidden sizes, "
-                f"activation and dueling must be the same): {exc}"
-            ) from exc
+        what = (
+            "Q-network of this policy's shape (its spaces, hidden sizes, activation and dueling "
+            "must be the same)"
+        )
+        state = read_weights(path, self.device, self.model.load_state_dict, what)
         self.obs_normalization = restore_observation_normalization(
             self.obs_normalization, state.get("obs_normalization"), self.model.obs_dim, str(path)
         )

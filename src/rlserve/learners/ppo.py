@@ -1,10 +1,14 @@
 """Proximal Policy Optimisation, decoupled (clipped objective, GAE, value loss, entropy bonus).
 
-Read top to bottom: the config, the learner that turns fragments into a batch, the loss, the
-update. Experience arrives as trajectory fragments from any source, usually taken by weights one
-or more versions older than the learner's (the server keeps acting while the learner trains). A
-step collected by weights more than ``max_policy_lag`` versions old is dropped and counted; an
-update trains on at most ``max_steps_per_update`` steps, the newest, and counts the rest.
+Read top to bottom: the losses, then the learner (ingest, update, checkpoints). Settings:
+:class:`~rlserve.learners.ppo_config.PPOSettings` in ``ppo_config.py``, torch-free because the
+server reads them. Turning fragments into a training batch (the checks, staleness, proximal
+log-probabilities, importance weights, GAE, logged steps): :mod:`rlserve.learners.ppo_batch`.
+
+Experience arrives as trajectory fragments from any source, usually taken by weights one or more
+versions older than the learner's (the server keeps acting while the learner trains). A step
+collected by weights more than ``max_policy_lag`` versions old is dropped and counted; an update
+trains on at most ``max_steps_per_update`` steps, the newest, and counts the rest.
 
 The update is *decoupled* PPO (Hilton et al. 2021, "Batch size-invariance for policy
 optimization"). At its start the learner computes each step's log-probability under its current
@@ -47,47 +51,45 @@ or a magnitude beyond ``max_abs_input`` is excluded whole at ingest and counted 
 carry the bad value back over every earlier step); the log-ratio is clamped before ``exp``; and a
 minibatch whose loss or gradient norm is still non-finite skips its optimiser step and is counted.
 Both are reported by a warning on the ``rlserve.learner`` logger at most once per
-``WARN_INTERVAL_S`` with the counts since the last one.
+``WARN_INTERVAL_S`` (:mod:`rlserve.learners.common`) with the counts since the last one.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import io
 import logging
 import math
 import time
-from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
-from torch import nn
 
-from rlserve.learners.advantages import gae
 from rlserve.learners.base import Learner
+from rlserve.learners.common import (
+    finite_step,
+    learner_warning,
+    read_checkpoint,
+    read_weights,
+    resolve_device,
+    write_checkpoint,
+)
 from rlserve.learners.models import ActorCritic
 from rlserve.learners.normalization import (
     ObservationNormalization,
     restore_observation_normalization,
 )
+from rlserve.learners.ppo_batch import LOG_RATIO_LIMIT, build_batch, check_fragment, fresh_mask
 from rlserve.learners.ppo_config import PPOSettings
-from rlserve.learners.running_stats import ReturnScaler, scale_rewards
+from rlserve.learners.running_stats import ReturnScaler
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.fragment import Fragment
-from rlserve.protocol.values import indices_within, within
-from rlserve.run.durable import atomic_write_bytes
 
 logger = logging.getLogger("rlserve.learner")
 
-# exp(20) is about 4.9e8: far outside any clip range, yet its products stay finite in float32.
-LOG_RATIO_LIMIT = 20.0
 # Advantages spread less than this are only centred: dividing by a ~0 deviation would blow up.
 ADVANTAGE_STD_FLOOR = 1e-6
-WARN_INTERVAL_S = 60.0
 
 
 def clipped_policy_loss(
@@ -106,7 +108,7 @@ def clipped_policy_loss(
         reference log-probability (say -1e30) gives a large finite ratio with no gradient
         instead of infinity. Classic PPO passes the behaviour log-probabilities as
         ``proximal_logp``; decoupled PPO the policy's at the start of the update and
-        :func:`importance_weights` as ``weights``.
+        :func:`~rlserve.learners.ppo_batch.importance_weights` as ``weights``.
     """
     ratio = (logp - proximal_logp).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT).exp()
     unclipped = -advantages * ratio
@@ -115,42 +117,6 @@ def clipped_policy_loss(
     if weights is not None:
         terms = terms * weights
     return terms.mean(), ratio
-
-
-def logged_mask(fragment: Fragment) -> np.ndarray:
-    """``[T]`` True at the fragment's logged steps (not chosen by the policy, or NaN logp)."""
-    return ~fragment.policy_chosen | np.isnan(fragment.behaviour_logp)
-
-
-def importance_log_ratio(proximal_logp: np.ndarray, behaviour_logp: np.ndarray) -> np.ndarray:
-    """``log(pi_prox / pi_behaviour)`` per step, clamped to ``[-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT]``.
-
-    NaN where the behaviour log-probability is unknown (NaN).
-    """
-    with np.errstate(invalid="ignore", over="ignore"):
-        return np.clip(proximal_logp - behaviour_logp, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
-
-
-def importance_weights(log_ratio: np.ndarray, cap: float) -> np.ndarray:
-    """Truncated importance weights ``min(exp(log_ratio), cap)`` (V-trace's ``rho``), float32."""
-    return np.minimum(np.exp(log_ratio), np.float32(cap)).astype(np.float32)
-
-
-def trace_coefficients(log_ratio: np.ndarray) -> np.ndarray:
-    """Retrace's trace coefficients ``min(1, exp(log_ratio))``, float32."""
-    return np.minimum(np.exp(log_ratio), np.float32(1.0)).astype(np.float32)
-
-
-def behaviour_kl(log_ratio: np.ndarray) -> float:
-    """Estimate of ``KL(pi_behaviour || pi_prox)`` from steps sampled by the behaviour policy.
-
-    The mean of ``(rho - 1) - log rho`` with ``rho = pi_prox / pi_behaviour`` (non-negative per
-    step; NaN when there is no step).
-    """
-    if log_ratio.size == 0:
-        return float("nan")
-    log_ratio = log_ratio.astype(np.float64)
-    return float(np.mean(np.expm1(log_ratio) - log_ratio))
 
 
 def normalise_advantages(advantages: torch.Tensor) -> torch.Tensor:
@@ -179,69 +145,6 @@ def minibatch_indices(
 def value_loss(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
     """Half the mean squared error between value estimates and returns."""
     return 0.5 * (values - returns).pow(2).mean()
-
-
-def _as_float32(array: np.ndarray) -> np.ndarray:
-    """``array`` itself when float32, else a float32 copy (an overflow to inf is caught later)."""
-    if array.dtype == np.float32:
-        return array
-    with np.errstate(over="ignore", invalid="ignore"):
-        return array.astype(np.float32)
-
-
-class RateLimitedWarning:
-    """Counts problems by kind and logs them at most once per interval, with their counts.
-
-    :meth:`add` only counts; :meth:`flush` logs what was counted when the interval since the
-    last line has passed (the first line goes out at once), so a flood of bad minibatches or
-    fragments gives one line per interval rather than one per event.
-
-    Args:
-        what: The start of each line (what the counts are about).
-        interval: Seconds between two lines.
-        clock: Monotonic time source (tests pass their own).
-    """
-
-    def __init__(
-        self,
-        what: str,
-        interval: float = WARN_INTERVAL_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.what = what
-        self.interval = interval
-        self.clock = clock
-        self._counts: Counter[str] = Counter()
-        self._examples: dict[str, str] = {}
-        self._last = -math.inf
-
-    def add(self, kind: str, count: int = 1, example: str = "") -> None:
-        """Count ``count`` problems of ``kind``; ``example`` describes the first one."""
-        self._counts[kind] += count
-        self._examples.setdefault(kind, example)
-
-    def flush(self) -> None:
-        """Log the counts gathered so far if the interval since the last line has passed."""
-        if not self._counts:
-            return
-        now = self.clock()
-        if now - self._last < self.interval:
-            return
-        self._last = now
-        parts = []
-        for kind, count in self._counts.items():
-            example = self._examples.get(kind)
-            parts.append(f"{count} {kind}" + (f" (e.g. {example})" if example else ""))
-        logger.warning("%s: %s", self.what, "; ".join(parts))
-        self._counts.clear()
-        self._examples.clear()
-
-
-def resolve_device(name: str) -> torch.device:
-    """Map ``auto`` to cuda when available, else cpu."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 class PPOLearner(Learner):
@@ -302,14 +205,7 @@ class PPOLearner(Learner):
             "updates_skipped_nonfinite": 0,
         }
         self._batch_stats: dict[str, float] = {}
-        self._warnings = RateLimitedWarning(
-            "rlserve learner: experience or updates left out to keep the weights finite"
-        )
-
-    def _fresh_mask(self, fragment: Fragment) -> np.ndarray:
-        """Steps recent enough to train on; a logged step is never stale (no policy sampled it)."""
-        recent = fragment.weights_version >= self._version - self.config.max_policy_lag
-        return recent | logged_mask(fragment)
+        self._warnings = learner_warning()
 
     def ingest(self, fragments: list[Fragment]) -> None:
         """Buffer fragments; stale steps are counted as dropped at once.
@@ -322,7 +218,7 @@ class PPOLearner(Learner):
             if fragment is None:
                 self._exclude_fragment(raw, problem)
                 continue
-            fresh = int(self._fresh_mask(fragment).sum())
+            fresh = int(fresh_mask(fragment, self._version, self.config.max_policy_lag).sum())
             self._counters["steps_dropped_stale"] += len(fragment) - fresh
             if fresh:
                 self._buffer.append(fragment)
@@ -330,109 +226,11 @@ class PPOLearner(Learner):
         self._warnings.flush()
 
     def sanitise(self, fragment: Fragment) -> tuple[Fragment | None, str]:
-        """Return the fragment in the dtypes trained on, or ``None`` and why it cannot be used.
+        """The fragment in the dtypes trained on, or ``None`` and why not.
 
-        Values are checked after the cast: shapes must match the model, observations, rewards
-        and Box actions must be finite and within ``max_abs_input``, Discrete actions whole
-        choice indices, versions integers. An infinite behaviour log-probability becomes NaN
-        (unknown); a finite but absurd one is left to the clamp of the log-ratio. ``policy_chosen``
-        becomes bool (non-zero: chosen).
+        See :func:`~rlserve.learners.ppo_batch.check_fragment`.
         """
-        names = (
-            "obs",
-            "actions",
-            "rewards",
-            "behaviour_logp",
-            "policy_chosen",
-            "weights_version",
-        )
-        try:
-            arrays = {name: np.asarray(getattr(fragment, name)) for name in names}
-        except (ValueError, TypeError) as exc:
-            return None, f"a field is not an array ({exc})"
-        steps = arrays["rewards"].shape[0] if arrays["rewards"].ndim == 1 else 0
-        if steps == 0:
-            return None, f"rewards has shape {arrays['rewards'].shape}, expected a non-empty [T]"
-        distribution = self.model.action_distribution
-        categorical = distribution.scalar
-        expected = {
-            "obs": (steps + 1, self.model.obs_dim),
-            "actions": (steps,) if categorical else (steps, distribution.action_width),
-            "behaviour_logp": (steps,),
-            "policy_chosen": (steps,),
-            "weights_version": (steps,),
-        }
-        for name, shape in expected.items():
-            if arrays[name].shape != shape:
-                return None, f"{name} has shape {arrays[name].shape}, expected {shape}"
-        for name, array in arrays.items():
-            if array.dtype.kind not in ("iu" if name == "weights_version" else "biuf"):
-                return None, f"{name} has dtype {array.dtype}"
-        obs = _as_float32(arrays["obs"])
-        rewards = _as_float32(arrays["rewards"])
-        logp = _as_float32(arrays["behaviour_logp"])
-        raw_actions = arrays["actions"]
-        if categorical:
-            if raw_actions.dtype.kind == "f":
-                whole = np.isfinite(raw_actions) & (raw_actions == np.round(raw_actions))
-                if not whole.all():
-                    return None, f"actions holds {raw_actions[~whole][0]}, not a choice index"
-            actions = raw_actions.astype(np.int64, copy=False)
-            if not indices_within(actions, self.model.action_dim - 1):
-                outside = (actions < 0) | (actions >= self.model.action_dim)
-                return None, (
-                    f"actions holds {actions[outside][0]}, outside the choices "
-                    f"0..{self.model.action_dim - 1}"
-                )
-        else:
-            actions = _as_float32(raw_actions)
-            if distribution.kind != "gaussian":  # discrete columns: whole, in range
-                problem = distribution.check_actions(actions, steps)
-                if problem:
-                    return None, problem
-        limit = self.config.max_abs_input
-        checked = {"obs": obs, "rewards": rewards} | ({} if categorical else {"actions": actions})
-        for name, array in checked.items():
-            if within(array, limit):
-                continue
-            finite = np.isfinite(array)
-            if not finite.all():
-                return None, f"{name} holds {array[~finite][0]}"
-            large = np.abs(array) > limit
-            return None, (
-                f"{name} holds {array[large][0]:.3g}, beyond max_abs_input {limit:.3g} "
-                "(raise --ppo-max-abs-input if such values are real)"
-            )
-        infinite = np.isinf(logp)
-        if infinite.any():
-            # No action sampled from a policy has probability 0 or infinite density: an
-            # infinite value is as unknown as NaN, and takes the current policy's log-prob.
-            logp = np.where(infinite, np.float32(np.nan), logp)
-        versions = arrays["weights_version"].astype(np.int64, copy=False)
-        chosen = arrays["policy_chosen"]
-        if chosen.dtype != np.bool_:
-            chosen = chosen != 0
-        if (
-            obs is fragment.obs
-            and actions is fragment.actions
-            and rewards is fragment.rewards
-            and logp is fragment.behaviour_logp
-            and versions is fragment.weights_version
-            and chosen is fragment.policy_chosen
-        ):
-            return fragment, ""  # already in the trained dtypes (the usual case)
-        return (
-            dataclasses.replace(
-                fragment,
-                obs=obs,
-                actions=actions,
-                rewards=rewards,
-                behaviour_logp=logp,
-                policy_chosen=chosen,
-                weights_version=versions,
-            ),
-            "",
-        )
+        return check_fragment(fragment, self.model, self.config.max_abs_input)
 
     @property
     def buffered_steps(self) -> int:
@@ -449,120 +247,27 @@ class PPOLearner(Learner):
         return self._buffered_steps >= self.config.train_batch_size
 
     def _build_batch(self) -> dict[str, torch.Tensor] | None:
-        """Consume the buffer into one batch; ``None`` when no usable step is left in it.
+        """Consume the buffer into one batch (:func:`build_batch`); None when nothing is usable.
 
-        The batch holds, per step: ``obs``, ``actions``, ``prox_logp`` (the current weights'
-        log-probability: the proximal policy), ``weights`` (truncated importance weights to the
-        behaviour policy), ``advantages``, ``returns``, ``values``, ``policy`` (whether the step
-        is in the surrogate) and ``logged`` (a logged step). Statistics of the batch (lag
-        histogram, behaviour KL...) go to ``_batch_stats``.
+        Its statistics (lag histogram, behaviour KL...) go to ``_batch_stats``.
         """
         fragments, self._buffer, self._buffered_steps = self._buffer, [], 0
-        self._batch_stats = {}
-        if not fragments:
-            return None
-        cfg = self.config
-        mode = cfg.logged_steps
-        obs_np = np.concatenate([f.obs for f in fragments])
-        if self.obs_normalization is not None:
-            obs_np = self.obs_normalization.numpy(obs_np)
-        obs_all = torch.as_tensor(obs_np, device=self.device)
-        # Rows of obs_all that are steps: every row but the last of each fragment.
-        step_rows = np.ones(obs_all.shape[0], dtype=bool)
-        step_rows[np.cumsum([len(f) + 1 for f in fragments]) - 1] = False
-        actions_all = torch.as_tensor(
-            np.concatenate([f.actions for f in fragments]), device=self.device
+        divisor = None if self.return_scaler is None else self._reward_divisor
+        batch = build_batch(
+            fragments,
+            self.model,
+            self.config,
+            self._version,
+            self.obs_normalization,
+            divisor,
+            self.device,
         )
-        with torch.no_grad():
-            values_all = self.model.value(obs_all).cpu().numpy()
-            prox_all, _ = self.model.log_prob_entropy(
-                obs_all[torch.as_tensor(step_rows, device=self.device)], actions_all
-            )
-        prox_np = prox_all.cpu().numpy()
-        names = ("obs", "actions", "prox_logp", "weights", "advantages", "returns", "values")
-        parts: dict[str, list[np.ndarray]] = {
-            k: [] for k in (*names, "policy", "logged", "log_ratio")
-        }
-        versions: list[np.ndarray] = []
-        start = step = 0
-        for f in fragments:
-            steps = len(f)
-            values = values_all[start : start + steps + 1]
-            obs_rows = obs_np[start : start + steps]
-            prox = prox_np[step : step + steps]
-            start += steps + 1
-            step += steps
-            logged = logged_mask(f)
-            if mode == "on_policy":
-                log_ratio = importance_log_ratio(prox, np.where(logged, prox, f.behaviour_logp))
-                sampled = np.ones(steps, dtype=bool)
-            else:
-                log_ratio = np.where(logged, 0.0, importance_log_ratio(prox, f.behaviour_logp))
-                sampled = ~logged
-            traces: np.ndarray | None = None
-            if cfg.truncated_traces:
-                traces = trace_coefficients(log_ratio)
-            if mode != "on_policy" and logged.any():
-                traces = np.where(logged, 0.0, 1.0 if traces is None else traces)
-            bootstrap = 0.0 if f.terminated else float(values[steps])
-            rewards = f.rewards
-            if self.return_scaler is not None:
-                rewards = scale_rewards(rewards, self._reward_divisor, cfg.reward_clip)
-            with np.errstate(over="ignore", invalid="ignore"):
-                advantages, returns = gae(
-                    rewards,
-                    values[:steps],
-                    bootstrap,
-                    cfg.gamma,
-                    cfg.gae_lambda,
-                    traces,
-                )
-            if not (np.isfinite(advantages).all() and np.isfinite(returns).all()):
-                self._exclude(steps, "its advantages or returns overflowed float32")
-                continue
-            mask = self._fresh_mask(f)
-            self._counters["steps_logged"] += int((logged & mask).sum())
-            if mode == "exclude":
-                mask = mask & ~logged
-            parts["obs"].append(obs_rows[mask])
-            parts["actions"].append(f.actions[mask])
-            parts["prox_logp"].append(prox[mask])
-            parts["weights"].append(importance_weights(log_ratio[mask], cfg.importance_weight_cap))
-            parts["advantages"].append(advantages[mask])
-            parts["returns"].append(returns[mask])
-            parts["values"].append(values[:steps][mask])
-            parts["policy"].append(sampled[mask])
-            parts["logged"].append(logged[mask])
-            parts["log_ratio"].append(log_ratio[mask])
-            versions.append(f.weights_version[mask])
-        if not parts["obs"]:
-            return None
-        arrays = {k: np.concatenate(v) for k, v in parts.items()}
-        version_of = np.concatenate(versions)
-        if version_of.shape[0] > cfg.step_cap:
-            # Keep the newest steps: by weights version, then by arrival.
-            order = np.lexsort((np.arange(version_of.shape[0]), version_of))
-            keep = np.sort(order[-cfg.step_cap :])
-            self._counters["steps_dropped_cap"] += version_of.shape[0] - keep.shape[0]
-            arrays = {k: v[keep] for k, v in arrays.items()}
-            version_of = version_of[keep]
-        if version_of.shape[0] == 0:
-            return None
-        log_ratio = arrays.pop("log_ratio")
-        sampled = ~arrays["logged"]
-        if sampled.any():
-            lag = np.maximum(self._version - version_of[sampled], 0)
-            self._batch_stats = {
-                "lag_0": float(np.mean(lag == 0)),
-                "lag_1": float(np.mean(lag == 1)),
-                "lag_2": float(np.mean(lag == 2)),
-                "lag_3plus": float(np.mean(lag >= 3)),
-                "behaviour_kl": behaviour_kl(log_ratio[sampled]),
-            }
-        policy_weights = arrays["weights"][arrays["policy"]]
-        if policy_weights.size:
-            self._batch_stats["importance_weight_mean"] = float(policy_weights.mean())
-        return {k: torch.as_tensor(v, device=self.device) for k, v in arrays.items()}
+        for steps, problem in batch.excluded:
+            self._exclude(steps, problem)
+        self._counters["steps_logged"] += batch.steps_logged
+        self._counters["steps_dropped_cap"] += batch.steps_dropped_cap
+        self._batch_stats = batch.stats
+        return batch.tensors
 
     def update(self) -> dict[str, float]:
         """One PPO update over the buffered steps.
@@ -623,10 +328,7 @@ class PPOLearner(Learner):
             explained = float("nan") if var == 0 else 1.0 - residual / var
             metrics["learner/explained_variance"] = explained
         else:
-            self._counters["updates_skipped_nonfinite"] += 1
-            self._warnings.add("updates that applied no step (version kept)")
-            if self.obs_normalization is not None:
-                self.obs_normalization.revert()  # the published version keeps its statistics
+            self._skip_update()
         self._warnings.flush()
         if self.return_scaler is not None:
             metrics["learner/reward_scale"] = self._reward_divisor
@@ -702,16 +404,8 @@ class PPOLearner(Learner):
             if bool(logged.any()):
                 bc_loss = -logp[logged].mean()
                 loss = loss + cfg.bc_coef * bc_loss
-        self.optimizer.zero_grad(set_to_none=True)
-        if not torch.isfinite(loss):
+        if not finite_step(self.optimizer, loss, self.model.parameters(), cfg.max_grad_norm):
             return False
-        loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-        if not torch.isfinite(grad_norm):
-            # Clipping has already scaled the gradients by a non-finite factor: drop them.
-            self.optimizer.zero_grad(set_to_none=True)
-            return False
-        self.optimizer.step()
         if ratio is not None:
             with torch.no_grad():
                 log_ratio = ratio.log()
@@ -728,10 +422,6 @@ class PPOLearner(Learner):
         """The current actor as named numpy arrays, with its observation statistics."""
         spec = self._with_normalization(self.model.spec())
         return WeightsPackage(self._version, spec, self.model.actor_arrays())
-
-    def counters(self) -> dict[str, int]:
-        """Updates, trained steps and dropped stale steps."""
-        return dict(self._counters, version=self._version)
 
     def save(self, path: Path, extra: dict[str, Any]) -> None:
         """Write a checkpoint loadable with ``torch.load(weights_only=True)``."""
@@ -750,9 +440,7 @@ class PPOLearner(Learner):
                 k: torch.from_numpy(v) for k, v in self.return_scaler.state().items()
             }
             state["reward_divisor"] = self._reward_divisor
-        buffer = io.BytesIO()
-        torch.save(state, buffer)
-        atomic_write_bytes(path, buffer.getvalue())
+        write_checkpoint(path, state)
 
     def load(self, path: Path) -> dict[str, Any]:
         """Restore model, optimiser, counters, RNG and normalisation from ``path``.
@@ -760,16 +448,14 @@ class PPOLearner(Learner):
         The weights' observation and action normalisation are the checkpoint's (a checkpoint of
         an rlserve without them: none), whatever the settings say (:meth:`_take_normalization`).
         """
-        state = torch.load(path, map_location=self.device, weights_only=True)
+        state = read_checkpoint(path, self.device)
         self.model.load_state_dict(state["model"])
         self._take_normalization(state, path)
         if self.return_scaler is not None and "reward_normalization" in state:
             self.return_scaler.load_state(state["reward_normalization"])
             self._reward_divisor = float(state.get("reward_divisor", 1.0))
         self.optimizer.load_state_dict(state["optimizer"])
-        counters = dict(state["counters"])
-        self._version = int(counters.pop("version"))
-        self._counters.update({k: int(v) for k, v in counters.items()})
+        self._restore_counters(state["counters"])
         self._generator.set_state(state["torch_rng"].cpu())  # map_location moved it
         return dict(state["extra"])
 
@@ -783,14 +469,11 @@ class PPOLearner(Learner):
             ValueError: The checkpoint holds no model of this learner's shape (other spaces,
                 ``hidden`` or ``activation``).
         """
-        state = torch.load(path, map_location=self.device, weights_only=True)
-        try:
-            self.model.load_state_dict(state["model"])
-        except (KeyError, TypeError, RuntimeError) as exc:
-            raise ValueError(
-                f"{path} holds no model of this policy's shape (its spaces, hidden sizes and "
-                f"activation must be the same): {exc}"
-            ) from exc
+        what = (
+            "model of this policy's shape (its spaces, hidden sizes and activation must be the "
+            "same)"
+        )
+        state = read_weights(path, self.device, self.model.load_state_dict, what)
         self._take_normalization(state, path)
 
     def _take_normalization(self, state: dict[str, Any], path: Path) -> None:

@@ -1,12 +1,14 @@
 """Soft Actor-Critic for Box actions: twin critics, automatic entropy tuning, a squashed Gaussian.
 
 Read top to bottom: the losses (plain functions, tested against hand-computed values), then the
-learner. Experience arrives as trajectory fragments from any source; every step goes into the
-replay buffer (:mod:`rlserve.learners.replay`) as the action actually taken, whoever chose it
-and however old the acting weights (SAC learns off-policy), converted from the space's units to
-the squashed units ``[-1, 1]`` the networks work in, its n-step sums (``n_step``) joined across
-an episode's fragments as DQN's are. Training follows a schedule
-(:class:`~rlserve.learners.sac_config.SACSettings`): a warm-up of ``learning_starts`` steps,
+learner. Settings: :class:`~rlserve.learners.sac_config.SACSettings` in ``sac_config.py``,
+torch-free because the server reads them; the networks: :mod:`rlserve.learners.sac_models`.
+
+Experience arrives as trajectory fragments from any source; every step goes into the replay
+buffer (:mod:`rlserve.learners.replay`) as the action actually taken, whoever chose it and however
+old the acting weights (SAC learns off-policy), converted from the space's units to the squashed
+units ``[-1, 1]`` the networks work in, its n-step sums (``n_step``) joined across an episode's
+fragments as DQN's are. Training follows a schedule: a warm-up of ``learning_starts`` steps,
 then ``updates_per_step`` gradient steps owed per step taken in, paid in updates of at most
 ``train_every * updates_per_step`` gradient steps; each update that applies one advances the
 weights version.
@@ -32,7 +34,6 @@ step and skips the actor's, the temperature's and the target's).
 from __future__ import annotations
 
 import dataclasses
-import io
 import math
 import time
 from pathlib import Path
@@ -43,18 +44,23 @@ import numpy as np
 import torch
 
 from rlserve.learners.base import ReplayLearner
+from rlserve.learners.common import (
+    check_replay_fragment,
+    learner_warning,
+    read_checkpoint,
+    read_weights,
+    resolve_device,
+    write_checkpoint,
+)
 from rlserve.learners.normalization import (
     ObservationNormalization,
     restore_observation_normalization,
 )
-from rlserve.learners.ppo import RateLimitedWarning, resolve_device
-from rlserve.learners.replay import ReplayBuffer, checked_chosen
+from rlserve.learners.replay import ReplayBuffer
 from rlserve.learners.sac_config import SACSettings
 from rlserve.learners.sac_models import EnsembleQ, SquashedGaussianActor
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.fragment import Fragment
-from rlserve.protocol.values import within
-from rlserve.run.durable import atomic_write_bytes
 
 # -- the maths --------------------------------------------------------------------------------
 
@@ -201,9 +207,7 @@ class SACLearner(ReplayLearner):
             "gradient_steps_skipped_nonfinite": 0,
             "updates_skipped_nonfinite": 0,
         }
-        self._warnings = RateLimitedWarning(
-            "rlserve learner: experience or updates left out to keep the weights finite"
-        )
+        self._warnings = learner_warning()
 
     # -- versions and experience -------------------------------------------------------------
 
@@ -241,53 +245,13 @@ class SACLearner(ReplayLearner):
         within ``max_abs_input``. Actions outside the Box are kept (the environment clipped
         them; the learner does too). ``policy_chosen`` becomes bool (non-zero: chosen).
         """
-        try:
-            obs = np.asarray(fragment.obs)
-            actions = np.asarray(fragment.actions)
-            rewards = np.asarray(fragment.rewards)
-        except (ValueError, TypeError) as exc:
-            return None, f"a field is not an array ({exc})"
-        steps = rewards.shape[0] if rewards.ndim == 1 else 0
-        if steps == 0:
-            return None, f"rewards has shape {rewards.shape}, expected a non-empty [T]"
-        expected = {
-            "obs": (obs, (steps + 1, self.obs_dim)),
-            "actions": (actions, (steps, self.action_dim)),
-        }
-        for name, (array, shape) in expected.items():
-            if array.shape != shape:
-                return None, f"{name} has shape {array.shape}, expected {shape}"
-        chosen, problem = checked_chosen(fragment.policy_chosen, steps)
-        if chosen is None:
-            return None, problem
-        arrays = {"obs": obs, "actions": actions, "rewards": rewards}
-        for name, array in arrays.items():
-            if array.dtype.kind not in "biuf":
-                return None, f"{name} has dtype {array.dtype}"
-        with np.errstate(over="ignore", invalid="ignore"):
-            cast = {name: array.astype(np.float32, copy=False) for name, array in arrays.items()}
-        limit = self.config.max_abs_input
-        for name, array in cast.items():
-            if within(array, limit):
-                continue
-            finite = np.isfinite(array)
-            if not finite.all():
-                return None, f"{name} holds {array[~finite][0]}"
-            large = np.abs(array) > limit
-            return None, (
-                f"{name} holds {array[large][0]:.3g}, beyond max_abs_input {limit:.3g} "
-                "(raise --sac-max-abs-input if such values are real)"
-            )
-        if chosen is fragment.policy_chosen and all(cast[name] is arrays[name] for name in cast):
-            return fragment, ""
-        replaced = dataclasses.replace(
+        return check_replay_fragment(
             fragment,
-            obs=cast["obs"],
-            actions=cast["actions"],
-            rewards=cast["rewards"],
-            policy_chosen=chosen,
+            self.obs_dim,
+            self.config.max_abs_input,
+            "sac",
+            action_dim=self.action_dim,
         )
-        return replaced, ""
 
     # -- the schedule ------------------------------------------------------------------------
 
@@ -340,10 +304,7 @@ class SACLearner(ReplayLearner):
             self._counters["gradient_steps"] += applied
             self._counters["steps_trained"] += new_steps
         else:
-            self._counters["updates_skipped_nonfinite"] += 1
-            self._warnings.add("updates that applied no step (version kept)")
-            if self.obs_normalization is not None:
-                self.obs_normalization.revert()  # the published version keeps its statistics
+            self._skip_update()
         self._warnings.flush()
         metrics.update(
             {
@@ -425,10 +386,6 @@ class SACLearner(ReplayLearner):
         spec = self._with_normalization(self.actor.spec())
         return WeightsPackage(self._version, spec, self.actor.actor_arrays())
 
-    def counters(self) -> dict[str, int]:
-        """Updates, gradient steps, trained transitions, exclusions and the version."""
-        return dict(self._counters, version=self._version)
-
     def _model_state(self) -> dict[str, Any]:
         return {
             "actor": self.actor.state_dict(),
@@ -462,9 +419,7 @@ class SACLearner(ReplayLearner):
                 name: torch.from_numpy(np.ascontiguousarray(array))
                 for name, array in self.replay.state().items()
             }
-        buffer = io.BytesIO()
-        torch.save(state, buffer)
-        atomic_write_bytes(path, buffer.getvalue())
+        write_checkpoint(path, state)
 
     def load(self, path: Path) -> dict[str, Any]:
         """Restore networks, optimisers, counters, schedule, RNG and replay from ``path``.
@@ -473,15 +428,13 @@ class SACLearner(ReplayLearner):
         replay buffer that does not fit this learner's ``gamma`` / ``n_step`` is left out with a
         warning: the run resumes with an empty buffer.
         """
-        state = torch.load(path, map_location=self.device, weights_only=True)
+        state = read_checkpoint(path, self.device)
         self._load_model(state["model"])
         self._take_normalization(state, path)
         self.actor_optimizer.load_state_dict(state["optimizers"]["actor"])
         self.critic_optimizer.load_state_dict(state["optimizers"]["critic"])
         self.alpha_optimizer.load_state_dict(state["optimizers"]["alpha"])
-        counters = dict(state["counters"])
-        self._version = int(counters.pop("version"))
-        self._counters.update({k: int(v) for k, v in counters.items()})
+        self._restore_counters(state["counters"])
         self._owed = float(state["schedule"]["owed"])
         self._new_steps = int(state["schedule"]["new_steps"])
         self._generator.set_state(state["torch_rng"].cpu())  # map_location moved it
@@ -501,14 +454,11 @@ class SACLearner(ReplayLearner):
         Raises:
             ValueError: The checkpoint holds no SAC model of this learner's shape.
         """
-        state = torch.load(path, map_location=self.device, weights_only=True)
-        try:
-            self._load_model(state["model"])
-        except (KeyError, TypeError, RuntimeError) as exc:
-            raise ValueError(
-                f"{path} holds no SAC model of this policy's shape (its spaces, hidden sizes "
-                f"and activation must be the same): {exc}"
-            ) from exc
+        what = (
+            "SAC model of this policy's shape (its spaces, hidden sizes and activation must be "
+            "the same)"
+        )
+        state = read_weights(path, self.device, self._load_model, what)
         self._take_normalization(state, path)
 
     def _take_normalization(self, state: dict[str, Any], path: Path) -> None:

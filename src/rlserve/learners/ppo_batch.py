@@ -1,0 +1,297 @@
+"""PPO's experience: a fragment checked as it arrives, then the buffered ones as one training batch.
+
+:func:`check_fragment` takes a fragment as received and returns it in the dtypes trained on, or
+says why it cannot be trained on (the learner excludes it whole and counts it). :func:`build_batch`
+turns the fragments buffered since the last update into the batch the update trains on: it drops
+the steps of weights more than ``max_policy_lag`` versions old (:func:`fresh_mask`; a logged step
+is never stale), computes each step's log-probability under the learner's weights (the proximal
+policy) and its truncated importance weight to the behaviour policy, runs GAE with the learner's
+value network (the lambda trace cut at logged steps, and with ``truncated_traces`` by
+Retrace's coefficients), leaves logged steps out as ``logged_steps`` says, and keeps at most
+``max_steps_per_update`` steps, the newest. :mod:`rlserve.learners.ppo` says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from rlserve.learners.advantages import gae
+from rlserve.learners.common import (
+    as_float32,
+    choice_indices,
+    dtype_problem,
+    fragment_arrays,
+    magnitude_problem,
+    shape_problem,
+)
+from rlserve.learners.models import ActorCritic
+from rlserve.learners.normalization import ObservationNormalization
+from rlserve.learners.ppo_config import PPOSettings
+from rlserve.learners.running_stats import scale_rewards
+from rlserve.protocol.fragment import Fragment
+
+# exp(20) is about 4.9e8: far outside any clip range, yet its products stay finite in float32.
+LOG_RATIO_LIMIT = 20.0
+
+
+def logged_mask(fragment: Fragment) -> np.ndarray:
+    """``[T]`` True at the fragment's logged steps (not chosen by the policy, or NaN logp)."""
+    return ~fragment.policy_chosen | np.isnan(fragment.behaviour_logp)
+
+
+def fresh_mask(fragment: Fragment, version: int, max_policy_lag: int) -> np.ndarray:
+    """``[T]`` True at the steps recent enough to train on.
+
+    A logged step is never stale: no policy sampled it.
+    """
+    recent = fragment.weights_version >= version - max_policy_lag
+    return recent | logged_mask(fragment)
+
+
+def importance_log_ratio(proximal_logp: np.ndarray, behaviour_logp: np.ndarray) -> np.ndarray:
+    """``log(pi_prox / pi_behaviour)`` per step, clamped to ``[-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT]``.
+
+    NaN where the behaviour log-probability is unknown (NaN).
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.clip(proximal_logp - behaviour_logp, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+
+
+def importance_weights(log_ratio: np.ndarray, cap: float) -> np.ndarray:
+    """Truncated importance weights ``min(exp(log_ratio), cap)`` (V-trace's ``rho``), float32."""
+    return np.minimum(np.exp(log_ratio), np.float32(cap)).astype(np.float32)
+
+
+def trace_coefficients(log_ratio: np.ndarray) -> np.ndarray:
+    """Retrace's trace coefficients ``min(1, exp(log_ratio))``, float32."""
+    return np.minimum(np.exp(log_ratio), np.float32(1.0)).astype(np.float32)
+
+
+def behaviour_kl(log_ratio: np.ndarray) -> float:
+    """Estimate of ``KL(pi_behaviour || pi_prox)`` from steps sampled by the behaviour policy.
+
+    The mean of ``(rho - 1) - log rho`` with ``rho = pi_prox / pi_behaviour`` (non-negative per
+    step; NaN when there is no step).
+    """
+    if log_ratio.size == 0:
+        return float("nan")
+    log_ratio = log_ratio.astype(np.float64)
+    return float(np.mean(np.expm1(log_ratio) - log_ratio))
+
+
+def check_fragment(
+    fragment: Fragment, model: ActorCritic, limit: float
+) -> tuple[Fragment | None, str]:
+    """Return the fragment in the dtypes trained on, or ``None`` and why it cannot be used.
+
+    Values are checked after the cast: shapes must match the model, observations, rewards
+    and Box actions must be finite and within ``limit`` (``max_abs_input``), Discrete actions
+    whole choice indices, versions integers. An infinite behaviour log-probability becomes NaN
+    (unknown); a finite but absurd one is left to the clamp of the log-ratio.
+    ``policy_chosen`` becomes bool (non-zero: chosen).
+    """
+    names = ("obs", "actions", "rewards", "behaviour_logp", "policy_chosen", "weights_version")
+    arrays, problem = fragment_arrays(fragment, names)
+    if arrays is None:
+        return None, problem
+    steps = arrays["rewards"].shape[0]
+    distribution = model.action_distribution
+    categorical = distribution.scalar
+    expected = {
+        "obs": (steps + 1, model.obs_dim),
+        "actions": (steps,) if categorical else (steps, distribution.action_width),
+        "behaviour_logp": (steps,),
+        "policy_chosen": (steps,),
+        "weights_version": (steps,),
+    }
+    problem = shape_problem(arrays, expected) or dtype_problem(arrays, {"weights_version"})
+    if problem:
+        return None, problem
+    obs = as_float32(arrays["obs"])
+    rewards = as_float32(arrays["rewards"])
+    logp = as_float32(arrays["behaviour_logp"])
+    if categorical:
+        actions, problem = choice_indices(arrays["actions"], model.action_dim)
+        if actions is None:
+            return None, problem
+    else:
+        actions = as_float32(arrays["actions"])
+        if distribution.kind != "gaussian":  # discrete columns: whole, in range
+            problem = distribution.check_actions(actions, steps)
+            if problem:
+                return None, problem
+    checked = {"obs": obs, "rewards": rewards} | ({} if categorical else {"actions": actions})
+    problem = magnitude_problem(checked, limit, "ppo")
+    if problem:
+        return None, problem
+    infinite = np.isinf(logp)
+    if infinite.any():
+        # No action sampled from a policy has probability 0 or infinite density: an
+        # infinite value is as unknown as NaN, and takes the current policy's log-prob.
+        logp = np.where(infinite, np.float32(np.nan), logp)
+    versions = arrays["weights_version"].astype(np.int64, copy=False)
+    chosen = arrays["policy_chosen"]
+    if chosen.dtype != np.bool_:
+        chosen = chosen != 0
+    if (
+        obs is fragment.obs
+        and actions is fragment.actions
+        and rewards is fragment.rewards
+        and logp is fragment.behaviour_logp
+        and versions is fragment.weights_version
+        and chosen is fragment.policy_chosen
+    ):
+        return fragment, ""  # already in the trained dtypes (the usual case)
+    replaced = dataclasses.replace(
+        fragment,
+        obs=obs,
+        actions=actions,
+        rewards=rewards,
+        behaviour_logp=logp,
+        policy_chosen=chosen,
+        weights_version=versions,
+    )
+    return replaced, ""
+
+
+@dataclasses.dataclass
+class TrainingBatch:
+    """One update's batch, and what building it left out.
+
+    Attributes:
+        tensors: Per step: ``obs``, ``actions``, ``prox_logp`` (the proximal policy's
+            log-probability), ``weights`` (truncated importance weights to the behaviour
+            policy), ``advantages``, ``returns``, ``values``, ``policy`` (whether the step is in
+            the surrogate) and ``logged`` (a logged step); None when no usable step is left.
+        stats: The batch's statistics (lag histogram, behaviour KL, mean importance weight).
+        steps_logged: Logged steps among the fresh ones.
+        steps_dropped_cap: Steps over ``max_steps_per_update`` left out (the oldest).
+        excluded: ``(steps, why)`` of each fragment left out whole (GAE overflowed float32).
+    """
+
+    tensors: dict[str, torch.Tensor] | None = None
+    stats: dict[str, float] = dataclasses.field(default_factory=dict)
+    steps_logged: int = 0
+    steps_dropped_cap: int = 0
+    excluded: list[tuple[int, str]] = dataclasses.field(default_factory=list)
+
+
+def build_batch(
+    fragments: list[Fragment],
+    model: ActorCritic,
+    cfg: PPOSettings,
+    version: int,
+    obs_normalization: ObservationNormalization | None,
+    reward_divisor: float | None,
+    device: torch.device,
+) -> TrainingBatch:
+    """Turn checked fragments into one update's batch (see the module doc).
+
+    Args:
+        fragments: The buffered fragments, each checked by :func:`check_fragment`.
+        model: The learner's networks, at the start of the update (the proximal policy).
+        cfg: The learner's settings.
+        version: The learner's weights version (staleness and the lag histogram).
+        obs_normalization: The frozen observation statistics the networks read with, if any.
+        reward_divisor: What rewards are divided by before GAE (``normalize_rewards``), if any.
+        device: Where the networks and the batch's tensors are.
+    """
+    batch = TrainingBatch()
+    if not fragments:
+        return batch
+    mode = cfg.logged_steps
+    obs_np = np.concatenate([f.obs for f in fragments])
+    if obs_normalization is not None:
+        obs_np = obs_normalization.numpy(obs_np)
+    obs_all = torch.as_tensor(obs_np, device=device)
+    # Rows of obs_all that are steps: every row but the last of each fragment.
+    step_rows = np.ones(obs_all.shape[0], dtype=bool)
+    step_rows[np.cumsum([len(f) + 1 for f in fragments]) - 1] = False
+    actions_all = torch.as_tensor(np.concatenate([f.actions for f in fragments]), device=device)
+    with torch.no_grad():
+        values_all = model.value(obs_all).cpu().numpy()
+        prox_all, _ = model.log_prob_entropy(
+            obs_all[torch.as_tensor(step_rows, device=device)], actions_all
+        )
+    prox_np = prox_all.cpu().numpy()
+    names = ("obs", "actions", "prox_logp", "weights", "advantages", "returns", "values")
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in (*names, "policy", "logged", "log_ratio")}
+    versions: list[np.ndarray] = []
+    start = step = 0
+    for f in fragments:
+        steps = len(f)
+        values = values_all[start : start + steps + 1]
+        obs_rows = obs_np[start : start + steps]
+        prox = prox_np[step : step + steps]
+        start += steps + 1
+        step += steps
+        logged = logged_mask(f)
+        if mode == "on_policy":
+            log_ratio = importance_log_ratio(prox, np.where(logged, prox, f.behaviour_logp))
+            sampled = np.ones(steps, dtype=bool)
+        else:
+            log_ratio = np.where(logged, 0.0, importance_log_ratio(prox, f.behaviour_logp))
+            sampled = ~logged
+        traces: np.ndarray | None = None
+        if cfg.truncated_traces:
+            traces = trace_coefficients(log_ratio)
+        if mode != "on_policy" and logged.any():
+            traces = np.where(logged, 0.0, 1.0 if traces is None else traces)
+        bootstrap = 0.0 if f.terminated else float(values[steps])
+        rewards = f.rewards
+        if reward_divisor is not None:
+            rewards = scale_rewards(rewards, reward_divisor, cfg.reward_clip)
+        with np.errstate(over="ignore", invalid="ignore"):
+            advantages, returns = gae(
+                rewards, values[:steps], bootstrap, cfg.gamma, cfg.gae_lambda, traces
+            )
+        if not (np.isfinite(advantages).all() and np.isfinite(returns).all()):
+            batch.excluded.append((steps, "its advantages or returns overflowed float32"))
+            continue
+        mask = fresh_mask(f, version, cfg.max_policy_lag)
+        batch.steps_logged += int((logged & mask).sum())
+        if mode == "exclude":
+            mask = mask & ~logged
+        parts["obs"].append(obs_rows[mask])
+        parts["actions"].append(f.actions[mask])
+        parts["prox_logp"].append(prox[mask])
+        parts["weights"].append(importance_weights(log_ratio[mask], cfg.importance_weight_cap))
+        parts["advantages"].append(advantages[mask])
+        parts["returns"].append(returns[mask])
+        parts["values"].append(values[:steps][mask])
+        parts["policy"].append(sampled[mask])
+        parts["logged"].append(logged[mask])
+        parts["log_ratio"].append(log_ratio[mask])
+        versions.append(f.weights_version[mask])
+    if not parts["obs"]:
+        return batch
+    arrays = {k: np.concatenate(v) for k, v in parts.items()}
+    version_of = np.concatenate(versions)
+    if version_of.shape[0] > cfg.step_cap:
+        # Keep the newest steps: by weights version, then by arrival.
+        order = np.lexsort((np.arange(version_of.shape[0]), version_of))
+        keep = np.sort(order[-cfg.step_cap :])
+        batch.steps_dropped_cap = version_of.shape[0] - keep.shape[0]
+        arrays = {k: v[keep] for k, v in arrays.items()}
+        version_of = version_of[keep]
+    if version_of.shape[0] == 0:
+        return batch
+    log_ratio = arrays.pop("log_ratio")
+    sampled = ~arrays["logged"]
+    if sampled.any():
+        lag = np.maximum(version - version_of[sampled], 0)
+        batch.stats = {
+            "lag_0": float(np.mean(lag == 0)),
+            "lag_1": float(np.mean(lag == 1)),
+            "lag_2": float(np.mean(lag == 2)),
+            "lag_3plus": float(np.mean(lag >= 3)),
+            "behaviour_kl": behaviour_kl(log_ratio[sampled]),
+        }
+    policy_weights = arrays["weights"][arrays["policy"]]
+    if policy_weights.size:
+        batch.stats["importance_weight_mean"] = float(policy_weights.mean())
+    batch.tensors = {k: torch.as_tensor(v, device=device) for k, v in arrays.items()}
+    return batch
