@@ -31,7 +31,7 @@ typecheck: $(STAMP)
 TEST_WORKERS ?= 4
 
 unit: $(STAMP)
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 test: lint typecheck unit
 
