@@ -14,7 +14,8 @@ import pytest
 from rlserve import PolicyClient
 from rlserve.algorithm import Algorithm, PPOConfig
 from rlserve.algorithm.algorithm import RESULT_KEYS
-from rlserve.algorithm.network import NetworkAlgorithm, server_config_of, serving_config
+from rlserve.algorithm.network import NetworkAlgorithm
+from rlserve.algorithm.network_config import server_config_of, serving_config
 from rlserve.errors import ConfigError
 from rlserve.learners.dqn_config import DQNSettings
 from rlserve.learners.ppo_config import PPOSettings

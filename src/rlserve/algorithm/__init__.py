@@ -1,14 +1,42 @@
 """The Algorithm API: ``PPOConfig().environment(...).env_runners(...).training(...).build()``.
 
 ``rlserve.algorithm.config`` is torch-free; :class:`Algorithm` (which trains) loads torch when
-first used.
+first used. This ``__init__`` is where the two kinds of Algorithm meet their config: it
+installs the function :meth:`AlgorithmConfig.build` makes an Algorithm with, so no module of
+the package imports one above it.
 """
 
-from typing import Any
+from __future__ import annotations
 
-from rlserve.algorithm.config import AlgorithmConfig, DQNConfig, PPOConfig, SACConfig
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlserve.algorithm.config import (
+    AlgorithmConfig,
+    DQNConfig,
+    PPOConfig,
+    SACConfig,
+    install_assembler,
+)
+
+if TYPE_CHECKING:
+    from rlserve.algorithm.algorithm import Algorithm
 
 __all__ = ["Algorithm", "AlgorithmConfig", "DQNConfig", "PPOConfig", "SACConfig"]
+
+
+def _assemble(config: AlgorithmConfig, resume: Path | None) -> Algorithm:
+    """An Algorithm hosting ``config``'s environments, or serving network clients without any."""
+    if config.env is None:
+        from rlserve.algorithm.network import NetworkAlgorithm
+
+        return NetworkAlgorithm(config, resume=resume)
+    from rlserve.algorithm.algorithm import Algorithm
+
+    return Algorithm(config, resume=resume)
+
+
+install_assembler(_assemble)
 
 
 def __getattr__(name: str) -> Any:

@@ -38,12 +38,14 @@ from rlserve.algorithm.checkpoint_state import (
     save_learners,
     write_state,
 )
-from rlserve.algorithm.config import AlgorithmConfig
+from rlserve.algorithm.config import AlgorithmConfig, assemble
 from rlserve.algorithm.evaluation import Evaluator
 from rlserve.algorithm.inference import ActingMixin
 from rlserve.algorithm.local_sampler import LocalSampler
+from rlserve.algorithm.network_config import run_folder_config
 from rlserve.algorithm.results import episode_stats, iteration_result, report
 from rlserve.algorithm.runner_group import RunnerGroup, local_source
+from rlserve.algorithm.saved_config import load_config, save_config
 from rlserve.algorithm.sources import make_source, policy_table, source_policies
 from rlserve.config.fields import to_table
 from rlserve.env.base import EnvSource
@@ -410,14 +412,10 @@ class Algorithm(ActingMixin):
         weights versions, and what it logged after the checkpoint is trained on. A run folder
         of ``rlserve serve`` (or of an Algorithm without an environment) resumes that run.
         """
-        from rlserve.algorithm.saved_config import load_config
-
         folder = Path(checkpoint_dir)
         if not (folder / STATE_FILE).exists() and (folder / "experience").is_dir():
             # A run folder of a network-only Algorithm (rlserve serve): resume it.
-            from rlserve.algorithm.network import NetworkAlgorithm, run_folder_config
-
-            return NetworkAlgorithm((config or run_folder_config(folder)).copy(), resume=folder)
+            return assemble((config or run_folder_config(folder)).copy(), resume=folder)
         chosen = (config or load_config(folder)).copy()
         served = chosen.serving_settings is not None and (folder / "experience").is_dir()
         algo = cls(chosen, resume=folder if served else None)
@@ -425,8 +423,6 @@ class Algorithm(ActingMixin):
         return algo
 
     def _write_run_files(self, folder: Path) -> None:
-        from rlserve.algorithm.saved_config import save_config
-
         tables, spaces = run_folder_form(self.specs, self.mapping, self.config.algo_name)
         for name in sorted(set(self.algorithms.values()) | {self.config.algo_name}):
             tables[name] = to_table(self.config.policy_settings(name))

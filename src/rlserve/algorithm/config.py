@@ -11,12 +11,18 @@ It keeps RLlib's method and setting names where they fit, so an RLlib script nee
 imports changed. Each method returns the config itself (chaining) and checks its arguments at
 once, naming the fix. Importable without torch; :meth:`AlgorithmConfig.build` imports the
 learner.
+
+This module never imports the Algorithm it builds (every part of the Algorithm reads its
+config, so that would be a circle): the package's ``__init__`` installs the function that
+makes one (:func:`install_assembler`), and :meth:`AlgorithmConfig.build` calls it.
 """
 
 from __future__ import annotations
 
 import copy
 import multiprocessing as mp
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlserve.algorithm.policy_entries import policy_entry
@@ -30,6 +36,28 @@ from rlserve.learners.registry import algorithm
 
 if TYPE_CHECKING:
     from rlserve.algorithm.algorithm import Algorithm
+
+Assembler = Callable[["AlgorithmConfig", "Path | None"], "Algorithm"]
+"""Makes the Algorithm of a config, resuming a run folder when given one."""
+
+_assembler: Assembler | None = None
+
+
+def install_assembler(assembler: Assembler) -> None:
+    """Name the function :meth:`AlgorithmConfig.build` makes its Algorithm with.
+
+    ``rlserve.algorithm``'s ``__init__`` installs it, and Python runs that before any module
+    of the package, so a config is never without one.
+    """
+    global _assembler
+    _assembler = assembler
+
+
+def assemble(config: AlgorithmConfig, resume: Path | None = None) -> Algorithm:
+    """The Algorithm of ``config`` (used as it is: copy it first), resuming ``resume``."""
+    if _assembler is None:  # only if this module was loaded outside its package
+        raise RuntimeError("import rlserve.algorithm before building an Algorithm")
+    return _assembler(config, resume)
 
 
 class AlgorithmConfig:
@@ -404,21 +432,19 @@ class AlgorithmConfig:
         return twin
 
     def build(self) -> Algorithm:
-        """Make the Algorithm: environments, learner(s), and the server when attached."""
-        from rlserve.algorithm.algorithm import Algorithm
+        """Make the Algorithm: environments, learner(s), and the server when attached.
 
-        if self.env is None:
-            if self.serving_settings is None:
-                raise ConfigError(
-                    "no environment: call .environment(env) (a gymnasium.Env, a registered id "
-                    "such as 'CartPole-v1', or a class taking an env_config dict), or attach a "
-                    "server with .serving(port=...) and give the spaces (.environment("
-                    "observation_space=..., action_space=...)) to learn from network clients"
-                )
-            from rlserve.algorithm.network import NetworkAlgorithm
-
-            return NetworkAlgorithm(self.copy())
-        return Algorithm(self.copy())
+        Without an environment (spaces and ``serving(...)`` given) it is the network-only
+        Algorithm of ``rlserve serve``, whose learner runs in its own process.
+        """
+        if self.env is None and self.serving_settings is None:
+            raise ConfigError(
+                "no environment: call .environment(env) (a gymnasium.Env, a registered id "
+                "such as 'CartPole-v1', or a class taking an env_config dict), or attach a "
+                "server with .serving(port=...) and give the spaces (.environment("
+                "observation_space=..., action_space=...)) to learn from network clients"
+            )
+        return assemble(self.copy())
 
     build_algo = build
 

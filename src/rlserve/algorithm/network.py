@@ -20,7 +20,6 @@ from a background thread so it can call ``train()``.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -28,31 +27,16 @@ from typing import Any
 import numpy as np
 
 from rlserve.algorithm.algorithm import Algorithm
-from rlserve.algorithm.config import AlgorithmConfig, config_for
+from rlserve.algorithm.config import AlgorithmConfig
+from rlserve.algorithm.network_config import network_policies, server_config_of
 from rlserve.algorithm.server_thread import ServerThread
-from rlserve.algorithm.serving_settings import ServingSettings
-from rlserve.config.fields import build, to_table
+from rlserve.config.fields import to_table
 from rlserve.errors import ConfigError
-from rlserve.learners.registry import (
-    DEFAULT_ALGORITHM,
-    algorithm,
-    algorithm_of_settings,
-    run_algorithm,
-)
+from rlserve.learners.registry import DEFAULT_ALGORITHM
 from rlserve.policy import NumpyPolicy
-from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
-from rlserve.protocol.mapping import PolicyMapping
 from rlserve.run.run_folder import RunFolder
 from rlserve.server.app import PolicyServer, install_uvloop, serve_forever
-from rlserve.server.config import ServerConfig
-from rlserve.server.policies import (
-    PolicySpec,
-    check_policy_id,
-    check_same_algorithms,
-    policies_from_run,
-    run_folder_form,
-    single_policy,
-)
+from rlserve.server.policies import check_same_algorithms, run_folder_form
 from rlserve.server.policies_config import check_policies
 
 TRAIN_POLL_S = 0.05
@@ -69,152 +53,6 @@ SAVE_TIMEOUT = 120.0
 
 REQUEST_AGAIN_S = 5.0
 """Seconds after which :meth:`NetworkAlgorithm.save` asks again (a restarting learner missed it)."""
-
-SERVER_DEFAULTS = ServerConfig()
-"""The server's defaults (``checkpoint_every`` and the like when the config leaves them out)."""
-
-REPORTING_FIELDS = ("run_dir", "name", "checkpoint_every", "keep_checkpoints", "progress")
-"""ServerConfig fields that come from :meth:`AlgorithmConfig.reporting`."""
-
-
-def network_policies(config: AlgorithmConfig) -> tuple[dict[str, PolicySpec], PolicyMapping | None]:
-    """The policies (with their spaces) and the mapping of a config without an environment.
-
-    Raises:
-        ConfigError: A policy has no spaces, or a ``policy_mapping_fn`` was given (the agents
-            of network clients are not known in advance: give ``policy_mapping`` rules).
-    """
-    if config.policy_mapping_fn is not None:
-        raise ConfigError(
-            "policy_mapping_fn needs an environment's agent ids; network clients' agents are "
-            "mapped by rules: multi_agent(policy_mapping={'red_*': 'red', ...})"
-        )
-    declared = config.policies or {}
-    if config.policy_specs:
-        missing = [pid for pid in declared if pid not in config.policy_specs]
-        if missing:
-            raise ConfigError(
-                f"policies {missing} have no spaces; declare each as (None, observation_space, "
-                "action_space, overrides) in multi_agent(policies=...)"
-            )
-        specs = {
-            pid: dataclasses.replace(
-                spec,
-                policy_id=check_policy_id(pid),
-                config=dict(declared[pid]),
-                algo=config.policy_algorithms.get(pid),
-            )
-            for pid, spec in config.policy_specs.items()
-        }
-    elif config.observation_space is not None and config.action_space is not None:
-        if len(declared) > 1:
-            raise ConfigError(
-                "several policies need each its spaces: multi_agent(policies={id: (None, "
-                "observation_space, action_space, overrides)})"
-            )
-        pid = check_policy_id(next(iter(declared), DEFAULT_POLICY_ID))
-        specs = single_policy(config.observation_space, config.action_space)
-        specs = {
-            pid: dataclasses.replace(
-                specs[DEFAULT_POLICY_ID],
-                policy_id=pid,
-                config=dict(declared.get(pid, {})),
-                algo=config.policy_algorithms.get(pid),
-            )
-        }
-    else:
-        raise ConfigError(
-            "an Algorithm without an environment needs the policy's spaces: "
-            ".environment(observation_space=..., action_space=...) (or multi_agent(policies="
-            "{id: (None, observation_space, action_space, overrides)}))"
-        )
-    mapping = PolicyMapping(config.policy_mapping, specs) if config.policy_mapping else None
-    return specs, mapping
-
-
-def server_config_of(config: AlgorithmConfig) -> ServerConfig:
-    """The :class:`ServerConfig` of a network-only Algorithm (serving + reporting settings)."""
-    settings = ServingSettings(**(config.serving_settings or {}))
-    taken = settings.server_config(config.rollout_fragment_length, config.seed)
-    every = config.checkpoint_every
-    return dataclasses.replace(
-        taken,
-        run_dir=config.run_dir or SERVER_DEFAULTS.run_dir,
-        name=config.run_name,
-        checkpoint_every=SERVER_DEFAULTS.checkpoint_every if every is None else every,
-        keep_checkpoints=config.keep_checkpoints,
-        progress=config.progress,
-    )
-
-
-def serving_config(
-    server: ServerConfig,
-    ppo: Any,
-    policies: dict[str, PolicySpec],
-    mapping: PolicyMapping | None,
-    others: dict[str, Any] | None = None,
-) -> AlgorithmConfig:
-    """The AlgorithmConfig of a server configuration (``rlserve serve``'s flags and file).
-
-    ``ppo`` is the algorithm's settings (``PPOSettings``, ``DQNSettings``...): its type picks
-    the algorithm, that of the policies that name none. ``others`` holds the settings of the
-    other algorithms the policies name (their top tables), by name.
-    """
-    own = {f.name for f in dataclasses.fields(ServingSettings)} - {
-        "server",
-        "max_queued_steps_per_source",
-    }
-    skip = own | set(REPORTING_FIELDS) | {"fragment_length", "seed", "spaces_from", "spaces_file"}
-    further = {
-        f.name: getattr(server, f.name)
-        for f in dataclasses.fields(ServerConfig)
-        if f.name not in skip and getattr(server, f.name) != getattr(SERVER_DEFAULTS, f.name)
-    }
-    config = (
-        config_for(algorithm_of_settings(ppo).name)
-        .multi_agent(
-            policies=dict(policies),
-            algorithm_settings={
-                name: dataclasses.asdict(settings) for name, settings in (others or {}).items()
-            },
-        )
-        .training(**dataclasses.asdict(ppo))
-        .env_runners(rollout_fragment_length=server.fragment_length)
-        .debugging(seed=server.seed)
-        .serving(**{name: getattr(server, name) for name in own}, server=further)
-        .reporting(
-            run_dir=server.run_dir,
-            name=server.name,
-            progress=server.progress,
-            checkpoint_every=server.checkpoint_every,
-            keep_checkpoints=server.keep_checkpoints,
-        )
-    )
-    if mapping is not None:
-        config.multi_agent(policy_mapping=mapping)
-    return config
-
-
-def run_folder_config(folder: Path) -> AlgorithmConfig:
-    """The AlgorithmConfig a ``rlserve serve`` run folder was started with (token: from env)."""
-    run = RunFolder.existing(folder)
-    tables, spaces = run.load()
-    from rlserve.server.config import with_token_from_env
-
-    server = build(ServerConfig, with_token_from_env(tables.get("server")), None)
-    if run.token_required and not server.token:
-        raise ConfigError(
-            f"the run in {run.path} was started with a token, which is not saved in the run "
-            "folder: set RLSERVE_TOKEN, or pass a config with .serving(token=...)"
-        )
-    policies, mapping = policies_from_run(tables, spaces)
-    entry = run_algorithm(tables)
-    settings = build(entry.settings, tables.get(entry.name), None)
-    others = {
-        name: build(algorithm(name).settings, tables.get(name), None)
-        for name in {spec.algorithm_of(entry.name) for spec in policies.values()} - {entry.name}
-    }
-    return serving_config(server, settings, policies, mapping, others)
 
 
 class NetworkAlgorithm(Algorithm):

@@ -119,7 +119,8 @@ def _algorithm_settings(
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from rlserve.algorithm.network import NetworkAlgorithm, serving_config
+    from rlserve.algorithm.network import NetworkAlgorithm
+    from rlserve.algorithm.network_config import serving_config
     from rlserve.learners.registry import ALGORITHMS
     from rlserve.run.run_folder import RunFolder
     from rlserve.server.config import ServerConfig, with_token_from_env
