@@ -1,16 +1,22 @@
-"""The process supervisor: a group of forked workers, started, messaged, watched and restarted.
+"""The process supervisor: a group of child processes, started, messaged, watched and restarted.
 
-:class:`ProcessSupervisor` owns what every group of child processes needs: starting a child (a
-``multiprocessing`` context, ``fork`` by default, and a duplex pipe; with ``fork`` the target is
-inherited, never pickled), sending it a message over a :class:`~rlserve.processes.wire.Wire`
-(encoded once for several children), gathering the answers of several children with a deadline
-or a stall check (hang detection), telling why a child died, killing it, and the restart policy
+:class:`ProcessSupervisor` owns what every group of child processes needs: starting a child
+through a :class:`~rlserve.processes.launchers.Launcher` (forked on a duplex pipe by default,
+the target inherited, never pickled; or a fresh interpreter on a socket), sending it a message
+over a :class:`~rlserve.processes.wire.Wire` (encoded once for several children), gathering the
+answers of several children with a deadline or a stall check (hang detection), telling why a
+child died, killing and reaping it, and the restart policy
 (:class:`~rlserve.processes.restarts.RestartPolicy`): a failed child is killed and restarted,
 and one that fails ``max_restarts + 1`` times in a row without a success is given up with a
-``RuntimeError`` naming it. Its users keep only what is theirs: what a child does, its messages
-(a ``judge`` turns each message into an answer or a failure), and what a failure costs them
-(episodes lost). They are :class:`~rlserve.env.subprocess.ProcessVectorSource` (env
-sub-processes) and :class:`~rlserve.algorithm.runner_group.RunnerGroup` (env-runner processes).
+``RuntimeError`` naming it (or never, backing off between restarts). Its users keep only what is
+theirs: what a child does, its messages (a ``judge`` turns each message into an answer or a
+failure), and what a failure costs them (episodes lost). They are
+:class:`~rlserve.env.subprocess.ProcessVectorSource` (env sub-processes),
+:class:`~rlserve.algorithm.runner_group.RunnerGroup` (env-runner processes), and
+:class:`~rlserve.server.learner_link.LearnerLink` (the learner process of ``rlserve serve``: a
+fresh interpreter whose socket the link reads with asyncio instead of
+:meth:`~ProcessSupervisor.gather`; the blocking :meth:`~ProcessSupervisor.reap` runs in an
+executor there).
 
 :class:`SupervisedGroup` is the interface such a user programs against, so another backend is
 one new implementation of it. A Ray actor backend, say: :meth:`~SupervisedGroup.start` creates
@@ -18,26 +24,23 @@ actor ``slot`` from the arguments, :meth:`~SupervisedGroup.send` calls its metho
 object ref), :meth:`~SupervisedGroup.gather` is ``ray.wait`` on the refs up to the deadline (an
 ``RayActorError`` is the death reason), :meth:`~SupervisedGroup.fail` is ``ray.kill`` plus the
 same :class:`~rlserve.processes.restarts.RestartPolicy`, and :meth:`~SupervisedGroup.stop` kills
-every actor. The learner process of ``rlserve serve`` is supervised on asyncio
-(:mod:`rlserve.server.learner_link`) and is no such group; it shares the restart policy and the
-death reasons only.
+every actor (a Ray launcher would start the actor and hand back its handle).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing as mp
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import BaseContext
-from multiprocessing.process import BaseProcess
 from typing import Any, Final, Protocol, runtime_checkable
 
 from rlserve.errors import DecodeError
-from rlserve.processes.restarts import Failure, RestartPolicy, death_reason
+from rlserve.processes.launchers import ChildProcess, ForkLauncher, Launcher
+from rlserve.processes.restarts import Failure, RestartPolicy, death_reason, exit_reason
 from rlserve.processes.wire import Wire
 
 __all__ = ["KEEP_WAITING", "Judge", "ProcessSupervisor", "Stalled", "SupervisedGroup"]
@@ -126,60 +129,63 @@ class SupervisedGroup(Protocol):
 class _Child:
     name: str
     label: str
-    process: BaseProcess | None = None
-    conn: Connection | None = None
+    process: ChildProcess | None = None
+    conn: Any = None  # the parent's end: a Connection (forked) or a socket (an interpreter)
 
 
 class ProcessSupervisor:
-    """A :class:`SupervisedGroup` of child processes, each serving one duplex pipe.
+    """A :class:`SupervisedGroup` of child processes, each serving one channel.
 
-    A child runs ``target(conn, *args, inherited)``: ``args`` are :meth:`start`'s, ``inherited``
-    the parent's pipe ends it holds through ``fork`` (see
+    A forked child runs ``target(conn, *args, inherited)``: ``args`` are :meth:`start`'s,
+    ``inherited`` the parent's pipe ends it holds through ``fork`` (see
     :func:`~rlserve.processes.child.enter_child`). It holds no reference to its user, so a
     user may close it from a finaliser.
 
     Args:
         names: One process name per child.
         labels: How errors and logs name each child ("env CartPole-v1 in env runner 1").
-        target: The child's body.
+        target: The child's body (forked), or the launcher that starts each child.
         what: What a child is called in failure reasons ("runner process").
-        wire: How messages cross the pipes.
-        close_message: What asks a child to exit.
-        logger: Where restarts are logged (a warning each).
-        restart_note: What the warning says is restarted ("its sub-process").
+        wire: How messages cross the pipes (None: the user talks to its children itself).
+        close_message: What asks a child to exit (sent by :meth:`stop` when there is a wire).
+        logger: Where restarts are logged (one line each).
+        restart_note: What the log line says is restarted ("its sub-process").
         success: What a child does that resets its failures in a row ("step").
-        max_restarts: Restarts in a row of one child, without a success, before giving up.
+        max_restarts: Restarts in a row of one child, without a success, before giving up
+            (None: never given up).
         close_wait_s: How long :meth:`stop` waits for children to exit, and a kill to reap.
         context: The ``multiprocessing`` start method or context (default ``fork``).
         daemon: Start children as daemons (a daemon cannot start processes of its own).
         check_s: How often :meth:`gather` asks ``stalled`` while it waits.
+        back_off: Seconds to wait before restarting a child, by its failures in a row
+            (:meth:`restart_delay`; empty: at once).
+        log_level: The level restarts are logged at.
     """
 
     def __init__(
         self,
         names: Sequence[str],
         labels: Sequence[str],
-        target: Callable[..., None],
+        target: Callable[..., None] | Launcher,
         *,
         what: str,
-        wire: Wire,
+        wire: Wire | None,
         close_message: Any,
         logger: logging.Logger,
         restart_note: str,
         success: str,
-        max_restarts: int = 3,
+        max_restarts: int | None = 3,
         close_wait_s: float = 2.0,
         context: str | BaseContext | None = None,
         daemon: bool = True,
         check_s: float = 0.2,
+        back_off: Sequence[float] = (),
+        log_level: int = logging.WARNING,
     ) -> None:
-        if isinstance(context, BaseContext):
-            self._ctx: BaseContext = context
-        else:
-            default = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-            self._ctx = mp.get_context(context or default)
         self._children = [_Child(n, label) for n, label in zip(names, labels, strict=True)]
-        self._target = target
+        self._launcher: Launcher = (
+            ForkLauncher(target, context, daemon) if callable(target) else target
+        )
         self._what = what
         self._wire = wire
         self._close_message = close_message
@@ -187,8 +193,9 @@ class ProcessSupervisor:
         self._restart_note = restart_note
         self._success = success
         self._close_wait_s = close_wait_s
-        self._daemon = daemon
         self._check_s = check_s
+        self._back_off = tuple(back_off)
+        self._log_level = log_level
         self.policy = RestartPolicy(max_restarts)
         """The restart policy: failures in a row per child, lifetime counters."""
 
@@ -218,31 +225,24 @@ class ProcessSupervisor:
         return [None if c.process is None else c.process.pid for c in self._children]
 
     def start(self, slot: int, *args: Any) -> None:
-        """Start child ``slot`` (not running) on a new pipe with ``args`` for its target."""
+        """Start child ``slot`` (not running) on a new channel with ``args`` for its target."""
         child = self._children[slot]
-        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        inherited: list[Connection] = []
-        if self._ctx.get_start_method() == "fork":
-            inherited = [parent_conn] + [
-                c.conn for c in self._children if c.conn is not None and c is not child
-            ]
-        process = self._ctx.Process(  # type: ignore[attr-defined]
-            target=self._target,
-            args=(child_conn, *args, inherited),
-            name=child.name,
-            daemon=self._daemon,
-        )
-        process.start()
-        child_conn.close()
-        child.process, child.conn = process, parent_conn
+        others = [
+            c.conn for c in self._children if isinstance(c.conn, Connection) and c is not child
+        ]
+        child.process, child.conn = self._launcher.launch(child.name, args, others)
+
+    def channel(self, slot: int) -> Any:
+        """The parent's end of child ``slot``'s channel (None: not running)."""
+        return self._children[slot].conn
 
     def send(self, slot: int, message: Any) -> Failure | None:
         """Send ``message`` to child ``slot``; the failure when it cannot take it."""
-        return self._transmit(slot, self._wire.encode(message))
+        return self._transmit(slot, self._messages().encode(message))
 
     def send_all(self, message: Any, slots: Iterable[int]) -> dict[int, Failure]:
         """Send one ``message`` (encoded once) to every child in ``slots``; the failures."""
-        payload = self._wire.encode(message)
+        payload = self._messages().encode(message)
         failures = {}
         for slot in slots:
             failure = self._transmit(slot, payload)
@@ -255,7 +255,7 @@ class ProcessSupervisor:
         if conn is None:  # given up on after a RuntimeError
             return Failure(f"{self._what} is not running")
         try:
-            self._wire.transmit(conn, payload)
+            self._messages().transmit(conn, payload)
         except (OSError, ValueError):
             return Failure(self._died(slot))
         return None
@@ -273,6 +273,7 @@ class ProcessSupervisor:
         within ``timeout`` seconds (None: no deadline), or ``stalled`` says it hangs.
         """
         answers: dict[int, Any] = {}
+        wire = self._messages()
         pending = {c.conn: s for s in slots if (c := self._children[s]).conn is not None}
         deadline = None if timeout is None else time.monotonic() + timeout
         while pending:
@@ -284,7 +285,7 @@ class ProcessSupervisor:
                 assert isinstance(conn, Connection)
                 slot = pending.pop(conn)
                 try:
-                    message = self._wire.receive(conn)
+                    message = wire.receive(conn)
                 except (EOFError, OSError):
                     answers[slot] = Failure(self._died(slot))
                     continue
@@ -311,8 +312,41 @@ class ProcessSupervisor:
         """Child ``slot`` did its work: its failures in a row start again."""
         self.policy.succeeded(slot)
 
-    def fail(self, slot: int, failure: Failure, during: str) -> None:
-        """Count a failure, kill the child, log a warning.
+    def _messages(self) -> Wire:
+        if self._wire is None:
+            raise RuntimeError(f"a {self._what}'s user talks to it itself: it has no wire")
+        return self._wire
+
+    def restart_delay(self, slot: int) -> float:
+        """Seconds to wait before restarting child ``slot``, by its failures in a row."""
+        if not self._back_off or not self.policy.in_a_row(slot):
+            return 0.0
+        return self._back_off[min(self.policy.in_a_row(slot), len(self._back_off)) - 1]
+
+    def reap(self, slot: int, grace_s: float) -> str:
+        """Wait up to ``grace_s`` seconds for child ``slot`` to end, kill it if it does not.
+
+        Returns:
+            Why it ended (its exit code or signal; "closed its pipe" when it had to be killed).
+        """
+        process = self._children[slot].process
+        if process is not None:
+            process.join(grace_s)
+        reason = exit_reason(None if process is None else process.exitcode, self._what)
+        self._kill(slot)
+        return reason
+
+    def fail(
+        self,
+        slot: int,
+        failure: Failure,
+        during: str,
+        note: Callable[[], str] | None = None,
+    ) -> None:
+        """Count a failure, kill the child, log it.
+
+        ``note`` says what the log line says is restarted, asked after the failure is counted
+        (so it may name :meth:`restart_delay`); None: ``restart_note``.
 
         Raises:
             RuntimeError: The child failed ``max_restarts + 1`` times in a row: it is given up.
@@ -326,12 +360,13 @@ class ProcessSupervisor:
                 f"successful {self._success}; last error during {during}: {failure.reason}"
                 + failure.details_suffix
             )
-        self._logger.warning(
+        self._logger.log(
+            self._log_level,
             "%s failed during %s: %s; restarting %s%s",
             label,
             during,
             failure.reason,
-            self._restart_note,
+            self._restart_note if note is None else note(),
             failure.details_suffix,
         )
 
@@ -370,11 +405,12 @@ class ProcessSupervisor:
 
     def stop(self) -> None:
         """Ask every child to exit, kill those that do not, and reap them all."""
-        payload = self._wire.encode(self._close_message)
-        for child in self._children:
-            if child.conn is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    self._wire.transmit(child.conn, payload)
+        if self._wire is not None:
+            payload = self._wire.encode(self._close_message)
+            for child in self._children:
+                if child.conn is not None:
+                    with contextlib.suppress(OSError, ValueError):
+                        self._wire.transmit(child.conn, payload)
         deadline = time.monotonic() + self._close_wait_s
         for slot, child in enumerate(self._children):
             if child.process is not None:

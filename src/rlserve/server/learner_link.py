@@ -25,10 +25,12 @@ weights it has, the death is logged once, and a new learner starts from the newe
 checkpoint and reads the log on from where that checkpoint had trained (``learner/restarts``).
 Both ends of the socket are non-blocking on the server (asyncio streams), so shutdown cannot
 deadlock: the learner gets a few seconds for a final checkpoint and is then killed, which loses
-nothing, since the log holds every acknowledged step. The process itself is started and joined
-by :mod:`~rlserve.server.learner_process`; its restart policy (never given up, backing off by
-deaths in a row) and death reasons are :mod:`~rlserve.processes.restarts`', shared with the
-env-runner and env sub-process supervisor.
+nothing, since the log holds every acknowledged step. The process is one child of a
+:class:`~rlserve.processes.supervisor.ProcessSupervisor`, the supervisor of the env-runner and
+env sub-processes too: it starts it (a fresh interpreter,
+:class:`~rlserve.processes.launchers.InterpreterLauncher`), tells why it died, kills and reaps
+it, and keeps the restart policy (never given up, backing off by deaths in a row); this link
+reads the learner's socket itself, with asyncio.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -45,13 +46,14 @@ from typing import Any
 
 from rlserve.errors import ProtocolError
 from rlserve.policy.weights import WeightsPackage
-from rlserve.processes.restarts import RestartPolicy, exit_reason
+from rlserve.processes.launchers import InterpreterLauncher
+from rlserve.processes.restarts import Failure
+from rlserve.processes.supervisor import ProcessSupervisor
 from rlserve.protocol.codec import decode, encode
 from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.framing import FrameDecoder, frame
 from rlserve.run.experience_log import ExperienceLog, encode_payload
-from rlserve.server.learner_process import start_learner_process, wait_for_exit
 from rlserve.server.log_sync import sync_log_forever
 from rlserve.server.pacing import LearnerPace
 from rlserve.server.stats import ServerStats
@@ -68,6 +70,12 @@ NOTIFY_DELAY = 0.02
 
 HEALTHY_RUN_SECONDS = 60.0
 """A learner that ran this long before dying resets the restart back-off."""
+
+EXIT_GRACE_S = 2.0
+"""Seconds a learner whose socket closed gets to exit before it is killed."""
+
+LEARNER_MODULE = "rlserve.training.learner_worker"
+"""What the learner process runs (``python -m``)."""
 
 
 class LearnerLink:
@@ -119,7 +127,21 @@ class LearnerLink:
         self._final: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._process: Any = None
+        self._children = ProcessSupervisor(
+            ["rlserve-learner"],
+            ["the learner process"],
+            InterpreterLauncher(LEARNER_MODULE),
+            what="the learner process",
+            wire=None,  # the link reads the learner's socket itself, with asyncio
+            close_message=None,
+            logger=logger,
+            restart_note="it",
+            success="run",
+            max_restarts=None,  # serving goes on without a learner: it is never given up
+            close_wait_s=EXIT_GRACE_S,
+            back_off=RESTART_DELAYS,
+            log_level=logging.ERROR,
+        )
         self._supervisor: asyncio.Task[None] | None = None
         self._syncer: asyncio.Task[None] | None = None
         self._sync_executor = ThreadPoolExecutor(1, thread_name_prefix="rlserve-log-sync")
@@ -140,9 +162,9 @@ class LearnerLink:
         """The last learner death, for the log and ``/v1/health``; None while healthy."""
         self.device = "unknown"
         self.last_checkpoints: dict[str, str] = {}
+        """Each policy's newest checkpoint written while this server runs."""
         self.requested_checkpoints: dict[str, int] = {}
         """Checkpoints written on :meth:`request_checkpoint`, per policy (counted)."""
-        """Each policy's newest checkpoint written while this server runs."""
 
     # -- experience in ---------------------------------------------------------------------
 
@@ -251,44 +273,45 @@ class LearnerLink:
     @property
     def pid(self) -> int | None:
         """The current learner process id."""
-        return None if self._process is None else self._process.pid
+        return self._children.pids[0]
 
     async def _supervise(self) -> None:
-        # The learner is never given up (serving goes on without it); a run longer than
-        # HEALTHY_RUN_SECONDS counts as a success, and the back-off grows with deaths in a row.
-        deaths = RestartPolicy(max_restarts=None)
+        # A run longer than HEALTHY_RUN_SECONDS counts as a success: the back-off starts over.
+        loop = asyncio.get_running_loop()
         while not self._stopping:
             started = time.monotonic()
             try:
                 await self._run_learner()
             except Exception as exc:  # e.g. too many open files: the spawn itself failed
                 self.failure = f"starting the learner failed: {exc!r}"
+            finally:
+                # The learner gets EXIT_GRACE_S to exit, then is killed (blocking: a thread).
+                ended = await loop.run_in_executor(None, self._children.reap, 0, EXIT_GRACE_S)
             if self._stopping:
                 return
+            self.failure = self.failure or ended
             if time.monotonic() - started > HEALTHY_RUN_SECONDS:
-                deaths.succeeded()
-            deaths.failed()
-            delay = RESTART_DELAYS[min(deaths.in_a_row() - 1, len(RESTART_DELAYS) - 1)]
+                self._children.succeeded(0)
             self._stats.learner_restarts += 1
-            logger.error(
-                "rlserve: the learner process died (%s); serving goes on with weights %s; "
-                "restarting it in %.1f s from its newest checkpoint and the experience log",
-                ((self.failure or "").strip().splitlines() or ["no message"])[-1],
-                self._versions_text(),
-                delay,
+            self._children.fail(
+                0,
+                Failure(((self.failure or "").strip().splitlines() or ["no message"])[-1]),
+                "training",
+                note=self._restart_note,
             )
-            await asyncio.sleep(delay)
+            await asyncio.sleep(self._children.restart_delay(0))
+            self._children.policy.restarting()
+
+    def _restart_note(self) -> str:
+        return (
+            f"it in {self._children.restart_delay(0):.1f} s from its newest checkpoint and the "
+            f"experience log; serving goes on with weights {self._versions_text()}"
+        )
 
     async def _run_learner(self) -> None:
-        loop = asyncio.get_running_loop()
-        parent, child = socket.socketpair()
         setup = {**self._setup, "published_versions": self._published_versions()}
-        try:
-            process = start_learner_process(child)
-        finally:
-            child.close()
-        self._process = process
-        reader, writer = await asyncio.open_connection(sock=parent)
+        self._children.start(0)
+        reader, writer = await asyncio.open_connection(sock=self._children.channel(0))
         self._writer = writer
         writer.write(frame(encode({"type": "setup", "setup": setup})))
         decoder = FrameDecoder(IPC_LIMITS.max_frame_bytes)
@@ -308,12 +331,8 @@ class LearnerLink:
                 self._pace.update(connected=False)  # serving goes on unpaced meanwhile
             writer.close()
             self._checkpointed.set()  # nobody may wait for a checkpoint that cannot come
-            await loop.run_in_executor(None, wait_for_exit, process, 2.0)
-            if process.poll() is None:
-                process.kill()
-                await loop.run_in_executor(None, wait_for_exit, process, 2.0)
-            if self.failure is None and not self._stopping:
-                self.failure = exit_reason(process.returncode, "the learner process")
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()  # the socket is closed before the reaper runs
 
     def _versions_text(self) -> str:
         versions = self._published_versions()
