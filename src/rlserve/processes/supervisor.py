@@ -112,8 +112,22 @@ class SupervisedGroup(Protocol):
         """Worker ``slot`` did its work: its failures in a row start again."""
         ...
 
-    def fail(self, slot: int, failure: Failure, during: str) -> None:
+    def fail(
+        self,
+        slot: int,
+        failure: Failure,
+        during: str,
+        note: Callable[[], str] | None = None,
+    ) -> None:
         """Count a failure and kill the worker; raise ``RuntimeError`` when it is given up."""
+        ...
+
+    def reap(self, slot: int, grace_s: float) -> str:
+        """Wait up to ``grace_s`` for worker ``slot`` to end, kill it if not; why it ended."""
+        ...
+
+    def restart_delay(self, slot: int) -> float:
+        """Seconds to wait before restarting worker ``slot`` (a back-off by failures in a row)."""
         ...
 
     def restart(self, slot: int, bring_up: Callable[[], Any]) -> Any:
