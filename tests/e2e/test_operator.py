@@ -65,7 +65,7 @@ def test_docs_list_exactly_the_metrics_the_server_exports(launch_server: Any) ->
     # Local episodes are counted as started when their summary arrives.
     assert metrics["episodes/started"] == len(remote) + 4
     assert metrics["samples/steps_reported"] == local_steps
-    assert metrics["server/env_steps"] == local_steps + sum(r.length for r in remote)
+    assert metrics["samples/env_steps"] == local_steps + sum(r.length for r in remote)
     assert math.isfinite(metrics["learner/policy_loss"])
     assert set(metrics) == documented, set(metrics) ^ documented
     reply = httpx.get(f"{server.http_url}/metrics", timeout=10)
@@ -120,7 +120,7 @@ def test_status_shows_progress_and_needs_the_token(
         monkeypatch.setenv("RLSERVE_TOKEN", "s3cret")
         by_address = run_rlserve("status", server.http_url, "--json")
         assert by_address.returncode == 0, by_address.stderr
-        assert json.loads(by_address.stdout)["metrics"]["server/env_steps"] == 5
+        assert json.loads(by_address.stdout)["metrics"]["samples/env_steps"] == 5
     server.stop()
     down = run_rlserve("status", run)
     assert down.returncode != 0
