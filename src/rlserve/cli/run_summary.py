@@ -31,7 +31,10 @@ def _state(folder: Path) -> str:
     except (OSError, ValueError):
         return "hosted"
     if endpoints.get("state") == "stopped":
-        return f"finished (stopped {endpoints.get('stopped', '?')})"
+        return (
+            f"finished (stopped {endpoints.get('stopped', '?')}; 'rlserve serve --resume "
+            f"{folder}' continues it)"
+        )
     return "running"
 
 
