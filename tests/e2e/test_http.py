@@ -324,10 +324,12 @@ def test_prometheus_metrics(server: Any, http: httpx.Client) -> None:
     assert "rlserve_episodes_return_mean" in text
     families = {f.name: f for f in text_string_to_metric_families(text)}
     expected = _ok(http.get("/v1/metrics"))
-    for name in ("episodes/return_mean", "episodes/completed", "server/weights_version"):
+    kinds = {"episodes/return_mean": "gauge", "episodes/completed": "counter"}
+    for name, kind in (kinds | {"server/weights_version": "gauge"}).items():
         family = families["rlserve_" + name.replace("/", "_")]
-        assert family.type == "gauge"
+        assert family.type == kind
         assert family.samples[0].value == pytest.approx(expected[name])
+    assert "rlserve_episodes_completed_total " in text
 
 
 def test_json_metrics_are_valid_json(http: httpx.Client) -> None:
