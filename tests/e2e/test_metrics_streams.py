@@ -142,10 +142,12 @@ spaces_from = "CartPole-v1"
 """
 
 
-def test_prometheus_endpoint_follows_the_conventions(launch_server: Any, tmp_path: Path) -> None:
-    config = tmp_path / "two.toml"
+@pytest.fixture(scope="module")
+def scraped(module_launcher: Any, tmp_path_factory: pytest.TempPathFactory) -> httpx.Response:
+    """``GET /metrics`` of a real server with two policies, after a 5-step episode of ``red``."""
+    config = tmp_path_factory.mktemp("config") / "two.toml"
     config.write_text(TWO_POLICIES)
-    server = launch_server("--no-progress", spaces=("--config", str(config)))
+    server = module_launcher("--no-progress", spaces=("--config", str(config)))
     with PolicyClient(server.address, inference_mode="remote", multiagent=False) as client:
         eid = client.start_episode(policy_id="red")
         obs = np.zeros(4, dtype=np.float32)
@@ -153,7 +155,11 @@ def test_prometheus_endpoint_follows_the_conventions(launch_server: Any, tmp_pat
             client.get_action(eid, obs)
             client.log_returns(eid, 1.0)
         client.end_episode(eid, obs)
-    reply = httpx.get(f"{server.http_url}/metrics", timeout=10)
+    return httpx.get(f"{server.http_url}/metrics", timeout=10)
+
+
+def test_prometheus_endpoint_follows_the_conventions(scraped: httpx.Response) -> None:
+    reply = scraped
     assert reply.status_code == 200
     assert reply.headers["content-type"].startswith("text/plain; version=0.0.4")
     families = {f.name: f for f in text_string_to_metric_families(reply.text)}
@@ -180,10 +186,17 @@ def test_prometheus_endpoint_follows_the_conventions(launch_server: Any, tmp_pat
     assert {s.labels["policy"] for s in by_policy.samples} == {"red", "blue"}
     assert not any(k.startswith("rlserve_policies_") for k in families)
 
+
+def test_promtool_accepts_the_endpoint(scraped: httpx.Response) -> None:
+    """Prometheus's own linter (Debian's ``prometheus`` package); skipped where it is missing."""
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
     checked = subprocess.run(
-        [promtool, "check", "metrics"], input=reply.text, capture_output=True, text=True, timeout=30
+        [promtool, "check", "metrics"],
+        input=scraped.text,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
