@@ -50,9 +50,8 @@ class MetricsWriter:
         self.progress.append(metrics, now)
 
     def close(self) -> None:
-        """Flush and close the event file and ``progress.csv``."""
+        """Flush and close the event file (``progress.csv`` is closed after each row)."""
         self._events.close()
-        self.progress.close()
 
 
 class ProgressLine:

@@ -83,9 +83,6 @@ class ProgressFile:
         with self.path.open("a", encoding="utf-8", newline="") as f:
             f.write(",".join(row) + "\n")
 
-    def close(self) -> None:
-        """Nothing stays open between rows; kept for symmetry with the event writer."""
-
 
 def read_progress(folder: Path) -> list[dict[str, float | None]]:
     """The rows of ``folder``'s ``progress.csv`` (empty cells are None), oldest first.
