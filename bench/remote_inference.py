@@ -531,9 +531,9 @@ def _server_window(
     # actions_served == env_steps here (no log_action), so batches = env_steps / mean batch.
     def batches(metrics: dict[str, Any]) -> float:
         mean = value(metrics, "server/mean_inference_batch")
-        return value(metrics, "server/env_steps") / mean if mean else 0.0
+        return value(metrics, "samples/env_steps") / mean if mean else 0.0
 
-    served = value(after, "server/env_steps") - value(before, "server/env_steps")
+    served = value(after, "samples/env_steps") - value(before, "samples/env_steps")
     count = batches(after) - batches(before)
     return {
         "learner_updates": value(after, "learner/updates") - value(before, "learner/updates"),

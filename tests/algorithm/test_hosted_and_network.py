@@ -10,6 +10,7 @@ import pytest
 
 from rlserve import PolicyClient, PPOConfig
 from rlserve.client.local import LocalConfig
+from rlserve.run.progress_file import read_progress
 
 # The simulators here share the Algorithm's process (and its GIL): each step takes a simulator's
 # millisecond, and the local-inference client waits for room instead of flooding the learner.
@@ -82,3 +83,11 @@ def test_one_algorithm_learns_from_hosted_envs_and_network_clients(tmp_path):
         for thread in threads:
             thread.join(10)
         algo.stop()
+    # The run folder's metrics are the Algorithm's (a row per iteration), the attached
+    # server's are in server/, so the two streams never mix in one TensorBoard run.
+    run = tmp_path / "both"
+    rows = read_progress(run)
+    assert len(rows) == len(versions)
+    assert rows[-1]["samples/env_steps"] == result["num_env_steps_sampled_lifetime"]
+    served = read_progress(run / "server")
+    assert served and (served[-1]["samples/env_steps"] or 0) >= network

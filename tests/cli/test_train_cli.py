@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from rlserve.run.progress_file import read_progress
+
 ROOT = Path(__file__).parents[2]
 
 SMALL = ["--num-envs", "4", "--iteration-steps", "2048", "--no-progress", "--seed", "0"]
@@ -57,6 +59,14 @@ def test_train_export_and_resume(tmp_path: Path) -> None:
     state = _state(run)
     assert state["env_steps_sampled"] == 8192  # went on from 4096, not from 0
     assert state["iteration"] == 4
+    # A row per iteration, the resumed run's appended under the one header.
+    rows = read_progress(run)
+    assert [r["samples/env_steps"] for r in rows] == [2048, 4096, 6144, 8192]
+    assert (run / "progress.csv").read_text().count("samples/env_steps,") == 1
+    shown = _rlserve("status", str(run))
+    assert shown.returncode == 0, shown.stderr
+    assert "hosted, 4 reports" in shown.stdout and "8,192 env steps" in shown.stdout
+    assert "checkpoints, newest checkpoints/ckpt_" in shown.stdout
 
 
 @pytest.mark.timeout(200)

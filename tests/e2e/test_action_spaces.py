@@ -115,7 +115,7 @@ def test_an_action_space_trains_in_both_modes_and_exports(
         lambda m: m.get("learner/steps_trained", 0) > 0 and m["server/weights_version"] >= 1,
         what="an update trained on both modes' steps",
     )
-    assert metrics["server/env_steps"] == total
+    assert metrics["samples/env_steps"] == total
     assert metrics["samples/steps_reported"] > 0  # the local client's steps
     assert metrics["learner/fragments_excluded_invalid"] == 0
     server.wait_until(lambda m: bool(server.checkpoints), what="a checkpoint")

@@ -77,7 +77,7 @@ def test_calls_whose_replies_are_lost_count_once(launch_server: Any, proxy_to: A
     assert metrics["episodes/started"] == 1
     assert metrics["episodes/length_mean"] == 3  # not 4 or 5
     assert metrics["episodes/return_mean"] == pytest.approx(6.0)  # 5.0 counted once
-    assert metrics["server/env_steps"] == 3
+    assert metrics["samples/env_steps"] == 3
     assert metrics["server/errors"] == 0
 
 
@@ -96,7 +96,7 @@ def test_a_lost_batched_reply_is_answered_with_the_same_actions(shared: Any, pro
     after = shared.wait_until(
         lambda m: m["episodes/completed"] == before["episodes/completed"] + 2, what="episodes"
     )
-    assert after["server/env_steps"] - before["server/env_steps"] == 4
+    assert after["samples/env_steps"] - before["samples/env_steps"] == 4
 
 
 def test_a_short_timeout_while_the_server_starts_does_not_fail(launch_server: Any) -> None:
@@ -111,7 +111,7 @@ def test_a_short_timeout_while_the_server_starts_does_not_fail(launch_server: An
         assert client.get_action(eid, GOOD) in (0, 1)
         client.end_episode(eid, GOOD)
     metrics = server.wait_until(lambda m: m["episodes/completed"] == 1, what="the episode")
-    assert metrics["server/env_steps"] == 2
+    assert metrics["samples/env_steps"] == 2
     assert metrics["episodes/return_mean"] == 1.0
 
 
@@ -178,7 +178,7 @@ def test_a_call_without_seq_leaves_the_expected_number(shared: Any) -> None:
         lambda m: m["episodes/completed"] == before["episodes/completed"] + 2, what="episodes"
     )
     # Single: seq 1, the unnumbered get_action and log_action, seq 2. Multi-agent: 2 + 1 + 2.
-    assert after["server/env_steps"] - before["server/env_steps"] == 4 + 5
+    assert after["samples/env_steps"] - before["samples/env_steps"] == 4 + 5
 
 
 # -- ownership -------------------------------------------------------------------------------
@@ -462,7 +462,7 @@ def _play_in_threads(launch_server: Any, mode: str) -> None:
     metrics = server.wait_until(
         lambda m: m["episodes/completed"] == total, what="every episode of every thread"
     )
-    assert metrics["server/env_steps"] == total * steps
+    assert metrics["samples/env_steps"] == total * steps
     assert metrics["episodes/length_mean"] == steps
     assert metrics["episodes/return_mean"] == steps
     assert metrics["server/errors"] == 0

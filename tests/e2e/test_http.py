@@ -122,7 +122,7 @@ def test_cartpole_episode_over_http(http: httpx.Client) -> None:
     assert _ok(http.post("/v1/end_episode", json=body))["type"] == "ok"
     after = _ok(http.get("/v1/metrics"))
     assert after["episodes/completed"] - before["episodes/completed"] == 1
-    assert after["server/env_steps"] - before["server/env_steps"] == steps
+    assert after["samples/env_steps"] - before["samples/env_steps"] == steps
 
 
 def test_batched_and_logged_actions_over_http(http: httpx.Client) -> None:
@@ -324,16 +324,18 @@ def test_prometheus_metrics(server: Any, http: httpx.Client) -> None:
     assert "rlserve_episodes_return_mean" in text
     families = {f.name: f for f in text_string_to_metric_families(text)}
     expected = _ok(http.get("/v1/metrics"))
-    for name in ("episodes/return_mean", "episodes/completed", "server/weights_version"):
+    kinds = {"episodes/return_mean": "gauge", "episodes/completed": "counter"}
+    for name, kind in (kinds | {"server/weights_version": "gauge"}).items():
         family = families["rlserve_" + name.replace("/", "_")]
-        assert family.type == "gauge"
+        assert family.type == kind
         assert family.samples[0].value == pytest.approx(expected[name])
+    assert "rlserve_episodes_completed_total " in text
 
 
 def test_json_metrics_are_valid_json(http: httpx.Client) -> None:
     reply = http.get("/v1/metrics")
     metrics = json.loads(reply.text)  # strict: no NaN/Infinity literals
-    for key in ("episodes/return_mean", "episodes/completed", "server/env_steps"):
+    for key in ("episodes/return_mean", "episodes/completed", "samples/env_steps"):
         assert key in metrics
 
 

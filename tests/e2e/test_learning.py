@@ -166,6 +166,6 @@ def test_ppo_learns_the_corridor(launch_server: Any, tmp_path: Path) -> None:
     metrics = server.wait_until(
         lambda m: m["episodes/completed"] == ended[0], what="every episode to be counted"
     )
-    assert metrics["server/env_steps"] == steps[0]
+    assert metrics["samples/env_steps"] == steps[0]
     assert metrics["server/weights_version"] >= 1
     assert metrics["learner/updates"] >= 1

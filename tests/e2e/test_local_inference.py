@@ -111,7 +111,7 @@ def test_both_modes_against_one_server(launch_server: Any) -> None:
     metrics = server.wait_until(
         lambda m: m["episodes/completed"] == 30, what="30 episodes from both modes"
     )
-    assert metrics["server/env_steps"] == remote_steps + local_steps
+    assert metrics["samples/env_steps"] == remote_steps + local_steps
     assert metrics["samples/steps_reported"] == local_steps
     assert metrics["episodes/return_mean"] == pytest.approx(
         np.mean(remote_returns + local_returns), rel=1e-6
@@ -179,7 +179,7 @@ def test_server_restart_while_a_local_client_runs(launch_server: Any) -> None:
     metrics = second.metrics()
     # Each step the client took is counted exactly once across both server lives: batches lost
     # with the first server were re-sent, and none was counted twice.
-    assert metrics["server/env_steps"] == played[0]
+    assert metrics["samples/env_steps"] == played[0]
 
 
 def test_a_re_sent_batch_is_not_trained_twice(launch_server: Any) -> None:

@@ -16,6 +16,7 @@ from e2e_support import play_cartpole
 
 from rlserve import PolicyClient
 from rlserve.client.local import LocalConfig
+from rlserve.server.stats import COUNTERS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -65,11 +66,14 @@ def test_docs_list_exactly_the_metrics_the_server_exports(launch_server: Any) ->
     # Local episodes are counted as started when their summary arrives.
     assert metrics["episodes/started"] == len(remote) + 4
     assert metrics["samples/steps_reported"] == local_steps
-    assert metrics["server/env_steps"] == local_steps + sum(r.length for r in remote)
+    assert metrics["samples/env_steps"] == local_steps + sum(r.length for r in remote)
     assert math.isfinite(metrics["learner/policy_loss"])
     assert set(metrics) == documented, set(metrics) ^ documented
     reply = httpx.get(f"{server.http_url}/metrics", timeout=10)
-    expected = {"rlserve_" + name.replace("/", "_") for name in documented}
+    expected = {
+        "rlserve_" + name.replace("/", "_") + ("_total" if name in COUNTERS else "")
+        for name in documented
+    }
     assert prometheus_names(reply.text) == expected
 
 
@@ -120,11 +124,13 @@ def test_status_shows_progress_and_needs_the_token(
         monkeypatch.setenv("RLSERVE_TOKEN", "s3cret")
         by_address = run_rlserve("status", server.http_url, "--json")
         assert by_address.returncode == 0, by_address.stderr
-        assert json.loads(by_address.stdout)["metrics"]["server/env_steps"] == 5
+        assert json.loads(by_address.stdout)["metrics"]["samples/env_steps"] == 5
     server.stop()
+    # A stopped server's folder is summarised from its progress.csv.
     down = run_rlserve("status", run)
-    assert down.returncode != 0
-    assert "stopped" in down.stderr and f"--resume {run}" in down.stderr
+    assert down.returncode == 0, down.stderr
+    assert "finished (stopped" in down.stdout and f"--resume {run}" in down.stdout
+    assert "5 env steps" in down.stdout
     gone = run_rlserve("status", server.http_url)
     assert gone.returncode != 0 and "no rlserve server answers" in gone.stderr
     assert "Traceback" not in down.stderr + gone.stderr

@@ -142,7 +142,7 @@ def test_two_policies_train_apart_and_resume(launch_server: Any, tmp_path: Path)
     assert metrics["server/weights_version"] == max(
         metrics["policies/red/weights_version"], metrics["policies/blue/weights_version"]
     )
-    assert metrics["server/env_steps"] == red.steps + blue.steps
+    assert metrics["samples/env_steps"] == red.steps + blue.steps
     # The run folder: each policy's own checkpoints and weights; the declarations saved.
     run = server.run_folder
     for pid in ("red", "blue"):

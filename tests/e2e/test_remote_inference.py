@@ -73,7 +73,7 @@ def test_concurrent_clients_metrics_are_exact(launch_server: Any) -> None:
     assert metrics["episodes/timed_out"] == 0
     assert metrics["episodes/empty"] == 0
     assert metrics["server/episodes_active"] == 0
-    assert metrics["server/env_steps"] == sum(r.length for r in results)
+    assert metrics["samples/env_steps"] == sum(r.length for r in results)
     assert metrics["episodes/return_mean"] == pytest.approx(
         np.mean([r.episode_return for r in results]), rel=1e-9
     )
@@ -104,7 +104,7 @@ def test_every_logged_reward_counts_in_the_return(launch_server: Any) -> None:
     metrics = server.wait_until(lambda m: m["episodes/completed"] == 1, what="the episode")
     assert metrics["episodes/return_mean"] == pytest.approx(0.5 + 0.25 + 1.0 - 0.125 + 2.0)
     assert metrics["episodes/length_mean"] == 3
-    assert metrics["server/env_steps"] == 3
+    assert metrics["samples/env_steps"] == 3
 
 
 def test_batched_get_action(shared_server: Any) -> None:
@@ -148,7 +148,7 @@ def test_batched_get_action(shared_server: Any) -> None:
                     active.remove(eid)
     after = shared_server.metrics()
     assert after["episodes/completed"] - before["episodes/completed"] == 3
-    assert after["server/env_steps"] - before["server/env_steps"] == steps
+    assert after["samples/env_steps"] - before["samples/env_steps"] == steps
     assert after["server/errors"] == before["server/errors"]
 
 
@@ -159,7 +159,7 @@ def test_training_disabled_episodes_never_reach_the_learner(shared_server: Any) 
     middle = shared_server.metrics()
     steps = sum(r.length for r in evaluation)
     assert middle["episodes/completed"] - before["episodes/completed"] == 2
-    assert middle["server/env_steps"] - before["server/env_steps"] == steps
+    assert middle["samples/env_steps"] - before["samples/env_steps"] == steps
     assert samples_total(middle) == samples_total(before)
 
     with _client(shared_server, "train") as client:
@@ -192,7 +192,7 @@ def test_log_action_off_policy(shared_server: Any) -> None:
         client.end_episode(eid, obs, truncated=not terminated)
     after = shared_server.metrics()
     assert steps > on_policy > 0
-    assert after["server/env_steps"] - before["server/env_steps"] == steps
+    assert after["samples/env_steps"] - before["samples/env_steps"] == steps
     assert after["episodes/completed"] - before["episodes/completed"] == 1
     assert samples_total(after) - samples_total(before) == steps
     assert after["server/errors"] == before["server/errors"]
@@ -209,5 +209,5 @@ def test_end_episode_truncated(shared_server: Any) -> None:
         follow_up = play_cartpole(client, seed=22, max_steps=3)
     after = shared_server.metrics()
     assert after["episodes/completed"] - before["episodes/completed"] == 2
-    assert after["server/env_steps"] - before["server/env_steps"] == 6 + 3
+    assert after["samples/env_steps"] - before["samples/env_steps"] == 6 + 3
     assert samples_total(after) - samples_total(before) == 6 + follow_up.length

@@ -49,7 +49,7 @@ def test_killed_client_episode_times_out(launch_server: Any) -> None:
     )
     assert metrics["server/episodes_active"] == 0
     assert metrics["episodes/completed"] == 0  # a timed-out episode is not a completed one
-    assert metrics["server/env_steps"] == 5
+    assert metrics["samples/env_steps"] == 5
     # The 4 steps that were followed by an observation go to the learner; the 5th cannot.
     assert samples_total(metrics) == 4
     server.wait_until(lambda m: m["server/clients"] == 0, what="the dead connection to go")
@@ -161,7 +161,7 @@ def test_restart_and_resume_continue_the_run(launch_server: Any) -> None:
     resumed.wait_for_weights(before["server/weights_version"])
     after = resumed.metrics()
     assert after["server/weights_version"] == before["server/weights_version"]
-    assert after["server/env_steps"] == before["server/env_steps"]
+    assert after["samples/env_steps"] == before["samples/env_steps"]
     assert after["episodes/completed"] == before["episodes/completed"]
     assert after["episodes/started"] == before["episodes/started"]
     assert after["episodes/return_mean"] == pytest.approx(before["episodes/return_mean"])
@@ -170,7 +170,7 @@ def test_restart_and_resume_continue_the_run(launch_server: Any) -> None:
     with _client(resumed) as client:
         result = play_cartpole(client, seed=10_000)
     later = resumed.metrics()
-    assert later["server/env_steps"] == before["server/env_steps"] + result.length
+    assert later["samples/env_steps"] == before["samples/env_steps"] + result.length
     assert later["episodes/completed"] == before["episodes/completed"] + 1
     assert resumed.stop(signal.SIGTERM) == 0, resumed.log()
 
@@ -275,4 +275,4 @@ def test_learner_keeps_up_with_steps_sent(launch_server: Any) -> None:
     for worker in workers:
         assert worker.wait(120) == 0, worker.stderr and worker.stderr.read()
     metrics = server.wait_until(lambda m: m["samples/steps_queued"] == 0, what="the queue to drain")
-    assert metrics["samples/steps_sent_to_learner"] == metrics["server/env_steps"]
+    assert metrics["samples/steps_sent_to_learner"] == metrics["samples/env_steps"]

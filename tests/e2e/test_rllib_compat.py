@@ -145,7 +145,7 @@ def test_a_non_finite_reward_is_refused_by_log_returns(launch_server: Any, mode:
     metrics = server.wait_until(
         lambda m: m["episodes/completed"] == 4, what="all four episodes counted"
     )
-    assert metrics["server/env_steps"] == steps
+    assert metrics["samples/env_steps"] == steps
 
 
 def test_a_refused_end_episode_is_named_by_the_next_call(launch_server: Any) -> None:

@@ -1,4 +1,4 @@
-"""An Algorithm's iteration results: the result dict, TensorBoard and the progress line.
+"""An Algorithm's iteration results: the result dict, the metrics files and the progress line.
 
 The keys of the result dict are documented in :data:`~rlserve.algorithm.algorithm.RESULT_KEYS`;
 the evaluation's dict shares its episode statistics (:func:`episode_stats`).
@@ -6,7 +6,7 @@ the evaluation's dict shares its episode statistics (:func:`episode_stats`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -71,6 +71,54 @@ def iteration_result(
     }
 
 
+LEARNER_TOTALS: dict[str, Callable[[list[float]], float]] = {
+    "updates": sum,
+    "steps_trained": sum,
+    "weights_version": max,
+}
+"""Learner metrics a run with several policies also writes as a total (``learner/<name>``)."""
+
+
+def stream_metrics(result: dict[str, Any], episodes: int) -> dict[str, float]:
+    """An iteration's metrics under the names of docs/metrics.md.
+
+    Where a served run has the same quantity, the name is the served run's
+    (``episodes/return_mean``, ``samples/env_steps``...).
+
+    Args:
+        result: The result dict of :meth:`~rlserve.algorithm.algorithm.Algorithm.train`.
+        episodes: Episodes finished since the start.
+    """
+    runners = result["env_runners"]
+    elapsed = result["time_this_iter_s"]
+    flat: dict[str, float] = {
+        "episodes/return_mean": runners["episode_return_mean"],
+        "episodes/return_min": runners["episode_return_min"],
+        "episodes/return_max": runners["episode_return_max"],
+        "episodes/length_mean": runners["episode_len_mean"],
+        "episodes/completed": episodes,
+        "episodes/failed": runners["episodes_failed"],
+        "samples/env_steps": runners["num_env_steps_sampled_lifetime"],
+        "samples/env_steps_per_second": runners["num_env_steps_sampled"] / max(elapsed, 1e-9),
+        "env_runners/healthy": runners["num_healthy_env_runners"],
+        "env_runners/restarts": runners["num_env_runner_restarts"],
+        "time/iteration": result["training_iteration"],
+        "time/iteration_seconds": elapsed,
+        "time/total_seconds": result["time_total_s"],
+    }
+    learners: dict[str, dict[str, float]] = result["learners"]
+    if set(learners) == {DEFAULT_POLICY_ID}:
+        flat.update({f"learner/{k}": v for k, v in learners[DEFAULT_POLICY_ID].items()})
+    else:
+        for pid, values in learners.items():
+            flat.update({f"policies/{pid}/learner/{k}": v for k, v in values.items()})
+        for name, combine in LEARNER_TOTALS.items():
+            found = [values[name] for values in learners.values() if name in values]
+            if found:
+                flat[f"learner/{name}"] = combine(found)
+    return {k: float(v) for k, v in flat.items()}
+
+
 def report(
     result: dict[str, Any],
     metrics: MetricsWriter | None,
@@ -79,11 +127,11 @@ def report(
     iteration: int,
     episodes: int,
 ) -> None:
-    """Write an iteration's ``result`` to TensorBoard (when ``metrics``) and the progress line.
+    """Write an iteration's ``result`` to the metrics files (when ``metrics``) and progress line.
 
     Args:
         result: The result dict of :meth:`~rlserve.algorithm.algorithm.Algorithm.train`.
-        metrics: The run's TensorBoard writer (None: no run folder).
+        metrics: The run's metrics writer (None: no run folder).
         progress: The progress line.
         steps: Env steps sampled since the start (TensorBoard's step).
         iteration: Iterations done.
@@ -91,12 +139,7 @@ def report(
     """
     runners = result["env_runners"]
     if metrics is not None:
-        flat = {f"episodes/{k}": float(v) for k, v in runners.items()}
-        for pid, values in result["learners"].items():
-            prefix = "learner" if pid == DEFAULT_POLICY_ID else f"policies/{pid}/learner"
-            flat.update({f"{prefix}/{k}": float(v) for k, v in values.items()})
-        flat["time/iteration_seconds"] = result["time_this_iter_s"]
-        metrics.write(flat, steps)
+        metrics.write(stream_metrics(result, episodes), steps)
     mean = runners["episode_return_mean"]
     shown = "n/a" if mean != mean else f"{mean:.1f}"
     rate = runners["num_env_steps_sampled"] / max(result["time_this_iter_s"], 1e-9)

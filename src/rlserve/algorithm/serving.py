@@ -64,6 +64,11 @@ PUBLISH_TIMEOUT = 60.0
 """Seconds :meth:`AttachedServer.publish` waits for the weights to be stored and swapped in."""
 
 
+ATTACHED_METRICS_FOLDER = "server"
+"""The sub-folder of the run folder where an attached server writes its metrics (the run
+folder's own TensorBoard events and ``progress.csv`` are the Algorithm's)."""
+
+
 class _AttachedStats(ServerStats):
     """The server's counters, which also hand every ended episode's summary to the queues."""
 
@@ -237,6 +242,7 @@ class AttachedServer:
             stats=stats,
             learner_factory=lambda server: AttachedLearner(server, self._queues),
             algo=algorithm(algo).name,
+            metrics_folder=ATTACHED_METRICS_FOLDER,
         )
         self._thread = ServerThread(self.server, name="rlserve-attached-server")
 

@@ -1,7 +1,8 @@
 """``rlserve status``: a running server's progress, clients, episodes and learner, in a few lines.
 
 It reads ``GET /v1/health`` and ``GET /v1/metrics`` from the server's HTTP carrier, found from a
-run folder's ``endpoints.json`` or given as an address. Standard library only.
+run folder's ``endpoints.json`` or given as an address; a run folder that no server serves now
+is summarised from its files instead (:mod:`rlserve.cli.run_summary`). Standard library only.
 """
 
 from __future__ import annotations
@@ -16,16 +17,28 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from rlserve.cli.run_summary import folder_summary, format_summary
 from rlserve.config.fields import TOKEN_ENV
 from rlserve.errors import ConfigError
+from rlserve.run.progress_file import PROGRESS_FILE
 
 TLS_CA_ENV = "RLSERVE_TLS_CA"
 """Environment variable with the CA file of a TLS server's certificate."""
 
 
 def _newest_run(runs: Path) -> Path | None:
-    found = sorted(runs.glob("*/endpoints.json"), key=lambda p: p.stat().st_mtime)
+    found = [*runs.glob("*/endpoints.json"), *runs.glob(f"*/{PROGRESS_FILE}")]
+    found.sort(key=lambda p: p.stat().st_mtime)
     return found[-1].parent if found else None
+
+
+def _served_live(folder: Path) -> bool:
+    """Whether ``folder``'s server says it runs with an HTTP carrier (``endpoints.json``)."""
+    try:
+        endpoints = json.loads((folder / "endpoints.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return endpoints.get("state") != "stopped" and bool(endpoints.get("http"))
 
 
 def http_url(target: str | None) -> tuple[str, str]:
@@ -42,8 +55,9 @@ def http_url(target: str | None) -> tuple[str, str]:
         folder = _newest_run(Path("runs"))
         if folder is None:
             raise ConfigError(
-                "no run folder with an endpoints.json under runs/; pass the run folder "
-                "(rlserve status runs/<name>) or the HTTP address (rlserve status localhost:9901)"
+                "no run folder with an endpoints.json or a progress.csv under runs/; pass the run "
+                "folder (rlserve status runs/<name>) or the HTTP address (rlserve status "
+                "localhost:9901)"
             )
         target = str(folder)
     path = Path(target)
@@ -141,9 +155,9 @@ def format_status(where: str, health: dict[str, Any], metrics: dict[str, Any]) -
     version = int(m.get("server/weights_version", -1))
     lines = [
         f"server    {where}: {health.get('status', '?')}, rlserve "
-        f"{health.get('server_version', '?')}, up {_duration(m.get('server/uptime_s') or 0)}",
-        f"progress  {_number(m.get('server/env_steps'))} env steps, "
-        f"{_number(m.get('server/actions_per_s'), 1)} steps/s, "
+        f"{health.get('server_version', '?')}, up {_duration(m.get('server/uptime_seconds') or 0)}",
+        f"progress  {_number(m.get('samples/env_steps'))} env steps, "
+        f"{_number(m.get('samples/env_steps_per_second'), 1)} steps/s, "
         + (f"weights v{version}" if version >= 0 else "no weights yet"),
         f"clients   {_number(m.get('server/clients'))} connected, "
         f"{_number(m.get('server/errors'))} error replies",
@@ -183,14 +197,31 @@ def run_status(
     as_json: bool = False,
     timeout: float = 5.0,
 ) -> int:
-    """Print a running server's status; the ``rlserve status`` command.
+    """Print a running server's status, or a run folder's summary; the ``rlserve status`` command.
+
+    A run folder whose server does not run (a finished served run, a hosted run) is summarised
+    from its ``progress.csv`` and checkpoints (:mod:`rlserve.cli.run_summary`).
 
     Returns:
-        0 when the server answered.
+        0 when the server answered or the folder was summarised.
 
     Raises:
         ConfigError: The server cannot be found or does not answer (one line, with the fix).
     """
+    folder = _newest_run(Path("runs")) if target is None else Path(target)
+    if (
+        folder is not None
+        and folder.is_dir()
+        and not _served_live(folder)
+        and (folder / PROGRESS_FILE).exists()
+    ):
+        summary = folder_summary(folder)
+        if as_json:
+            json.dump(summary, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            print(format_summary(summary))
+        return 0
     base, where = http_url(target)
     token = token or os.environ.get(TOKEN_ENV) or None
     tls_ca = tls_ca or os.environ.get(TLS_CA_ENV) or None

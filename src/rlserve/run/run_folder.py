@@ -11,6 +11,8 @@ Layout::
     runs/<name>/policies/<id>/    several policies: each one's checkpoints/ and weights.npz
                                   (see :mod:`rlserve.server.policies`)
     runs/<name>/events.out.tfevents.*   TensorBoard scalars
+    runs/<name>/progress.csv      a row of metrics per report (:mod:`rlserve.run.progress_file`)
+    runs/<name>/server/           an Algorithm's attached server: its event files and progress.csv
     runs/<name>/endpoints.json    where the running server listens (see :data:`ENDPOINTS_FILE`)
 """
 

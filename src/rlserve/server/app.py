@@ -98,6 +98,10 @@ class PolicyServer:
     """The algorithm the learner process trains (``--algo``) for the policies that name none."""
     algo_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The top settings tables of the other algorithms the policies name, by name."""
+    metrics_folder: str = ""
+    """Where in the run folder the server writes its TensorBoard events and ``progress.csv``:
+    the run folder itself (``""``), or a sub-folder (an Algorithm's attached server writes to
+    ``server/``, beside the Algorithm's own metrics)."""
 
     @classmethod
     def single(
@@ -361,7 +365,7 @@ class PolicyServer:
 
         def write() -> None:
             if self._metrics is None:
-                self._metrics = MetricsWriter(self.run.path)
+                self._metrics = MetricsWriter(self.run.path / self.metrics_folder)
             try:
                 self._metrics.write(snapshot, step)
             except BaseException:
@@ -370,9 +374,9 @@ class PolicyServer:
 
         try:
             await asyncio.get_running_loop().run_in_executor(None, write)
-            self.stats.storage_ok("TensorBoard metrics")
+            self.stats.storage_ok("metrics files")
         except Exception as exc:
-            self.stats.storage_failed("TensorBoard metrics", exc)
+            self.stats.storage_failed("metrics files", exc)
 
     async def _save_state(self) -> None:
         state = {**self.stats.state(), "log_seq": self.log.last_seq}

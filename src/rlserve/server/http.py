@@ -25,11 +25,10 @@ from typing import Any
 
 import gymnasium as gym
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect
 from starlette.requests import Request as HTTPRequest
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
@@ -40,6 +39,7 @@ from rlserve.protocol.messages import REQUEST_TYPES, parse_request, valid_reques
 from rlserve.protocol.replies import ErrorReply
 from rlserve.server.config import ServerConfig, is_loopback
 from rlserve.server.json_body import parse_body
+from rlserve.server.prometheus import TEXT_FORMAT, StatsCollector
 from rlserve.server.replies import INTERNAL_ERROR
 from rlserve.server.service import Service
 from rlserve.server.sessions import Session, identity_key
@@ -139,18 +139,6 @@ def _is_json(request: HTTPRequest) -> bool:
     return media == "application/json"
 
 
-class _StatsCollector:
-    """Exposes the server's counters to prometheus_client."""
-
-    def __init__(self, service: Service):
-        self._service = service
-
-    def collect(self) -> Any:
-        for name, value in self._service.stats.snapshot().items():
-            metric = "rlserve_" + name.replace("/", "_")
-            yield GaugeMetricFamily(metric, f"rlserve {name}", value=float(value))
-
-
 def _json(
     payload: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None
 ) -> Response:
@@ -176,7 +164,7 @@ def build_http_app(
     policy = policy or BrowserPolicy()
     sessions: dict[str, Session] = {}
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(_StatsCollector(service))
+    registry.register(StatsCollector(service.stats.snapshot))
     limits = service.limits
 
     def authorised(request: HTTPRequest) -> bool:
@@ -219,7 +207,7 @@ def build_http_app(
     async def metrics_prometheus(request: HTTPRequest) -> Response:
         if not authorised(request):
             return unauthorised()
-        return PlainTextResponse(generate_latest(registry).decode())
+        return Response(generate_latest(registry), media_type=TEXT_FORMAT)
 
     async def message(request: HTTPRequest) -> Response:
         kind = request.scope["path"].removeprefix("/v1/")

@@ -24,6 +24,46 @@ logger = logging.getLogger("rlserve.server")
 RETURN_WINDOW = 100
 """Episodes over which ``episodes/return_mean`` and ``episodes/length_mean`` are averaged."""
 
+COUNTERS = frozenset(
+    {
+        "episodes/started",
+        "episodes/completed",
+        "episodes/timed_out",
+        "episodes/empty",
+        "samples/env_steps",
+        "samples/steps_reported",
+        "samples/steps_logged",
+        "samples/steps_sent_to_learner",
+        "samples/steps_dropped_queue_full",
+        "samples/steps_lost_storage",
+        "samples/replies_held",
+        "samples/held_seconds",
+        "samples/holds_timed_out",
+        "server/errors",
+        "server/storage_errors",
+        "learner/restarts",
+        "learner/updates",
+        "learner/steps_trained",
+        "learner/steps_consumed",
+        "learner/steps_dropped_stale",
+        "learner/steps_dropped_cap",
+        "learner/steps_logged",
+        "learner/steps_skipped_frozen",
+        "learner/fragments_excluded_invalid",
+        "learner/steps_excluded_invalid",
+        "learner/minibatches_skipped_nonfinite",
+        "learner/updates_skipped_nonfinite",
+        "learner/gradient_steps",
+        "learner/gradient_steps_skipped_nonfinite",
+        "learner/env_steps_ingested",
+    }
+)
+"""The metrics that only grow (Prometheus counters, ``_total``); every other one is a gauge.
+
+They continue after a resume (their restored values), and a restarted learner reports its
+checkpoint's counts, which a Prometheus ``rate()`` reads as a counter reset.
+"""
+
 LEARNER_INITIAL: dict[str, float] = {
     "learner/policy_loss": float("nan"),
     "learner/value_loss": float("nan"),
@@ -290,20 +330,22 @@ class ServerStats:
         """All metrics under slash names, as served by ``GET /v1/metrics``."""
         metrics: dict[str, float] = {
             "episodes/return_mean": self.return_mean,
+            "episodes/return_min": float(min(self.returns)) if self.returns else float("nan"),
+            "episodes/return_max": float(max(self.returns)) if self.returns else float("nan"),
             "episodes/length_mean": float(np.mean(self.lengths)) if self.lengths else float("nan"),
             "episodes/completed": self.episodes_completed,
             "episodes/started": self.episodes_started,
             "episodes/timed_out": self.episodes_timed_out,
             "episodes/empty": self.episodes_empty,
-            "server/env_steps": self.env_steps,
-            "server/actions_per_s": self.actions_per_s,
+            "samples/env_steps": self.env_steps,
+            "samples/env_steps_per_second": self.actions_per_s,
             "server/mean_inference_batch": (
                 self.actions_served / self.inference_batches if self.inference_batches else 0.0
             ),
             "server/clients": self.clients,
             "server/episodes_active": self.episodes_active,
             "server/weights_version": self.weights_version,
-            "server/uptime_s": time.monotonic() - self.started,
+            "server/uptime_seconds": time.monotonic() - self.started,
             "samples/steps_queued": self.steps_queued,
             "samples/steps_dropped_queue_full": self.steps_dropped_queue_full,
             "samples/steps_sent_to_learner": self.steps_sent_to_learner,
