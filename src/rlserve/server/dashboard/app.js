@@ -30,6 +30,14 @@
     return value.toFixed(digits === undefined ? 3 : digits);
   }
 
+  function tick(value) {
+    if (value === null) return "";
+    const abs = Math.abs(value);
+    if (abs === 0) return "0";
+    if (abs < 0.01 || abs >= 1e6) return value.toExponential(1);
+    return String(Number(value.toPrecision(4)));
+  }
+
   function duration(seconds) {
     if (seconds === null || seconds === undefined) return "–";
     const s = Math.floor(seconds);
@@ -78,7 +86,7 @@
           width: Math.max(300, box.clientWidth - 12),
           height: 220,
           scales: { x: { time: false } },
-          axes: [{ label: "env steps" }, {}],
+          axes: [{ label: "env steps" }, { size: 64, values: (u, splits) => splits.map(tick) }],
           series: series,
         },
         chartData(chart),
