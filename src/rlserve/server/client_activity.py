@@ -17,7 +17,8 @@ ACTIVE_SECONDS = 60.0
 """A client that sent nothing for this long leaves the table."""
 
 MAX_CLIENTS = 10_000
-"""Client identities tracked at once (the least recently seen is forgotten first)."""
+"""Client identities tracked at once (beyond it, the first tracked is forgotten; :meth:`table`
+forgets idle ones every second anyway)."""
 
 
 def client_label(key: str) -> str:
@@ -48,14 +49,13 @@ class ClientActivity:
 
     def saw(self, key: str, name: str) -> None:
         """Count one request of the client ``key`` (``name``: its ``hello`` name, or "")."""
-        client = self._clients.pop(key, None)
+        client = self._clients.get(key)
         if client is None:
             if len(self._clients) >= MAX_CLIENTS:
                 self._clients.pop(next(iter(self._clients)))
-            client = _Client(name)
+            client = self._clients[key] = _Client(name)
         client.requests += 1
         client.last_seen = self._clock()
-        self._clients[key] = client  # most recently seen last
 
     def table(self, open_episodes: dict[str, int]) -> list[dict[str, Any]]:
         """The clients seen in the last :data:`ACTIVE_SECONDS`, busiest first.
