@@ -60,7 +60,7 @@ MAX_LOGIN_BYTES = 4096
 DASHBOARD_PATHS: dict[str, tuple[str, ...]] = {
     "/": ("GET", "HEAD"),
     "/dashboard/login": ("POST",),
-    "/dashboard/events": ("GET",),
+    "/dashboard/events": ("GET", "HEAD"),
     "/dashboard/state": ("GET", "HEAD"),
 }
 """The dashboard's paths with their methods (besides ``/dashboard/assets/<file>``)."""
