@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench clean browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,18 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[server,dev,pettingzoo]'
 	touch $(STAMP)
+
+# The dashboard's browser test drives Debian's headless Chromium (tests/server/test_dashboard_browser.py);
+# installed with apt-get only when missing (as root, or through sudo). Checked on every run rather
+# than stamped, so that a browser removed since is installed again.
+browser:
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$SUDO apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends \
+			chromium chromium-driver || \
+		{ echo "install Debian's chromium and chromium-driver (apt-get, as root) to run the tests"; exit 1; }; \
+	fi
 
 demo: $(STAMP)
 	$(BIN)/rlserve demo cartpole
@@ -30,7 +42,7 @@ typecheck: $(STAMP)
 # servers and sockets, so more workers than cores shortens the run.
 TEST_WORKERS ?= 4
 
-unit: $(STAMP)
+unit: $(STAMP) browser
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 test: lint typecheck unit

@@ -276,6 +276,8 @@ def test_a_bad_client_header_is_checked_after_the_body_and_echoes_the_id(
         ("POST", "/v1/health", "GET, HEAD"),
         ("DELETE", "/v1/metrics", "GET, HEAD"),
         ("POST", "/metrics", "GET, HEAD"),
+        ("POST", "/", "GET, HEAD"),
+        ("GET", "/dashboard/login", "POST"),
     ],
 )
 def test_a_known_path_with_the_wrong_method_is_405(
@@ -291,7 +293,7 @@ def test_a_known_path_with_the_wrong_method_is_405(
 
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("GET", "/v1/nope"), ("GET", "/"), ("POST", "/v2/ping"), ("GET", "/v1/health/x")],
+    [("GET", "/v1/nope"), ("GET", "/nope"), ("POST", "/v2/ping"), ("GET", "/v1/health/x")],
 )
 def test_an_unknown_path_is_404(http: httpx.Client, method: str, path: str) -> None:
     """Section 4.3: any method on a path the server does not have, with the JSON error body."""

@@ -34,6 +34,7 @@ from rlserve.run.run_folder import RunFolder, endpoints
 from rlserve.run.state_store import StateStore
 from rlserve.server import json_body
 from rlserve.server.config import ServerConfig
+from rlserve.server.dashboard_feed import DashboardFeed
 from rlserve.server.http import BrowserPolicy, build_http_app
 from rlserve.server.http_deadline import protocol_kwargs, shared_port_protocol
 from rlserve.server.learner_link import LearnerLink
@@ -131,6 +132,7 @@ class PolicyServer:
         self._stopping = asyncio.Event()
         self._http_task: asyncio.Task[Any] | None = None
         self._housekeeping_task: asyncio.Task[Any] | None = None
+        self._dashboard_task: asyncio.Task[Any] | None = None
         self._http: _EmbeddedUvicorn | None = None
         self._tcp: BinaryServer | None = None
         self.store = StateStore(
@@ -159,6 +161,14 @@ class PolicyServer:
         )
         self._metrics: MetricsWriter | None = None
         self._progress = ProgressLine(self.config.progress)
+        self.dashboard = DashboardFeed(
+            self.stats,
+            self.service.activity,
+            self.service.episodes.owners,
+            self.health,
+            {pid: paths.checkpoints for pid, paths in self.paths.items()},
+        )
+        """What the dashboard (``GET /``) shows."""
 
     def _learner_link(self) -> LearnerLink:
         """The learner side of ``rlserve serve``: a supervised learner process."""
@@ -292,7 +302,7 @@ class PolicyServer:
         limits = self.config.limits()
         hygiene = ConnectionPolicy.from_config(self.config)
         browsers = BrowserPolicy.from_config(self.config)
-        app = build_http_app(self.service, self.config.token, browsers, self.health)
+        app = build_http_app(self.service, self.config.token, browsers, self.health, self.dashboard)
         self._http = _EmbeddedUvicorn(
             uvicorn.Config(
                 app,
@@ -336,6 +346,7 @@ class PolicyServer:
             self.http_port = self.port
         self._http_task = loop.create_task(self._http.serve(sockets=sockets))
         self._housekeeping_task = loop.create_task(self._housekeeping())
+        self._dashboard_task = loop.create_task(self.dashboard.run())
 
     def request_stop(self) -> None:
         """Ask the server to shut down (safe from a signal handler)."""
@@ -418,13 +429,19 @@ class PolicyServer:
             everything acknowledged).
         """
         self._stopping.set()
+        self.dashboard.stop()  # its streams end, so HTTP can shut down at once
         if self._tcp is not None:
             self._tcp.close()
         if self._http is not None:
             self._http.should_exit = True
-        if self._housekeeping_task is not None:
-            self._housekeeping_task.cancel()
-        tasks = [t for t in (self._http_task, self._housekeeping_task) if t is not None]
+        for chore in (self._housekeeping_task, self._dashboard_task):
+            if chore is not None:
+                chore.cancel()
+        tasks = [
+            t
+            for t in (self._http_task, self._housekeeping_task, self._dashboard_task)
+            if t is not None
+        ]
         stopped = await asyncio.gather(self.learner.stop(), *tasks, return_exceptions=True)
         json_body.shutdown()
         if isinstance(stopped[0], dict):

@@ -6,6 +6,7 @@ is optional) and answers with the reply as JSON; errors use HTTP status codes an
 owned per ``X-RLServe-Client`` header (default ``anonymous``). ``GET /v1/health`` needs no token;
 ``GET /v1/metrics`` (JSON) and ``GET /metrics`` (Prometheus text) do. Any other path is a 404 and a
 known path with the wrong method a 405 (with ``Allow``), both with a JSON ``error`` body.
+The server's dashboard (``GET /`` and ``/dashboard/...``) is in :mod:`~rlserve.server.dashboard`.
 
 Browser safety: ``POST /v1/*`` requires ``Content-Type: application/json`` (415 otherwise, which
 also stops "simple" cross-site form posts); a request with an ``Origin`` header other than the
@@ -38,6 +39,8 @@ from rlserve.protocol.limits import PROTOCOL_VERSION
 from rlserve.protocol.messages import REQUEST_TYPES, parse_request, valid_request_id
 from rlserve.protocol.replies import ErrorReply
 from rlserve.server.config import ServerConfig, is_loopback
+from rlserve.server.dashboard import DASHBOARD_PATHS, dashboard_routes
+from rlserve.server.dashboard_feed import DashboardFeed
 from rlserve.server.json_body import parse_body
 from rlserve.server.prometheus import TEXT_FORMAT, StatsCollector
 from rlserve.server.replies import INTERNAL_ERROR
@@ -66,8 +69,10 @@ KNOWN_PATHS: dict[str, tuple[str, ...]] = {
     "/v1/health": ("GET", "HEAD"),
     "/v1/metrics": ("GET", "HEAD"),
     "/metrics": ("GET", "HEAD"),
+    **DASHBOARD_PATHS,
 }
-"""Every path the HTTP carrier serves, with its methods (others: 405, unknown paths: 404)."""
+"""Every path the HTTP carrier serves, with its methods (others: 405, unknown paths: 404); the
+dashboard's only when the server has one."""
 
 MAX_HTTP_SESSIONS = 10_000
 """Distinct ``X-RLServe-Client`` names remembered at once."""
@@ -152,6 +157,7 @@ def build_http_app(
     token: str | None,
     policy: BrowserPolicy | None = None,
     health_state: Callable[[], dict[str, Any]] | None = None,
+    dashboard: DashboardFeed | None = None,
 ) -> Starlette:
     """The Starlette application of the HTTP carrier.
 
@@ -160,6 +166,7 @@ def build_http_app(
         token: The shared secret, or None.
         policy: Which browser origins and hosts may call it, and its deadlines.
         health_state: Adds ``status`` ("ok" or "degraded") and ``problems`` to the health reply.
+        dashboard: What the dashboard shows (None: no dashboard routes).
     """
     policy = policy or BrowserPolicy()
     sessions: dict[str, Session] = {}
@@ -310,7 +317,7 @@ def build_http_app(
     async def no_route(request: HTTPRequest) -> Response:
         """404 for a path the server does not have, 405 for a known path's wrong method."""
         path, method = request.scope["path"], request.method
-        allowed = KNOWN_PATHS.get(path)
+        allowed = KNOWN_PATHS.get(path) if dashboard or path not in DASHBOARD_PATHS else None
         if allowed is not None and method not in allowed:
             return _json(
                 ErrorReply(
@@ -328,6 +335,7 @@ def build_http_app(
             problem = (
                 f"no such path: {method} {path}; the server has POST /v1/<type> (a message "
                 "type), GET /v1/health, GET /v1/metrics and GET /metrics"
+                + (", and the dashboard at GET /" if dashboard else "")
             )
         return _json(ErrorReply(None, "decode_error", problem).to_wire(), 404)
 
@@ -336,6 +344,7 @@ def build_http_app(
         Route("/v1/health", guarded(health), methods=["GET"]),
         Route("/v1/metrics", guarded(metrics_json), methods=["GET"]),
         Route("/metrics", guarded(metrics_prometheus), methods=["GET"]),
+        *(dashboard_routes(dashboard, token, authorised, guarded) if dashboard else []),
         # Last: every other path or method, so that it gets the JSON error of section 4.3.
         Route("/{path:path}", _AnyMethod(guarded(no_route))),
     ]

@@ -45,6 +45,7 @@ from rlserve.protocol.messages import (
 from rlserve.protocol.replies import EpisodeStarted, ErrorReply, Pong, Welcome
 from rlserve.protocol.spaces import describe
 from rlserve.server.batching import Batcher, PolicySlot, named_slot
+from rlserve.server.client_activity import ClientActivity
 from rlserve.server.episode_calls import EpisodeCalls
 from rlserve.server.local_inference import LocalInference, SampleSink, weights_reply
 from rlserve.server.multi_agent_calls import MultiAgentCalls
@@ -122,6 +123,8 @@ class Service:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.instance_id = uuid.uuid4().hex
         """Random per server start: a reconnecting client sees that the server restarted."""
+        self.activity = ClientActivity()
+        """Requests per client identity (the dashboard's client table)."""
 
     # -- weights ---------------------------------------------------------------------------
 
@@ -160,6 +163,8 @@ class Service:
                 raise AuthenticationError(
                     "the first message on a connection must be 'hello' with a valid token"
                 )
+            # Over HTTP the session name is the identity header, a secret: not shown.
+            self.activity.saw(session.key, session.name if session.identity_by_hello else "")
             if self.pace is not None and self.pace.enabled and isinstance(request, PACED):
                 paced = self.pace.paced(respond)
                 return self._dispatch(request, session, paced) or paced.held
