@@ -20,7 +20,8 @@ from rlserve.protocol.episode_requests import (
 )
 from rlserve.protocol.limits import DEFAULT_LIMITS, Limits
 from rlserve.protocol.messages import REQUEST_TYPES, parse_request
-from rlserve.protocol.replies import ErrorReply
+from rlserve.protocol.multi_agent_requests import MapAgents
+from rlserve.protocol.replies import AgentsMapped, ErrorReply, Welcome
 from rlserve.protocol.session_requests import GetWeights, Hello, Ping, ReportSamples
 
 VALID: dict[str, dict[str, Any]] = {
@@ -44,6 +45,7 @@ VALID: dict[str, dict[str, Any]] = {
         "batch_id": "b1",
         "fragments": [{"episode_id": "e"}],
     },
+    "map_agents": {"type": "map_agents", "id": 10, "episode_id": "e", "agent_ids": ["a", "b"]},
 }
 
 
@@ -78,6 +80,51 @@ def test_hello() -> None:
         }
     )
     assert req == Hello(1, 1, "sim-3", "s3cret", "local")
+
+
+def test_hello_and_welcome_say_map_agents_only_when_true() -> None:
+    """Section 7.1: a hello or welcome without ``map_agents`` is byte for byte as before."""
+    assert "map_agents" not in Hello(1, 1).to_wire()
+    said = Hello(1, 1, inference_mode="local", map_agents=True)
+    assert said.to_wire()["map_agents"] is True
+    assert parse_request(said.to_wire()) == said
+    with pytest.raises(DecodeError, match="map_agents"):
+        parse_request({**said.to_wire(), "map_agents": "yes"})
+    welcome = Welcome(1, "x", {}, [], True, ["remote"], "i", DEFAULT_LIMITS, map_agents=True)
+    assert welcome.to_wire()["map_agents"] is True
+    assert Welcome.from_wire(welcome.to_wire()).map_agents
+    old = {k: v for k, v in welcome.to_wire().items() if k != "map_agents"}
+    assert "policies" in old and not Welcome.from_wire(old).map_agents
+
+
+def test_map_agents_and_its_reply() -> None:
+    request = parse_request(decode(encode(VALID["map_agents"])))
+    assert request == MapAgents(10, "e", ["a", "b"])
+    assert parse_request(request.to_wire()) == request
+    reply = AgentsMapped(10, ["red", "blue"])
+    assert AgentsMapped.from_wire(decode(encode(reply.to_wire())), 2) == reply
+    with pytest.raises(DecodeError, match="2 strings"):
+        AgentsMapped.from_wire({"type": "agents_mapped", "id": 1, "policy_ids": ["red"]}, 2)
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "match"),
+    [
+        ({"agent_ids": []}, DecodeError, "non-empty list"),
+        ({"agent_ids": ["a", "a"]}, DecodeError, "more than once"),
+        ({"agent_ids": ["a", 3]}, DecodeError, "agent_ids"),
+        ({"agent_ids": ["x" * 129]}, LimitExceededError, "max_id_length|128"),
+        ({"agent_ids": [f"a{i}" for i in range(4097)]}, LimitExceededError, "max_agents_per_call"),
+        ({"episode_id": ""}, LimitExceededError, "episode_id"),
+    ],
+)
+def test_map_agents_is_checked_against_the_limits(
+    changes: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        parse_request(_with("map_agents", **changes))
+    with pytest.raises(DecodeError, match="agent_ids"):
+        parse_request(_without("map_agents", "agent_ids"))
 
 
 def test_hello_defaults() -> None:
@@ -205,7 +252,10 @@ BATCHED = {"type": "get_action", "id": 3, "episode_ids": ["a", "b"], "observatio
 
 OPTIONAL_FIELDS: list[tuple[dict[str, Any], str]] = [
     *((VALID[kind], "id") for kind in REQUEST_TYPES),
-    *((VALID["hello"], name) for name in ("client_name", "token", "inference_mode", "client_id")),
+    *(
+        (VALID["hello"], name)
+        for name in ("client_name", "token", "inference_mode", "client_id", "map_agents")
+    ),
     *((VALID["start_episode"], name) for name in ("episode_id", "training_enabled", "policy_id")),
     *(
         (VALID["get_action"], name)

@@ -7,7 +7,7 @@ report form reads back as the fragment.
 
 from __future__ import annotations
 
-from dataclasses import fields, is_dataclass
+from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ from rlserve.protocol.episode_requests import (
 from rlserve.protocol.fragment import Fragment, read_report, report_wire
 from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import REQUEST_TYPES, Request, parse_request
+from rlserve.protocol.multi_agent_requests import MapAgents
 from rlserve.protocol.replies import (
     EpisodeStarted,
     ErrorReply,
@@ -202,6 +203,7 @@ REQUESTS: dict[str, st.SearchStrategy[Any]] = {
         st.none() | st.text(max_size=10),
         st.sampled_from(["remote", "local"]),
         st.none() | ids,
+        st.booleans(),
     ),
     "start_episode": st.builds(
         StartEpisode, request_ids, st.none() | ids, st.booleans(), st.just(DEFAULT_POLICY_ID) | ids
@@ -222,6 +224,7 @@ REQUESTS: dict[str, st.SearchStrategy[Any]] = {
         _fragment_maps,
         st.lists(st.fixed_dictionaries({"episode_id": ids, "return": rewards}), max_size=2),
     ).filter(lambda report: bool(report.fragments or report.episodes)),
+    "map_agents": st.builds(MapAgents, request_ids, ids, _unique_ids()),
 }
 
 
@@ -289,6 +292,8 @@ def test_a_welcome_reads_back_what_it_wrote() -> None:
         Limits(max_frame_bytes=1024),
     )
     assert Welcome.from_wire(decode(encode(welcome.to_wire()))) == welcome
+    told = replace(welcome, map_agents=True)
+    assert Welcome.from_wire(decode(encode(told.to_wire()))) == told
 
 
 def test_a_welcome_ignores_limits_it_does_not_know() -> None:

@@ -105,6 +105,7 @@ class NetworkAlgorithm(Algorithm):
             resume=resume is not None,
             algo=algo,
             algo_tables=others,
+            mapping_fn=config.policy_mapping_fn,
         )
         self.server = None  # no attached in-process server: the policy server is the source
         self._thread: ServerThread | None = None

@@ -33,17 +33,14 @@ REPORTING_FIELDS = ("run_dir", "name", "checkpoint_every", "keep_checkpoints", "
 
 
 def network_policies(config: AlgorithmConfig) -> tuple[dict[str, PolicySpec], PolicyMapping | None]:
-    """The policies (with their spaces) and the mapping of a config without an environment.
+    """The policies (with their spaces) and the mapping rules of a config without an environment.
+
+    A ``policy_mapping_fn`` is not part of them: the server asks it about the agents no rule
+    maps (:mod:`~rlserve.server.mapping_function`).
 
     Raises:
-        ConfigError: A policy has no spaces, or a ``policy_mapping_fn`` was given (the agents
-            of network clients are not known in advance: give ``policy_mapping`` rules).
+        ConfigError: A policy has no spaces.
     """
-    if config.policy_mapping_fn is not None:
-        raise ConfigError(
-            "policy_mapping_fn needs an environment's agent ids; network clients' agents are "
-            "mapped by rules: multi_agent(policy_mapping={'red_*': 'red', ...})"
-        )
     declared = config.policies or {}
     if config.policy_specs:
         missing = [pid for pid in declared if pid not in config.policy_specs]

@@ -132,6 +132,7 @@ class Connection:
                 self._token,
                 self._inference_mode,
                 self._client_id,
+                map_agents=self._inference_mode == "local",
             )
             welcome = Welcome.from_wire(self._roundtrip(hello.to_wire()))
         except ConnectionLostError as exc:

@@ -35,8 +35,9 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -55,10 +56,13 @@ from rlserve.experience.collector import Collector
 from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.policy import ModelSpec, NumpyPolicy
 from rlserve.protocol.fragment import Fragment
-from rlserve.protocol.replies import SamplesAccepted, WeightsReply
+from rlserve.protocol.multi_agent_requests import MapAgents
+from rlserve.protocol.replies import AgentsMapped, SamplesAccepted, WeightsReply
 from rlserve.protocol.session_requests import GetWeights
 
 logger = logging.getLogger("rlserve.client")
+
+T = TypeVar("T")
 
 DROP_WARNING_INTERVAL = 30.0
 """Seconds between two warnings about dropped steps (each says the count so far)."""
@@ -150,6 +154,8 @@ class LocalInference(Collector):
             self._enqueue,
             self._add_summary,
         )
+        if view.policies.map_agents:
+            self.ask_policies = self._map_agents
         self._ship_conn: Connection = make_connection()
         self._shipper = threading.Thread(
             target=self._ship_loop, name="rlserve-shipper", daemon=True
@@ -182,10 +188,27 @@ class LocalInference(Collector):
 
         ``get_weights`` is safe to repeat (e.g. while the server waits for its first weights).
         """
+        return self._retrying(lambda: self._fetch(policy_id, have))
+
+    def _map_agents(self, episode_id: str, agent_ids: list[str]) -> list[str]:
+        """Ask the server's mapping function which policy acts for new agents of an episode.
+
+        ``map_agents`` is safe to repeat, so it is re-sent like ``get_weights``.
+        """
+
+        def ask() -> list[str]:
+            with self._weights_lock:
+                raw = self._weights_conn.request(MapAgents(0, episode_id, agent_ids).to_wire())
+            return AgentsMapped.from_wire(raw, len(agent_ids)).policy_ids
+
+        return self._retrying(ask)
+
+    def _retrying(self, call: Callable[[], T]) -> T:
+        """``call()`` on the weights connection, again after a reconnection while it is lost."""
         deadline: float | None = None
         while True:
             try:
-                return self._fetch(policy_id, have)
+                return call()
             except ConnectionLostError:
                 now = time.monotonic()
                 if deadline is None:

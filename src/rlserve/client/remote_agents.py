@@ -3,7 +3,8 @@
 Each agent's rewards and info maps are kept until its next action and travel with it (no round
 trip of their own); a call that marks agents done, or ends the episode with ``__all__``, is sent
 at once. An agent's reward belongs to its previous action, so an agent that has not acted may
-only get 0, and an agent marked done cannot act again.
+only get 0, and an agent marked done cannot act again. When the server maps agents with a
+function of its own, a new agent no rule maps is asked about once per episode (``map_agents``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from rlserve.client.remote_session import RemoteSession, remember
 from rlserve.errors import EpisodeError, SpaceError
 from rlserve.protocol.episode_requests import EndEpisode, GetAction, LogAction, LogReturns
 from rlserve.protocol.mapping import ALL_AGENTS
-from rlserve.protocol.replies import actions_of
+from rlserve.protocol.multi_agent_requests import MapAgents
+from rlserve.protocol.replies import AgentsMapped, actions_of
 from rlserve.protocol.values import MAX_ABS_REWARD
 
 
@@ -43,17 +45,21 @@ class RemoteAgents:
         self._infos: dict[str, dict[str, dict[str, Any]]] = {}
         self._acted: dict[str, set[str]] = {}
         self._done: dict[str, set[str]] = {}
+        self._mapped: dict[str, dict[str, str]] = {}
+        """Per episode: the policies the server's mapping function gave its agents."""
         self._ended_by_all: OrderedDict[str, None] = OrderedDict()
 
     def forget(self) -> None:
         """The server restarted: drop what was kept for its episodes."""
-        for per_episode in (self._rewards, self._infos, self._acted, self._done):
+        for per_episode in (self._rewards, self._infos, self._acted, self._done, self._mapped):
             per_episode.clear()
 
     def get_actions(self, episode_id: str, observation: Mapping[str, Any]) -> dict[str, Any]:
         """One ``get_action`` round trip for the agents observed; their actions by agent id."""
         agent_ids, reply = self._step("get_action", episode_id, observation, None)
-        return self._view.policies.actions(agent_ids, actions_of(reply))
+        return self._view.policies.actions(
+            agent_ids, actions_of(reply), self._mapped.get(episode_id)
+        )
 
     def log_actions(
         self, episode_id: str, observation: Mapping[str, Any], action: Mapping[str, Any]
@@ -88,7 +94,7 @@ class RemoteAgents:
         fresh = not pending and (episode_id not in self._session.open or acted.issuperset(rewards))
         for agent_id, value in () if fresh else rewards.items():
             if value and agent_id not in acted and episode_id in self._session.open:
-                policy = self._view.policies.policy_of(agent_id).policy_id
+                policy = self._policy_id(episode_id, agent_id)
                 raise EpisodeError(
                     f"log_returns for episode '{episode_id}': a reward for agent '{agent_id}' "
                     f"(policy '{policy}'), which has not acted in this episode; a reward "
@@ -148,7 +154,10 @@ class RemoteAgents:
         end = EndEpisode(0, episode_id, [], bool(truncated), seq=seq, agent_ids=agent_ids)
         if agent_ids:
             end.observation = self._view.policies.observations(
-                agent_ids, [observation[a] for a in agent_ids], self._check_observations
+                agent_ids,
+                [observation[a] for a in agent_ids],
+                self._check_observations,
+                self._assign(episode_id, agent_ids),
             )
             end.rewards, end.infos = self._pending(episode_id, agent_ids)
         self._session.send_nowait(end.to_wire())
@@ -158,6 +167,7 @@ class RemoteAgents:
             self._infos,
             self._acted,
             self._done,
+            self._mapped,
         ):
             per_episode.pop(episode_id, None)
         self._session.ended(episode_id, seq)
@@ -178,9 +188,10 @@ class RemoteAgents:
                 "pass the observations of the agents that act now"
             )
         self._check_usable(episode_id, agent_ids, call)
+        assigned = self._assign(episode_id, agent_ids)
         seq = self._session.next_seq(episode_id)
         observations = self._view.policies.observations(
-            agent_ids, list(observation.values()), self._check_observations
+            agent_ids, list(observation.values()), self._check_observations, assigned
         )
         rewards, infos = self._pending(episode_id, agent_ids)
         policy_ids = self._view.policies.explicit_ids(agent_ids)
@@ -190,7 +201,7 @@ class RemoteAgents:
                 0, [episode_id], observations, rewards, False, [seq], infos, agent_ids, policy_ids
             )
         else:
-            taken = self._view.policies.taken_actions(agent_ids, action)
+            taken = self._view.policies.taken_actions(agent_ids, action, assigned)
             message = LogAction(
                 0,
                 episode_id,
@@ -235,12 +246,32 @@ class RemoteAgents:
         if done and not done.isdisjoint(agent_ids):
             for agent_id in agent_ids:
                 if agent_id in done:
-                    policy = self._view.policies.policy_of(agent_id).policy_id
+                    policy = self._policy_id(episode_id, agent_id)
                     raise EpisodeError(
                         f"{call} for episode '{episode_id}': agent '{agent_id}' (policy "
                         f"'{policy}') is done (marked in multiagent_done_dict) and cannot act "
                         "again; use a new agent id for a new agent"
                     )
+
+    def _assign(self, episode_id: str, agent_ids: list[str]) -> dict[str, str] | None:
+        """The server function's policies of the episode's agents; new ones asked about first.
+
+        None when the server has no mapping function (the rules and this client's choices
+        decide).
+        """
+        table = self._view.policies
+        if not table.map_agents:
+            return None
+        mapped = self._mapped.setdefault(episode_id, {})
+        new = table.unmapped(agent_ids, mapped)
+        if new:
+            reply = self._session.request(MapAgents(0, episode_id, new).to_wire())
+            mapped.update(zip(new, AgentsMapped.from_wire(reply, len(new)).policy_ids, strict=True))
+        return mapped
+
+    def _policy_id(self, episode_id: str, agent_id: str) -> str:
+        """The policy an agent of the episode acts for (for error messages)."""
+        return self._view.policies.policy_of(agent_id, self._mapped.get(episode_id)).policy_id
 
     def _pending(
         self, episode_id: str, agent_ids: list[str]

@@ -6,11 +6,15 @@ A multi-agent call names agents (``agent_ids``) and sends one observation (and, 
 observations against that policy's space in one vectorised pass: the work per call is a few numpy
 operations per policy, not a loop of single-agent checks. A value that does not fit is reported
 naming the agent and its policy.
+
+Where the server maps agents with a function (a served Algorithm's ``policy_mapping_fn``),
+:func:`assigned` asks it once per new agent of an episode and keeps the answers in the episode.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +22,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlserve.errors import EpisodeError, SpaceError
+from rlserve.experience.episode_records import Episode
 from rlserve.policy.action_layout import encode_action
 from rlserve.protocol.mapping import PolicyMapping
 from rlserve.protocol.spaces import check_batch, check_one, check_value
@@ -39,6 +44,55 @@ class Grouping:
 
     policy_ids: list[str]
     groups: list[tuple[str, np.ndarray]]
+
+
+AskPolicies = Callable[[str, list[str]], list[str]]
+"""Asks the mapping function for the policies of an episode's new agents: ``(episode id,
+agent ids) -> policy ids``."""
+
+
+def assigned(
+    episode: Episode,
+    agent_ids: list[str],
+    named: list[str | None] | None,
+    mapping: PolicyMapping,
+    ask: AskPolicies,
+    limit: int,
+) -> list[str | None] | None:
+    """The policies a call's agents act for where a mapping function decides them.
+
+    A policy the call names wins; an agent a rule maps is left to the rules (None, as without
+    a function); an agent the episode already has keeps its policy; every other agent is new
+    to the episode and is asked about once (all of a call's new agents in one ``ask``), the
+    answer kept in :attr:`Episode.mapped`. At ``limit`` answers kept the episode forgets them
+    (its agents keep their policies; an agent that never joined is asked again).
+
+    Returns:
+        The call's explicit policy per agent for :meth:`AgentGrouper.group` (None when there
+        is none, so that the rules' remembered groupings serve it).
+    """
+    mapped = episode.mapped
+    if mapped is None:
+        mapped = episode.mapped = {}
+    known = episode.agents
+    out: list[str | None] = []
+    new: list[int] = []
+    for i, agent_id in enumerate(agent_ids):
+        policy_id = named[i] if named is not None else None
+        if policy_id is None:
+            policy_id = mapped.get(agent_id)
+        if policy_id is None and mapping.policy_for(agent_id) is None:
+            policy_id = None if known is None else known.policy_of(agent_id)
+            if policy_id is None:
+                new.append(i)
+        out.append(policy_id)
+    if new:
+        if len(mapped) + len(new) > limit:
+            mapped.clear()
+        answers = ask(episode.episode_id, [agent_ids[i] for i in new])
+        for i, policy_id in zip(new, answers, strict=True):
+            mapped[agent_ids[i]] = out[i] = policy_id
+    return out if any(p is not None for p in out) else None
 
 
 class AgentGrouper:

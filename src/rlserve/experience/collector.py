@@ -28,7 +28,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rlserve.errors import EpisodeError, SpaceError
-from rlserve.experience.agent_groups import AgentGrouper
+from rlserve.experience.agent_groups import AgentGrouper, AskPolicies, assigned
 from rlserve.experience.agent_values import PolicySpaces, PolicyTable
 from rlserve.experience.episode_records import Episode, EpisodeSummary
 from rlserve.experience.episodes import EpisodeTable
@@ -38,6 +38,7 @@ from rlserve.policy.acting import compute_actions, explores, greedy_in_evaluatio
 from rlserve.policy.action_layout import actions_to_space, encode_action
 from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.fragment import Fragment
+from rlserve.protocol.limits import DEFAULT_LIMITS
 from rlserve.protocol.mapping import ALL_AGENTS
 from rlserve.protocol.spaces import StackedBoxCheck, check_batch, check_value
 from rlserve.protocol.values import check_float32
@@ -86,6 +87,9 @@ class Collector:
         self._sink = sink
         self._checks: dict[tuple[str, int], Callable[[Any], np.ndarray]] = {}
         self.table = EpisodeTable(fragment_length, max_episodes, max_episodes, sink)
+        self.ask_policies: AskPolicies | None = None
+        """Asks the server's mapping function about new agents no rule maps (a local-inference
+        client of a server that has one); None: the rules alone."""
         self.explore = True
         """Sample actions (True) or take each policy's most likely action (evaluation). Even
         when True, episodes with ``training_enabled=False`` of an epsilon-greedy (DQN) policy
@@ -277,6 +281,16 @@ class Collector:
 
     # -- multi-agent episodes ----------------------------------------------------------------
 
+    def _explicit(
+        self, episode: Episode, agent_ids: list[str], named: list[str | None] | None
+    ) -> list[str | None] | None:
+        """The call's explicit policies: named ones, and the server's answers for new agents."""
+        if self.ask_policies is None:
+            return named
+        mapping = self.table_of_policies.mapping
+        limit = DEFAULT_LIMITS.max_agents_per_episode
+        return assigned(episode, agent_ids, named, mapping, self.ask_policies, limit)
+
     def get_agent_actions(self, episode_id: str, observation: Any) -> dict[str, Any]:
         """Record each agent's observation and compute its action, one pass per policy."""
         episode = self.table.get(episode_id)
@@ -285,7 +299,8 @@ class Collector:
             raise SpaceError(
                 f"get_action for episode '{episode_id}': the observation dict names no agent"
             )
-        grouping = self._grouper.group(agent_ids, self.table_of_policies.explicit_ids(agent_ids))
+        named = self.table_of_policies.explicit_ids(agent_ids)
+        grouping = self._grouper.group(agent_ids, self._explicit(episode, agent_ids, named))
         blocks = self._grouper.blocks(
             grouping, agent_ids, list(observation.values()), "observations"
         )
@@ -323,7 +338,8 @@ class Collector:
         """Record actions someone else took for several agents."""
         episode = self.table.get(episode_id)
         agent_ids = [str(a) for a in observation]
-        grouping = self._grouper.group(agent_ids, self.table_of_policies.explicit_ids(agent_ids))
+        named = self.table_of_policies.explicit_ids(agent_ids)
+        grouping = self._grouper.group(agent_ids, self._explicit(episode, agent_ids, named))
         blocks = self._grouper.blocks(
             grouping, agent_ids, [observation[a] for a in agent_ids], "observations"
         )
@@ -389,9 +405,10 @@ class Collector:
         agent_ids = [str(a) for a in observation if known is None or not known.is_done(str(a))]
         rows: list[Any] = []
         if agent_ids:
-            explicit: list[str | None] = [
+            explicit: list[str | None] | None = [
                 None if known is None else known.policy_of(a) for a in agent_ids
             ]
+            explicit = self._explicit(episode, agent_ids, explicit)
             grouping = self._grouper.group(agent_ids, explicit)
             _, rows = self._grouper.observations(
                 grouping, agent_ids, [observation[a] for a in agent_ids], "observations"

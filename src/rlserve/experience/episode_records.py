@@ -139,6 +139,9 @@ class Episode:
     agents: EpisodeAgents | None = None
     """The agents of a multi-agent episode (None: a single-agent episode, see ``agent``).
     An episode becomes multi-agent with its first call that names agents."""
+    mapped: dict[str, str] | None = None
+    """Agent id -> policy id of the agents a mapping function assigned in this episode (it is
+    asked once per agent per episode: :func:`~rlserve.experience.agent_groups.assigned`)."""
 
 
 class EpisodeMode(ABC):

@@ -32,7 +32,7 @@ from rlserve.protocol.episode_requests import (
 )
 from rlserve.protocol.fields import RequestFields, finite_number, float_list
 from rlserve.protocol.limits import DEFAULT_LIMITS, Limits
-from rlserve.protocol.multi_agent_requests import MULTI_AGENT_PARSERS
+from rlserve.protocol.multi_agent_requests import MULTI_AGENT_PARSERS, MapAgents, parse_map_agents
 from rlserve.protocol.session_requests import GetWeights, Hello, Ping, ReportSamples
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "Hello",
     "LogAction",
     "LogReturns",
+    "MapAgents",
     "Ping",
     "ReportSamples",
     "Request",
@@ -66,6 +67,7 @@ Request = (
     | Ping
     | GetWeights
     | ReportSamples
+    | MapAgents
 )
 """Any request a client may send."""
 
@@ -82,6 +84,7 @@ REQUEST_TYPES = (
     "ping",
     "get_weights",
     "report_samples",
+    "map_agents",
 )
 """The ``type`` values of requests, in the order ``docs/protocol.md`` lists them."""
 
@@ -176,7 +179,10 @@ def parse_request(raw: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Reque
             token,
             f.str_("inference_mode", "remote"),
             f.id_opt("client_id"),
+            f.bool_("map_agents", False),
         )
+    if kind == "map_agents":
+        return parse_map_agents(f, request_id)
     raise DecodeError(f"unknown message type '{kind}'; known types: {', '.join(REQUEST_TYPES)}")
 
 

@@ -1,12 +1,14 @@
 """Parsers of the multi-agent forms of the episode calls (a request with ``agent_ids``).
 
 ``observations``, ``rewards``, ``infos`` and ``policy_ids`` then hold one entry per agent named
-in ``agent_ids`` (``docs/protocol.md``, the multi-agent section).
+in ``agent_ids`` (``docs/protocol.md``, the multi-agent section). ``map_agents`` (a
+local-inference client asking which policy acts for new agents) is here too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -159,6 +161,38 @@ def _parse_multi_end_episode(f: RequestFields, request_id: int) -> EndEpisode:
         rewards=_per_agent_rewards(f, len(agent_ids)),
         infos=_per_agent_infos(f, len(agent_ids)),
     )
+
+
+@dataclass(slots=True)
+class MapAgents:
+    """Which policy acts for each of an episode's new agents (``type: map_agents``).
+
+    A local-inference client sends it for agents that no ``welcome.mapping`` rule maps, when
+    ``welcome.map_agents`` says the server maps them with a function of its own.
+
+    Attributes:
+        id: Request id.
+        episode_id: The client's episode the agents joined.
+        agent_ids: The agents (1 to ``max_agents_per_call``, each once).
+    """
+
+    id: int
+    episode_id: str
+    agent_ids: list[str]
+
+    def to_wire(self) -> dict[str, Any]:
+        """The request as a map for the codec."""
+        return {
+            "type": "map_agents",
+            "episode_id": self.episode_id,
+            "agent_ids": self.agent_ids,
+            "id": self.id,
+        }
+
+
+def parse_map_agents(f: RequestFields, request_id: int) -> MapAgents:
+    """Read a ``map_agents`` request (its ids checked against the limits)."""
+    return MapAgents(request_id, f.id_("episode_id"), _agent_ids(f))
 
 
 MULTI_AGENT_PARSERS: dict[

@@ -45,6 +45,8 @@ class Welcome:
         limits: The server's wire limits.
         protocol_version: The protocol version the server speaks (this package's: a server of
             another version refuses the ``hello``).
+        map_agents: The server maps agents that no rule maps with a function of its own: a
+            local-inference client asks it with ``map_agents`` (sent only when true).
     """
 
     id: int | None
@@ -56,10 +58,11 @@ class Welcome:
     instance_id: str | None
     limits: Limits
     protocol_version: int = PROTOCOL_VERSION
+    map_agents: bool = False
 
     def to_wire(self) -> dict[str, Any]:
         """The reply as a map for the codec."""
-        return {
+        wire: dict[str, Any] = {
             "type": "welcome",
             "id": self.id,
             "protocol_version": self.protocol_version,
@@ -71,6 +74,9 @@ class Welcome:
             "instance_id": self.instance_id,
             "limits": self.limits.to_wire(),
         }
+        if self.map_agents:
+            wire["map_agents"] = True
+        return wire
 
     @classmethod
     def from_wire(cls, raw: Any) -> Welcome:
@@ -92,6 +98,7 @@ class Welcome:
             list(raw.get("inference_modes") or []),
             raw.get("instance_id"),
             Limits.from_wire(raw.get("limits") or {}),
+            map_agents=raw.get("map_agents") is True,
         )
 
 
@@ -120,6 +127,40 @@ class EpisodeStarted:
         """
         raw = _map(raw, "episode_started")
         return cls(raw.get("id", 0), str(raw.get("episode_id")))
+
+
+@dataclass(frozen=True, slots=True)
+class AgentsMapped:
+    """The reply to ``map_agents`` (``type: agents_mapped``).
+
+    Attributes:
+        id: The request's id.
+        policy_ids: The policy of each agent of the request, in its order.
+    """
+
+    id: int
+    policy_ids: list[str]
+
+    def to_wire(self) -> dict[str, Any]:
+        """The reply as a map for the codec."""
+        return {"type": "agents_mapped", "id": self.id, "policy_ids": self.policy_ids}
+
+    @classmethod
+    def from_wire(cls, raw: Any, count: int) -> AgentsMapped:
+        """Read an ``agents_mapped`` answering a request for ``count`` agents.
+
+        Raises:
+            DecodeError: Not an ``agents_mapped``, or not one policy id (string) per agent.
+        """
+        raw = _map(raw, "agents_mapped")
+        ids = raw.get("policy_ids")
+        if (
+            not isinstance(ids, list)
+            or len(ids) != count
+            or not all(isinstance(p, str) for p in ids)
+        ):
+            raise DecodeError(f"an 'agents_mapped' needs 'policy_ids': {count} strings")
+        return cls(raw.get("id", 0), ids)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,8 @@ class Hello:
         inference_mode: ``remote`` (the server computes actions) or ``local``.
         client_id: A secret random id the client keeps across reconnects: episodes belong to
             it. None: the connection is the identity.
+        map_agents: The client asks the server with ``map_agents`` for agents no mapping rule
+            maps (a local-inference client of a server with a mapping function needs it).
     """
 
     id: int
@@ -34,18 +36,26 @@ class Hello:
     token: str | None = None
     inference_mode: str = "remote"
     client_id: str | None = None
+    map_agents: bool = False
 
     def to_wire(self) -> dict[str, Any]:
-        """The request as a map for the codec (``token`` and ``client_id`` nil when unset)."""
-        return {
+        """The request as a map for the codec.
+
+        ``token`` and ``client_id`` are nil when unset; ``map_agents`` is sent only when true,
+        so that a hello without it is as before.
+        """
+        wire: dict[str, Any] = {
             "type": "hello",
             "protocol_version": self.protocol_version,
             "client_name": self.client_name,
             "token": self.token,
             "inference_mode": self.inference_mode,
             "client_id": self.client_id,
-            "id": self.id,
         }
+        if self.map_agents:
+            wire["map_agents"] = True
+        wire["id"] = self.id
+        return wire
 
 
 @dataclass(slots=True)

@@ -103,6 +103,9 @@ class PolicyServer:
     """Where in the run folder the server writes its TensorBoard events and ``progress.csv``:
     the run folder itself (``""``), or a sub-folder (an Algorithm's attached server writes to
     ``server/``, beside the Algorithm's own metrics)."""
+    mapping_fn: Callable[..., Any] | None = None
+    """A served Algorithm's ``policy_mapping_fn``, asked about the agents no rule of
+    ``mapping`` maps (:mod:`~rlserve.server.mapping_function`)."""
 
     @classmethod
     def single(
@@ -158,6 +161,7 @@ class PolicyServer:
             seed=self.config.seed,
             mapping=self.mapping,
             pace=self.pace,
+            mapping_fn=self.mapping_fn,
         )
         self._metrics: MetricsWriter | None = None
         self._progress = ProgressLine(self.config.progress)

@@ -4,7 +4,8 @@ A call's agents are grouped by the policy each maps to (:mod:`~rlserve.experienc
 and each group's values are checked in one pass. A ``get_action`` waits as one part per policy in
 those policies' slots (:mod:`~rlserve.server.batching`) and is answered when every part has its
 actions. The answer is kept in the episode for a retry; a retry while the call still waits joins
-it.
+it. With a mapping function (:mod:`~rlserve.server.mapping_function`) the agents that no rule maps
+get their policy from it, once per agent per episode.
 """
 
 from __future__ import annotations
@@ -14,17 +15,54 @@ from typing import Any
 import numpy as np
 
 from rlserve.errors import CapacityError, EpisodeError
+from rlserve.experience.agent_groups import assigned
 from rlserve.experience.episode_records import Episode, EpisodeSummary
-from rlserve.protocol.messages import EndEpisode, GetAction, LogAction, LogReturns
-from rlserve.protocol.replies import actions_reply
+from rlserve.protocol.messages import EndEpisode, GetAction, LogAction, LogReturns, MapAgents
+from rlserve.protocol.replies import AgentsMapped, actions_reply
 from rlserve.server.batching import AgentPart, AgentsPending
 from rlserve.server.episode_calls import EpisodeCalls
+from rlserve.server.mapping_function import MappingFunction, rules_only
 from rlserve.server.replies import Respond
 from rlserve.server.sessions import Session
 
 
 class MultiAgentCalls(EpisodeCalls):
     """The calls of multi-agent episodes (see :class:`EpisodeCalls` for the arguments)."""
+
+    mapper: MappingFunction | None = None
+    """The server's mapping function, when it has one (set by the service)."""
+
+    def _explicit(
+        self, episode: Episode, agent_ids: list[str], named: list[str | None] | None
+    ) -> list[str | None] | None:
+        """The call's explicit policies: named ones, and the mapping function's answers."""
+        mapper = self.mapper
+        if mapper is None:
+            return named
+        limit = self.limits.max_agents_per_episode
+        return assigned(episode, agent_ids, named, mapper.mapping, mapper.ask, limit)
+
+    def map_agents(self, request: MapAgents, session: Session) -> dict[str, Any]:
+        """Answer ``map_agents``: the policy each agent acts for, or would act for, if it joined.
+
+        In an episode of this client that the server holds (remote inference) the answers are
+        the episode's (kept for its later calls); for any other id (a local-inference client's
+        own episode) the function is asked without keeping anything.
+        """
+        mapper = self.mapper
+        if mapper is None:
+            return rules_only(self.grouper.mapping, request)
+        try:
+            episode = self._episode(request.episode_id, session)
+        except EpisodeError:
+            return mapper.map_agents(request)
+        limit = self.limits.max_agents_per_episode
+        found = assigned(episode, request.agent_ids, None, mapper.mapping, mapper.ask, limit)
+        policy_ids: list[str] = []
+        for i, agent_id in enumerate(request.agent_ids):
+            policy_id = None if found is None else found[i]
+            policy_ids.append(mapper.mapping.resolve(agent_id) if policy_id is None else policy_id)
+        return AgentsMapped(request.id, policy_ids).to_wire()
 
     def get_action(self, request: GetAction, session: Session, respond: Respond) -> bool:
         """Record a ``get_action`` and queue its parts for the next flush, or answer a retry.
@@ -39,7 +77,9 @@ class MultiAgentCalls(EpisodeCalls):
             return self._retry(request, episode, respond)
         agent_ids = request.agent_ids
         self._check_agent_count(episode, agent_ids)
-        grouping = self.grouper.group(agent_ids, request.policy_ids)
+        grouping = self.grouper.group(
+            agent_ids, self._explicit(episode, agent_ids, request.policy_ids)
+        )
         blocks = self.grouper.blocks(
             grouping, agent_ids, request.observations, "get_action 'observations'"
         )
@@ -99,7 +139,9 @@ class MultiAgentCalls(EpisodeCalls):
         assert request.agent_ids is not None
         agent_ids = request.agent_ids
         self._check_agent_count(episode, agent_ids)
-        grouping = self.grouper.group(agent_ids, request.policy_ids)
+        grouping = self.grouper.group(
+            agent_ids, self._explicit(episode, agent_ids, request.policy_ids)
+        )
         blocks = self.grouper.blocks(
             grouping, agent_ids, request.observation, "log_action 'observations'"
         )
@@ -141,9 +183,10 @@ class MultiAgentCalls(EpisodeCalls):
         rows: list[Any] = []
         if request.agent_ids:
             known = episode.agents
-            explicit: list[str | None] = [
+            explicit: list[str | None] | None = [
                 None if known is None else known.policy_of(a) for a in request.agent_ids
             ]
+            explicit = self._explicit(episode, request.agent_ids, explicit)
             grouping = self.grouper.group(request.agent_ids, explicit)
             _, rows = self.grouper.observations(
                 grouping, request.agent_ids, request.observation, "end_episode 'observations'"

@@ -10,7 +10,8 @@ clients at the same moment go through the policy in one forward pass, without ad
 The parts: sessions and ``hello`` (:mod:`~rlserve.server.sessions`), the episode calls
 (:mod:`~rlserve.server.single_agent_calls`, :mod:`~rlserve.server.multi_agent_calls`), the
 policy slots and the flush (:mod:`~rlserve.server.batching`), local inference
-(:mod:`~rlserve.server.local_inference`), and internal errors (:mod:`~rlserve.server.replies`).
+(:mod:`~rlserve.server.local_inference`), a mapping function
+(:mod:`~rlserve.server.mapping_function`), and internal errors (:mod:`~rlserve.server.replies`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from rlserve.protocol.messages import (
     Hello,
     LogAction,
     LogReturns,
+    MapAgents,
     Ping,
     ReportSamples,
     Request,
@@ -48,6 +50,7 @@ from rlserve.server.batching import Batcher, PolicySlot, named_slot
 from rlserve.server.client_activity import ClientActivity
 from rlserve.server.episode_calls import EpisodeCalls
 from rlserve.server.local_inference import LocalInference, SampleSink, weights_reply
+from rlserve.server.mapping_function import MappingFn, MappingFunction
 from rlserve.server.multi_agent_calls import MultiAgentCalls
 from rlserve.server.pacing import LearnerPace
 from rlserve.server.replies import Respond, answer_internal_error
@@ -79,6 +82,8 @@ class Service:
             maps to the only policy, when there is one).
         pace: Holds the replies that let a client step on while the learner is too far behind
             (None: never held).
+        mapping_fn: RLlib's ``policy_mapping_fn``, asked about the agents no rule of
+            ``mapping`` maps (None: the rules alone).
     """
 
     def __init__(
@@ -92,11 +97,15 @@ class Service:
         seed: int = 0,
         mapping: PolicyMapping | None = None,
         pace: LearnerPace | None = None,
+        mapping_fn: MappingFn | None = None,
     ):
         self.limits = limits
         self.pace = pace
         self.mapping = mapping if mapping is not None else PolicyMapping([], policies)
-        self.multi_agent = bool(self.mapping.rules) or len(policies) > 1
+        self.mapper = (
+            None if mapping_fn is None else MappingFunction(mapping_fn, self.mapping, policies)
+        )
+        self.multi_agent = bool(self.mapping.rules) or len(policies) > 1 or self.mapper is not None
         """Whether the server was declared multi-agent (a mapping, or several policies); told
         to clients in ``welcome`` so that they read a dict of observations as one per agent."""
         self.grouper = AgentGrouper(self.mapping, policies)
@@ -118,6 +127,7 @@ class Service:
         calls = (self.slots, self.episodes, self.grouper, limits, stats, self._schedule_flush)
         self._single = SingleAgentCalls(*calls)
         self._agents = MultiAgentCalls(*calls)
+        self._agents.mapper = self.mapper
         self._local = LocalInference(self.slots, limits, self.ledger, sink, stats)
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -156,7 +166,7 @@ class Service:
         """
         try:
             if isinstance(request, Hello):
-                accept_hello(request, session, self._token)
+                accept_hello(request, session, self._token, self.mapper is not None)
                 respond(self.welcome(request.id))
                 return False
             if not session.authenticated:
@@ -209,6 +219,8 @@ class Service:
             return self._start_episode(request, session)
         if isinstance(request, Ping):
             return Pong(request.id).to_wire()
+        if isinstance(request, MapAgents):
+            return self._agents.map_agents(request, session)
         raise EpisodeError(f"unexpected request {type(request).__name__}")
 
     def _start_episode(self, request: StartEpisode, session: Session) -> dict[str, Any]:
@@ -247,6 +259,7 @@ class Service:
             list(INFERENCE_MODES),
             self.instance_id,
             self.limits,
+            map_agents=self.mapper is not None,
         ).to_wire()
 
     # -- batched inference -----------------------------------------------------------------

@@ -54,16 +54,21 @@ def identity_key(client_id: str) -> str:
     return f"client:{client_id}"
 
 
-def accept_hello(hello: Hello, session: Session, token: str | None) -> None:
+def accept_hello(
+    hello: Hello, session: Session, token: str | None, needs_map_agents: bool = False
+) -> None:
     """Check a ``hello`` and admit its session: name, identity, authenticated.
 
     Args:
         hello: The client's ``hello``.
         session: The session it arrived on; changed only when the ``hello`` is accepted.
         token: The server's shared secret, or None for none.
+        needs_map_agents: The server maps agents with a function: a local-inference client
+            must say in its ``hello`` that it asks with ``map_agents``.
 
     Raises:
-        VersionMismatchError: Another protocol version, or an inference mode not offered.
+        VersionMismatchError: Another protocol version, an inference mode not offered, or a
+            local-inference client that cannot ask ``map_agents`` of a server that needs it.
         AuthenticationError: A wrong or missing token.
     """
     if hello.protocol_version != PROTOCOL_VERSION:
@@ -79,6 +84,13 @@ def accept_hello(hello: Hello, session: Session, token: str | None) -> None:
         raise VersionMismatchError(
             f"inference mode '{hello.inference_mode}' is not offered by this server; it "
             f"offers {list(INFERENCE_MODES)}"
+        )
+    if needs_map_agents and hello.inference_mode == "local" and not hello.map_agents:
+        raise VersionMismatchError(
+            "this server maps agents with a policy_mapping_fn, which a local-inference client "
+            "must ask about with 'map_agents' (docs/protocol.md section 7.12), and this client "
+            "does not say it can (hello 'map_agents': true); upgrade the client, connect with "
+            "inference_mode='remote', or give the server mapping rules instead"
         )
     session.name = hello.client_name
     if session.identity_by_hello:
