@@ -230,16 +230,6 @@ def test_rllib_style_policy_tuples_declare_a_multi_policy_server(tmp_path: Path)
     [
         (lambda: PPOConfig().build(), r"\.serving\(port"),
         (lambda: PPOConfig().serving(port=0).build(), "observation_space=..., action_space"),
-        (
-            lambda: (
-                PPOConfig()
-                .environment(observation_space=OBS, action_space=ACT)
-                .multi_agent(policy_mapping_fn=lambda agent, episode: "default")
-                .serving(port=0)
-                .build()
-            ),
-            "policy_mapping=",
-        ),
         (lambda: PPOConfig().environment(observation_space="Box(4)"), "gymnasium space"),
         (lambda: PPOConfig().serving(server={"run_dir": "x"}), r"reporting\(run_dir"),
         (lambda: PPOConfig().multi_agent(policies={"a": (OBS, ACT)}), "RLlib's PolicySpec"),

@@ -421,14 +421,14 @@ class AlgorithmConfig:
         return self.algo_settings(overrides)
 
     def copy(self) -> AlgorithmConfig:
-        """A deep copy (the environment itself is shared, not copied)."""
-        env = self.env
-        self.env = None
+        """A deep copy (the environment and the mapping function are shared, not copied)."""
+        env, mapping_fn = self.env, self.policy_mapping_fn
+        self.env = self.policy_mapping_fn = None
         try:
             twin = copy.deepcopy(self)
         finally:
-            self.env = env
-        twin.env = env
+            self.env, self.policy_mapping_fn = env, mapping_fn
+        twin.env, twin.policy_mapping_fn = env, mapping_fn
         return twin
 
     def build(self) -> Algorithm:
