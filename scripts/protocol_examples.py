@@ -1709,6 +1709,127 @@ def two_policy_example(log: list[Exchange]) -> dict[str, str]:
     }
 
 
+def mapping_fn_example(log: list[Exchange]) -> dict[str, str]:
+    """7.12: a server that maps agents with a function, in process (the handler of 15.8).
+
+    The function (``red*`` -> ``red``, the others -> ``blue``; ``bad*`` raises) runs in the
+    server; the rule ``boss`` -> ``red`` is sent in ``welcome.mapping``.
+    """
+    import asyncio
+
+    import gymnasium as gym
+
+    from rlserve.protocol.limits import Limits
+    from rlserve.protocol.mapping import PolicyMapping
+    from rlserve.protocol.messages import parse_request
+    from rlserve.server.service import Service, Session
+    from rlserve.server.stats import ServerStats
+
+    class Sink:
+        def add(self, fragment: Any) -> None:
+            pass
+
+        def add_batch(self, fragments: Any, batch_id: str, on_done: Any) -> None:
+            on_done(0)
+
+    def policy_mapping_fn(agent_id: str, episode: Any, **kwargs: Any) -> str:
+        if agent_id.startswith("bad"):
+            raise ValueError("no policy for bad agents")
+        return "red" if agent_id.startswith("red") else "blue"
+
+    box4 = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    box2 = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    policies: dict[str, tuple[gym.Space[Any], gym.Space[Any]]] = {
+        "red": (box4, gym.spaces.Discrete(3)),
+        "blue": (box2, gym.spaces.Box(-1.0, 1.0, (2,), np.float32)),
+    }
+    service = Service(
+        policies,
+        Limits(),
+        None,
+        200,
+        Sink(),
+        ServerStats(),
+        mapping=PolicyMapping([("boss", "red")], policies),
+        mapping_fn=policy_mapping_fn,
+    )
+    exchanges: list[Exchange] = []
+
+    async def run() -> None:
+        service.set_weights("red", _tiny_policy(4, "categorical", 3, seed=11))
+        service.set_weights("blue", _tiny_policy(2, "gaussian", 2, seed=12))
+        hello = {"type": "hello", "id": 1, "protocol_version": 1, "inference_mode": "local"}
+        sessions = [Session(), Session(), Session()]
+        for session, message in (
+            (sessions[0], hello),
+            (sessions[1], {**hello, "map_agents": True}),
+            (
+                sessions[1],
+                {
+                    "type": "map_agents",
+                    "id": 2,
+                    "episode_id": "local-7",
+                    "agent_ids": ["red_1", "blue_1", "boss"],
+                },
+            ),
+            (
+                sessions[1],
+                {"type": "map_agents", "id": 3, "episode_id": "local-7", "agent_ids": ["bad_1"]},
+            ),
+            (sessions[2], {"type": "hello", "id": 1, "protocol_version": 1}),
+            (sessions[2], {"type": "start_episode", "id": 2, "episode_id": "teams-2"}),
+            (
+                sessions[2],
+                {
+                    "type": "get_action",
+                    "id": 3,
+                    "episode_id": "teams-2",
+                    "agent_ids": ["red_1", "blue_1"],
+                    "observations": [OBS, np.array([0.5, -0.5], np.float32)],
+                    "seq": 1,
+                },
+            ),
+        ):
+            replies: list[dict[str, Any]] = []
+            service.handle(parse_request(decode(encode(message))), session, replies.append)
+            for _ in range(5):  # let the scheduled forward pass run
+                if replies:
+                    break
+                await asyncio.sleep(0)
+            (reply,) = replies
+            if reply["type"] == "welcome":
+                reply["instance_id"] = INSTANCE_PLACEHOLDER
+            reply = decode(encode(reply))
+            exchanges.append(Exchange(message, framed(message), reply, framed(reply)))
+
+    asyncio.run(run())
+    log.extend(exchanges)
+    refused, admitted, mapped, failed, _, _, remote = exchanges
+    assert admitted.reply is not None
+    welcome = {k: admitted.reply[k] for k in ("mapping", "multi_agent", "map_agents")}
+    return {
+        "7.12-calls": (
+            "A local-inference `hello` without `map_agents`, then with it (the welcome's "
+            "`mapping`,\n`multi_agent` and `map_agents` shown; the other fields as in "
+            "15.8):\n\n"
+            + transcript(refused)
+            + "\n\n"
+            + fence(
+                "request: "
+                + notation(admitted.request)
+                + '\nreply:   {"type": "welcome", "id": 1, …, '
+                + notation(welcome)[1:]
+            )
+            + "\n\nThe agents of an episode, `boss` by its rule, the others by the function; "
+            "then an agent the\nfunction fails for:\n\n"
+            + transcript(mapped, failed)
+            + "\n\nRemote inference needs no `map_agents`: the server asks the function about "
+            "`red_1` and\n`blue_1` when they first appear (the welcome and `episode_started` "
+            "left out):\n\n" + transcript(remote)
+        ),
+    }
+
+
 # -- the doc ----------------------------------------------------------------------------------
 
 
@@ -1725,6 +1846,7 @@ def generate() -> tuple[dict[str, str], list[Exchange], list[HttpExchange]]:
         blocks.update(http_examples(main, token, norm, requests, facts))
         blocks.update(agent_examples(main, norm, frames, requests))
     blocks.update(two_policy_example(frames))
+    blocks.update(mapping_fn_example(frames))
     blocks["14.4-vector"] = forward_pass_vector()
     return blocks, frames, requests
 

@@ -171,12 +171,24 @@ _WANTED = {
         "log_returns, multi-agent, with an agent terminated (7.5, 15)",
     ),
     ("request", "end_episode", "agents"): ("end_episode_agents", "end_episode, multi-agent (7.6)"),
+    ("request", "hello", "map-agents"): (
+        "hello_map_agents",
+        "hello of a local-inference client that asks map_agents (7.1, 7.12)",
+    ),
+    ("reply", "welcome", "map-agents"): (
+        "welcome_map_agents",
+        "welcome of a server that maps agents with a function (7.1, 7.12)",
+    ),
+    ("request", "map_agents", ""): ("map_agents", "map_agents (7.12)"),
+    ("reply", "agents_mapped", ""): ("agents_mapped", "agents_mapped reply (7.12)"),
 }
 
 
 def _form(direction: str, message: dict[str, Any], request: dict[str, Any] | None) -> str:
+    if message.get("map_agents") is True:
+        return "map-agents"
     if direction == "request":
-        if "agent_ids" in message:
+        if "agent_ids" in message and message.get("type") != "map_agents":
             return "agents"
         if "episode_ids" in message:
             return "batched"

@@ -6,10 +6,12 @@ agent first appears, for local inference through ``map_agents``; rules stay the 
 
 from __future__ import annotations
 
+import math
 import socket
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -19,8 +21,9 @@ import pytest
 from rlserve import PolicyClient
 from rlserve.algorithm import PPOConfig
 from rlserve.algorithm.network import NetworkAlgorithm
+from rlserve.algorithm.network_config import mapping_function_of, run_folder_config
 from rlserve.client.local import LocalConfig
-from rlserve.errors import SpaceError
+from rlserve.errors import ConfigError, SpaceError
 from rlserve.protocol.codec import decode, encode
 from rlserve.protocol.framing import FrameDecoder, frame
 
@@ -171,3 +174,54 @@ def test_a_local_client_that_cannot_ask_is_refused_with_the_fix(
     assert new["mapping"] == [["boss", "red"]] and new["multi_agent"] is True
     remote = _hello(port)  # remote clients need nothing: the server maps their agents
     assert remote["type"] == "welcome"
+
+
+def team_of(agent_id: str, episode: Any, **kwargs: Any) -> str:
+    """A module-level mapping function: saved in the run folder by its name."""
+    return "red" if agent_id.startswith("red") else "blue"
+
+
+def test_a_run_folder_keeps_the_function_by_name(tmp_path: Path) -> None:
+    algo = (
+        PPOConfig()
+        .multi_agent(
+            policies={"red": (None, *RED, {}), "blue": (None, *BLUE, {})},
+            policy_mapping_fn=team_of,
+        )
+        .serving(host="127.0.0.1", port=0)
+        .reporting(run_dir=str(tmp_path), name="named")
+    )
+    served = NetworkAlgorithm(algo, background=False)  # writes the run folder, serves nothing
+    try:
+        folder = served.folder.path
+        saved = (folder / "config.toml").read_text()
+        assert f'name = "{team_of.__module__}:team_of"' in saved
+        assert run_folder_config(folder).policy_mapping_fn is team_of
+    finally:
+        served.stop()
+
+
+def test_a_lambda_cannot_be_found_again_and_the_error_says_what_to_pass(
+    served: tuple[NetworkAlgorithm, MappingFn],
+) -> None:
+    algo, _ = served
+    with pytest.raises(
+        ConfigError, match=r"pass config=\.\.\. with it to Algorithm.from_checkpoint"
+    ):
+        run_folder_config(algo.folder.path)
+
+
+@pytest.mark.parametrize(
+    ("table", "match"),
+    [
+        ({"name": "team_of"}, 'name = "module:function"'),
+        ({"name": "no_such_module_here:fn"}, "cannot be imported"),
+        ({"name": "math:pi"}, "not callable"),
+        ("math:floor", 'name = "module:function"'),
+    ],
+)
+def test_a_bad_mapping_function_table_names_the_fix(table: Any, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        mapping_function_of({"mapping_function": table}, "serve.toml")
+    assert mapping_function_of({}, "serve.toml") is None
+    assert mapping_function_of({"mapping_function": {"name": "math:floor"}}, "x") is math.floor

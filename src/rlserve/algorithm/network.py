@@ -28,7 +28,11 @@ import numpy as np
 
 from rlserve.algorithm.algorithm import Algorithm
 from rlserve.algorithm.config import AlgorithmConfig
-from rlserve.algorithm.network_config import network_policies, server_config_of
+from rlserve.algorithm.network_config import (
+    mapping_function_table,
+    network_policies,
+    server_config_of,
+)
 from rlserve.algorithm.server_thread import ServerThread
 from rlserve.config.fields import to_table
 from rlserve.errors import ConfigError
@@ -95,6 +99,8 @@ class NetworkAlgorithm(Algorithm):
         own = {algo: ppo_table, **others}
         if algo != DEFAULT_ALGORITHM:
             own["algorithm"] = {"name": algo}
+        if config.policy_mapping_fn is not None:
+            tables["mapping_function"] = mapping_function_table(config.policy_mapping_fn)
         folder.save({"server": to_table(self.server_config), **own, **tables}, spaces)
         self.policy_server = PolicyServer(
             self.server_config,

@@ -5,16 +5,21 @@ with spaces and ``serving(...)``; the server underneath takes a
 :class:`~rlserve.server.config.ServerConfig`. This module turns one into the other
 (:func:`server_config_of`, :func:`serving_config`), finds the policies of such a config
 (:func:`network_policies`), and reads a run folder's config back (:func:`run_folder_config`)
-so that :meth:`Algorithm.from_checkpoint` can resume a served run.
+so that :meth:`Algorithm.from_checkpoint` can resume a served run. A ``policy_mapping_fn`` is
+kept in the run folder (and given to ``rlserve serve --config``) by its importable name, as the
+table ``[mapping_function]`` with ``name = "module:function"`` (:func:`mapping_function_table`,
+:func:`mapping_function_of`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rlserve.algorithm.config import AlgorithmConfig, config_for
+from rlserve.algorithm.saved_config import UNSAVED, env_reference, resolve_env
 from rlserve.algorithm.serving_settings import ServingSettings
 from rlserve.config.fields import build
 from rlserve.errors import ConfigError
@@ -84,6 +89,45 @@ def network_policies(config: AlgorithmConfig) -> tuple[dict[str, PolicySpec], Po
     return specs, mapping
 
 
+def mapping_function_table(fn: Callable[..., Any]) -> dict[str, str]:
+    """The ``[mapping_function]`` table that names ``fn`` (a lambda or local one: unsaved)."""
+    return {"name": env_reference(fn) or UNSAVED}
+
+
+def mapping_function_of(tables: dict[str, Any], where: str) -> Callable[..., Any] | None:
+    """The function a ``[mapping_function]`` table names (None without one).
+
+    Raises:
+        ConfigError: The name is not ``module:function``, cannot be imported, is not callable,
+            or was a lambda that could not be saved (the message says what to pass instead).
+    """
+    table = tables.get("mapping_function")
+    if table is None:
+        return None
+    name = table.get("name") if isinstance(table, dict) else None
+    if name == UNSAVED:
+        raise ConfigError(
+            f"the policy_mapping_fn of {where} cannot be found again (it was a lambda or a "
+            "local function): pass config=... with it to Algorithm.from_checkpoint, or make it "
+            "a module-level function"
+        )
+    if not isinstance(name, str) or ":" not in name:
+        raise ConfigError(
+            f'{where}: [mapping_function] needs name = "module:function" (a policy_mapping_fn '
+            f"importable from the server's working directory), got {name!r}"
+        )
+    try:
+        fn = resolve_env(name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(
+            f"{where}: the policy_mapping_fn {name} cannot be imported ({exc}); run the "
+            "server where that module can be imported (PYTHONPATH)"
+        ) from None
+    if not callable(fn):
+        raise ConfigError(f"{where}: the policy_mapping_fn {name} is not callable")
+    return fn
+
+
 def server_config_of(config: AlgorithmConfig) -> ServerConfig:
     """The :class:`ServerConfig` of a network-only Algorithm (serving + reporting settings)."""
     settings = ServingSettings(**(config.serving_settings or {}))
@@ -105,12 +149,14 @@ def serving_config(
     policies: dict[str, PolicySpec],
     mapping: PolicyMapping | None,
     others: dict[str, Any] | None = None,
+    mapping_fn: Callable[..., Any] | None = None,
 ) -> AlgorithmConfig:
     """The AlgorithmConfig of a server configuration (``rlserve serve``'s flags and file).
 
     ``ppo`` is the algorithm's settings (``PPOSettings``, ``DQNSettings``...): its type picks
     the algorithm, that of the policies that name none. ``others`` holds the settings of the
-    other algorithms the policies name (their top tables), by name.
+    other algorithms the policies name (their top tables), by name. ``mapping_fn`` is a
+    ``policy_mapping_fn`` for the agents no rule of ``mapping`` maps.
     """
     own = {f.name for f in dataclasses.fields(ServingSettings)} - {
         "server",
@@ -144,6 +190,8 @@ def serving_config(
     )
     if mapping is not None:
         config.multi_agent(policy_mapping=mapping)
+    if mapping_fn is not None:
+        config.multi_agent(policy_mapping_fn=mapping_fn)
     return config
 
 
@@ -164,4 +212,5 @@ def run_folder_config(folder: Path) -> AlgorithmConfig:
         name: build(algorithm(name).settings, tables.get(name), None)
         for name in {spec.algorithm_of(entry.name) for spec in policies.values()} - {entry.name}
     }
-    return serving_config(server, settings, policies, mapping, others)
+    mapping_fn = mapping_function_of(tables, str(run.path))
+    return serving_config(server, settings, policies, mapping, others, mapping_fn)

@@ -120,7 +120,7 @@ def _algorithm_settings(
 
 def _serve(args: argparse.Namespace) -> int:
     from rlserve.algorithm.network import NetworkAlgorithm
-    from rlserve.algorithm.network_config import serving_config
+    from rlserve.algorithm.network_config import mapping_function_of, serving_config
     from rlserve.learners.registry import ALGORITHMS
     from rlserve.run.run_folder import RunFolder
     from rlserve.server.config import ServerConfig, with_token_from_env
@@ -138,17 +138,19 @@ def _serve(args: argparse.Namespace) -> int:
             )
         algo_name = _run_algorithm(args, tables, resumed=True)
         policies, mapping = policies_from_run(tables, spaces)
+        mapping_fn = mapping_function_of(tables, str(run.path))
     else:
         tables = {}
         if args.config:
             tables = load_config_file(
                 args.config,
                 {"server": ServerConfig, **{n: e.settings for n, e in ALGORITHMS.items()}},
-                free_tables=("policies", "mapping", "algorithm"),
+                free_tables=("policies", "mapping", "algorithm", "mapping_function"),
             )
         server_config = build(ServerConfig, with_token_from_env(tables.get("server")), args)
         algo_name = _run_algorithm(args, tables, resumed=False)
         policies, mapping = _declared_policies(args, tables, server_config, algo_name)
+        mapping_fn = mapping_function_of(tables, args.config or "--config")
     # The run's algorithm, then every other one a policy names (each with its own settings).
     names = [algo_name]
     for spec in policies.values():
@@ -170,7 +172,7 @@ def _serve(args: argparse.Namespace) -> int:
     # The Algorithm API with a server attached and no environment: its run folder is created
     # (or, resuming, reopened) here; it serves on this thread until SIGINT/SIGTERM.
     algo = NetworkAlgorithm(
-        serving_config(server_config, ppo_config, policies, mapping, settings),
+        serving_config(server_config, ppo_config, policies, mapping, settings, mapping_fn),
         resume=run.path if args.resume else None,
         background=False,
     )
