@@ -60,7 +60,8 @@ def test_every_message_type_and_dtype_has_a_vector():
                  "get_weights", "weights", "report_samples", "samples_accepted",
                  "welcome_mapping", "get_action_agents", "action_agents", "action_agents_mixed",
                  "log_action_agents", "log_returns_agents", "end_episode_agents",
-                 "hello_map_agents", "welcome_map_agents", "map_agents", "agents_mapped"):  # fmt: skip
+                 "hello_map_agents", "welcome_map_agents", "map_agents",
+                 "agents_mapped"):  # fmt: skip
         assert kind in names
     dtypes = {
         str(decode(bytes.fromhex(v["msgpack"]))["array"].dtype)
