@@ -218,6 +218,16 @@ def test_the_command_refuses_policies_mistakes_before_creating_anything(
     assert not (tmp_path / "runs").exists()
 
 
+def test_an_unimportable_mapping_function_is_refused_before_creating_anything(
+    run_rlserve: Any, tmp_path: Path
+) -> None:
+    text = GOOD + '\n[mapping_function]\nname = "no_such_module_here:team_of"\n'
+    (tmp_path / "f.toml").write_text(text)
+    done = run_rlserve("serve", "--config", "f.toml", "--port", "0", "--http-port", "0")
+    assert_one_line_error(done, "f.toml", "no_such_module_here:team_of", "cannot be imported")
+    assert not (tmp_path / "runs").exists()
+
+
 def test_the_shipped_example_declares_two_policies(monkeypatch: pytest.MonkeyPatch) -> None:
     root = Path(__file__).parents[2]
     monkeypatch.chdir(root)  # its paths are relative to the working folder, as documented

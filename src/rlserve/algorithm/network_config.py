@@ -114,7 +114,7 @@ def mapping_function_of(tables: dict[str, Any], where: str) -> Callable[..., Any
     if not isinstance(name, str) or ":" not in name:
         raise ConfigError(
             f'{where}: [mapping_function] needs name = "module:function" (a policy_mapping_fn '
-            f"importable from the server's working directory), got {name!r}"
+            f"the server can import, e.g. with PYTHONPATH=.), got {name!r}"
         )
     try:
         fn = resolve_env(name)
