@@ -130,6 +130,9 @@ def valid_messages(draw: st.DrawFn) -> dict[str, Any]:
         base.update(policy_id="default", have_version=draw(st.integers(0, 10)))
     elif kind == "report_samples":
         base.update(batch_id=eid, fragments=[{"episode_id": eid}], episodes=[])
+    elif kind == "map_agents":
+        ids = draw(st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=4))
+        base.update(episode_id=eid, agent_ids=list(dict.fromkeys(ids)))
     return base
 
 
