@@ -58,6 +58,7 @@ def run_training(config: TrainConfig, overrides: dict[str, Any]) -> int:
     """Train until a stop condition; return the exit code."""
     from rlserve.algorithm.algorithm import Algorithm
     from rlserve.algorithm.config import config_for
+    from rlserve.cli.logs import log_to_run_folder
     from rlserve.env.locate import locate_env
 
     if config.resume:
@@ -104,6 +105,7 @@ def run_training(config: TrainConfig, overrides: dict[str, Any]) -> int:
     reached = False
     try:
         assert algo.run is not None
+        log_to_run_folder(algo.run.path)
         print(f"rlserve: training in {algo.run.path}", flush=True)
         while True:
             result = algo.train()

@@ -1,12 +1,15 @@
-"""Metrics output: TensorBoard event files in the run folder and the terminal progress line."""
+"""Metrics output: TensorBoard event files in the run folder (and the progress line's import)."""
 
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 from tensorboard.summary import Writer
+
+from rlserve.run.console import ProgressLine
+
+__all__ = ["MetricsWriter", "ProgressLine"]
 
 
 class MetricsWriter:
@@ -33,29 +36,3 @@ class MetricsWriter:
     def close(self) -> None:
         """Flush and close the event file."""
         self._writer.close()
-
-
-class ProgressLine:
-    """A one-line progress display: redrawn in place on a terminal, else a line per update."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self._tty = sys.stderr.isatty()
-        self._width = 0
-
-    def show(self, line: str) -> None:
-        """Display ``line``."""
-        if not self.enabled:
-            return
-        if self._tty:
-            sys.stderr.write("\r" + line.ljust(self._width))
-            self._width = len(line)
-        else:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-
-    def finish(self) -> None:
-        """End the in-place line so later output starts on a new line."""
-        if self.enabled and self._tty and self._width:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
