@@ -67,3 +67,17 @@ def test_hidden_flags_still_parse() -> None:
 def test_every_command_takes_log_level(argv: list[str]) -> None:
     assert build_parser().parse_args(argv).log_level == "info"
     assert build_parser().parse_args([*argv, "--log-level", "debug"]).log_level == "debug"
+
+
+def test_train_help_leaves_the_algorithms_to_help_all(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    shown = {}
+    for flag in ("--help", "--help-all"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["train", flag])
+        shown[flag] = capsys.readouterr().out
+    assert "--env " in shown["--help"] and "--dqn-lr" not in shown["--help"]
+    assert "--dqn-lr" in shown["--help-all"]
+    args = build_parser().parse_args(["train", "--env", "CartPole-v1", "--dqn-lr", "0.01"])
+    assert args.dqn_lr == 0.01
