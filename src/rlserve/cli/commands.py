@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rlserve.cli.logs import add_log_level, configured_logging, log_to_run_folder
-from rlserve.cli.serve_args import MORE_HELP, WideHelp, add_server_arguments
+from rlserve.cli.serve_args import MORE_HELP, GroupedHelp, add_server_arguments
 from rlserve.config.fields import add_arguments, build, load_config_file, to_table
 from rlserve.errors import ConfigError, RLServeError
 from rlserve.version import __version__
@@ -318,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a policy server that trains policies (PPO, DQN, SAC) from external clients",
         description="Run a policy server. Flags override the tables of --config. " + MORE_HELP,
         usage="rlserve serve [--config FILE | --resume RUN_DIR] [options]",
-        formatter_class=WideHelp,
+        formatter_class=GroupedHelp,
     )
     serve.add_argument(
         "--config",

@@ -43,11 +43,26 @@ MORE_HELP = (
 """The line of ``rlserve serve --help`` that points to the hidden flags."""
 
 
-class WideHelp(argparse.HelpFormatter):
-    """argparse's help with a wider flag column (fewer help texts pushed to their own line)."""
+HIDDEN = "rlserve_hidden"
+"""Attribute of a flag's action left out of ``--help`` (``--help-all`` shows it)."""
+
+
+class GroupedHelp(argparse.HelpFormatter):
+    """argparse's help with a wider flag column, without the flags marked :data:`HIDDEN`."""
+
+    show_hidden = False
 
     def __init__(self, prog: str) -> None:
         super().__init__(prog, max_help_position=34)
+
+    def add_argument(self, action: argparse.Action) -> None:
+        """Format ``action`` unless it is hidden (a group of hidden flags gets no heading)."""
+        if self.show_hidden or not getattr(action, HIDDEN, False):
+            super().add_argument(action)
+
+
+class _AllHelp(GroupedHelp):
+    show_hidden = True
 
 
 class FullHelp(argparse.Action):
@@ -55,18 +70,16 @@ class FullHelp(argparse.Action):
 
     def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest=argparse.SUPPRESS, nargs=0, **kwargs)
-        self.hidden: list[tuple[argparse.Action, str | None]] = []
 
-    def hide(self, actions: list[argparse.Action]) -> None:
-        """Leave ``actions`` out of ``--help`` (``--help-all`` shows them)."""
+    @staticmethod
+    def hide(actions: list[argparse.Action]) -> None:
+        """Leave ``actions`` out of ``--help``; the parser's formatter must be GroupedHelp."""
         for action in actions:
-            self.hidden.append((action, action.help))
-            action.help = argparse.SUPPRESS
+            setattr(action, HIDDEN, True)
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
         """Print the full help and exit."""
-        for action, text in self.hidden:
-            action.help = text
+        parser.formatter_class = _AllHelp
         parser.print_help()
         parser.exit()
 
@@ -78,10 +91,9 @@ def add_server_arguments(serve: argparse.ArgumentParser) -> None:
     from rlserve.learners.registry import ALGORITHMS
     from rlserve.server.config import ServerConfig
 
-    full = serve.add_argument(
+    serve.add_argument(
         "--help-all", action=FullHelp, help="show every flag, the hidden ones too, and exit"
     )
-    assert isinstance(full, FullHelp)
     grouped = {name for names in SERVER_GROUPS.values() for name in names}
     for title, names in SERVER_GROUPS.items():
         group = serve.add_argument_group(title)
@@ -90,9 +102,9 @@ def add_server_arguments(serve: argparse.ArgumentParser) -> None:
             add_log_level(serve, group)
     rest = [f.name for f in dataclasses.fields(ServerConfig) if f.name not in grouped]
     limits = serve.add_argument_group("limits")
-    full.hide(add_arguments(limits, ServerConfig, names=rest))  # type: ignore[arg-type]
+    FullHelp.hide(add_arguments(limits, ServerConfig, names=rest))  # type: ignore[arg-type]
     for entry in ALGORITHMS.values():
         group = serve.add_argument_group(
             f"{entry.name.upper()} (--algo {entry.name}; also the [{entry.name}] table of --config)"
         )
-        full.hide(add_arguments(group, entry.settings, prefix=f"{entry.name}_"))  # type: ignore[arg-type]
+        FullHelp.hide(add_arguments(group, entry.settings, prefix=f"{entry.name}_"))  # type: ignore[arg-type]

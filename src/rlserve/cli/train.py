@@ -137,7 +137,7 @@ def run_training(config: TrainConfig, overrides: dict[str, Any]) -> int:
 
 def add_train_parser(commands: Any) -> None:
     """Add ``rlserve train`` to the command's sub-parsers."""
-    from rlserve.cli.serve_args import FullHelp
+    from rlserve.cli.serve_args import FullHelp, GroupedHelp
     from rlserve.config.fields import add_arguments
     from rlserve.learners.registry import ALGORITHMS
 
@@ -148,12 +148,13 @@ def add_train_parser(commands: Any) -> None:
         "--resume and export as 'rlserve serve'. Unset settings take the hosted defaults of "
         "the algorithm (not the server's). Each algorithm's settings (--ppo-*, --dqn-*, "
         "--sac-*): rlserve train --help-all.",
+        usage="rlserve train [--env ENV | --resume RUN] [options]",
+        formatter_class=GroupedHelp,
     )
     add_arguments(train, TrainConfig)
-    full = train.add_argument(
+    train.add_argument(
         "--help-all", action=FullHelp, help="show every flag, the algorithms' too, and exit"
     )
-    assert isinstance(full, FullHelp)
     for entry in ALGORITHMS.values():
         group = train.add_argument_group(
             f"{entry.name.upper()} (--algo {entry.name}; defaults for hosted environments)"
@@ -164,7 +165,7 @@ def add_train_parser(commands: Any) -> None:
             prefix=f"{entry.name}_",
             defaults=train_defaults(entry.name),
         )
-        full.hide(hidden)
+        FullHelp.hide(hidden)
 
 
 def train_defaults(algo: str) -> dict[str, Any]:
