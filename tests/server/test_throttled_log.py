@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import logging
+
+import pytest
 
 from rlserve.server.throttled_log import ThrottledLog
 
@@ -52,3 +55,14 @@ def test_the_learner_link_warns_about_dropped_steps_once_per_interval() -> None:
     assert len(lines) == 1, lines
     assert "dropped 30 steps unread (30 of 50 in all" in lines[0]
     assert "fewer clients" in lines[0] and "--max-sample-queue-steps (now 100)" in lines[0]
+
+
+def test_without_a_stream_the_lines_go_to_the_server_log(caplog: pytest.LogCaptureFixture) -> None:
+    """So they share the log's format, its file in the run folder, and the progress line's care."""
+    log = ThrottledLog(interval=10.0, clock=lambda: 0.0)
+    with caplog.at_level(logging.WARNING, logger="rlserve.server"):
+        assert log.warn("a", "first")
+        assert not log.warn("a", "second")
+    assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("rlserve.server", "WARNING", "rlserve: first")
+    ]

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import shutil
 import socket
 import sys
 from pathlib import Path
 from typing import Any
 
+from rlserve.cli.logs import add_log_level, configured_logging, log_to_run_folder
+from rlserve.cli.serve_args import MORE_HELP, GroupedHelp, add_server_arguments
 from rlserve.config.fields import add_arguments, build, load_config_file, to_table
 from rlserve.errors import ConfigError, RLServeError
 from rlserve.version import __version__
+
+logger = logging.getLogger("rlserve.cli")
 
 DESCRIPTION = """\
 Train reinforcement-learning policies (PPO, DQN, SAC) from simulators that run their own loop
@@ -177,9 +182,10 @@ def _serve(args: argparse.Namespace) -> int:
         background=False,
     )
     run = algo.folder
+    log_to_run_folder(run.path)
     warning = server_config.plaintext_warning()
     if warning:
-        print(f"rlserve: {warning}", file=sys.stderr, flush=True)
+        logger.warning(warning.removeprefix("WARNING: "))
     try:
         checkpoint = algo.serve_forever()
     except BaseException as exc:
@@ -299,7 +305,6 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``rlserve`` command."""
     from rlserve.cli.demo import TASKS, DemoConfig
     from rlserve.learners.registry import ALGORITHMS
-    from rlserve.server.config import ServerConfig
 
     parser = argparse.ArgumentParser(
         prog="rlserve",
@@ -313,7 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve",
         help="run a policy server that trains policies (PPO, DQN, SAC) from external clients",
-        description="Run a policy server. Flags override the tables of --config.",
+        description="Run a policy server. Flags override the tables of --config. " + MORE_HELP,
+        usage="rlserve serve [--config FILE | --resume RUN_DIR] [options]",
+        formatter_class=GroupedHelp,
     )
     serve.add_argument(
         "--config",
@@ -336,12 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="save an off-policy algorithm's replay buffer in its checkpoints, so a resumed run "
         "does not start with an empty one (default: off)",
     )
-    add_arguments(serve, ServerConfig)
-    for entry in ALGORITHMS.values():
-        group = serve.add_argument_group(
-            f"{entry.name.upper()} (--algo {entry.name}; also the [{entry.name}] table of --config)"
-        )
-        add_arguments(group, entry.settings, prefix=f"{entry.name}_")  # type: ignore[arg-type]
+    add_server_arguments(serve)
     status = commands.add_parser(
         "status",
         help="show a running server's progress, clients, episodes and learner",
@@ -420,12 +422,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=1000,
         help="steps after which an episode is cut off with a warning (default: 1000)",
     )
+    for name, command in commands.choices.items():
+        if name != "serve":
+            add_log_level(command)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``rlserve`` command."""
     args = build_parser().parse_args(argv)
+    with configured_logging(args.log_level):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         if args.command == "serve":
             return _serve(args)

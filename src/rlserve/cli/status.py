@@ -2,7 +2,8 @@
 
 It reads ``GET /v1/health`` and ``GET /v1/metrics`` from the server's HTTP carrier, found from a
 run folder's ``endpoints.json`` or given as an address; a run folder that no server serves now
-is summarised from its files instead (:mod:`rlserve.cli.run_summary`). Standard library only.
+is summarised from its files instead (:mod:`rlserve.cli.run_summary`). Standard library only,
+but for rich on a colour terminal.
 """
 
 from __future__ import annotations
@@ -149,45 +150,88 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
-def format_status(where: str, health: dict[str, Any], metrics: dict[str, Any]) -> str:
-    """The status as a few labelled lines."""
+def status_rows(
+    where: str, health: dict[str, Any], metrics: dict[str, Any]
+) -> list[tuple[str, str]]:
+    """The status as (label, text) rows."""
     m = metrics
     version = int(m.get("server/weights_version", -1))
-    lines = [
-        f"server    {where}: {health.get('status', '?')}, rlserve "
-        f"{health.get('server_version', '?')}, up {_duration(m.get('server/uptime_seconds') or 0)}",
-        f"progress  {_number(m.get('samples/env_steps'))} env steps, "
-        f"{_number(m.get('samples/env_steps_per_second'), 1)} steps/s, "
-        + (f"weights v{version}" if version >= 0 else "no weights yet"),
-        f"clients   {_number(m.get('server/clients'))} connected, "
-        f"{_number(m.get('server/errors'))} error replies",
-        f"episodes  {_number(m.get('episodes/started'))} started, "
-        f"{_number(m.get('episodes/completed'))} completed, "
-        f"{_number(m.get('episodes/timed_out'))} timed out, "
-        f"{_number(m.get('server/episodes_active'))} active; "
-        f"return(100) {_number(m.get('episodes/return_mean'), 2)}, "
-        f"length(100) {_number(m.get('episodes/length_mean'), 1)}",
-        f"learner   {_number(m.get('learner/updates'))} updates, "
-        f"{_number(m.get('learner/steps_trained'))} steps trained, "
-        f"{_number(m.get('samples/steps_queued'))} waiting; "
-        f"policy loss {_number(m.get('learner/policy_loss'), 4)}, "
-        f"value loss {_number(m.get('learner/value_loss'), 4)}, "
-        f"entropy {_number(m.get('learner/entropy'), 3)}, "
-        f"kl {_number(m.get('learner/approx_kl'), 4)}; "
-        f"{_number(m.get('learner/restarts'))} restarts",
+    rows = [
+        (
+            "server",
+            f"{where}: {health.get('status', '?')}, rlserve {health.get('server_version', '?')}, "
+            f"up {_duration(m.get('server/uptime_seconds') or 0)}",
+        ),
+        (
+            "progress",
+            f"{_number(m.get('samples/env_steps'))} env steps, "
+            f"{_number(m.get('samples/env_steps_per_second'), 1)} steps/s, "
+            + (f"weights v{version}" if version >= 0 else "no weights yet"),
+        ),
+        (
+            "clients",
+            f"{_number(m.get('server/clients'))} connected, "
+            f"{_number(m.get('server/errors'))} error replies",
+        ),
+        (
+            "episodes",
+            f"{_number(m.get('episodes/started'))} started, "
+            f"{_number(m.get('episodes/completed'))} completed, "
+            f"{_number(m.get('episodes/timed_out'))} timed out, "
+            f"{_number(m.get('server/episodes_active'))} active; "
+            f"return(100) {_number(m.get('episodes/return_mean'), 2)}, "
+            f"length(100) {_number(m.get('episodes/length_mean'), 1)}",
+        ),
+        (
+            "learner",
+            f"{_number(m.get('learner/updates'))} updates, "
+            f"{_number(m.get('learner/steps_trained'))} steps trained, "
+            f"{_number(m.get('samples/steps_queued'))} waiting; "
+            f"policy loss {_number(m.get('learner/policy_loss'), 4)}, "
+            f"value loss {_number(m.get('learner/value_loss'), 4)}, "
+            f"entropy {_number(m.get('learner/entropy'), 3)}, "
+            f"kl {_number(m.get('learner/approx_kl'), 4)}; "
+            f"{_number(m.get('learner/restarts'))} restarts",
+        ),
     ]
     policies = sorted({k.split("/")[1] for k in m if k.startswith("policies/")})
     for pid in policies:
         p = f"policies/{pid}/"
-        lines.append(
-            f"policy    {pid}: weights v{_number(m.get(p + 'weights_version'))}, "
-            f"{_number(m.get(p + 'learner/updates'))} updates, "
-            f"{_number(m.get(p + 'learner/steps_trained'))} steps trained, "
-            f"return(100) {_number(m.get(p + 'episodes/return_mean'), 2)}"
+        rows.append(
+            (
+                "policy",
+                f"{pid}: weights v{_number(m.get(p + 'weights_version'))}, "
+                f"{_number(m.get(p + 'learner/updates'))} updates, "
+                f"{_number(m.get(p + 'learner/steps_trained'))} steps trained, "
+                f"return(100) {_number(m.get(p + 'episodes/return_mean'), 2)}",
+            )
         )
     for part, problem in (health.get("problems") or {}).items():
-        lines.append(f"problem   {part}: {problem}")
-    return "\n".join(lines)
+        rows.append(("problem", f"{part}: {problem}"))
+    return rows
+
+
+def format_status(where: str, health: dict[str, Any], metrics: dict[str, Any]) -> str:
+    """The status as a few labelled lines (plain text)."""
+    return "\n".join(f"{label:<10}{text}" for label, text in status_rows(where, health, metrics))
+
+
+def print_status(where: str, health: dict[str, Any], metrics: dict[str, Any]) -> None:
+    """Print the status: a rich table on a colour terminal, else :func:`format_status`'s lines."""
+    from rlserve.cli.logs import use_color
+
+    if not use_color(sys.stdout):
+        print(format_status(where, health, metrics))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None, padding=(0, 1))
+    table.add_column(style="bold cyan", no_wrap=True)
+    table.add_column()
+    for label, text in status_rows(where, health, metrics):
+        table.add_row(label, text, style="red" if label == "problem" else None)
+    Console(file=sys.stdout).print(table)
 
 
 def run_status(
@@ -237,5 +281,5 @@ def run_status(
         json.dump({"health": health, "metrics": metrics}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(format_status(where if where == base else f"{base} ({where})", health, metrics))
+        print_status(where if where == base else f"{base} ({where})", health, metrics)
     return 0

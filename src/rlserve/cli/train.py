@@ -58,6 +58,7 @@ def run_training(config: TrainConfig, overrides: dict[str, Any]) -> int:
     """Train until a stop condition; return the exit code."""
     from rlserve.algorithm.algorithm import Algorithm
     from rlserve.algorithm.config import config_for
+    from rlserve.cli.logs import log_to_run_folder
     from rlserve.env.locate import locate_env
 
     if config.resume:
@@ -104,6 +105,7 @@ def run_training(config: TrainConfig, overrides: dict[str, Any]) -> int:
     reached = False
     try:
         assert algo.run is not None
+        log_to_run_folder(algo.run.path)
         print(f"rlserve: training in {algo.run.path}", flush=True)
         while True:
             result = algo.train()
@@ -135,6 +137,7 @@ def run_training(config: TrainConfig, overrides: dict[str, Any]) -> int:
 
 def add_train_parser(commands: Any) -> None:
     """Add ``rlserve train`` to the command's sub-parsers."""
+    from rlserve.cli.serve_args import FullHelp, GroupedHelp
     from rlserve.config.fields import add_arguments
     from rlserve.learners.registry import ALGORITHMS
 
@@ -143,16 +146,26 @@ def add_train_parser(commands: Any) -> None:
         help="train a policy on a hosted environment (vectorised, optionally in sub-processes)",
         description="Train on a hosted environment; same run folder, metrics, checkpoints, "
         "--resume and export as 'rlserve serve'. Unset settings take the hosted defaults of "
-        "the algorithm (not the server's).",
+        "the algorithm (not the server's). Each algorithm's settings (--ppo-*, --dqn-*, "
+        "--sac-*): rlserve train --help-all.",
+        usage="rlserve train [--env ENV | --resume RUN] [options]",
+        formatter_class=GroupedHelp,
     )
     add_arguments(train, TrainConfig)
+    train.add_argument(
+        "--help-all", action=FullHelp, help="show every flag, the algorithms' too, and exit"
+    )
     for entry in ALGORITHMS.values():
         group = train.add_argument_group(
             f"{entry.name.upper()} (--algo {entry.name}; defaults for hosted environments)"
         )
-        add_arguments(
-            group, entry.settings, prefix=f"{entry.name}_", defaults=train_defaults(entry.name)
+        hidden = add_arguments(
+            group,
+            entry.settings,
+            prefix=f"{entry.name}_",
+            defaults=train_defaults(entry.name),
         )
+        FullHelp.hide(hidden)
 
 
 def train_defaults(algo: str) -> dict[str, Any]:

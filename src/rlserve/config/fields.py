@@ -14,6 +14,7 @@ import re
 import tomllib
 import types
 import typing
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,28 +48,37 @@ def add_arguments(
     cls: type,
     prefix: str = "",
     defaults: dict[str, Any] | None = None,
-) -> None:
+    names: Collection[str] | None = None,
+) -> list[argparse.Action]:
     """Add one ``--flag`` per field of the dataclass ``cls``; defaults stay None (unset).
 
     ``defaults`` are the values that apply to the command where they differ from the
-    dataclass's own (shown in the help; the command applies them itself).
+    dataclass's own (shown in the help; the command applies them itself). ``names``: only
+    these fields (default: all). Returns the flags' actions.
     """
     hints = typing.get_type_hints(cls)
     shown = defaults or {}
+    added = []
     for f in dataclasses.fields(cls):
+        if names is not None and f.name not in names:
+            continue
         flag = "--" + (prefix + f.name).replace("_", "-")
         tp = _base_type(hints[f.name])
         default = shown[f.name] if f.name in shown else _default_of(f)
         help_text = f"{f.metadata.get('help', '')} (default: {default})"
         if tp is bool:
-            parser.add_argument(
+            action = parser.add_argument(
                 flag, dest=prefix + f.name, action=argparse.BooleanOptionalAction, help=help_text
             )
         elif typing.get_origin(tp) is tuple:
             item = typing.get_args(tp)[0]
-            parser.add_argument(flag, dest=prefix + f.name, type=item, nargs="+", help=help_text)
+            action = parser.add_argument(
+                flag, dest=prefix + f.name, type=item, nargs="+", help=help_text
+            )
         else:
-            parser.add_argument(flag, dest=prefix + f.name, type=tp, help=help_text)
+            action = parser.add_argument(flag, dest=prefix + f.name, type=tp, help=help_text)
+        added.append(action)
+    return added
 
 
 def _default_of(f: dataclasses.Field[Any]) -> Any:

@@ -9,14 +9,16 @@ serve both.
 from __future__ import annotations
 
 import math
-import sys
 import time
 from pathlib import Path
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
+from rlserve.run.console import ProgressLine
 from rlserve.run.progress_file import ProgressFile
+
+__all__ = ["MetricsWriter", "ProgressLine"]
 
 
 class MetricsWriter:
@@ -53,28 +55,3 @@ class MetricsWriter:
         """Flush and close the event file (``progress.csv`` is closed after each row)."""
         self._events.close()
 
-
-class ProgressLine:
-    """A one-line progress display: redrawn in place on a terminal, else a line per update."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self._tty = sys.stderr.isatty()
-        self._width = 0
-
-    def show(self, line: str) -> None:
-        """Display ``line``."""
-        if not self.enabled:
-            return
-        if self._tty:
-            sys.stderr.write("\r" + line.ljust(self._width))
-            self._width = len(line)
-        else:
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-
-    def finish(self) -> None:
-        """End the in-place line so later output starts on a new line."""
-        if self.enabled and self._tty and self._width:
-            sys.stderr.write("\n")
-            sys.stderr.flush()

@@ -28,6 +28,7 @@ from rlserve.learners.registry import DEFAULT_ALGORITHM, algorithm
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.mapping import PolicyMapping
+from rlserve.run.console import announce
 from rlserve.run.experience_log import ExperienceLog
 from rlserve.run.metrics import MetricsWriter, ProgressLine
 from rlserve.run.run_folder import RunFolder, endpoints
@@ -46,6 +47,21 @@ from rlserve.server.stats import ServerStats
 from rlserve.server.tcp import BinaryServer, ConnectionPolicy, start_binary_server
 
 logger = logging.getLogger("rlserve.server")
+
+
+def _uvicorn_logging() -> dict[str, Any]:
+    """The logging arguments of uvicorn: the program's levels and handlers, else warnings only.
+
+    ``log_config=None`` keeps uvicorn from installing its own handlers and format, so its lines
+    look like rlserve's (``rlserve serve`` configures both). Its access log (a line per request)
+    is on only where the program enabled ``uvicorn.access`` at INFO.
+    """
+    configured = logging.getLogger("uvicorn").level != logging.NOTSET
+    return {
+        "log_config": None,
+        "log_level": None if configured else "warning",
+        "access_log": configured and logging.getLogger("uvicorn.access").isEnabledFor(logging.INFO),
+    }
 
 
 class _EmbeddedUvicorn(uvicorn.Server):
@@ -243,11 +259,11 @@ class PolicyServer:
                     self.stats.count_reported(record.steps)
         packages = {pid: self.store.load_weights(pid) for pid in self.policies}
         if self.resume:
-            print(
+            announce(
+                logger,
                 f"rlserve: resuming {self.run.path}: {self.stats.env_steps:,} env steps, "
                 f"{self.stats.episodes_completed:,} episodes completed, "
                 + self._serving_text(packages),
-                flush=True,
             )
         for pid, package in packages.items():
             if package is not None:
@@ -310,9 +326,8 @@ class PolicyServer:
         self._http = _EmbeddedUvicorn(
             uvicorn.Config(
                 app,
-                log_level="warning",
                 lifespan="off",
-                access_log=False,
+                **_uvicorn_logging(),
                 # A request still waiting at shutdown (e.g. a report for a learner that
                 # failed) must not hold the final checkpoint back.
                 timeout_graceful_shutdown=2,
@@ -470,11 +485,11 @@ async def serve_forever(server: PolicyServer) -> Path | None:
     await server.start()
     server.publish_endpoints()
     binary, http = ("tls://", "https://") if server.config.tls else ("", "http://")
-    print(
+    announce(
+        logger,
         f"rlserve listening on {binary}{server.config.host}:{server.port} (binary)"
         + f" and {http}{server.config.host}:{server.http_port} (HTTP)"
         + f"; run folder {server.run.path}",
-        flush=True,
     )
     await server.wait_stopped()
     return await server.close()

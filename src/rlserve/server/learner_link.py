@@ -53,6 +53,7 @@ from rlserve.protocol.codec import decode, encode
 from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.framing import FrameDecoder, frame
+from rlserve.run.console import announce
 from rlserve.run.experience_log import ExperienceLog, encode_payload
 from rlserve.server.log_sync import sync_log_forever
 from rlserve.server.pacing import LearnerPace
@@ -390,16 +391,16 @@ class LearnerLink:
         for policy_id, info in policies.items():
             whose = f" for policy '{policy_id}'" if several else ""
             if info.get("restored"):
-                print(
+                announce(
+                    logger,
                     f"rlserve: the learner continues from {info['restored']} "
                     f"({int(info.get('updates', 0)):,} updates){whose}",
-                    flush=True,
                 )
             elif info.get("initialised_from"):
-                print(
+                announce(
+                    logger,
                     f"rlserve: the learner starts from the weights of {info['initialised_from']}"
                     f"{whose} (init_checkpoint)",
-                    flush=True,
                 )
 
     async def _checkpoint_written(self, message: dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""One-line warnings on stderr, at most one per kind and interval, with a count of the rest.
+"""Logged one-line warnings, at most one per kind and interval, with a count of the rest.
 
 A hostile or broken client can cause the same error thousands of times a second; the log must
 say that it happens, how often, and what it was, without a traceback each time.
@@ -6,11 +6,13 @@ say that it happens, how often, and what it was, without a traceback each time.
 
 from __future__ import annotations
 
-import sys
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
+
+logger = logging.getLogger("rlserve.server")
 
 
 @dataclass
@@ -25,7 +27,7 @@ class ThrottledLog:
 
     Attributes:
         interval: Seconds between two lines of the same kind.
-        stream: Where lines go (default: stderr at the time of writing).
+        stream: Where lines go (default: the ``rlserve.server`` logger, at WARNING).
         clock: Monotonic clock (replaceable in tests).
     """
 
@@ -52,9 +54,11 @@ class ThrottledLog:
         suppressed = entry.suppressed if entry is not None else 0
         self._kinds[kind] = _Kind(now)
         more = f" (and {suppressed} more like it since the last such line)" if suppressed else ""
-        stream = self.stream or sys.stderr
-        stream.write(f"rlserve: {message}{more}\n")
-        stream.flush()
+        if self.stream is None:
+            logger.warning("rlserve: %s%s", message, more)
+        else:
+            self.stream.write(f"rlserve: {message}{more}\n")
+            self.stream.flush()
         return True
 
 

@@ -1,0 +1,110 @@
+"""The flags of ``rlserve serve``, in groups; the rarely used ones only in ``--help-all``.
+
+Every :class:`~rlserve.server.config.ServerConfig` field has a flag: those named in
+:data:`SERVER_GROUPS` are shown in their group, any other one under "limits" (with the
+per-algorithm settings, only in ``rlserve serve --help-all``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rlserve.cli.logs import add_log_level
+from rlserve.config.fields import add_arguments
+
+SERVER_GROUPS: dict[str, tuple[str, ...]] = {
+    "run folder": (
+        "run_dir",
+        "name",
+        "spaces_from",
+        "spaces_file",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "seed",
+    ),
+    "network": ("host", "port", "http_port", "http_allowed_origins"),
+    "security": ("token", "tls_cert", "tls_key"),
+    "training": (
+        "fragment_length",
+        "idle_timeout",
+        "max_sample_queue_steps",
+        "max_learner_lag_steps",
+        "sync_reports",
+    ),
+    "logging": ("progress", "metrics_interval"),
+}
+"""The shown groups of the server's settings, by title."""
+
+MORE_HELP = (
+    "Connection limits and each algorithm's settings (--ppo-*, --dqn-*, --sac-*; also the "
+    "[ppo], [dqn], [sac] tables of --config): rlserve serve --help-all."
+)
+"""The line of ``rlserve serve --help`` that points to the hidden flags."""
+
+
+HIDDEN = "rlserve_hidden"
+"""Attribute of a flag's action left out of ``--help`` (``--help-all`` shows it)."""
+
+
+class GroupedHelp(argparse.HelpFormatter):
+    """argparse's help with a wider flag column, without the flags marked :data:`HIDDEN`."""
+
+    show_hidden = False
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=34)
+
+    def add_argument(self, action: argparse.Action) -> None:
+        """Format ``action`` unless it is hidden (a group of hidden flags gets no heading)."""
+        if self.show_hidden or not getattr(action, HIDDEN, False):
+            super().add_argument(action)
+
+
+class _AllHelp(GroupedHelp):
+    show_hidden = True
+
+
+class FullHelp(argparse.Action):
+    """``--help-all``: the help with the hidden flags too, then exit."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, nargs=0, **kwargs)
+
+    @staticmethod
+    def hide(actions: list[argparse.Action]) -> None:
+        """Leave ``actions`` out of ``--help``; the parser's formatter must be GroupedHelp."""
+        for action in actions:
+            setattr(action, HIDDEN, True)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        """Print the full help and exit."""
+        parser.formatter_class = _AllHelp
+        parser.print_help()
+        parser.exit()
+
+
+def add_server_arguments(serve: argparse.ArgumentParser) -> None:
+    """Add the server's flags to ``serve`` in groups, ``--log-level`` and ``--help-all``."""
+    import dataclasses
+
+    from rlserve.learners.registry import ALGORITHMS
+    from rlserve.server.config import ServerConfig
+
+    serve.add_argument(
+        "--help-all", action=FullHelp, help="show every flag, the hidden ones too, and exit"
+    )
+    grouped = {name for names in SERVER_GROUPS.values() for name in names}
+    for title, names in SERVER_GROUPS.items():
+        group = serve.add_argument_group(title)
+        add_arguments(group, ServerConfig, names=names)  # type: ignore[arg-type]
+        if title == "logging":
+            add_log_level(serve, group)
+    rest = [f.name for f in dataclasses.fields(ServerConfig) if f.name not in grouped]
+    limits = serve.add_argument_group("limits")
+    FullHelp.hide(add_arguments(limits, ServerConfig, names=rest))  # type: ignore[arg-type]
+    for entry in ALGORITHMS.values():
+        group = serve.add_argument_group(
+            f"{entry.name.upper()} (--algo {entry.name}; also the [{entry.name}] table of --config)"
+        )
+        FullHelp.hide(add_arguments(group, entry.settings, prefix=f"{entry.name}_"))  # type: ignore[arg-type]
