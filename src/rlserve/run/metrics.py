@@ -54,4 +54,3 @@ class MetricsWriter:
     def close(self) -> None:
         """Flush and close the event file (``progress.csv`` is closed after each row)."""
         self._events.close()
-
