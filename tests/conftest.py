@@ -327,7 +327,9 @@ def module_launcher(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
 def run_rlserve(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run ``rlserve ARGS...`` to completion (for commands that must fail fast)."""
 
-    def run(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    # A guard against a hang, not a speed check: a loaded 2-core machine takes tens of seconds
+    # to import torch and onnx in a fresh interpreter.
+    def run(*args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [*rlserve_command(), *args],
             capture_output=True,
