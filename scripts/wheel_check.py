@@ -42,6 +42,9 @@ SERVE_FLAGS = (
     "CartPole-v1",
 )
 
+PRIVATE_ENV = ("RLSERVE_TOKEN", "RLSERVE_TLS_CA")
+"""A developer's own token or CA: neither the server nor the client here uses them."""
+
 LISTENING = re.compile(r"rlserve listening on (?P<host>[^\s:]+):(?P<port>\d+) \(binary\)")
 
 CLIENT_SMOKE = """
@@ -72,12 +75,19 @@ assert "torch" not in sys.modules, "the client imported torch"
 """
 
 
-def run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    """Run ``command``; on failure, raise with its output so the reader sees why."""
-    result = subprocess.run(command, capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
+def run(
+    command: list[str],
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command``; on failure, stop with its output so the reader sees why."""
+    result = subprocess.run(
+        command, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout, check=False
+    )
     if result.returncode != 0:
         raise SystemExit(
-            f"wheel check: {' '.join(map(str, command))} exited {result.returncode}\n"
+            f"wheel check: {' '.join(command)} exited {result.returncode}\n"
             f"{result.stdout}{result.stderr}"
         )
     return result
@@ -118,7 +128,8 @@ def check_contents(wheel: Path) -> None:
 def start_server(folder: Path) -> tuple[subprocess.Popen[str], str]:
     """``rlserve serve`` for CartPole on 127.0.0.1, port 0; its process and binary address."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    env.pop("RLSERVE_TOKEN", None)
+    for name in PRIVATE_ENV:
+        env.pop(name, None)
     process = subprocess.Popen(
         [sys.executable, "-m", "rlserve.cli", "serve", *SERVE_FLAGS],
         cwd=folder,
@@ -155,7 +166,7 @@ def stop(process: subprocess.Popen[str]) -> None:
 def check_installed(wheel: Path, folder: Path) -> None:
     """Install the wheel alone into a new venv and use it from outside the source tree."""
     # A PYTHONPATH to the source tree would let pip and Python find rlserve there instead.
-    clean_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    clean_env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", *PRIVATE_ENV}}
     venv = folder / "venv"
     run([sys.executable, "-m", "venv", str(venv)], env=clean_env)
     run([str(venv / "bin" / "pip"), "install", "--quiet", str(wheel)], env=clean_env)
