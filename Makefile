@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean browser
+.PHONY: demo test lint typecheck unit compat wheel-check bench clean browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,11 +45,44 @@ TEST_WORKERS ?= 4
 unit: $(STAMP) browser
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
-test: lint typecheck unit
+# The client and the wire protocol on the oldest and the newest Python the package supports, in
+# venvs without torch (a simulator's machine may have any of them): the tests that need neither
+# torch nor a server. tests/policy compares against torch, tests/config reads the server's settings.
+COMPAT_PYTHONS ?= 3.10 3.13
+COMPAT_TESTS := tests/client tests/protocol tests/docs/test_protocol_vectors.py \
+	tests/docs/test_protocol_render.py tests/test_layers.py
+PYENV_ROOT ?= $(shell pyenv root 2>/dev/null || echo $(HOME)/.pyenv)
+
+# Python X.Y: the newest pyenv X.Y.*, else pythonX.Y on PATH.
+.venv-%/.installed: pyproject.toml
+	@py=$$(ls -d $(PYENV_ROOT)/versions/$*.*/bin/python$* 2>/dev/null | sort -V | tail -n 1); \
+	py=$${py:-$$(command -v python$* || true)}; \
+	if [ -z "$$py" ] || ! "$$py" -c '' 2>/dev/null; then \
+		echo "make: no Python $* in $(PYENV_ROOT)/versions nor on PATH:" \
+			"install it with 'pyenv install $*' (or set PYENV_ROOT to where pyenv keeps it)" >&2; \
+		exit 1; \
+	fi; \
+	echo "$$py -m venv .venv-$*"; "$$py" -m venv --clear .venv-$*
+	.venv-$*/bin/pip install --quiet --upgrade pip
+	.venv-$*/bin/pip install --quiet -e '.[test]'
+	touch $@
+
+.PRECIOUS: .venv-%/.installed
+
+compat-%: .venv-%/.installed
+	.venv-$*/bin/pytest -q -p no:cacheprovider -n 2 $(COMPAT_TESTS)
+
+compat: $(addprefix compat-,$(COMPAT_PYTHONS))
+
+# python -m build, the wheel installed alone into a fresh venv, its client against a real server.
+wheel-check: $(STAMP)
+	$(BIN)/python scripts/wheel_check.py
+
+test: lint typecheck unit compat wheel-check
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/remote_inference.py
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info
+	rm -rf $(VENV) .venv-* build dist src/*.egg-info

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +223,26 @@ def test_check_env_usage_errors_are_one_line(
     done = run_rlserve("check-env", *args)
     assert done.returncode == 2
     assert_one_line_error(done, *fragments)
+
+
+WITHOUT_TORCH = """
+import sys
+sys.modules["torch"] = None  # as on a client-only install: importing torch fails
+from rlserve.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_server_command_without_the_server_extra_names_it(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_TORCH, "export", "runs/none"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert_one_line_error(
+        done, "'rlserve export' needs the server extra", "pip install -e '.[server]'"
+    )

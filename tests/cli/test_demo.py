@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import itertools
-import tomllib
+import sys
 from pathlib import Path
 
 import pytest
 
 from rlserve.cli.demo import TASKS, DemoConfig, demo_result, demo_task
 from rlserve.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib
 
 
 def test_each_demo_trains_its_own_algorithms() -> None:

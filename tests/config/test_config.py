@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import tomllib
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +13,11 @@ from rlserve.config.fields import add_arguments, build, to_table
 from rlserve.errors import ConfigError
 from rlserve.learners.ppo import PPOSettings
 from rlserve.server.config import ServerConfig
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "rlserve.toml"
 

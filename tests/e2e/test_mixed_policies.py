@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import signal
-import tomllib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,11 @@ from rlserve import PolicyClient
 from rlserve.algorithm import Algorithm, PPOConfig
 from rlserve.client.local import LocalConfig
 from rlserve.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

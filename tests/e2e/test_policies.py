@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 import signal
-import tomllib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from e2e_support import RawSocket
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -187,5 +187,7 @@ def test_missing_pettingzoo_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -
     import sys
 
     monkeypatch.setitem(sys.modules, "pettingzoo", None)
-    with pytest.raises(ConfigError, match=r"pip install 'rlserve\[pettingzoo\]'"):
+    with pytest.raises(
+        ConfigError, match=r"pip install pettingzoo \(or pip install -e '\.\[pettingzoo\]'"
+    ):
         from_pettingzoo(object())

@@ -24,6 +24,12 @@ Train reinforcement-learning policies (PPO, DQN, SAC) from simulators that run t
 and talk to this server over the network. 'rlserve COMMAND --help' describes each command's options.
 """
 
+SERVER_EXTRA = frozenset(
+    {"torch", "starlette", "uvicorn", "uvloop", "tensorboard", "prometheus_client", "tomli_w"}
+    | {"onnx", "onnxscript"}
+)
+"""Top-level modules of the ``server`` extra: a client-only install lacks them."""
+
 
 def _spaces(config: Any) -> tuple[Any, Any]:
     from rlserve.errors import ConfigError
@@ -454,6 +460,16 @@ def _run(args: argparse.Namespace) -> int:
         return _demo(args)
     except RLServeError as exc:
         print(f"rlserve: error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in SERVER_EXTRA:
+            raise
+        print(
+            f"rlserve: error: 'rlserve {args.command}' needs the server extra ({exc.name} is "
+            "not installed): pip install -e '.[server]' in a source checkout, or add [server] "
+            "to the wheel you installed (README.md, Install)",
+            file=sys.stderr,
+        )
         return 2
 
 

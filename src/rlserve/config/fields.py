@@ -11,7 +11,7 @@ import argparse
 import dataclasses
 import difflib
 import re
-import tomllib
+import sys
 import types
 import typing
 from collections.abc import Collection
@@ -19,6 +19,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rlserve.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ hosts them like any other multi-agent env:
   and flag arrive in the same result as the next acting agent. The episode is over
   (``"__all__"``) once ``env.agents`` is empty.
 
-PettingZoo is an optional dependency (``pip install 'rlserve[pettingzoo]'``): it is imported
+PettingZoo is an optional dependency (the ``pettingzoo`` extra): it is imported
 only when one of these classes is built.
 """
 
@@ -44,7 +44,8 @@ def require_pettingzoo() -> ModuleType:
         import pettingzoo
     except ImportError as exc:
         raise ConfigError(
-            "PettingZoo environments need the pettingzoo package: pip install 'rlserve[pettingzoo]'"
+            "PettingZoo environments need the pettingzoo package: pip install pettingzoo (or "
+            "pip install -e '.[pettingzoo]' in rlserve's checkout)"
         ) from exc
     return pettingzoo
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,11 @@ import tomli_w
 
 from rlserve.errors import ConfigError
 from rlserve.run.durable import atomic_write_bytes
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib
 
 ENDPOINTS_FILE = "endpoints.json"
 """Where a server writes its addresses once it listens, for launchers and ``rlserve status``.
