@@ -109,13 +109,13 @@ def test_a_raising_callback_does_not_stop_training_unless_fail_fast(tmp_path: Pa
         assert algo.train()["training_iteration"] == 2
         assert Broken.calls == before + 2
         assert algo.callbacks.failures == {"Broken.on_train_result": 2}
-    with base.copy().callbacks(Broken, fail_fast=True).build() as algo:
-        with pytest.raises(CallbackError, match="the tracking server is down"):
-            algo.train()
+    failing = base.copy().callbacks(Broken, fail_fast=True).build()
+    with failing, pytest.raises(CallbackError, match="the tracking server is down"):
+        failing.train()
 
 
 def test_callbacks_refuses_what_is_not_a_callbacks_class() -> None:
-    with pytest.raises(ConfigError, match="subclass of rlserve.algorithm.Callbacks"):
+    with pytest.raises(ConfigError, match=r"subclass of rlserve\.algorithm\.Callbacks"):
         PPOConfig().callbacks(dict)
     with pytest.raises(ConfigError, match="cannot be imported"):
         PPOConfig().callbacks("no_such_package.anywhere:Callbacks")
