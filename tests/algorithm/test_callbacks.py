@@ -59,6 +59,11 @@ class Recorder(Callbacks):
         self._keep("stop", algorithm=algorithm)
 
 
+class BrokenEpisodes(Callbacks):
+    def on_episode_end(self, *, algorithm: Any, episode: Any, **kwargs: Any) -> None:
+        raise ValueError("cannot log this episode")
+
+
 class Broken(Callbacks):
     calls = 0
 
@@ -152,10 +157,11 @@ def test_a_served_run_tells_client_episodes_results_and_learner_checkpoints(
         .serving(host="127.0.0.1", port=0)
         .reporting(run_dir=str(tmp_path), name="served")
         .debugging(seed=1)
-        .callbacks(recorder)
+        .callbacks([BrokenEpisodes, recorder])
         .build()
     )
     assert isinstance(algo, NetworkAlgorithm) and algo.address is not None
+    callbacks = algo.callbacks
     done = threading.Event()
     client = threading.Thread(target=play, args=(algo.address, 3, done), daemon=True)
     client.start()
@@ -169,6 +175,8 @@ def test_a_served_run_tells_client_episodes_results_and_learner_checkpoints(
     assert recorder.named("result")[0]["result"] is result
     episodes = [e["episode"] for e in recorder.named("episode")]
     assert len(episodes) >= 3
+    # The raising callback came first: every episode still reached the recorder after it.
+    assert callbacks.failures == {"BrokenEpisodes.on_episode_end": len(episodes)}
     assert all(e.source.startswith("client-") for e in episodes)
     assert len({e.source for e in episodes}) == 1  # one client
     assert all(e.length > 0 and e.episode_return == e.length for e in episodes)
@@ -212,3 +220,28 @@ def test_an_attached_server_tells_its_clients_episodes_with_the_environments(
         algo.stop()
     assert "env-0" in sources
     assert any(s.startswith("client-") for s in sources)
+
+
+@pytest.mark.timeout(240)
+def test_a_served_run_with_fail_fast_raises_from_train(tmp_path: Path) -> None:
+    algo = (
+        PPOConfig()
+        .environment(observation_space=OBS, action_space=ACT)
+        .training(**SMALL)
+        .serving(host="127.0.0.1", port=0)
+        .reporting(run_dir=str(tmp_path), name="failing")
+        .debugging(seed=1)
+        .callbacks(BrokenEpisodes, fail_fast=True)
+        .build()
+    )
+    assert algo.address is not None
+    done = threading.Event()
+    client = threading.Thread(target=play, args=(algo.address, 1, done), daemon=True)
+    client.start()
+    try:
+        with pytest.raises(CallbackError, match="cannot log this episode"):
+            algo.train()
+    finally:
+        done.set()
+        client.join(60)
+        algo.stop()  # the error was raised once: stopping is clean

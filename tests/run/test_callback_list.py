@@ -73,6 +73,7 @@ def test_the_thread_raises_a_fail_fast_error_at_stop() -> None:
     thread.post("on_train_result", algorithm=None, result={"training_iteration": 1})
     with pytest.raises(CallbackError):
         thread.stop()
+    thread.check()  # raised once only
 
 
 def test_function_callbacks_take_rllib_style_lambdas() -> None:

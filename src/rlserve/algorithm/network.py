@@ -181,9 +181,11 @@ class NetworkAlgorithm(Algorithm):
         """
         callbacks, self.callbacks = self.callbacks, CallbackList([])
         events, self._events = self._events, None
-        if events is not None:
-            events.stop()
-        callbacks.fire("on_algorithm_stop", algorithm=self)
+        try:
+            if events is not None:
+                events.stop()
+        finally:
+            callbacks.fire("on_algorithm_stop", algorithm=self)
 
     # -- serving -----------------------------------------------------------------------------
 
@@ -259,8 +261,8 @@ class NetworkAlgorithm(Algorithm):
         elapsed = time.perf_counter() - started
         self.time_total_s += elapsed
         result = self._network_result(before, now, elapsed)
-        if self._events is not None and self._events.error is not None:
-            raise self._events.error
+        if self._events is not None:
+            self._events.check()
         self.callbacks.fire("on_train_result", algorithm=self, result=result)
         return result
 

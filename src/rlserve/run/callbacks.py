@@ -180,8 +180,8 @@ class CallbackThread:
     """Delivers events to a :class:`CallbackList` on one background thread, in order.
 
     For events raised on a server's event loop, which must not wait on user code. With
-    ``fail_fast``, the first :class:`CallbackError` is kept in :attr:`error` and raised by the
-    next :meth:`post` or :meth:`stop`.
+    ``fail_fast``, the first :class:`CallbackError` is kept in :attr:`error` and raised (once)
+    by the next :meth:`check` or :meth:`stop`; the events after it are dropped.
     """
 
     def __init__(self, callbacks: CallbackList):
@@ -192,21 +192,19 @@ class CallbackThread:
         self._thread.start()
 
     def post(self, event: str, **kwargs: Any) -> None:
-        """Queue ``event`` for delivery (returns at once).
-
-        Raises:
-            CallbackError: With ``fail_fast``, an earlier event's callback raised.
-        """
-        self._raise_error()
+        """Queue ``event`` for delivery (returns at once, never raises)."""
         self._queue.put((event, kwargs))
 
     def _run(self) -> None:
+        failed = False
         while (item := self._queue.get()) is not None:
+            if failed:
+                continue  # a fail-fast run stops telling its callbacks at the first error
             event, kwargs = item
             try:
                 self._callbacks.fire(event, **kwargs)
             except CallbackError as exc:
-                self.error = self.error or exc
+                self.error, failed = exc, True
 
     def stop(self, timeout: float = 30.0) -> None:
         """Deliver what is queued, then end the thread (waiting at most ``timeout`` seconds).
@@ -216,9 +214,14 @@ class CallbackThread:
         """
         self._queue.put(None)
         self._thread.join(timeout)
-        self._raise_error()
+        self.check()
 
-    def _raise_error(self) -> None:
+    def check(self) -> None:
+        """Raise (once) the :class:`CallbackError` a fail-fast callback raised, if any.
+
+        Raises:
+            CallbackError: A callback raised (``fail_fast``).
+        """
         if self.error is not None:
             error, self.error = self.error, None
             raise error
