@@ -13,7 +13,7 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[server,dev,pettingzoo]'
+	$(BIN)/pip install --quiet -e '.[server,dev,pettingzoo,tracking]'
 	touch $(STAMP)
 
 # The dashboard's browser test drives Debian's headless Chromium (tests/server/test_dashboard_browser.py);

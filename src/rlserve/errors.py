@@ -19,6 +19,7 @@ The hierarchy::
     │   ├── RequestTimeoutError  no reply within the configured timeout
     │   └── TLSError             the TLS handshake failed (certificate, or no TLS on one side)
     ├── ConfigError              an invalid configuration value
+    ├── CallbackError            a user callback raised (only with callbacks' fail_fast)
     └── EnvError                 a hosted environment returned something unusable, or failed
 
 Every error says what was wrong and how to fix it. ``ServerError`` carries the wire ``code`` and
@@ -142,6 +143,10 @@ class TLSError(ConnectionLostError):
 
     The server's certificate was not accepted, or only one side uses TLS.
     """
+
+
+class CallbackError(RLServeError):
+    """A user callback raised, and the run was told to fail fast (``fail_fast=True``)."""
 
 
 class ConfigError(RLServeError, ValueError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlserve.algorithm.callbacks import Callbacks, DefaultCallbacks, RLlibCallback
 from rlserve.algorithm.config import (
     AlgorithmConfig,
     DQNConfig,
@@ -22,7 +23,18 @@ from rlserve.algorithm.config import (
 if TYPE_CHECKING:
     from rlserve.algorithm.algorithm import Algorithm
 
-__all__ = ["Algorithm", "AlgorithmConfig", "DQNConfig", "PPOConfig", "SACConfig"]
+__all__ = [
+    "Algorithm",
+    "AlgorithmConfig",
+    "Callbacks",
+    "DQNConfig",
+    "DefaultCallbacks",
+    "MLflowLoggerCallback",
+    "PPOConfig",
+    "RLlibCallback",
+    "SACConfig",
+    "WandbLoggerCallback",
+]
 
 
 def _assemble(config: AlgorithmConfig, resume: Path | None) -> Algorithm:
@@ -44,4 +56,8 @@ def __getattr__(name: str) -> Any:
         from rlserve.algorithm.algorithm import Algorithm
 
         return Algorithm
+    if name in ("MLflowLoggerCallback", "WandbLoggerCallback"):
+        from rlserve.algorithm import tracking
+
+        return getattr(tracking, name)
     raise AttributeError(name)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlserve.algorithm.callbacks import CallbackList, callback_list
 from rlserve.algorithm.checkpoint_state import (
     STATE_FILE,
     check_restorable,
@@ -118,6 +119,8 @@ class Algorithm(ActingMixin):
         self._lengths: deque[int] = deque(maxlen=RETURN_WINDOW)
         self._episodes_this_iter = 0
         self._seeds = np.random.SeedSequence(config.seed)
+        self.callbacks: CallbackList = callback_list(config)
+        """The callbacks told of results, episodes and checkpoints (``config.callbacks``)."""
         if config.num_env_runners:
             self.source: EnvSource = local_source(config, seed=config.seed)
         else:
@@ -168,6 +171,7 @@ class Algorithm(ActingMixin):
         self.server: AttachedServer | None = None
         if config.serving_settings is not None:
             self._attach_server(resume=resume is not None)
+        self.callbacks.fire("on_algorithm_init", algorithm=self)
 
     # -- the training loop -------------------------------------------------------------------
 
@@ -198,6 +202,7 @@ class Algorithm(ActingMixin):
         elapsed = time.perf_counter() - started
         self.time_total_s += elapsed
         result = self._result(sampled, network_steps, elapsed)
+        self.callbacks.fire("on_train_result", algorithm=self, result=result)
         report(
             result,
             self._metrics,
@@ -255,6 +260,7 @@ class Algorithm(ActingMixin):
         return NumpyPolicy(package.spec, package.arrays, package.version, seed=seed)
 
     def _episode_done(self, summary: EpisodeSummary) -> None:
+        self.callbacks.fire("on_episode_end", algorithm=self, episode=summary)
         if not summary.training_enabled:
             return
         self._returns.append(summary.episode_return)
@@ -347,6 +353,14 @@ class Algorithm(ActingMixin):
             self.iteration,
             self.config.keep_checkpoints,
         )
+        for pid, name in files.items():
+            self.callbacks.fire(
+                "on_checkpoint",
+                algorithm=self,
+                path=str(folder / name),
+                policy_id=pid,
+                version=self.learners[pid].version,
+            )
         state = {
             "iteration": self.iteration,
             "env_steps_sampled": self.env_steps_sampled,
@@ -471,7 +485,7 @@ class Algorithm(ActingMixin):
         return None if self.server is None else str(self.server.address)
 
     def stop(self) -> None:
-        """Close the environments, the attached server and the metrics files."""
+        """Close the environments, the attached server and the metrics files; tell callbacks."""
         for sampler in reversed(self.samplers):
             sampler.stop()
         self.server = self.runners = None
@@ -483,6 +497,8 @@ class Algorithm(ActingMixin):
             self._metrics.close()
             self._metrics = None
         self._progress.finish()
+        callbacks, self.callbacks = self.callbacks, CallbackList([])
+        callbacks.fire("on_algorithm_stop", algorithm=self)
 
     def __enter__(self) -> Algorithm:
         return self

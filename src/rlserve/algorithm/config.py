@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlserve.algorithm.callbacks import CallbacksConfig
 from rlserve.algorithm.policy_entries import policy_entry
 from rlserve.algorithm.training_settings import (
     HOSTED_DEFAULTS,
@@ -60,7 +61,7 @@ def assemble(config: AlgorithmConfig, resume: Path | None = None) -> Algorithm:
     return _assembler(config, resume)
 
 
-class AlgorithmConfig:
+class AlgorithmConfig(CallbacksConfig):
     """Settings of an :class:`~rlserve.algorithm.Algorithm`, built by chained method calls."""
 
     algo_name = "ppo"
@@ -100,6 +101,8 @@ class AlgorithmConfig:
         self.progress = False
         self.checkpoint_every: int | None = None
         self.keep_checkpoints = 3
+        self.callbacks_class: list[Any] = []
+        self.callbacks_fail_fast = False
 
     # -- builders ----------------------------------------------------------------------------
 
@@ -421,14 +424,15 @@ class AlgorithmConfig:
         return self.algo_settings(overrides)
 
     def copy(self) -> AlgorithmConfig:
-        """A deep copy (the environment and the mapping function are shared, not copied)."""
-        env, mapping_fn = self.env, self.policy_mapping_fn
+        """A deep copy; the environment, mapping function and callbacks objects are shared."""
+        env, mapping_fn, callbacks = self.env, self.policy_mapping_fn, self.callbacks_class
         self.env = self.policy_mapping_fn = None
+        self.callbacks_class = []
         try:
             twin = copy.deepcopy(self)
         finally:
-            self.env, self.policy_mapping_fn = env, mapping_fn
-        twin.env, twin.policy_mapping_fn = env, mapping_fn
+            self.env, self.policy_mapping_fn, self.callbacks_class = env, mapping_fn, callbacks
+        twin.env, twin.policy_mapping_fn, twin.callbacks_class = env, mapping_fn, list(callbacks)
         return twin
 
     def build(self) -> Algorithm:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from rlserve.algorithm.algorithm import Algorithm
+from rlserve.algorithm.callbacks import CallbackList, CallbackThread, callback_list
 from rlserve.algorithm.config import AlgorithmConfig
 from rlserve.algorithm.network_config import (
     mapping_function_table,
@@ -36,6 +37,7 @@ from rlserve.algorithm.network_config import (
 from rlserve.algorithm.server_thread import ServerThread
 from rlserve.config.fields import to_table
 from rlserve.errors import ConfigError
+from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.learners.registry import DEFAULT_ALGORITHM
 from rlserve.policy import NumpyPolicy
 from rlserve.run.run_folder import RunFolder
@@ -51,6 +53,9 @@ FIRST_WEIGHTS_TIMEOUT = 120.0
 
 MAX_LEARNER_RESTARTS_PER_ITERATION = 3
 """Learner-process deaths within one ``train()`` after which it raises instead of waiting."""
+
+REPORT_POLL_S = 0.5
+"""Seconds between looks at the learner's progress for ``rlserve serve``'s periodic results."""
 
 SAVE_TIMEOUT = 120.0
 """Seconds :meth:`NetworkAlgorithm.save` waits for every policy's checkpoint."""
@@ -116,8 +121,71 @@ class NetworkAlgorithm(Algorithm):
         self.server = None  # no attached in-process server: the policy server is the source
         self._thread: ServerThread | None = None
         self._acting: dict[str, NumpyPolicy] = {}
+        self.callbacks: CallbackList = callback_list(config, self.server_config.callbacks)
+        """The callbacks (``config.callbacks``, and ``--callbacks`` of ``rlserve serve``)."""
+        self._events: CallbackThread | None = None
+        if self.callbacks:
+            self._listen()
         if background:
             self._serve_in_background()
+        self.callbacks.fire("on_algorithm_init", algorithm=self)
+
+    # -- callbacks ---------------------------------------------------------------------------
+
+    def _listen(self) -> None:
+        """Have the server's episode ends and checkpoints reach the callbacks (off its loop)."""
+        events = self._events = CallbackThread(self.callbacks)
+
+        def episode_ended(summary: EpisodeSummary) -> None:
+            events.post("on_episode_end", algorithm=self, episode=summary)
+
+        def checkpointed(message: dict[str, Any]) -> None:
+            events.post(
+                "on_checkpoint",
+                algorithm=self,
+                path=message["path"],
+                policy_id=message["policy_id"],
+                version=message["version"],
+            )
+
+        self.policy_server.stats.episode_listeners.append(episode_ended)
+        self.policy_server.checkpoint_listeners.append(checkpointed)
+
+    async def _report_forever(self) -> None:
+        """``rlserve serve``'s results: one per ``min_env_steps_per_iteration`` trained steps.
+
+        A fail-fast callback's error stops the server (:meth:`serve_forever` raises it).
+        """
+        assert self._events is not None
+        before, started = await self._snapshot(), time.perf_counter()
+        while True:
+            await asyncio.sleep(REPORT_POLL_S)
+            if self._events.error is not None:
+                self.policy_server.request_stop()
+                return
+            now = await self._snapshot()
+            if now["trained"] < before["trained"] + self.config.min_env_steps_per_iteration:
+                continue
+            self.iteration += 1
+            elapsed = time.perf_counter() - started
+            self.time_total_s += elapsed
+            result = self._network_result(before, now, elapsed)
+            self._events.post("on_train_result", algorithm=self, result=result)
+            before, started = now, time.perf_counter()
+
+    def _finish_callbacks(self) -> None:
+        """Deliver the queued events, then ``on_algorithm_stop`` (once).
+
+        Raises:
+            CallbackError: With ``fail_fast``, a callback raised.
+        """
+        callbacks, self.callbacks = self.callbacks, CallbackList([])
+        events, self._events = self._events, None
+        try:
+            if events is not None:
+                events.stop()
+        finally:
+            callbacks.fire("on_algorithm_stop", algorithm=self)
 
     # -- serving -----------------------------------------------------------------------------
 
@@ -141,7 +209,20 @@ class NetworkAlgorithm(Algorithm):
         if self._thread is not None:
             raise RuntimeError("this Algorithm serves from a background thread already")
         install_uvloop()
-        return asyncio.run(serve_forever(self.policy_server))
+        try:
+            return asyncio.run(self._serve_and_report())
+        finally:
+            self._finish_callbacks()
+
+    async def _serve_and_report(self) -> Path | None:
+        reports = None
+        if self._events is not None:
+            reports = asyncio.get_running_loop().create_task(self._report_forever())
+        try:
+            return await serve_forever(self.policy_server)
+        finally:
+            if reports is not None:
+                reports.cancel()
 
     @property
     def address(self) -> str | None:
@@ -179,7 +260,11 @@ class NetworkAlgorithm(Algorithm):
         self.iteration += 1
         elapsed = time.perf_counter() - started
         self.time_total_s += elapsed
-        return self._network_result(before, now, elapsed)
+        result = self._network_result(before, now, elapsed)
+        if self._events is not None:
+            self._events.check()
+        self.callbacks.fire("on_train_result", algorithm=self, result=result)
+        return result
 
     async def _snapshot(self) -> dict[str, Any]:
         """The server's counters, read on its own loop (so nothing changes meanwhile)."""
@@ -338,6 +423,11 @@ class NetworkAlgorithm(Algorithm):
         )
 
     def stop(self) -> None:
-        """Stop serving: final checkpoints, state and metrics written (idempotent)."""
+        """Stop serving: final checkpoints, state and metrics written (idempotent); tell callbacks.
+
+        Raises:
+            CallbackError: With ``fail_fast``, a callback raised.
+        """
         if self._thread is not None:
             self._thread.stop()
+        self._finish_callbacks()

@@ -20,6 +20,7 @@ the rounds, the runners' seeds and weights versions, and their lost episodes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import multiprocessing as mp
 import sys
@@ -242,7 +243,10 @@ class RunnerGroup:
                 continue
             try:
                 fragments = [Fragment.from_wire(raw) for raw in answer["fragments"]]
-                summaries = [summary_from_wire(raw) for raw in answer["summaries"]]
+                summaries = [
+                    dataclasses.replace(summary_from_wire(raw), source=f"env-runner-{slot}")
+                    for raw in answer["summaries"]
+                ]
             except DecodeError as exc:
                 self._fail(slot, Failure(f"sent a malformed answer: {exc}"), "sample")
                 continue

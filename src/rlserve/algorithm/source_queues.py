@@ -10,26 +10,18 @@ source's share ends (:func:`split_fragment`), so a fast client cannot crowd out 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import threading
 from collections import deque
 from dataclasses import dataclass
 
 from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.protocol.fragment import Fragment
-from rlserve.server.sessions import identity_key
+from rlserve.server.sessions import identity_key, source_name
 from rlserve.server.stats import ServerStats
 from rlserve.server.throttled_log import SERVER_LOG
 
 MAX_QUEUED_SUMMARIES = 100_000
 """Episode summaries kept for :meth:`SourceQueues.take`; past it the oldest are dropped."""
-
-
-def source_name(owner: str) -> str:
-    """The source name of an episode owner / session key (a client's secret id hashed)."""
-    if owner.startswith("client:"):
-        return "client-" + hashlib.blake2b(owner.encode(), digest_size=8).hexdigest()
-    return owner
 
 
 def client_source(client_id: str) -> str:

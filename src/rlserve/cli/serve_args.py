@@ -32,7 +32,7 @@ SERVER_GROUPS: dict[str, tuple[str, ...]] = {
         "max_learner_lag_steps",
         "sync_reports",
     ),
-    "logging": ("progress", "metrics_interval"),
+    "logging": ("progress", "metrics_interval", "callbacks"),
 }
 """The shown groups of the server's settings, by title."""
 

@@ -12,6 +12,7 @@ import argparse
 import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rlserve.config.fields import option
@@ -45,6 +46,11 @@ class TrainConfig:
     checkpoint_every: int = option(10, "Iterations between checkpoints.")
     iteration_steps: int = option(512, "Env steps per training iteration (per progress line).")
     progress: bool = option(True, "Show the progress line.")
+    callbacks: str | None = option(
+        None,
+        "Callbacks class told of results, episodes and checkpoints, as module:Class (imported; "
+        "e.g. rlserve.algorithm.tracking:WandbLoggerCallback); see docs/tracking.md.",
+    )
 
     def __post_init__(self) -> None:
         from rlserve.learners.registry import algorithm
@@ -58,11 +64,16 @@ def run_training(config: TrainConfig, overrides: dict[str, Any]) -> int:
     """Train until a stop condition; return the exit code."""
     from rlserve.algorithm.algorithm import Algorithm
     from rlserve.algorithm.config import config_for
+    from rlserve.algorithm.saved_config import load_config
     from rlserve.cli.logs import log_to_run_folder
     from rlserve.env.locate import locate_env
 
     if config.resume:
-        algo = Algorithm.from_checkpoint(config.resume)
+        # The callbacks are not saved with the run: --callbacks names them again.
+        saved = load_config(Path(config.resume)) if config.callbacks else None
+        if saved is not None:
+            saved.callbacks(config.callbacks)
+        algo = Algorithm.from_checkpoint(config.resume, saved)
         if config.algo is not None and config.algo != algo.config.algo_name:
             algo.stop()
             raise ConfigError(
@@ -93,6 +104,7 @@ def run_training(config: TrainConfig, overrides: dict[str, Any]) -> int:
             )
             .training(min_env_steps_per_iteration=config.iteration_steps, **overrides)
             .debugging(seed=config.seed)
+            .callbacks([config.callbacks] if config.callbacks else [])
             .reporting(
                 run_dir=config.run_dir,
                 name=config.name,

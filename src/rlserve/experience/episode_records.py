@@ -49,6 +49,12 @@ class EpisodeSummary:
     None for a single-agent episode (its one policy's return is ``episode_return``)."""
     policy_id: str = "default"
     """The policy of a single-agent episode."""
+    source: str = field(default="", compare=False)
+    """Who ran it, for callbacks: ``env-<i>`` (copy ``i`` of a hosted environment),
+    ``env-runner-<r>`` (env-runner process ``r``), or a network client's source name
+    (``client-<hash>``, ``session-<n>``); empty where it is not known (a hosted multi-agent
+    env's episode, an episode the server closed for silence). Summaries compare without it:
+    it is not part of the episode."""
 
 
 def summary_to_wire(summary: EpisodeSummary, with_policy: bool = False) -> dict[str, Any]:

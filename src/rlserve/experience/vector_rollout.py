@@ -228,6 +228,7 @@ class VectorRollout:
                 reason,
                 None,
                 self.policy_id,
+                f"env-{index}",
             )
         )
         self.episode_ids[index] = self._new_id()

@@ -122,6 +122,9 @@ class PolicyServer:
     mapping_fn: Callable[..., Any] | None = None
     """A served Algorithm's ``policy_mapping_fn``, asked about the agents no rule of
     ``mapping`` maps (:mod:`~rlserve.server.mapping_function`)."""
+    checkpoint_listeners: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
+    """Told of each checkpoint the learner process writes (``policy_id``, ``path``,
+    ``version``, ``reason``), on the server's loop: each must return at once."""
 
     @classmethod
     def single(
@@ -294,7 +297,10 @@ class PolicyServer:
         self._publish(policy_id, package)
 
     async def _on_checkpointed(self, message: dict[str, Any]) -> None:
-        """Delete experience-log segments every policy's kept checkpoints have trained past."""
+        """Tell the listeners; delete log segments every policy's kept checkpoints trained past."""
+        if "path" in message:
+            for listener in self.checkpoint_listeners:
+                listener(message)
         needed_after = int(message["log_needed_after"])
         entries = self.service.ledger.state()
         loop = asyncio.get_running_loop()

@@ -64,6 +64,11 @@ class ServerConfig:
     metrics_interval: float = option(2.0, "Seconds between metric writes and progress lines.")
     seed: int = option(0, "Seed of the server's action sampling and the learner.")
     progress: bool = option(True, "Show a one-line progress display on the terminal.")
+    callbacks: str | None = option(
+        None,
+        "Callbacks class to tell of results, episodes and checkpoints, as module:Class "
+        "(imported; e.g. rlserve.algorithm.tracking:MLflowLoggerCallback); see docs/tracking.md.",
+    )
     max_frame_bytes: int = option(DEFAULT_LIMITS.max_frame_bytes, "Largest message in bytes.")
     max_array_elements: int = option(
         DEFAULT_LIMITS.max_array_elements, "Largest array (elements) in a message."

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from rlserve.experience.agent_groups import AgentGrouper
@@ -23,7 +24,7 @@ from rlserve.protocol.messages import EndEpisode, GetAction, LogAction, LogRetur
 from rlserve.protocol.replies import Ok
 from rlserve.server.batching import PolicySlot
 from rlserve.server.replies import Respond
-from rlserve.server.sessions import Session
+from rlserve.server.sessions import Session, source_name
 from rlserve.server.stats import ServerStats
 
 
@@ -87,7 +88,8 @@ class EpisodeCalls(ABC):
             return Ok(request.id).to_wire()  # a retry of the call that ended it
         episode = self._episode(request.episode_id, session)
         self.episodes.check_seq(episode, request.seq, "end_episode")
-        self.stats.record_episode(self._end(request, episode))
+        summary = self._end(request, episode)
+        self.stats.record_episode(replace(summary, source=source_name(episode.owner)))
         self.stats.episodes_active = len(self.episodes)
         return Ok(request.id).to_wire()
 

@@ -93,8 +93,9 @@ class LearnerLink:
         stats: Server counters.
         log: The opened experience log.
         on_weights: Persists then publishes a policy's weights package (awaited, in order).
-        on_checkpointed: Called after each checkpoint with ``log_needed_after``: the log
-            position every policy's kept checkpoints have trained through (log clean-up).
+        on_checkpointed: Called after each checkpoint with ``log_needed_after`` (the log
+            position every policy's kept checkpoints have trained through: log clean-up) and
+            that checkpoint's ``policy_id``, ``path``, weights ``version`` and ``reason``.
         published_versions: Returns the version the server serves now, per policy (-1: none).
         sync_reports: Acknowledge a report only once it is fsynced, not once it is written.
         pace: Told the learner's lag (unread logged steps, owed training), to hold replies while
@@ -419,7 +420,15 @@ class LearnerLink:
                 self._checkpointed.set()
         self._log_needed[policy_id] = int(message["log_needed_after"])
         needed = min(self._log_needed.get(pid, 0) for pid in self._policy_ids)
-        await self._on_checkpointed({"log_needed_after": needed})
+        await self._on_checkpointed(
+            {
+                "log_needed_after": needed,
+                "policy_id": policy_id,
+                "path": str(message["path"]),
+                "version": int(message.get("version", -1)),
+                "reason": str(message.get("reason", "")),
+            }
+        )
 
     def _consumed(self, through: int, dropped: list[list[int]]) -> None:
         self._waiting_budget = 0  # busy until it says it waits again

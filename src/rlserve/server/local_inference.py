@@ -10,6 +10,7 @@ answered once a learner has it; a re-sent batch is answered as a duplicate
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
 from rlserve.errors import RLServeError, ServerError, SpaceError
@@ -21,7 +22,7 @@ from rlserve.protocol.replies import WeightsReply
 from rlserve.server.batching import PolicySlot, named_slot
 from rlserve.server.replies import Respond
 from rlserve.server.reports import BatchLedger, check_summaries
-from rlserve.server.sessions import Session
+from rlserve.server.sessions import Session, source_name
 from rlserve.server.stats import ServerStats
 
 
@@ -151,7 +152,7 @@ class LocalInference:
         # re-sent copy is answered as a duplicate, even after a crash.
         self.stats.count_reported(steps)
         for summary in summaries:
-            self.stats.record_reported_episode(summary)
+            self.stats.record_reported_episode(replace(summary, source=source_name(session.key)))
         if not fragments:
             handed(0)
         return True

@@ -8,6 +8,7 @@ keeps them (docs/protocol.md section 3.3).
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import itertools
 from dataclasses import dataclass, field
@@ -52,6 +53,13 @@ class Session:
 def identity_key(client_id: str) -> str:
     """The episode-owner key of a client identity (the same on both carriers)."""
     return f"client:{client_id}"
+
+
+def source_name(owner: str) -> str:
+    """The public name of an episode owner / session key (a client's secret id hashed)."""
+    if owner.startswith("client:"):
+        return "client-" + hashlib.blake2b(owner.encode(), digest_size=8).hexdigest()
+    return owner
 
 
 def accept_hello(

@@ -180,6 +180,9 @@ class ServerStats:
         """What is not working now, by part (``/v1/health`` shows it); empty when healthy."""
         self.errors: Counter[str] = Counter()
         self.metric_sources: list[Callable[[], dict[str, float]]] = []
+        self.episode_listeners: list[Callable[[EpisodeSummary], None]] = []
+        """Told of every ended episode (idle-closed and empty ones too), on the server's loop:
+        each must return at once (the served Algorithm's callbacks queue it)."""
         """Other parts' metrics, added to every snapshot (e.g. the learner pace's)."""
         self.returns: deque[float] = deque(maxlen=RETURN_WINDOW)
         self.lengths: deque[int] = deque(maxlen=RETURN_WINDOW)
@@ -283,6 +286,8 @@ class ServerStats:
 
     def record_episode(self, summary: EpisodeSummary) -> None:
         """Count an ended episode; its return enters the window unless it is empty or timed out."""
+        for listener in self.episode_listeners:
+            listener(summary)
         if summary.reason == "idle_timeout":
             self.episodes_timed_out += 1
             SERVER_LOG.warn(

@@ -298,6 +298,7 @@ class PolicyLearner:
             "policy_id": self.policy_id,
             "path": str(path),
             "reason": reason,
+            "version": int(self.learner.version),
             "trained_through": self.settled,
             "log_needed_after": log_needed_after(kept),
             "untrained_steps": self.learner.buffered_steps,
