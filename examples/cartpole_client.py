@@ -26,9 +26,9 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=200)
     parser.add_argument(
         "--inference",
-        choices=["remote", "local"],
-        default="remote",
-        help="remote: the server chooses every action; local: the client does, with numpy",
+        choices=["local", "remote"],
+        default="local",
+        help="local: the client chooses actions with numpy; remote: the server chooses every one",
     )
     args = parser.parse_args()
 

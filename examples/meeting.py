@@ -104,10 +104,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--address", default="127.0.0.1:9900")
     parser.add_argument("--episodes", type=int, default=3000)
-    parser.add_argument("--inference-mode", default="local", choices=("local", "remote"))
+    parser.add_argument(
+        "--inference",
+        choices=["local", "remote"],
+        default="local",
+        help="local: the client chooses actions with numpy; remote: the server chooses every one",
+    )
     args = parser.parse_args()
     env = MeetingEnv()
-    with PolicyClient(args.address, inference_mode=args.inference_mode) as client:
+    with PolicyClient(args.address, inference_mode=args.inference) as client:
         returns: list[float] = []
         for episode in range(args.episodes):
             returns.append(play_episode(client, env, seed=episode))

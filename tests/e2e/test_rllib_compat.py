@@ -207,7 +207,8 @@ def test_the_example_client_survives_a_server_restart(launch_server: Any) -> Non
     first = launch_server()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     example = subprocess.Popen(
-        [sys.executable, str(EXAMPLE), "--address", first.address, "--episodes", "100000"],
+        [sys.executable, str(EXAMPLE), "--address", first.address, "--episodes", "100000"]
+        + ["--inference", "remote"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
