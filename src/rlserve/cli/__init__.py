@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-INTERRUPTED = 130
-"""Exit status after Ctrl-C (128 + SIGINT, as a shell reports a process SIGINT stopped)."""
-
 
 def main(argv: list[str] | None = None) -> int:
     """Run the ``rlserve`` command (the console script's entry point).

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlserve.cli import INTERRUPTED
+from rlserve.cli.exit_codes import INTERRUPTED
 from rlserve.config.fields import add_arguments, build, load_config_file, to_table
 from rlserve.errors import ConfigError, RLServeError
 from rlserve.version import __version__

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlserve.cli import INTERRUPTED
+from rlserve.cli.exit_codes import INTERRUPTED
 from rlserve.client.local import LocalConfig
 from rlserve.config.fields import option
 from rlserve.errors import ConfigError

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlserve.cli import INTERRUPTED
+from rlserve.cli.exit_codes import INTERRUPTED
 from rlserve.config.fields import flag_of, option, with_flags
 from rlserve.errors import ConfigError
 
