@@ -127,3 +127,51 @@ def test_max_frame_bytes_stays_below_what_looks_like_http() -> None:
     for bad in ((1 << 30) + 1, 0):
         with pytest.raises(ConfigError, match=r"max_frame_bytes is .* between 1 and 1073741824"):
             ServerConfig(max_frame_bytes=bad)
+
+
+def _server_flags(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, ServerConfig)
+    return parser.parse_args(list(argv))
+
+
+def test_a_flag_replaces_the_tables_alternative_setting() -> None:
+    table = {"spaces_from": "CartPole-v1"}
+    config = build(ServerConfig, table, _server_flags("--spaces-file", "s.json"))
+    assert (config.spaces_from, config.spaces_file) == (None, "s.json")
+    config = build(ServerConfig, {"spaces_file": "s.json"}, _server_flags("--spaces-from", "X-v1"))
+    assert (config.spaces_from, config.spaces_file) == ("X-v1", None)
+    both = _server_flags("--spaces-from", "X-v1", "--spaces-file", "s.json")
+    with pytest.raises(ConfigError, match="--spaces-from and --spaces-file are alternatives"):
+        build(ServerConfig, None, both)
+
+
+def test_a_table_with_both_alternatives_is_refused_at_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "rlserve.toml"
+    path.write_text('[server]\nspaces_from = "CartPole-v1"\nspaces_file = "s.json"\n')
+    table = tomllib.loads(path.read_text())["server"]
+    with pytest.raises(ConfigError) as caught:
+        build(ServerConfig, table, _server_flags(), source=(str(path), "server"))
+    assert f"{path}, line 3: [server] sets both spaces_from and spaces_file" in str(caught.value)
+
+
+def test_a_value_error_names_the_file_line_and_key_or_the_flag(tmp_path: Path) -> None:
+    path = tmp_path / "rlserve.toml"
+    path.write_text("[ppo]\nlr = 0.1\ntrain_batch_size = -5\n")
+    table = tomllib.loads(path.read_text())["ppo"]
+    with pytest.raises(ConfigError) as caught:
+        build(PPOSettings, table, None, prefix="ppo_", source=(str(path), "ppo"))
+    assert str(caught.value).startswith(f"{path}, line 3: [ppo] train_batch_size = -5: ")
+    assert caught.value.key == "train_batch_size"
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, PPOSettings, prefix="ppo_")
+    args = parser.parse_args(["--ppo-train-batch-size", "-5"])
+    with pytest.raises(ConfigError) as caught:
+        build(PPOSettings, None, args, prefix="ppo_")
+    assert "--ppo-train-batch-size" in str(caught.value)
+    assert " train_batch_size" not in str(caught.value)
+    # The flag wins over the file: its value is at fault, so the flag is named, not the file.
+    with pytest.raises(ConfigError) as caught:
+        build(PPOSettings, {"train_batch_size": 64}, args, prefix="ppo_", source=(str(path), "ppo"))
+    assert "--ppo-train-batch-size" in str(caught.value) and str(path) not in str(caught.value)

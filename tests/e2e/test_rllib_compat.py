@@ -206,9 +206,9 @@ def test_remote_episodes_lost_in_a_restart_raise_episode_lost_error(launch_serve
 def test_the_example_client_survives_a_server_restart(launch_server: Any) -> None:
     first = launch_server()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    remote = ["--inference", "remote"]  # a restart loses remote episodes: the case to show
     example = subprocess.Popen(
-        [sys.executable, str(EXAMPLE), "--address", first.address, "--episodes", "100000"]
-        + ["--inference", "remote"],
+        [sys.executable, str(EXAMPLE), "--address", first.address, "--episodes", "100000", *remote],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -50,7 +50,11 @@ The checkpoint is loaded with ``torch.load(weights_only=True)``.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -302,27 +306,62 @@ def export_onnx(
     spec = model_spec.to_wire()
     example = torch.zeros(2, model.obs_dim)
     batch = torch.export.Dim("batch")
-    torch.onnx.export(
-        wrapper,
-        (example,),
-        str(path),
-        input_names=["obs"],
-        output_names=list(outputs),
-        dynamic_shapes=({0: batch},),
-        dynamo=True,
-        # One self-contained file: the weights inside it, no policy.onnx.data beside it.
-        external_data=False,
-        verbose=False,
-    )
+    with _quiet_exporter():
+        torch.onnx.export(
+            wrapper,
+            (example,),
+            str(path),
+            input_names=["obs"],
+            output_names=list(outputs),
+            dynamic_shapes=({0: batch},),
+            dynamo=True,
+            # One self-contained file: the weights inside it, no policy.onnx.data beside it.
+            external_data=False,
+            verbose=False,
+        )
     description: dict[str, Any] = {
         "format": "onnx",
         "checkpoint": str(source),
+        "updates": updates_of(source),
         "inputs": {"obs": {"shape": ["N", model.obs_dim], "dtype": "float32"}},
         "outputs": outputs,
         "model": spec,
     }
     Path(f"{path}.json").write_text(json.dumps(description, indent=2))
     return path
+
+
+def updates_of(checkpoint: str | Path) -> int:
+    """The learner updates that made a checkpoint's weights (0: never trained)."""
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    return int(state.get("counters", {}).get("updates", 0))
+
+
+EXPORTER_LOGGER = "torch.onnx._internal.exporter._registration"
+"""The logger of torch.onnx's operator registry: it notes each torchvision operator it skips
+when torchvision (which rlserve does not use) is not installed."""
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """Hide torch.onnx's known-harmless notes for the length of one export.
+
+    Its registry's torchvision notes, and a FutureWarning of torch's own pytree code
+    (``LeafSpec``); every other warning still shows.
+    """
+    registry = logging.getLogger(EXPORTER_LOGGER)
+    level = registry.level
+    registry.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore",
+                message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                category=FutureWarning,
+            )
+            yield
+    finally:
+        registry.setLevel(level)
 
 
 def _outputs(dist: ActionDistribution) -> dict[str, dict[str, Any]]:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import os
 import shutil
 import socket
 import sys
 from pathlib import Path
 from typing import Any
 
+from rlserve.cli.exit_codes import INTERRUPTED
 from rlserve.cli.logs import add_log_level, configured_logging, log_to_run_folder
 from rlserve.cli.serve_args import MORE_HELP, GroupedHelp, add_server_arguments
 from rlserve.config.fields import add_arguments, build, load_config_file, to_table
@@ -90,8 +92,12 @@ def _run_algorithm(args: argparse.Namespace, tables: dict[str, Any], resumed: bo
     return algorithm(args.algo or run_algo).name
 
 
-def _settings_of(names: list[str], args: argparse.Namespace, tables: dict[str, Any]) -> Any:
+def _settings_of(
+    names: list[str], args: argparse.Namespace, tables: dict[str, Any], source: str | None = None
+) -> Any:
     """Each named algorithm's settings: its table of --config (or the run), then its flags.
+
+    ``source`` is the file the tables were read from (named in errors).
 
     ``--checkpoint-replay`` sets ``checkpoint_replay`` of each of them that keeps a replay
     buffer (off-policy algorithms).
@@ -104,7 +110,13 @@ def _settings_of(names: list[str], args: argparse.Namespace, tables: dict[str, A
     settings = {}
     for name in names:
         entry = algorithm(name)
-        settings[name] = build(entry.settings, tables.get(name), args, prefix=f"{name}_")
+        settings[name] = build(
+            entry.settings,
+            tables.get(name),
+            args,
+            prefix=f"{name}_",
+            source=(source, name) if source else None,
+        )
     if args.checkpoint_replay is not None:
         replaying = [s for s in settings.values() if hasattr(s, "checkpoint_replay")]
         if not replaying:
@@ -139,9 +151,16 @@ def _serve(args: argparse.Namespace) -> int:
     from rlserve.server.policies_config import check_policies
 
     if args.resume:
+        _refuse_ignored_on_resume(args)
         run = RunFolder.existing(args.resume)
         tables, spaces = run.load()
-        server_config = build(ServerConfig, with_token_from_env(tables.get("server")), args)
+        source = str(run.config_file)
+        server_config = build(
+            ServerConfig,
+            with_token_from_env(tables.get("server")),
+            args,
+            source=(source, "server"),
+        )
         if run.token_required and not server_config.token:
             raise ConfigError(
                 f"the run in {run.path} was started with a token, which is not saved in the run "
@@ -152,13 +171,19 @@ def _serve(args: argparse.Namespace) -> int:
         mapping_fn = mapping_function_of(tables, str(run.path))
     else:
         tables = {}
+        source = args.config
         if args.config:
             tables = load_config_file(
                 args.config,
                 {"server": ServerConfig, **{n: e.settings for n, e in ALGORITHMS.items()}},
                 free_tables=("policies", "mapping", "algorithm", "mapping_function"),
             )
-        server_config = build(ServerConfig, with_token_from_env(tables.get("server")), args)
+        server_config = build(
+            ServerConfig,
+            with_token_from_env(tables.get("server")),
+            args,
+            source=(source, "server") if source else None,
+        )
         algo_name = _run_algorithm(args, tables, resumed=False)
         policies, mapping = _declared_policies(args, tables, server_config, algo_name)
         mapping_fn = mapping_function_of(tables, args.config or "--config")
@@ -167,7 +192,7 @@ def _serve(args: argparse.Namespace) -> int:
     for spec in policies.values():
         if spec.algorithm_of(algo_name) not in names:
             names.append(spec.algorithm_of(algo_name))
-    settings = _settings_of(names, args, tables)
+    settings = _settings_of(names, args, tables, source)
     ppo_config = settings.pop(algo_name)
     # Loaded now, so a bad certificate or key stops the command before anything is created.
     server_config.ssl_context()
@@ -215,10 +240,28 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+RESUME_KEEPS = ("config", "spaces_from", "spaces_file", "run_dir", "name")
+"""The options of ``rlserve serve`` a resumed run keeps from its own folder."""
+
+
+def _refuse_ignored_on_resume(args: argparse.Namespace) -> None:
+    """Refuse the options that ``--resume`` would silently ignore.
+
+    Raises:
+        ConfigError: One of :data:`RESUME_KEEPS` was given with ``--resume``.
+    """
+    given = [f"--{n.replace('_', '-')}" for n in RESUME_KEEPS if getattr(args, n, None)]
+    if given:
+        raise ConfigError(
+            f"{', '.join(given)}: a resumed run keeps its own configuration, spaces and folder "
+            f"({args.resume}/config.toml); drop {' and '.join(given)}, and pass the settings to "
+            "change as flags (e.g. --port 0, --ppo-lr 0.0003)"
+        )
+
+
 def _listened(run: Any) -> bool:
     """Whether this process listened (it wrote the run folder's endpoints.json)."""
     import json
-    import os
 
     try:
         return bool(json.loads(run.endpoints_file.read_text()).get("pid") == os.getpid())
@@ -266,10 +309,21 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    import json
+
     from rlserve.algorithm.export import export_onnx
+    from rlserve.run.run_folder import resume_command
 
     path = export_onnx(args.run_dir, args.output, args.checkpoint, policy_id=args.policy)
     print(f"wrote {path} (inputs and outputs described in {path}.json)")
+    description = json.loads(Path(f"{path}.json").read_text())
+    if description["updates"] == 0:
+        print(
+            f"rlserve: warning: {description['checkpoint']} was never trained (0 learner "
+            "updates): the exported policy acts on its initial random weights; train the run "
+            f"first ({resume_command(Path(args.run_dir))}), then export again",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -435,29 +489,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``rlserve`` command."""
-    args = build_parser().parse_args(argv)
-    with configured_logging(args.log_level):
-        return _run(args)
+    """Entry point of the ``rlserve`` command.
 
-
-def _run(args: argparse.Namespace) -> int:
+    Exit status: 0 on success, 1 when a command's goal was not met (or its output pipe was
+    closed early, as by ``| head``), 2 on a usage error, 130 after Ctrl-C.
+    """
+    command = "?"
     try:
-        if args.command == "serve":
-            return _serve(args)
-        if args.command == "export":
-            return _export(args)
-        if args.command == "train":
-            from rlserve.cli.train import train_command
-
-            return train_command(args)
-        if args.command == "check-env":
-            return _check_env(args)
-        if args.command == "status":
-            from rlserve.cli.status import run_status
-
-            return run_status(args.target, args.token, args.tls_ca, args.json, args.timeout)
-        return _demo(args)
+        args = build_parser().parse_args(argv)
+        command = args.command
+        with configured_logging(args.log_level):
+            return _run_command(args)
     except RLServeError as exc:
         print(f"rlserve: error: {exc}", file=sys.stderr)
         return 2
@@ -465,12 +507,40 @@ def _run(args: argparse.Namespace) -> int:
         if (exc.name or "").partition(".")[0] not in SERVER_EXTRA:
             raise
         print(
-            f"rlserve: error: 'rlserve {args.command}' needs the server extra ({exc.name} is "
+            f"rlserve: error: 'rlserve {command}' needs the server extra ({exc.name} is "
             "not installed): pip install -e '.[server]' in a source checkout, or add [server] "
             "to the wheel you installed (README.md, Install)",
             file=sys.stderr,
         )
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C before a command could save anything (train and demo say what they saved).
+        print("rlserve: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except BrokenPipeError:
+        # The reader of stdout went away (rlserve status | head): nothing more to say to it.
+        # Python's recipe: point stdout at devnull so the exit's flush cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "export":
+        return _export(args)
+    if args.command == "train":
+        from rlserve.cli.train import train_command
+
+        return train_command(args)
+    if args.command == "check-env":
+        return _check_env(args)
+    if args.command == "status":
+        from rlserve.cli.status import run_status
+
+        return run_status(args.target, args.token, args.tls_ca, args.json, args.timeout)
+    return _demo(args)
 
 
 if __name__ == "__main__":

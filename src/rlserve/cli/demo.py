@@ -3,7 +3,8 @@
 The clients talk to the server only through :class:`~rlserve.PolicyClient`, exactly as an external
 simulator would. The demo stops when the mean return of the last episodes (100 for CartPole-v1, 20
 for Pendulum-v1) reaches the target, prints one summary line and exits 0; past the step or time
-budget it says so and exits 1.
+budget it says so and exits 1. Ctrl-C stops it: the run is saved, one line names its folder
+and the command that continues it, and it exits 130.
 
 ``cartpole`` trains PPO (``--algo dqn`` for DQN); ``pendulum`` trains SAC.
 """
@@ -11,13 +12,16 @@ budget it says so and exits 1.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing as mp
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlserve.cli.exit_codes import INTERRUPTED
 from rlserve.client.local import LocalConfig
 from rlserve.config.fields import option
 from rlserve.errors import ConfigError
@@ -140,8 +144,6 @@ def cartpole_client(
     This is the loop a user writes around their own simulator (see
     ``examples/cartpole_client.py``).
     """
-    import signal
-
     import gymnasium as gym
 
     from rlserve.client.policy_client import PolicyClient
@@ -206,6 +208,8 @@ class DemoResult:
     failure: str | None = None
     device: str = ""
     checkpoint: Path | None = None
+    run: Path | None = None
+    """The run folder."""
     curve: list[tuple[int, float]] = field(default_factory=list)
     """``(env_steps, mean return of the last window episodes)`` each time another
     :data:`CURVE_EVERY` env steps were served (once an episode has ended): where a run slowed
@@ -236,6 +240,14 @@ def run_demo(config: DemoConfig, name: str = "cartpole") -> int:
         ConfigError: No such demo, or it does not offer ``config.algo``.
     """
     result = demo_result(config, name)
+    if result.failure == "interrupted":
+        print(
+            f"rlserve: interrupted after {result.env_steps:,} env steps; saved in {result.run} "
+            f"(final checkpoint {result.checkpoint}); continue training it with 'rlserve serve "
+            f"--resume {result.run}' and clients, or export it with 'rlserve export {result.run}'",
+            flush=True,
+        )
+        return INTERRUPTED
     print(result.summary(), flush=True)
     return 0 if result.solved_at_steps is not None else 1
 
@@ -251,6 +263,21 @@ def demo_result(config: DemoConfig, name: str = "cartpole") -> DemoResult:
     task, algo = demo_task(name, config.algo)
     install_uvloop()
     return asyncio.run(_run(config, name, task, algo))
+
+
+def _on_ctrl_c() -> asyncio.Event:
+    """An event Ctrl-C sets (on the main thread), so the demo stops and saves its run."""
+    interrupted = asyncio.Event()
+    # Not on the main thread, Ctrl-C stays a KeyboardInterrupt.
+    with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, interrupted.set)
+    return interrupted
+
+
+def _forget_ctrl_c() -> None:
+    """Give Ctrl-C back its default: a second one during the shutdown stops at once."""
+    with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
 
 
 async def _run(config: DemoConfig, name: str, task: DemoTask, algo: str) -> DemoResult:
@@ -321,10 +348,14 @@ async def _run(config: DemoConfig, name: str, task: DemoTask, algo: str) -> Demo
         returns = list(stats.returns)[-task.window :]
         return float(np.mean(returns)) if returns else float("nan")
 
-    result = DemoResult(name, algo, config.inference, target, task.window)
+    result = DemoResult(name, algo, config.inference, target, task.window, run=run.path)
     next_point = CURVE_EVERY
+    interrupted = _on_ctrl_c()
     while True:
         await asyncio.sleep(0.05)
+        if interrupted.is_set():
+            result.failure = "interrupted"
+            break
         if stats.env_steps >= next_point and stats.episodes_completed:
             result.curve.append((stats.env_steps, windowed_mean()))
             next_point = (stats.env_steps // CURVE_EVERY + 1) * CURVE_EVERY
@@ -344,6 +375,7 @@ async def _run(config: DemoConfig, name: str, task: DemoTask, algo: str) -> Demo
             break
         if stats.env_steps >= budget or time.monotonic() - started > config.time_limit:
             break
+    _forget_ctrl_c()
     result.env_steps, result.seconds, result.final_return = (
         stats.env_steps,
         time.monotonic() - started,

@@ -3,19 +3,24 @@
 The same run folder as ``rlserve serve`` (``config.toml``, ``spaces.json``, checkpoints,
 TensorBoard events), the same progress line, ``--resume`` and ``rlserve export``. It stops when
 the mean return of the last 100 episodes reaches ``--stop-return`` (exit 0), or at the step or
-time budget (exit 1 when a target return was set and not reached, else 0).
+time budget (exit 1 when a target return was set and not reached, else 0). Ctrl-C ends the
+iteration, saves, and names the run folder and the command that resumes it (exit 130).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlserve.config.fields import option
+from rlserve.cli.exit_codes import INTERRUPTED
+from rlserve.config.fields import flag_of, option, with_flags
 from rlserve.errors import ConfigError
 
 
@@ -58,17 +63,87 @@ class TrainConfig:
         algorithm(self.algo)  # an unknown name is refused with the list
         if not self.env and not self.resume:
             raise ConfigError("rlserve train needs --env ENV (e.g. CartPole-v1) or --resume RUN")
+        for name, least in (
+            ("num_envs", 1),
+            ("env_runners", 0),
+            ("envs_per_process", 1),
+            ("iteration_steps", 1),
+        ):
+            if getattr(self, name) < least:
+                raise ConfigError(f"{name} must be at least {least}, got {getattr(self, name)}")
+
+
+RESUME_KEEPS = (
+    "env",
+    "env_config",
+    "num_envs",
+    "env_runners",
+    "remote_envs",
+    "envs_per_process",
+    "seed",
+    "run_dir",
+    "name",
+    "checkpoint_every",
+    "iteration_steps",
+)
+"""The options a resumed run keeps from its folder (its stop conditions and --progress apply)."""
+
+
+class _CtrlC:
+    """Ctrl-C asks the training loop to stop after its iteration; a second one stops at once.
+
+    Only on the main thread (the only one Python delivers signals to); elsewhere Ctrl-C is a
+    plain :class:`KeyboardInterrupt`.
+    """
+
+    def __init__(self) -> None:
+        self.asked = False
+        self._previous: Any = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._ask)
+
+    def _ask(self, signum: int, frame: Any) -> None:
+        self.asked = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def restore(self) -> None:
+        """Put back the handler that was there before."""
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def check_resumable(folder: Path) -> None:
+    """Refuse a folder ``rlserve train --resume`` cannot continue, naming the command that can.
+
+    Raises:
+        ConfigError: It is a run of ``rlserve serve`` (or ``rlserve demo``), or no run folder.
+    """
+    from rlserve.algorithm.checkpoint_state import STATE_FILE
+
+    if (folder / STATE_FILE).exists():
+        return
+    if (folder / "experience").is_dir():
+        raise ConfigError(
+            f"{folder} is a run of 'rlserve serve' (external clients feed it), not of 'rlserve "
+            f"train'; continue it with 'rlserve serve --resume {folder}'"
+        )
+    raise ConfigError(
+        f"{folder} is not a run folder of 'rlserve train' (no {STATE_FILE}); pass the folder "
+        "it trained in, e.g. runs/<name>"
+    )
 
 
 def run_training(config: TrainConfig, overrides: dict[str, Any]) -> int:
-    """Train until a stop condition; return the exit code."""
+    """Train until a stop condition or Ctrl-C; return the exit code (:data:`INTERRUPTED`)."""
     from rlserve.algorithm.algorithm import Algorithm
     from rlserve.algorithm.config import config_for
     from rlserve.algorithm.saved_config import load_config
     from rlserve.cli.logs import log_to_run_folder
     from rlserve.env.locate import locate_env
+    from rlserve.learners.registry import algorithm
 
     if config.resume:
+        check_resumable(Path(config.resume))
         # The callbacks are not saved with the run: --callbacks names them again.
         saved = load_config(Path(config.resume)) if config.callbacks else None
         if saved is not None:
@@ -93,33 +168,41 @@ def run_training(config: TrainConfig, overrides: dict[str, Any]) -> int:
             raise ConfigError(f"--env-config is not JSON: {exc}") from exc
         if not isinstance(env_config, dict):
             raise ConfigError("--env-config must be a JSON object, e.g. '{\"size\": 5}'")
-        algo_config = (
-            config_for(config.algo)
-            .environment(locate_env(config.env), env_config=env_config)
-            .env_runners(
-                num_env_runners=config.env_runners,
-                num_envs_per_env_runner=config.num_envs,
-                remote_worker_envs=config.remote_envs,
-                envs_per_process=config.envs_per_process,
+        try:
+            algo = (
+                config_for(config.algo)
+                .environment(locate_env(config.env), env_config=env_config)
+                .env_runners(
+                    num_env_runners=config.env_runners,
+                    num_envs_per_env_runner=config.num_envs,
+                    remote_worker_envs=config.remote_envs,
+                    envs_per_process=config.envs_per_process,
+                )
+                .training(min_env_steps_per_iteration=config.iteration_steps, **overrides)
+                .debugging(seed=config.seed)
+                .callbacks([config.callbacks] if config.callbacks else [])
+                .reporting(
+                    run_dir=config.run_dir,
+                    name=config.name,
+                    progress=config.progress,
+                    checkpoint_every=config.checkpoint_every,
+                )
+                .build()
             )
-            .training(min_env_steps_per_iteration=config.iteration_steps, **overrides)
-            .debugging(seed=config.seed)
-            .callbacks([config.callbacks] if config.callbacks else [])
-            .reporting(
-                run_dir=config.run_dir,
-                name=config.name,
-                progress=config.progress,
-                checkpoint_every=config.checkpoint_every,
-            )
-        )
-        algo = algo_config.build()
+        except ConfigError as exc:
+            # The algorithm's settings came from --ALGO-* flags: name those, not the fields.
+            entry = algorithm(config.algo)
+            names = [f.name for f in dataclasses.fields(entry.settings)]
+            raise ConfigError(with_flags(str(exc), names, f"{entry.name}_")) from None
     started = time.monotonic()
     reached = False
+    mean = float("nan")
+    ctrl_c = _CtrlC()
     try:
         assert algo.run is not None
         log_to_run_folder(algo.run.path)
         print(f"rlserve: training in {algo.run.path}", flush=True)
-        while True:
+        while not ctrl_c.asked:
             result = algo.train()
             mean = result["env_runners"]["episode_return_mean"]
             if config.stop_return is not None and mean >= config.stop_return:
@@ -129,9 +212,19 @@ def run_training(config: TrainConfig, overrides: dict[str, Any]) -> int:
                 break
             if config.time_limit is not None and time.monotonic() - started >= config.time_limit:
                 break
+    except KeyboardInterrupt:
+        ctrl_c.asked = True
     finally:
+        ctrl_c.restore()
         folder = algo.save()
         algo.stop()
+    if ctrl_c.asked:
+        print(
+            f"rlserve: interrupted after {algo.env_steps_sampled:,} env steps; saved in "
+            f"{folder}; continue with 'rlserve train --resume {folder}'",
+            flush=True,
+        )
+        return INTERRUPTED
     elapsed = time.monotonic() - started
     shown = "n/a" if mean != mean else f"{mean:.1f}"
     if reached:
@@ -193,8 +286,6 @@ def train_defaults(algo: str) -> dict[str, Any]:
 
 def train_command(args: argparse.Namespace) -> int:
     """Run ``rlserve train`` from parsed arguments."""
-    import dataclasses
-
     from rlserve.config.fields import build
     from rlserve.learners.registry import ALGORITHMS, algorithm
 
@@ -216,4 +307,14 @@ def train_command(args: argparse.Namespace) -> int:
         for f in dataclasses.fields(entry.settings)
         if getattr(args, f"{entry.name}_{f.name}", None) is not None
     }
+    if config.resume:
+        ignored = [flag_of(n) for n in RESUME_KEEPS if getattr(args, n, None) is not None]
+        ignored += [flag_of(n, f"{entry.name}_") for n in overrides]
+        if ignored:
+            raise ConfigError(
+                f"{', '.join(ignored)}: a resumed run keeps its environment and settings "
+                f"(saved in {config.resume}); drop them, or start a new run with --env and a "
+                "new --name (only --stop-return, --stop-steps, --time-limit and --progress "
+                "apply to a resumed run)"
+            )
     return run_training(config, overrides)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import json
 import re
 import sys
 import types
 import typing
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -153,29 +154,132 @@ def check_table(cls: type, table: dict[str, Any]) -> None:
             raise error
 
 
+def flag_of(name: str, prefix: str = "") -> str:
+    """The command-line flag of the field ``name`` (``--ppo-train-batch-size``)."""
+    return "--" + (prefix + name).replace("_", "-")
+
+
+def _mentioned(message: str, names: Iterable[str]) -> list[str]:
+    """The field names ``message`` mentions as whole words (not as part of a flag)."""
+    return [n for n in names if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", message)]
+
+
+def with_flags(message: str, names: Iterable[str], prefix: str = "") -> str:
+    """``message`` with each field of ``names`` it mentions spelt as its flag."""
+    for name in _mentioned(message, names):
+        message = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w-])", flag_of(name, prefix), message)
+    return message
+
+
+def _where(source: tuple[str, str], key: str) -> str:
+    """``FILE, line N`` of ``key`` in the table ``source`` (``(file, table)``) names."""
+    path, table = source
+    try:
+        line = line_of_key(Path(path).read_text(encoding="utf-8"), table, key)
+    except (OSError, UnicodeDecodeError):
+        line = None
+    return f"{path}, line {line}" if line else path
+
+
+def _one_of(
+    cls: type, table: dict[str, Any], flags: dict[str, Any], prefix: str, source: Any
+) -> None:
+    """Apply ``cls.EXCLUSIVE``: of each group of settings, one at most is used.
+
+    A flag wins over the table's setting of another member of its group (the file's is
+    dropped); two flags of one group, or two keys of one table, are refused.
+    """
+    for group in getattr(cls, "EXCLUSIVE", ()):
+        given = [n for n in group if n in flags]
+        if len(given) > 1:
+            raise ConfigError(
+                f"{' and '.join(flag_of(n, prefix) for n in given)} are alternatives; pass one"
+            )
+        in_table = [n for n in group if n in table]
+        if given:
+            for name in in_table:
+                if name not in given:
+                    del table[name]
+        elif len(in_table) > 1:
+            where = f"{_where(source, in_table[1])}: [{source[1]}]" if source else "the table"
+            raise ConfigError(
+                f"{where} sets both {' and '.join(in_table)}, which are alternatives; keep one "
+                f"(a {' or '.join(flag_of(n, prefix) for n in group)} flag replaces both)"
+            )
+
+
+def _located(
+    exc: ConfigError,
+    table: dict[str, Any],
+    flags: dict[str, Any],
+    names: Iterable[str],
+    prefix: str,
+    source: tuple[str, str] | None,
+    cli: bool,
+) -> ConfigError:
+    """A value error of the dataclass, naming where its values came from.
+
+    On the command line (``cli``), the fields it names that no table set are spelt as their
+    flags (a flag set them, or one would change them). When a file's key is at fault, the file,
+    line and key lead it.
+    """
+    message = str(exc)
+    mentioned = _mentioned(message, names)
+    spelt = [n for n in mentioned if n in flags or (cli and n not in table)]
+    message = with_flags(message, spelt, prefix)
+    from_file = [n for n in mentioned if n in table and n not in flags]
+    if source is not None and from_file:
+        key = from_file[0]
+        written = json.dumps(table[key])
+        message = f"{_where(source, key)}: [{source[1]}] {key} = {written}: {message}"
+    error = ConfigError(message)
+    error.key = from_file[0] if from_file else exc.key
+    return error
+
+
 def build(
-    cls: type[T], table: dict[str, Any] | None, args: argparse.Namespace | None, prefix: str = ""
+    cls: type[T],
+    table: dict[str, Any] | None,
+    args: argparse.Namespace | None,
+    prefix: str = "",
+    source: tuple[str, str] | None = None,
 ) -> T:
     """Build ``cls`` from a TOML table, then apply the flags that were given on the command line.
 
+    A flag wins over the table. Of the settings the dataclass lists as alternatives
+    (``EXCLUSIVE``, e.g. ``spaces_from`` and ``spaces_file``), a flag also replaces the
+    table's other one.
+
+    Args:
+        cls: The config dataclass.
+        table: Its TOML table (None: none).
+        args: The parsed command line (None: no flags).
+        prefix: The prefix of its flags' names (``ppo_`` for ``--ppo-lr``).
+        source: ``(file, table name)`` the table was read from, named in errors.
+
     Raises:
-        ConfigError: The table names a field ``cls`` does not have, or a value has the wrong type
-            (:attr:`ConfigError.key` is the table's key at fault).
+        ConfigError: The table names a field ``cls`` does not have, a value has the wrong type
+            (:attr:`ConfigError.key` is the table's key at fault), or a value is invalid (the
+            message names the file, line and key, or the flag, it came from).
     """
-    values: dict[str, Any] = {}
-    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    check_table(cls, table or {})
-    for key, value in (table or {}).items():
-        values[key] = tuple(value) if isinstance(value, list) else value
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    table = dict(table or {})
+    check_table(cls, table)
+    flags: dict[str, Any] = {}
     if args is not None:
         for name in names:
             value = getattr(args, prefix + name, None)
             if value is not None:
-                values[name] = tuple(value) if isinstance(value, list) else value
+                flags[name] = tuple(value) if isinstance(value, list) else value
+    _one_of(cls, table, flags, prefix, source)
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in table.items()}
+    values.update(flags)
     try:
         return cls(**values)
     except TypeError as exc:
         raise ConfigError(f"invalid {cls.__name__}: {exc}") from exc
+    except ConfigError as exc:
+        raise _located(exc, table, flags, names, prefix, source, args is not None) from None
 
 
 def to_table(config: Any) -> dict[str, Any]:

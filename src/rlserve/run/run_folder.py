@@ -68,6 +68,16 @@ def endpoints(host: str, port: int, http_port: int | None, tls: bool) -> dict[st
     }
 
 
+def resume_command(path: Path) -> str:
+    """The command that continues the run in ``path``: ``rlserve train`` or ``rlserve serve``.
+
+    A run of ``rlserve train`` holds its training state (``algorithm.json``) and no experience
+    log; every other run (``rlserve serve``, ``rlserve demo``) is served.
+    """
+    trained = (path / "algorithm.json").exists() and not (path / "experience").is_dir()
+    return f"rlserve {'train' if trained else 'serve'} --resume {path}"
+
+
 @dataclass(slots=True)
 class RunFolder:
     """Paths of one run."""
@@ -97,7 +107,7 @@ class RunFolder:
         path = Path(run_dir) / name
         if (path / "config.toml").exists():
             raise ConfigError(
-                f"run folder {path} exists; continue it with 'rlserve serve --resume {path}' or "
+                f"run folder {path} exists; continue it with '{resume_command(path)}' or "
                 "choose another --name"
             )
         path.mkdir(parents=True, exist_ok=True)

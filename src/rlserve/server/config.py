@@ -7,7 +7,7 @@ import ipaddress
 import os
 import ssl
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from rlserve.config.fields import TOKEN_ENV, option
 from rlserve.errors import ConfigError
@@ -17,6 +17,9 @@ from rlserve.protocol.limits import DEFAULT_LIMITS, MAX_FRAME_BYTES_CEILING, Lim
 @dataclass
 class ServerConfig:
     """How the server listens, tracks episodes, queues samples and checkpoints."""
+
+    EXCLUSIVE: ClassVar[tuple[tuple[str, ...], ...]] = (("spaces_from", "spaces_file"),)
+    """Settings of which one is used: a flag replaces the file's other one."""
 
     host: str = option("127.0.0.1", "Address to bind; anything but loopback requires a token.")
     port: int = option(
