@@ -26,6 +26,10 @@ most every ``DROP_WARNING_INTERVAL`` seconds and :attr:`LocalInference.dropped_s
 lost and what to do) or ``get_action`` waits for room (``when_full="block"``, for simulators that
 can pause). Steps the server's learner dropped unread (it fell behind) are counted in
 :attr:`LocalInference.server_dropped_steps` and warned about the same way.
+
+A client never closed ships what it holds when the interpreter exits
+(:mod:`rlserve.client.exit_flush`, bounded by its ``EXIT_FLUSH_TIMEOUT``); what it cannot deliver,
+then or at :meth:`LocalInference.close`, is named in a warning with the reason.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import numpy as np
 
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.engine import ServerView
+from rlserve.client.exit_flush import forget_closed, track_unclosed
 from rlserve.client.reports import halve_report, plan_reports, report_message
 from rlserve.config.fields import option
 from rlserve.errors import (
@@ -130,6 +135,11 @@ class LocalInference(Collector):
         self._summaries: list[EpisodeSummary] = []
         self._buffered_steps = 0
         self._stopping = False
+        self._closed = False
+        self._flushing = 0  # flush() calls waiting: the shipper sends what it has at once
+        # The reports the shipper has taken from the outbox and not yet had answered.
+        self._in_flight: list[tuple[str, list[Fragment], list[EpisodeSummary]]] = []
+        self._ship_error: str | None = None
         self._wake_refresher = threading.Event()
         self.dropped_steps = 0
         """Steps dropped because the buffer was full."""
@@ -165,6 +175,7 @@ class LocalInference(Collector):
         )
         self._shipper.start()
         self._refresher.start()
+        track_unclosed(self)
 
     # -- weights -----------------------------------------------------------------------------
 
@@ -296,6 +307,7 @@ class LocalInference(Collector):
             deadline = time.monotonic() + self.config.batch_interval
             while (
                 not self._stopping
+                and not self._flushing
                 and self._buffered_in_outbox() < self.config.batch_steps
                 and time.monotonic() < deadline
             ):
@@ -319,6 +331,7 @@ class LocalInference(Collector):
                     by_policy.setdefault(fragment.policy_id, []).append(fragment)
                 if not by_policy:
                     by_policy[self.default_policy_id] = []
+                reports = []
                 for policy_id, own in by_policy.items():
                     batches, too_big = plan_reports(
                         own,
@@ -330,9 +343,12 @@ class LocalInference(Collector):
                     summaries = []
                     for fragment in too_big:
                         self._drop_oversized([fragment])
-                    for part in batches:
-                        if not self._ship(policy_id, *part):
-                            return  # closing while the server is unreachable
+                    reports += [(policy_id, *part) for part in batches]
+                self._in_flight = reports
+                while reports:
+                    if not self._ship(*reports[0]):
+                        return  # closing while the server is unreachable
+                    reports.pop(0)
             with self._lock:
                 if self._stopping and not self._outbox and not self._summaries:
                     return
@@ -368,7 +384,8 @@ class LocalInference(Collector):
                     self._drop_oversized(fragments)
                     return True
                 return self._ship(policy_id, *halves[0]) and self._ship(policy_id, *halves[1])
-            except ConnectionLostError:
+            except ConnectionLostError as exc:
+                self._ship_error = f"the server could not be reached ({exc})"
                 if not self._reconnect(self._ship_conn, None):
                     return False
             except (ServerError, SpaceError) as exc:
@@ -377,6 +394,7 @@ class LocalInference(Collector):
                 self._release(steps)
                 self._wake_refresher.set()
                 return True
+        self._ship_error = None
         self.shipped_steps += steps
         self._release(steps)
         dropped = reply.dropped_steps
@@ -431,17 +449,37 @@ class LocalInference(Collector):
         """Ship everything buffered; True when all of it was answered within ``timeout``."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            self._lock.notify_all()
-            while self._buffered_steps > 0 and time.monotonic() < deadline:
-                self._lock.wait(0.05)
+            self._flushing += 1
+            try:
                 self._lock.notify_all()
+                while self._buffered_steps > 0 and time.monotonic() < deadline:
+                    self._lock.wait(0.05)
+                    self._lock.notify_all()
+            finally:
+                self._flushing -= 1
             return self._buffered_steps == 0
 
     def close(self, timeout: float = 30.0) -> None:
         """Ship what is buffered, stop the threads and disconnect, within ``timeout`` seconds.
 
-        What could not be shipped in time (e.g. the server is down) is logged and lost.
+        What could not be shipped in time (e.g. the server is down) is named in a warning and
+        lost. A second call does nothing.
         """
+        self._close(timeout, "pass close() a longer timeout, or keep the server up till it returns")
+
+    def close_at_exit(self, timeout: float) -> None:
+        """:meth:`close` at interpreter exit, for a client the program never closed."""
+        self._close(
+            timeout,
+            "call client.close() before the program ends, or use "
+            "'with PolicyClient(...) as client:', while the server is up",
+        )
+
+    def _close(self, timeout: float, fix: str) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        forget_closed(self)
         deadline = time.monotonic() + timeout
         # Keep a little of the time for the threads to notice the stop.
         self.flush(max(0.0, timeout - min(1.0, timeout / 4)))
@@ -459,12 +497,26 @@ class LocalInference(Collector):
                 thread.join(max(0.05, deadline - time.monotonic()))
         if self._buffered_steps:
             logger.warning(
-                "rlserve: closed with %d steps not shipped (the server did not take them within "
-                "%.1f s)",
+                "rlserve: %d steps of %d episodes were not delivered to the server at %s:%d: "
+                "%s; %s",
                 self._buffered_steps,
-                timeout,
+                len(self._undelivered_episodes()),
+                self._ship_conn.host,
+                self._ship_conn.port,
+                self._ship_error or f"it did not take them within {timeout:.1f} s",
+                fix,
             )
         for conn in (self._ship_conn, self._weights_conn):
             conn.abort()
             with contextlib.suppress(ConnectionLostError, ServerError):
                 conn.close()
+
+    def _undelivered_episodes(self) -> set[str]:
+        """Ids of the episodes with steps or a summary the server has not accepted."""
+        with self._lock:
+            fragments = list(self._outbox)
+            summaries = list(self._summaries)
+        for _, shipping, closing in list(self._in_flight):
+            fragments += shipping
+            summaries += closing
+        return {f.episode_id for f in fragments} | {s.episode_id for s in summaries}

@@ -389,11 +389,13 @@ class PolicyClient:
             self._engine.update_weights()
 
     def close(self, timeout: float = 30.0) -> None:
-        """Disconnect.
+        """Disconnect (what leaving ``with PolicyClient(...) as client:`` does).
 
         Local mode first ships what is buffered, for up to ``timeout`` seconds (what is left
-        then is logged and lost), and stops its threads; remote mode reads outstanding replies
-        (raising a deferred error).
+        then is named in a warning and lost), and stops its threads; a local-mode client never
+        closed does this when the interpreter exits, within
+        :data:`~rlserve.client.exit_flush.EXIT_FLUSH_TIMEOUT`. Remote mode reads outstanding
+        replies (raising a deferred error).
         """
         with self._lock:
             self._engine.close(timeout)
@@ -414,7 +416,9 @@ class PolicyClient:
         return self._conn.reconnects
 
     def __enter__(self) -> PolicyClient:
+        """The client itself: ``with PolicyClient(...) as client:`` closes it at the end."""
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """:meth:`close` (local mode: ship what is buffered) when the block ends."""
         self.close()
