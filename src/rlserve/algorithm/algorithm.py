@@ -56,7 +56,7 @@ from rlserve.learners.registry import DEFAULT_ALGORITHM, algorithm
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.weights import WeightsPackage
 from rlserve.run.metrics import MetricsWriter, ProgressLine
-from rlserve.run.run_folder import RunFolder
+from rlserve.run.run_folder import IN_USE_NEW, IN_USE_RESUME, RunFolder
 from rlserve.server.policies import is_flat, run_folder_form
 from rlserve.training.driver import MAX_UPDATES_PER_ROUND, TrainingDriver
 from rlserve.training.policy_learner import PolicyLearner
@@ -160,17 +160,21 @@ class Algorithm(ActingMixin):
         self.run: RunFolder | None = None
         self._metrics: MetricsWriter | None = None
         self._progress = ProgressLine(config.progress)
-        if resume is not None:
-            self.run = RunFolder(Path(resume))
-            self._write_run_files(self.run.path)
-            self._metrics = MetricsWriter(self.run.path)
-        elif config.run_dir is not None:
-            self.run = RunFolder.create(config.run_dir, config.run_name)
-            self._write_run_files(self.run.path)
-            self._metrics = MetricsWriter(self.run.path)
         self.server: AttachedServer | None = None
-        if config.serving_settings is not None:
-            self._attach_server(resume=resume is not None)
+        try:
+            if resume is not None:
+                self.run = RunFolder(Path(resume)).hold(IN_USE_RESUME)
+            elif config.run_dir is not None:
+                self.run = RunFolder.create(config.run_dir, config.run_name).hold(IN_USE_NEW)
+            if self.run is not None:
+                self._write_run_files(self.run.path)
+                self._metrics = MetricsWriter(self.run.path)
+            if config.serving_settings is not None:
+                self._attach_server(resume=resume is not None)
+        except BaseException:
+            self.callbacks = CallbackList([])  # never told of the start: not of this stop
+            self.stop()
+            raise
         self.callbacks.fire("on_algorithm_init", algorithm=self)
 
     # -- the training loop -------------------------------------------------------------------
@@ -335,7 +339,7 @@ class Algorithm(ActingMixin):
         """
         if checkpoint_dir is None:
             if self.run is None:
-                self.run = RunFolder.create("runs", None)
+                self.run = RunFolder.create("runs", None).hold(IN_USE_NEW)
                 self._write_run_files(self.run.path)
             folder = self.run.path
         else:
@@ -448,7 +452,7 @@ class Algorithm(ActingMixin):
 
     def use_run_folder(self, folder: str | Path, progress: bool | None = None) -> None:
         """Write metrics and checkpoints into ``folder`` (an existing run, e.g. on resume)."""
-        self.run = RunFolder(Path(folder))
+        self.run = RunFolder(Path(folder)).hold(IN_USE_RESUME, replacing=self.run)
         if self._metrics is not None:
             self._metrics.close()
         self._metrics = MetricsWriter(self.run.path)
@@ -463,6 +467,7 @@ class Algorithm(ActingMixin):
 
         if self.run is None:
             self.run = RunFolder.create(self.config.run_dir or "runs", self.config.run_name)
+            self.run.hold(IN_USE_NEW)
             self._write_run_files(self.run.path)
         settings = ServingSettings(**(self.config.serving_settings or {}))
         self.server = AttachedServer(
@@ -485,7 +490,7 @@ class Algorithm(ActingMixin):
         return None if self.server is None else str(self.server.address)
 
     def stop(self) -> None:
-        """Close the environments, the attached server and the metrics files; tell callbacks."""
+        """Close the environments, the server and the metrics files; tell callbacks; release the run."""
         for sampler in reversed(self.samplers):
             sampler.stop()
         self.server = self.runners = None
@@ -498,7 +503,11 @@ class Algorithm(ActingMixin):
             self._metrics = None
         self._progress.finish()
         callbacks, self.callbacks = self.callbacks, CallbackList([])
-        callbacks.fire("on_algorithm_stop", algorithm=self)
+        try:
+            callbacks.fire("on_algorithm_stop", algorithm=self)
+        finally:
+            if self.run is not None:
+                self.run.release()
 
     def __enter__(self) -> Algorithm:
         return self

@@ -40,7 +40,7 @@ from rlserve.errors import ConfigError
 from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.learners.registry import DEFAULT_ALGORITHM
 from rlserve.policy import NumpyPolicy
-from rlserve.run.run_folder import RunFolder
+from rlserve.run.run_folder import IN_USE_NEW, IN_USE_RESUME, RunFolder
 from rlserve.server.app import PolicyServer, install_uvloop, serve_forever
 from rlserve.server.policies import check_same_algorithms, run_folder_form
 from rlserve.server.policies_config import check_policies
@@ -92,14 +92,35 @@ class NetworkAlgorithm(Algorithm):
         others = {name: to_table(config.policy_settings(name)) for name in sorted(used)}
         check_policies(self.specs, ppo_table, algo, others)
         if resume is not None:
-            folder = RunFolder.existing(resume)
-            saved, _ = folder.load()
-            check_same_algorithms(saved, self.specs, algo)
+            folder = RunFolder.existing(resume).hold(IN_USE_RESUME)
         else:
             folder = RunFolder.create(self.server_config.run_dir, self.server_config.name)
+            folder.hold(IN_USE_NEW)
         self.folder = folder
-        """The run folder (the same as :attr:`run`, never None here)."""
+        """The run folder (the same as :attr:`run`, never None here), locked until :meth:`stop`
+        (or :meth:`serve_forever` returns)."""
         self.run = folder
+        try:
+            self._open(resume, algo, ppo_table, others)
+            if background:
+                self._serve_in_background()
+        except BaseException:
+            folder.release()
+            raise
+        self.callbacks.fire("on_algorithm_init", algorithm=self)
+
+    def _open(
+        self,
+        resume: str | Path | None,
+        algo: str,
+        ppo_table: dict[str, Any],
+        others: dict[str, dict[str, Any]],
+    ) -> None:
+        """Write the run's settings into the locked folder; make the server and callbacks."""
+        config, folder = self.config, self.folder
+        if resume is not None:
+            saved, _ = folder.load()
+            check_same_algorithms(saved, self.specs, algo)
         tables, spaces = run_folder_form(self.specs, self.mapping, algo)
         own = {algo: ppo_table, **others}
         if algo != DEFAULT_ALGORITHM:
@@ -126,9 +147,6 @@ class NetworkAlgorithm(Algorithm):
         self._events: CallbackThread | None = None
         if self.callbacks:
             self._listen()
-        if background:
-            self._serve_in_background()
-        self.callbacks.fire("on_algorithm_init", algorithm=self)
 
     # -- callbacks ---------------------------------------------------------------------------
 
@@ -212,6 +230,7 @@ class NetworkAlgorithm(Algorithm):
         try:
             return asyncio.run(self._serve_and_report())
         finally:
+            self.folder.release()
             self._finish_callbacks()
 
     async def _serve_and_report(self) -> Path | None:
@@ -425,9 +444,12 @@ class NetworkAlgorithm(Algorithm):
     def stop(self) -> None:
         """Stop serving: final checkpoints, state and metrics written (idempotent); tell callbacks.
 
+        The run folder is released: another process may resume it.
+
         Raises:
             CallbackError: With ``fail_fast``, a callback raised.
         """
         if self._thread is not None:
             self._thread.stop()
+        self.folder.release()
         self._finish_callbacks()

@@ -145,7 +145,7 @@ def _serve(args: argparse.Namespace) -> int:
     from rlserve.algorithm.network import NetworkAlgorithm
     from rlserve.algorithm.network_config import mapping_function_of, serving_config
     from rlserve.learners.registry import ALGORITHMS
-    from rlserve.run.run_folder import RunFolder
+    from rlserve.run.run_folder import IN_USE_RESUME, RunFolder
     from rlserve.server.config import ServerConfig, with_token_from_env
     from rlserve.server.policies import policies_from_run
     from rlserve.server.policies_config import check_policies
@@ -153,6 +153,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.resume:
         _refuse_ignored_on_resume(args)
         run = RunFolder.existing(args.resume)
+        run.hold(IN_USE_RESUME).release()  # a live server's folder: say so before its ports do
         tables, spaces = run.load()
         source = str(run.config_file)
         server_config = build(

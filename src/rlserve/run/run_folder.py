@@ -14,6 +14,8 @@ Layout::
     runs/<name>/progress.csv      a row of metrics per report (:mod:`rlserve.run.progress_file`)
     runs/<name>/server/           an Algorithm's attached server: its event files and progress.csv
     runs/<name>/endpoints.json    where the running server listens (see :data:`ENDPOINTS_FILE`)
+    runs/<name>/run.lock          locked by the one process that serves or trains the run, its
+                                  pid inside (see :mod:`rlserve.run.run_lock`)
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ import tomli_w
 
 from rlserve.errors import ConfigError
 from rlserve.run.durable import atomic_write_bytes
+from rlserve.run.run_lock import RunLock
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -46,6 +49,12 @@ separate HTTP port), written atomically once both carriers listen (so a launcher
 ``"stopped"`` and ``stopped`` gives the time; after a crash it still says ``"running"``, with a
 ``pid`` that no longer runs.
 """
+
+IN_USE_NEW = "stop it or choose another --name"
+"""The fix named when a new run's folder is held by another process (:meth:`RunFolder.hold`)."""
+
+IN_USE_RESUME = "stop that process first (one process writes a run at a time)"
+"""The fix named when a run to resume is held by another process (:meth:`RunFolder.hold`)."""
 
 
 def _now_iso() -> str:
@@ -85,6 +94,35 @@ class RunFolder:
     path: Path
     token_required: bool = False
     """Set by :meth:`load`: the run was started with a token (which is not saved)."""
+    lock: RunLock | None = field(default=None, repr=False, compare=False)
+    """This process's exclusive lock of the folder, while it holds it (:meth:`hold`)."""
+
+    def hold(self, fix: str, replacing: RunFolder | None = None) -> RunFolder:
+        """Lock the folder for this process until :meth:`release` or its exit; return it.
+
+        Every process that writes a run (a server, a training run) holds it, so that a second
+        one is refused instead of overwriting its checkpoints and ``endpoints.json``.
+
+        Args:
+            fix: What to do when another process holds it (ends the error message).
+            replacing: The folder held so far, released once this one is held; when it is the
+                same folder, it is returned (still held) instead of locking it twice.
+
+        Raises:
+            ConfigError: Another process holds it: ``"<folder> is in use by pid N; <fix>"``.
+        """
+        if replacing is not None and replacing.path.resolve() == self.path.resolve():
+            return replacing.hold(fix)
+        if self.lock is None or not self.lock.held:
+            self.lock = RunLock.acquire(self.path, fix)
+        if replacing is not None:
+            replacing.release()
+        return self
+
+    def release(self) -> None:
+        """Let another process open the folder (a no-op when this one does not hold it)."""
+        if self.lock is not None:
+            self.lock.release()
 
     @property
     def config_file(self) -> Path:
