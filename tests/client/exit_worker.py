@@ -18,7 +18,6 @@ import sys
 
 import gymnasium as gym
 
-import rlserve.client.exit_flush
 from rlserve import PolicyClient
 from rlserve.client.local import LocalConfig
 
@@ -50,6 +49,8 @@ def main() -> int:
         print(json.dumps(played), flush=True)
         return 0
     if mode == "server-gone":
+        import rlserve.client.exit_flush
+
         rlserve.client.exit_flush.EXIT_FLUSH_TIMEOUT = 2.0
         hold = LocalConfig(batch_steps=100_000, batch_interval=3600.0)
         client = PolicyClient(address, seed=1, local=hold)
