@@ -27,9 +27,8 @@ lost and what to do) or ``get_action`` waits for room (``when_full="block"``, fo
 can pause). Steps the server's learner dropped unread (it fell behind) are counted in
 :attr:`LocalInference.server_dropped_steps` and warned about the same way.
 
-A client never closed ships what it holds when the interpreter exits
-(:mod:`rlserve.client.exit_flush`, bounded by its ``EXIT_FLUSH_TIMEOUT``); what it cannot deliver,
-then or at :meth:`LocalInference.close`, is named in a warning with the reason.
+An unclosed client ships what it holds at interpreter exit (:mod:`rlserve.client.exit_flush`);
+what it cannot deliver, then or at :meth:`LocalInference.close`, is named in a warning.
 """
 
 from __future__ import annotations
@@ -40,7 +39,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
@@ -48,10 +46,9 @@ import numpy as np
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.engine import ServerView
 from rlserve.client.exit_flush import forget_closed, track_unclosed
+from rlserve.client.local_config import LocalConfig
 from rlserve.client.reports import halve_report, plan_reports, report_message
-from rlserve.config.fields import option
 from rlserve.errors import (
-    ConfigError,
     ConnectionLostError,
     FrameTooLargeError,
     ServerError,
@@ -74,27 +71,6 @@ DROP_WARNING_INTERVAL = 30.0
 
 RECONNECT_SLICE = 0.25
 """Seconds a background thread tries to reconnect before it checks whether it should stop."""
-
-
-@dataclass
-class LocalConfig:
-    """How a local-inference client batches and buffers experience."""
-
-    batch_steps: int = option(512, "Ship a batch once this many steps are ready.")
-    batch_interval: float = option(1.0, "Ship what is ready at least this often (seconds).")
-    fragment_length: int = option(200, "Steps of an episode per fragment.")
-    max_buffered_steps: int = option(100_000, "Unshipped steps kept while the server is away.")
-    when_full: str = option("drop", "At the bound: 'drop' the oldest steps or 'block' get_action.")
-    max_episodes: int = option(10_000, "Concurrent episodes on this client.")
-
-    def __post_init__(self) -> None:
-        if self.when_full not in ("drop", "block"):
-            raise ConfigError(f"when_full must be 'drop' or 'block', got '{self.when_full}'")
-        if self.max_buffered_steps < self.batch_steps:
-            raise ConfigError(
-                f"max_buffered_steps ({self.max_buffered_steps}) must be at least batch_steps "
-                f"({self.batch_steps})"
-            )
 
 
 class LocalInference(Collector):

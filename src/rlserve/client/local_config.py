@@ -1,0 +1,33 @@
+"""How a local-inference client batches and buffers experience (:class:`LocalConfig`).
+
+Its own module so that :mod:`rlserve.client.local` stays one concern: the engine. Import it from
+either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlserve.config.fields import option
+from rlserve.errors import ConfigError
+
+
+@dataclass
+class LocalConfig:
+    """How a local-inference client batches and buffers experience."""
+
+    batch_steps: int = option(512, "Ship a batch once this many steps are ready.")
+    batch_interval: float = option(1.0, "Ship what is ready at least this often (seconds).")
+    fragment_length: int = option(200, "Steps of an episode per fragment.")
+    max_buffered_steps: int = option(100_000, "Unshipped steps kept while the server is away.")
+    when_full: str = option("drop", "At the bound: 'drop' the oldest steps or 'block' get_action.")
+    max_episodes: int = option(10_000, "Concurrent episodes on this client.")
+
+    def __post_init__(self) -> None:
+        if self.when_full not in ("drop", "block"):
+            raise ConfigError(f"when_full must be 'drop' or 'block', got '{self.when_full}'")
+        if self.max_buffered_steps < self.batch_steps:
+            raise ConfigError(
+                f"max_buffered_steps ({self.max_buffered_steps}) must be at least batch_steps "
+                f"({self.batch_steps})"
+            )
