@@ -490,7 +490,7 @@ class Algorithm(ActingMixin):
         return None if self.server is None else str(self.server.address)
 
     def stop(self) -> None:
-        """Close the environments, the server and the metrics files; tell callbacks; release the run."""
+        """Close the environments, server and metrics files; tell callbacks; release the run."""
         for sampler in reversed(self.samplers):
             sampler.stop()
         self.server = self.runners = None
