@@ -347,3 +347,18 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "e2e: end-to-end test against a real 'rlserve serve' subprocess"
     )
+
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+"""Where tests leave files for a person to look at (the dashboard's screenshot); gitignored."""
+
+_SESSION_STARTED = time.time()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """List the artifacts this run wrote, so CI's output says where the screenshot is."""
+    if not ARTIFACTS.is_dir():
+        return
+    written = [p for p in sorted(ARTIFACTS.iterdir()) if p.stat().st_mtime >= _SESSION_STARTED]
+    for path in written:
+        terminalreporter.write_line(f"test artifact: {path} ({path.stat().st_size:,} bytes)")
