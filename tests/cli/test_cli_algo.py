@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rlserve.cli.commands import _algorithm_settings, _settings_of, build_parser
+from rlserve.cli.commands import build_parser
+from rlserve.cli.serve import _algorithm_settings, _settings_of
 from rlserve.errors import ConfigError
 from rlserve.learners.dqn_config import DQNSettings
 from rlserve.learners.ppo_config import PPOSettings

@@ -114,11 +114,11 @@ def test_the_log_is_cleaned_only_past_every_policys_checkpoints() -> None:
         await link._dispatch(checkpointed("blue", 20))
         await link._dispatch(checkpointed("red", 80))
         await link._dispatch(checkpointed("blue", 90))
-        link._checkpointed.clear()
+        link.checkpoints.expect_final()
         await link._dispatch(checkpointed("red", 95, "shutdown"))
-        assert not link._checkpointed.is_set()  # blue's final checkpoint is still to come
+        assert not link.checkpoints.final_in.is_set()  # blue's final checkpoint is still to come
         await link._dispatch(checkpointed("blue", 95, "shutdown"))
-        assert link._checkpointed.is_set()
+        assert link.checkpoints.final_in.is_set()
 
     asyncio.run(scenario())
     assert cleaned == [0, 20, 20, 80, 90, 95]

@@ -32,41 +32,31 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlserve.algorithm.callbacks import CallbackList, callback_list
-from rlserve.algorithm.checkpoint_state import (
-    STATE_FILE,
-    check_restorable,
-    read_state,
-    save_learners,
-    write_state,
-)
+from rlserve.algorithm.checkpoint_state import STATE_FILE
+from rlserve.algorithm.checkpointing import CheckpointMixin
 from rlserve.algorithm.config import AlgorithmConfig, assemble
 from rlserve.algorithm.evaluation import Evaluator
 from rlserve.algorithm.inference import ActingMixin
 from rlserve.algorithm.local_sampler import LocalSampler
 from rlserve.algorithm.network_config import run_folder_config
-from rlserve.algorithm.results import episode_stats, iteration_result, report
+from rlserve.algorithm.results import RETURN_WINDOW, episode_stats, iteration_result, report
 from rlserve.algorithm.runner_group import RunnerGroup, local_source
-from rlserve.algorithm.saved_config import load_config, save_config
+from rlserve.algorithm.saved_config import load_config
 from rlserve.algorithm.sources import make_source, policy_table, source_policies
-from rlserve.config.fields import to_table
 from rlserve.env.base import EnvSource
 from rlserve.experience.collector import Collector
 from rlserve.experience.episode_records import EpisodeSummary
-from rlserve.learners.registry import DEFAULT_ALGORITHM, algorithm
+from rlserve.learners.registry import algorithm
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.weights import WeightsPackage
 from rlserve.run.metrics import MetricsWriter, ProgressLine
 from rlserve.run.run_folder import IN_USE_NEW, IN_USE_RESUME, RunFolder
-from rlserve.server.policies import is_flat, run_folder_form
 from rlserve.training.driver import MAX_UPDATES_PER_ROUND, TrainingDriver
 from rlserve.training.policy_learner import PolicyLearner
 from rlserve.training.sampler import Sampler
 
 if TYPE_CHECKING:
     from rlserve.algorithm.serving import AttachedServer
-
-RETURN_WINDOW = 100
-"""Episodes in the moving window of ``episode_return_mean``."""
 
 RESULT_KEYS = {
     "training_iteration": "iterations done so far",
@@ -97,7 +87,7 @@ RESULT_KEYS = {
 """Every key of :meth:`Algorithm.train`'s result (``a/b`` is ``result["a"]["b"]``)."""
 
 
-class Algorithm(ActingMixin):
+class Algorithm(CheckpointMixin, ActingMixin):
     """Samples environments, trains a learner per policy and serves the policy when asked.
 
     Build it with :meth:`AlgorithmConfig.build`, or :meth:`from_checkpoint`.
@@ -328,94 +318,7 @@ class Algorithm(ActingMixin):
     def _acting_policies(self) -> dict[str, NumpyPolicy]:
         return {pid: self.collector.policy_of(pid) for pid in self.specs}
 
-    # -- checkpoints -------------------------------------------------------------------------
-
-    def save(self, checkpoint_dir: str | Path | None = None) -> Path:
-        """Write a checkpoint folder (a run folder ``rlserve export`` reads) and return it.
-
-        Without ``checkpoint_dir``: into the run folder when there is one, else a new folder
-        under ``runs/``. Episodes in flight are not part of it: a restored Algorithm starts
-        fresh episodes (their environments are reset with a seed derived from the iteration).
-        """
-        if checkpoint_dir is None:
-            if self.run is None:
-                self.run = RunFolder.create("runs", None).hold(IN_USE_NEW)
-                self._write_run_files(self.run.path)
-            folder = self.run.path
-        else:
-            folder = Path(checkpoint_dir)
-            folder.mkdir(parents=True, exist_ok=True)
-            self._write_run_files(folder)
-        self._checkpoint(folder)
-        return folder
-
-    def _checkpoint(self, folder: Path) -> None:
-        files = save_learners(
-            folder,
-            self.learners,
-            is_flat(self.specs),
-            self.iteration,
-            self.config.keep_checkpoints,
-        )
-        for pid, name in files.items():
-            self.callbacks.fire(
-                "on_checkpoint",
-                algorithm=self,
-                path=str(folder / name),
-                policy_id=pid,
-                version=self.learners[pid].version,
-            )
-        state = {
-            "iteration": self.iteration,
-            "env_steps_sampled": self.env_steps_sampled,
-            "episodes_total": self.episodes_total,
-            "time_total_s": self.time_total_s,
-            "returns": list(self._returns),
-            "lengths": list(self._lengths),
-            "episodes_failed": self._episodes_failed,
-            "checkpoints": files,
-            "algorithms": dict(self.algorithms),
-            "log_trained_through": self.driver.trained_through,
-        }
-        write_state(folder, state)
-        if self.server is not None and self.run is not None and _same(folder, self.run.path):
-            # The checkpoint holds what the log held through this point: it may go.
-            self.server.release_log(self.driver.trained_through)
-
-    def restore(self, checkpoint_dir: str | Path) -> None:
-        """Load the learners and counters of a checkpoint folder written by :meth:`save`.
-
-        The environments start fresh episodes, seeded from the restored iteration, so two
-        restores of one checkpoint continue identically.
-        """
-        folder = Path(checkpoint_dir)
-        state = read_state(folder)
-        check_restorable(folder, state, self.algorithms)
-        for pid, learner in self.learners.items():
-            learner.load(folder / state["checkpoints"][pid])
-        self.iteration = int(state["iteration"])
-        self.env_steps_sampled = int(state["env_steps_sampled"])
-        self.episodes_total = int(state["episodes_total"])
-        self.time_total_s = float(state["time_total_s"])
-        self._returns = deque(state["returns"], maxlen=RETURN_WINDOW)
-        self._lengths = deque(state["lengths"], maxlen=RETURN_WINDOW)
-        # Restart sampling from a state that depends only on the checkpoint.
-        self._seeds = np.random.SeedSequence([self.config.seed, self.iteration])
-        seed = self.config.seed + 7919 * self.iteration
-        self._packages = {pid: learner.weights() for pid, learner in self.learners.items()}
-        self._env_sampler.stop()
-        if self.runners is None:
-            self.source.close()
-            self.source = make_source(self.config, seed=seed)
-        self._start_sampling(seed, int(state.get("episodes_failed", 0)))
-        if self.server is not None:
-            for pid, learner in self.learners.items():
-                self.server.publish(pid, learner.weights())
-            if self.run is not None and _same(folder, self.run.path):
-                # Resuming the server's own run: what it logged past the checkpoint is trained.
-                position = int(state.get("log_trained_through", 0))
-                self.driver.restart_at(position)
-                self.server.requeue_after(position)
+    # -- checkpoints (save, restore, use_run_folder: CheckpointMixin) -------------------------
 
     @classmethod
     def from_checkpoint(
@@ -439,25 +342,6 @@ class Algorithm(ActingMixin):
         algo = cls(chosen, resume=folder if served else None)
         algo.restore(folder)
         return algo
-
-    def _write_run_files(self, folder: Path) -> None:
-        tables, spaces = run_folder_form(self.specs, self.mapping, self.config.algo_name)
-        for name in sorted(set(self.algorithms.values()) | {self.config.algo_name}):
-            tables[name] = to_table(self.config.policy_settings(name))
-        if self.config.algo_name != DEFAULT_ALGORITHM:
-            tables["algorithm"] = {"name": self.config.algo_name}
-        run = RunFolder(folder)
-        run.save(tables, spaces)
-        save_config(self.config, folder)
-
-    def use_run_folder(self, folder: str | Path, progress: bool | None = None) -> None:
-        """Write metrics and checkpoints into ``folder`` (an existing run, e.g. on resume)."""
-        self.run = RunFolder(Path(folder)).hold(IN_USE_RESUME, replacing=self.run)
-        if self._metrics is not None:
-            self._metrics.close()
-        self._metrics = MetricsWriter(self.run.path)
-        if progress is not None:
-            self._progress = ProgressLine(progress)
 
     # -- serving -----------------------------------------------------------------------------
 
@@ -514,7 +398,3 @@ class Algorithm(ActingMixin):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _same(a: Path, b: Path) -> bool:
-    return a.resolve() == b.resolve()

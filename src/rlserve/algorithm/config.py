@@ -5,7 +5,7 @@ names the algorithm (:attr:`AlgorithmConfig.algo_name`); the settings ``training
 that algorithm's settings dataclass in :mod:`rlserve.learners.registry`, plus RLlib's names
 for them; :mod:`~rlserve.algorithm.training_settings` translates those and holds the defaults a
 hosted environment starts from (:data:`HOSTED_DEFAULTS`), and
-:mod:`~rlserve.algorithm.policy_entries` reads a policy's entry of ``multi_agent()``.
+:mod:`~rlserve.algorithm.policy_entries` holds ``multi_agent()`` and reads a policy's entry.
 
 It keeps RLlib's method and setting names where they fit, so an RLlib script needs only its
 imports changed. Each method returns the config itself (chaining) and checks its arguments at
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlserve.algorithm.callbacks import CallbacksConfig
-from rlserve.algorithm.policy_entries import policy_entry
+from rlserve.algorithm.policy_entries import MultiAgentConfig
 from rlserve.algorithm.training_settings import (
     HOSTED_DEFAULTS,
     observation_filter,
@@ -61,7 +61,7 @@ def assemble(config: AlgorithmConfig, resume: Path | None = None) -> Algorithm:
     return _assembler(config, resume)
 
 
-class AlgorithmConfig(CallbacksConfig):
+class AlgorithmConfig(MultiAgentConfig, CallbacksConfig):
     """Settings of an :class:`~rlserve.algorithm.Algorithm`, built by chained method calls."""
 
     algo_name = "ppo"
@@ -232,79 +232,6 @@ class AlgorithmConfig(CallbacksConfig):
         self.training_settings["normalize_observations"] = observation_filter(value)
         self.algo_settings()
 
-    def multi_agent(
-        self,
-        *,
-        policies: Any = None,
-        policy_mapping_fn: Any = None,
-        policy_mapping: Any = None,
-        algorithm_settings: dict[str, dict[str, Any]] | None = None,
-    ) -> AlgorithmConfig:
-        """Several policies: ``policies`` (ids, or id -> settings overrides) and who uses which.
-
-        A policy's value may also give its spaces, as RLlib's ``(None, observation_space,
-        action_space, overrides)`` tuple or an rlserve ``PolicySpec``; an Algorithm without an
-        environment needs them. ``policy_mapping_fn(agent_id, episode, **kwargs) ->
-        policy_id`` (RLlib's form) or ``policy_mapping={agent id or pattern: policy id}``
-        (rlserve's, the server's rules; a ``PolicyMapping`` is taken as its rules). Without
-        either, every agent maps to the only policy.
-
-        Policies may mix algorithms: ``"algo": "dqn"`` in a policy's overrides dict (plain, or
-        the tuple's fourth item), or ``PolicySpec(..., algo="dqn")``, has DQN train it, with
-        DQN's defaults (hosted or the server's), then ``algorithm_settings["dqn"]``, then the
-        policy's own overrides; a policy that names no algorithm is this config's
-        (:attr:`algo_name`), with the settings of :meth:`training`. Each trains on its own
-        schedule (PPO's batches, DQN's and SAC's rounds of ``train_every`` steps).
-
-        Args:
-            policies: Ids, or id -> overrides / tuple / ``PolicySpec``.
-            policy_mapping_fn: RLlib's mapping function (environments' agents only).
-            policy_mapping: rlserve's mapping rules.
-            algorithm_settings: Per algorithm name, the settings every policy of that
-                algorithm starts from (RLlib's names work too), as the top ``[dqn]`` table of
-                a config file does for ``rlserve serve``.
-        """
-        if algorithm_settings is not None:
-            if not isinstance(algorithm_settings, dict):
-                raise ConfigError(
-                    "algorithm_settings must map an algorithm name to its settings, e.g. "
-                    '{"dqn": {"lr": 5e-4}}'
-                )
-            for name, values in algorithm_settings.items():
-                entry = algorithm(name)
-                if not isinstance(values, dict):
-                    raise ConfigError(
-                        f"algorithm_settings['{name}'] must be a dict of {name} settings, got "
-                        f"{type(values).__name__}"
-                    )
-                where = f"algorithm_settings['{entry.name}']"
-                self.algorithm_settings[entry.name] = settings_fields(entry.name, values, where)
-        if policies is not None:
-            self.policy_specs = {}
-            self.policy_algorithms = {}
-            if isinstance(policies, dict):
-                self.policies = {}
-                for key, value in policies.items():
-                    declared = policy_entry(str(key), value, self.algo_name)
-                    if declared.algo is not None:
-                        self.policy_algorithms[str(key)] = declared.algo
-                    if declared.spec is not None:
-                        self.policy_specs[str(key)] = declared.spec
-                    self.policies[str(key)] = declared.overrides
-            else:
-                self.policies = {str(p): {} for p in policies}
-            if not self.policies:
-                raise ConfigError("multi_agent(policies=...) names no policy")
-        if policy_mapping_fn is not None:
-            if not callable(policy_mapping_fn):
-                raise ConfigError("policy_mapping_fn must be callable")
-            self.policy_mapping_fn = policy_mapping_fn
-        if policy_mapping is not None:
-            rules = getattr(policy_mapping, "rules", None)
-            pairs = rules if rules is not None else list(policy_mapping.items())
-            self.policy_mapping = [(str(k), str(v)) for k, v in pairs]
-        return self
-
     def debugging(self, *, seed: int | None = None) -> AlgorithmConfig:
         """The seed of environments, sampling and the learner."""
         if seed is not None:
@@ -406,18 +333,6 @@ class AlgorithmConfig(CallbacksConfig):
             return entry.settings(**values)
         except TypeError as exc:
             raise ConfigError(f"invalid {entry.name} settings: {exc}") from exc
-
-    def algorithm_of(self, policy_id: str) -> str:
-        """The algorithm that trains ``policy_id`` (its own, else :attr:`algo_name`)."""
-        return self.policy_algorithms.get(policy_id, self.algo_name)
-
-    def used_algorithms(self) -> list[str]:
-        """:attr:`algo_name` and every other algorithm a declared policy names, in order."""
-        names = [self.algo_name]
-        for name in self.policy_algorithms.values():
-            if name not in names:
-                names.append(name)
-        return names
 
     def ppo_settings(self, overrides: dict[str, Any] | None = None) -> Any:
         """The old name of :meth:`algo_settings` (kept for callers of the PPO-only API)."""

@@ -14,6 +14,9 @@ import numpy as np
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.run.metrics import MetricsWriter, ProgressLine
 
+RETURN_WINDOW = 100
+"""Episodes in the moving window of ``episode_return_mean``."""
+
 
 def episode_stats(returns: Sequence[float], lengths: Sequence[int]) -> dict[str, float]:
     """Mean, lowest and highest of ``returns``, mean of ``lengths`` (NaN when no episode)."""

@@ -30,12 +30,12 @@ from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.mapping import PolicyMapping
 from rlserve.run.console import announce
 from rlserve.run.experience_log import ExperienceLog
-from rlserve.run.metrics import MetricsWriter, ProgressLine
 from rlserve.run.run_folder import RunFolder, endpoints
 from rlserve.run.state_store import StateStore
 from rlserve.server import json_body
 from rlserve.server.config import ServerConfig
 from rlserve.server.dashboard_feed import DashboardFeed
+from rlserve.server.housekeeping import Housekeeping
 from rlserve.server.http import BrowserPolicy, build_http_app
 from rlserve.server.http_deadline import protocol_kwargs, shared_port_protocol
 from rlserve.server.learner_link import LearnerLink
@@ -182,8 +182,14 @@ class PolicyServer:
             pace=self.pace,
             mapping_fn=self.mapping_fn,
         )
-        self._metrics: MetricsWriter | None = None
-        self._progress = ProgressLine(self.config.progress)
+        self._housekeeping = Housekeeping(
+            self.config,
+            self.service,
+            self.stats,
+            self.store,
+            self.log,
+            self.run.path / self.metrics_folder,
+        )
         self.dashboard = DashboardFeed(
             self.stats,
             self.service.activity,
@@ -370,7 +376,7 @@ class PolicyServer:
         else:
             self.http_port = self.port
         self._http_task = loop.create_task(self._http.serve(sockets=sockets))
-        self._housekeeping_task = loop.create_task(self._housekeeping())
+        self._housekeeping_task = loop.create_task(self._housekeeping.run(self._stopping))
         self._dashboard_task = loop.create_task(self.dashboard.run())
 
     def request_stop(self) -> None:
@@ -380,47 +386,6 @@ class PolicyServer:
     async def wait_stopped(self) -> None:
         """Wait until :meth:`request_stop`."""
         await self._stopping.wait()
-
-    async def _housekeeping(self) -> None:
-        # Each chore is guarded on its own: a failing write (disk full, read-only folder, too
-        # many open files) is logged, counted and retried next time, and never stops reaping
-        # idle episodes or serving.
-        while not self._stopping.is_set():
-            await asyncio.sleep(self.config.metrics_interval)
-            try:
-                self.service.expire_idle(self.config.idle_timeout)
-            except Exception:
-                logger.exception("rlserve: closing idle episodes failed")
-            self.stats.tick()
-            await self._write_metrics()
-            await self._save_state()
-            self._progress.show(self.stats.progress_line())
-
-    async def _write_metrics(self) -> None:
-        snapshot, step = self.stats.snapshot(), self.stats.env_steps
-
-        def write() -> None:
-            if self._metrics is None:
-                self._metrics = MetricsWriter(self.run.path / self.metrics_folder)
-            try:
-                self._metrics.write(snapshot, step)
-            except BaseException:
-                self._metrics = None  # start a fresh event file next time
-                raise
-
-        try:
-            await asyncio.get_running_loop().run_in_executor(None, write)
-            self.stats.storage_ok("metrics files")
-        except Exception as exc:
-            self.stats.storage_failed("metrics files", exc)
-
-    async def _save_state(self) -> None:
-        state = {**self.stats.state(), "log_seq": self.log.last_seq}
-        try:
-            await asyncio.get_running_loop().run_in_executor(None, self.store.save_state, state)
-            self.stats.storage_ok("server state")
-        except OSError as exc:
-            self.stats.storage_failed("server state", exc)
 
     def publish_endpoints(self) -> None:
         """Write where both carriers listen to the run folder's ``endpoints.json``."""
@@ -471,13 +436,7 @@ class PolicyServer:
         json_body.shutdown()
         if isinstance(stopped[0], dict):
             self.final_checkpoints = {pid: Path(path) for pid, path in stopped[0].items()}
-        self.stats.tick()
-        await self._save_state()
-        await self._write_metrics()
-        if self._metrics is not None:
-            with contextlib.suppress(Exception):
-                self._metrics.close()
-        self._progress.finish()
+        await self._housekeeping.finish()
         with contextlib.suppress(OSError):
             self.run.mark_stopped()
         return self.final_checkpoints.get(self.specs[0].policy_id)

@@ -53,8 +53,8 @@ from rlserve.protocol.codec import decode, encode
 from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.framing import FrameDecoder, frame
-from rlserve.run.console import announce
 from rlserve.run.experience_log import ExperienceLog, encode_payload
+from rlserve.server.learner_checkpoints import LearnerCheckpoints, announce_ready
 from rlserve.server.log_sync import sync_log_forever
 from rlserve.server.pacing import LearnerPace
 from rlserve.server.stats import ServerStats
@@ -122,11 +122,7 @@ class LearnerLink:
         self._stats = stats
         self.log = log
         self._on_weights = on_weights
-        self._on_checkpointed = on_checkpointed
         self._published_versions = published_versions
-        # Per policy: the log position its kept checkpoints need (unknown until it says: 0).
-        self._log_needed: dict[str, int] = {}
-        self._final: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._children = ProcessSupervisor(
@@ -150,7 +146,6 @@ class LearnerLink:
         self._unsynced = asyncio.Event()
         self._notify_handle: asyncio.Handle | asyncio.TimerHandle | None = None
         self._stopping = False
-        self._checkpointed = asyncio.Event()
         # Records not yet read by any learner, and reported batches waiting for their reply.
         self._unread: deque[tuple[int, int]] = deque()
         self._tickets: dict[int, Callable[[int], None]] = {}
@@ -163,10 +158,18 @@ class LearnerLink:
         self.failure: str | None = None
         """The last learner death, for the log and ``/v1/health``; None while healthy."""
         self.device = "unknown"
-        self.last_checkpoints: dict[str, str] = {}
+        self.checkpoints = LearnerCheckpoints(self._policy_ids, stats, on_checkpointed)
+        """The checkpoints the learner process wrote while this server runs."""
+
+    @property
+    def last_checkpoints(self) -> dict[str, str]:
         """Each policy's newest checkpoint written while this server runs."""
-        self.requested_checkpoints: dict[str, int] = {}
+        return self.checkpoints.newest
+
+    @property
+    def requested_checkpoints(self) -> dict[str, int]:
         """Checkpoints written on :meth:`request_checkpoint`, per policy (counted)."""
+        return self.checkpoints.requested
 
     # -- experience in ---------------------------------------------------------------------
 
@@ -332,7 +335,7 @@ class LearnerLink:
             if self._pace is not None:
                 self._pace.update(connected=False)  # serving goes on unpaced meanwhile
             writer.close()
-            self._checkpointed.set()  # nobody may wait for a checkpoint that cannot come
+            self.checkpoints.final_in.set()  # nobody may wait for a checkpoint that cannot come
             with contextlib.suppress(OSError):
                 await writer.wait_closed()  # the socket is closed before the reaper runs
 
@@ -372,7 +375,7 @@ class LearnerLink:
             self.device = str(message["device"])
             self.failure = None
             self._stats.learner["learner/steps_consumed"] = float(message["steps_consumed"])
-            self._announce_ready(message["policies"])
+            announce_ready(message["policies"])
             if self._pace is not None:
                 self._pace.update(
                     unread_steps=self._stats.steps_queued,
@@ -381,54 +384,10 @@ class LearnerLink:
                 )
             self._send({"type": "available", "through": self.log.last_seq})
         elif kind == "checkpointed":
-            await self._checkpoint_written(message)
+            await self.checkpoints.written(message)
         elif kind == "failed":
             self.failure = str(message["message"])
             logger.error("rlserve: the learner process failed:\n%s", self.failure)
-
-    def _announce_ready(self, policies: dict[str, dict[str, Any]]) -> None:
-        """Say where each policy's learner starts from (a restored or initial checkpoint)."""
-        several = len(policies) > 1
-        for policy_id, info in policies.items():
-            whose = f" for policy '{policy_id}'" if several else ""
-            if info.get("restored"):
-                announce(
-                    logger,
-                    f"rlserve: the learner continues from {info['restored']} "
-                    f"({int(info.get('updates', 0)):,} updates){whose}",
-                )
-            elif info.get("initialised_from"):
-                announce(
-                    logger,
-                    f"rlserve: the learner starts from the weights of {info['initialised_from']}"
-                    f"{whose} (init_checkpoint)",
-                )
-
-    async def _checkpoint_written(self, message: dict[str, Any]) -> None:
-        """Note a policy's checkpoint; clean the log up to what every policy still needs."""
-        policy_id = str(message["policy_id"])
-        self.last_checkpoints[policy_id] = str(message["path"])
-        if message.get("reason") == "request":
-            self.requested_checkpoints[policy_id] = self.requested_checkpoints.get(policy_id, 0) + 1
-        self._stats.update_learner(
-            policy_id,
-            {"learner/steps_untrained_at_checkpoint": float(message["untrained_steps"])},
-        )
-        if message.get("reason") == "shutdown":
-            self._final.add(policy_id)
-            if self._final >= set(self._policy_ids):
-                self._checkpointed.set()
-        self._log_needed[policy_id] = int(message["log_needed_after"])
-        needed = min(self._log_needed.get(pid, 0) for pid in self._policy_ids)
-        await self._on_checkpointed(
-            {
-                "log_needed_after": needed,
-                "policy_id": policy_id,
-                "path": str(message["path"]),
-                "version": int(message.get("version", -1)),
-                "reason": str(message.get("reason", "")),
-            }
-        )
 
     def _consumed(self, through: int, dropped: list[list[int]]) -> None:
         self._waiting_budget = 0  # busy until it says it waits again
@@ -484,11 +443,10 @@ class LearnerLink:
             self._notify_handle.cancel()
             self._notify()  # the learner hears of every record before its final checkpoint
         if self._writer is not None:
-            self._checkpointed.clear()
-            self._final.clear()
+            self.checkpoints.expect_final()
             self._send({"type": "stop"})
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._checkpointed.wait(), timeout)
+                await asyncio.wait_for(self.checkpoints.final_in.wait(), timeout)
         if self._writer is not None:
             self._writer.close()
         if self._supervisor is not None:
