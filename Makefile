@@ -47,7 +47,8 @@ unit: $(STAMP) browser
 
 # The client and the wire protocol on the oldest and the newest Python the package supports, in
 # venvs without torch (a simulator's machine may have any of them): the tests that need neither
-# torch nor a server. tests/policy compares against torch, tests/config reads the server's settings.
+# torch nor a server (-m 'not e2e' leaves out those that start 'rlserve serve'). tests/policy
+# compares against torch, tests/config reads the server's settings.
 COMPAT_PYTHONS ?= 3.10 3.13
 COMPAT_TESTS := tests/client tests/protocol tests/docs/test_protocol_vectors.py \
 	tests/docs/test_protocol_render.py tests/test_layers.py
@@ -70,7 +71,7 @@ PYENV_ROOT ?= $(shell pyenv root 2>/dev/null || echo $(HOME)/.pyenv)
 .PRECIOUS: .venv-%/.installed
 
 compat-%: .venv-%/.installed
-	.venv-$*/bin/pytest -q -p no:cacheprovider -n 2 $(COMPAT_TESTS)
+	.venv-$*/bin/pytest -q -p no:cacheprovider -n 2 -m 'not e2e' $(COMPAT_TESTS)
 
 compat: $(addprefix compat-,$(COMPAT_PYTHONS))
 
