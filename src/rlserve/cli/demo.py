@@ -287,7 +287,7 @@ async def _run(config: DemoConfig, name: str, task: DemoTask, algo: str) -> Demo
     from rlserve.config.fields import build, to_table
     from rlserve.learners.registry import DEFAULT_ALGORITHM, algorithm
     from rlserve.protocol.spaces import describe
-    from rlserve.run.run_folder import RunFolder
+    from rlserve.run.run_folder import IN_USE_NEW, RunFolder
     from rlserve.server.app import PolicyServer
     from rlserve.server.config import ServerConfig
     from rlserve.server.policies import single_policy
@@ -311,6 +311,9 @@ async def _run(config: DemoConfig, name: str, task: DemoTask, algo: str) -> Demo
     tuned = {**task.settings.get(entry.name, {}), "device": config.device, "seed": config.seed}
     settings = to_table(build(entry.settings, tuned, None))
     run = RunFolder.create(server_config.run_dir, run_name)
+    # Held while the demo writes it, as every server holds its run: a 'serve --resume' of it
+    # meanwhile is refused instead of writing the same checkpoints.
+    run.hold(IN_USE_NEW)
     tables: dict[str, Any] = {"server": to_table(server_config), entry.name: settings}
     if entry.name != DEFAULT_ALGORITHM:
         tables["algorithm"] = {"name": entry.name}
@@ -388,5 +391,8 @@ async def _run(config: DemoConfig, name: str, task: DemoTask, algo: str) -> Demo
         if process.is_alive():
             process.terminate()
     result.device = server.learner.device
-    result.checkpoint = await server.close()
+    try:
+        result.checkpoint = await server.close()
+    finally:
+        run.release()
     return result

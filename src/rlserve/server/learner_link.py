@@ -59,6 +59,7 @@ from rlserve.server.log_sync import sync_log_forever
 from rlserve.server.pacing import LearnerPace
 from rlserve.server.stats import ServerStats
 from rlserve.server.throttled_log import SERVER_LOG
+from rlserve.training.learner_logs import relay
 from rlserve.training.learner_worker import IPC_LIMITS
 
 logger = logging.getLogger("rlserve.server")
@@ -314,7 +315,11 @@ class LearnerLink:
         )
 
     async def _run_learner(self) -> None:
-        setup = {**self._setup, "published_versions": self._published_versions()}
+        setup = {
+            **self._setup,
+            "published_versions": self._published_versions(),
+            "log_level": logging.getLogger("rlserve").getEffectiveLevel(),
+        }
         self._children.start(0)
         reader, writer = await asyncio.open_connection(sock=self._children.channel(0))
         self._writer = writer
@@ -388,6 +393,8 @@ class LearnerLink:
         elif kind == "failed":
             self.failure = str(message["message"])
             logger.error("rlserve: the learner process failed:\n%s", self.failure)
+        elif kind == "log":
+            relay(message)
 
     def _consumed(self, through: int, dropped: list[list[int]]) -> None:
         self._waiting_budget = 0  # busy until it says it waits again

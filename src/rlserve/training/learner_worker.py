@@ -16,7 +16,9 @@ framing and msgpack codec (no pickle); every message is small except ``weights``
   (a policy's new actor and the update's metrics), ``metrics`` (a policy's metrics without a new
   actor), ``consumed`` (log position read, steps dropped because the backlog was over its bound),
   ``checkpointed`` (a policy's checkpoint and the log position its kept checkpoints need),
-  ``failed`` (a traceback). ``weights``, ``metrics`` and ``checkpointed`` carry ``policy_id``.
+  ``failed`` (a traceback), ``log`` (a record of the learner's ``rlserve`` loggers, which the
+  server logs as its own: :mod:`~rlserve.training.learner_logs`). ``weights``, ``metrics`` and
+  ``checkpointed`` carry ``policy_id``.
 * server -> learner: ``available`` (the log's newest seq), ``checkpoint``, ``stop`` (checkpoint
   every policy, then exit).
 """
@@ -24,6 +26,7 @@ framing and msgpack codec (no pickle); every message is small except ``weights``
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -42,6 +45,7 @@ from rlserve.protocol.limits import Limits
 from rlserve.run.checkpoints import checkpoints_in, trained_through_of
 from rlserve.run.experience_log import LogCorruptError, LogReader
 from rlserve.training.driver import TrainingDriver
+from rlserve.training.learner_logs import send_logs_to
 from rlserve.training.policy_learner import PolicyLearner, restore_newest
 
 __all__ = [
@@ -55,6 +59,8 @@ __all__ = [
 
 # Messages between our own two processes; a weights package may be large: allow 1 GiB.
 IPC_LIMITS = Limits(max_frame_bytes=1 << 30, max_array_elements=1 << 28, max_container_len=1 << 20)
+
+logger = logging.getLogger("rlserve.learner")
 
 
 def checkpoint_files(run_dir: Path) -> list[Path]:
@@ -149,7 +155,8 @@ def run_learner(sock: socket.socket, setup: dict[str, Any] | None = None) -> Non
             brings it. Plain values: ``policies`` (one map per policy: see
             :class:`~rlserve.training.policy_learner.PolicyLearner`), ``run_dir``,
             ``checkpoint_every``, ``keep_checkpoints``, ``max_queue_steps``,
-            ``published_versions`` (policy id -> the version the server serves, -1 for none).
+            ``published_versions`` (policy id -> the version the server serves, -1 for none),
+            ``log_level`` (the server's level for its ``rlserve`` loggers; default INFO).
     """
     # Ctrl-C, systemd and `kill -- -PGID` signal the whole process group; the server decides
     # when the learner stops (after a final checkpoint), so the learner ignores both signals.
@@ -162,6 +169,7 @@ def run_learner(sock: socket.socket, setup: dict[str, Any] | None = None) -> Non
             if first is None or first.get("type") != "setup":
                 raise ProtocolError("the server's first message to the learner must be its setup")
             setup = dict(first["setup"])
+        send_logs_to(pipe.send, int(setup.get("log_level", logging.INFO)))
         _LearnerLoop(pipe, setup).run()
     except (EOFError, BrokenPipeError, ConnectionResetError) as exc:
         # The server went away: nothing is left to report to, but say so for the operator.
@@ -271,10 +279,11 @@ class _LearnerLoop:
         try:
             records = list(self.reader.records(driver.position, self.available))
         except (LogCorruptError, OSError) as exc:
-            print(
-                f"rlserve learner: cannot read the experience log past seq {driver.position} "
-                f"({exc}); skipping to {self.available}",
-                file=sys.stderr,
+            logger.warning(
+                "cannot read the experience log past seq %d (%s); skipping to %d",
+                driver.position,
+                exc,
+                self.available,
             )
             self.reader.close()
             records = []
@@ -289,9 +298,7 @@ class _LearnerLoop:
             try:
                 fragments = [Fragment.from_wire(raw) for raw in record.fragments()]
             except (ProtocolError, KeyError, TypeError, ValueError) as exc:
-                print(
-                    f"rlserve learner: log record {record.seq} unreadable ({exc})", file=sys.stderr
-                )
+                logger.warning("log record %d unreadable (%s)", record.seq, exc)
                 dropped.append([record.seq, record.steps])
                 continue
             driver.take(fragments, record.seq)
@@ -323,10 +330,10 @@ class _LearnerLoop:
 
 
 def _unknown_policy(policy_id: str) -> None:
-    print(
-        f"rlserve learner: the experience log holds fragments of the policy '{policy_id}', "
-        "which this server does not host; they are skipped",
-        file=sys.stderr,
+    logger.warning(
+        "the experience log holds fragments of the policy '%s', which this server does not "
+        "host; they are skipped",
+        policy_id,
     )
 
 

@@ -16,7 +16,7 @@ Torch is imported only when a policy starts (the serving process imports this mo
 
 from __future__ import annotations
 
-import sys
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,8 @@ from rlserve.run.checkpoints import (
 
 if TYPE_CHECKING:
     from rlserve.learners.base import Learner
+
+logger = logging.getLogger("rlserve.learner")
 
 
 def write_checkpoint(
@@ -74,10 +76,10 @@ def restore_newest(
         try:
             extra = learner.load(path)
         except Exception as exc:
-            print(
-                f"rlserve learner: checkpoint {path} is damaged or unreadable ({exc!r}); "
-                "falling back to the previous one",
-                file=sys.stderr,
+            logger.warning(
+                "checkpoint %s is damaged or unreadable (%r); falling back to the previous one",
+                path,
+                exc,
             )
             continue
         return learner, extra, path
