@@ -1598,6 +1598,25 @@ def _tiny_policy(obs_dim: int, distribution: str, action_dim: int, seed: int) ->
     return WeightsPackage(0, spec, {k: (v + 0.0).astype(np.float32) for k, v in arrays.items()})
 
 
+async def _served(service: Any, session: Any, message: dict[str, Any]) -> Exchange:
+    """The exchange of one message handled by ``service`` in ``session``, as it crosses the wire."""
+    import asyncio
+
+    from rlserve.protocol.messages import parse_request
+
+    replies: list[dict[str, Any]] = []
+    service.handle(parse_request(decode(encode(message))), session, replies.append)
+    for _ in range(5):  # let the scheduled forward pass run
+        if replies:
+            break
+        await asyncio.sleep(0)
+    (reply,) = replies
+    if reply["type"] == "welcome":
+        reply["instance_id"] = INSTANCE_PLACEHOLDER
+    reply = decode(encode(reply))
+    return Exchange(message, framed(message), reply, framed(reply))
+
+
 def two_policy_example(log: list[Exchange]) -> dict[str, str]:
     """15.8: the request handler of a server with two policies and a mapping, in process.
 
@@ -1611,7 +1630,6 @@ def two_policy_example(log: list[Exchange]) -> dict[str, str]:
 
     from rlserve.protocol.limits import Limits
     from rlserve.protocol.mapping import PolicyMapping
-    from rlserve.protocol.messages import parse_request
     from rlserve.server.service import Service, Session
     from rlserve.server.stats import ServerStats
 
@@ -1676,17 +1694,7 @@ def two_policy_example(log: list[Exchange]) -> dict[str, str]:
                 "seq": 3,
             },
         ):
-            replies: list[dict[str, Any]] = []
-            service.handle(parse_request(decode(encode(message))), session, replies.append)
-            for _ in range(5):  # let the scheduled forward pass run
-                if replies:
-                    break
-                await asyncio.sleep(0)
-            (reply,) = replies
-            if reply["type"] == "welcome":
-                reply["instance_id"] = INSTANCE_PLACEHOLDER
-            reply = decode(encode(reply))
-            exchanges.append(Exchange(message, framed(message), reply, framed(reply)))
+            exchanges.append(await _served(service, session, message))
 
     asyncio.run(run())
     log.extend(exchanges)
@@ -1721,7 +1729,6 @@ def mapping_fn_example(log: list[Exchange]) -> dict[str, str]:
 
     from rlserve.protocol.limits import Limits
     from rlserve.protocol.mapping import PolicyMapping
-    from rlserve.protocol.messages import parse_request
     from rlserve.server.service import Service, Session
     from rlserve.server.stats import ServerStats
 
@@ -1790,17 +1797,7 @@ def mapping_fn_example(log: list[Exchange]) -> dict[str, str]:
                 },
             ),
         ):
-            replies: list[dict[str, Any]] = []
-            service.handle(parse_request(decode(encode(message))), session, replies.append)
-            for _ in range(5):  # let the scheduled forward pass run
-                if replies:
-                    break
-                await asyncio.sleep(0)
-            (reply,) = replies
-            if reply["type"] == "welcome":
-                reply["instance_id"] = INSTANCE_PLACEHOLDER
-            reply = decode(encode(reply))
-            exchanges.append(Exchange(message, framed(message), reply, framed(reply)))
+            exchanges.append(await _served(service, session, message))
 
     asyncio.run(run())
     log.extend(exchanges)
