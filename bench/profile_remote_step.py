@@ -67,8 +67,8 @@ def _start(command: list[str], run_dir: Path) -> tuple[subprocess.Popen[str], st
     raise RuntimeError("rlserve serve did not start")
 
 
-def _play(address: str, steps: int, training: bool) -> tuple[int, float]:
-    """Step CartPole remotely for ``steps`` steps; the steps taken and the wall seconds."""
+def _play(address: str, steps: int, training: bool) -> tuple[int, float, float]:
+    """Step CartPole remotely for ``steps`` steps: the steps taken, wall and CPU seconds."""
     import gymnasium as gym
 
     from rlserve import PolicyClient
@@ -76,7 +76,7 @@ def _play(address: str, steps: int, training: bool) -> tuple[int, float]:
     env = gym.make("CartPole-v1")
     taken, episode = 0, 0
     with PolicyClient(address, inference_mode="remote", timeout=60) as client:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         while taken < steps:
             eid = client.start_episode(training_enabled=training)
             obs, _ = env.reset(seed=episode)
@@ -89,7 +89,25 @@ def _play(address: str, steps: int, training: bool) -> tuple[int, float]:
                 taken += 1
                 done = terminated or truncated
             client.end_episode(eid, obs, truncated=truncated and not terminated)
-        return taken, time.perf_counter() - started
+        return taken, time.perf_counter() - started, time.process_time() - cpu
+
+
+def _env_only_cpu_s(steps: int) -> float:
+    """CPU seconds per step of the same CartPole loop without rlserve (to subtract)."""
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1")
+    taken, episode = 0, 0
+    started = time.process_time()
+    while taken < steps:
+        env.reset(seed=episode)
+        episode += 1
+        done = False
+        while not done:
+            _, _, terminated, truncated, _ = env.step(taken % 2)
+            taken += 1
+            done = terminated or truncated
+    return (time.process_time() - started) / taken
 
 
 _PROFILED = """
@@ -130,24 +148,26 @@ def _serve_command(run_dir: Path, profile: Path | None) -> list[str]:
     ]
 
 
-def _run(run_dir: Path, steps: int, training: bool, profile: Path | None) -> tuple[int, int, float]:
+def _run(
+    run_dir: Path, steps: int, training: bool, profile: Path | None
+) -> tuple[int, int, float, float, float]:
     """Serve a warm-up, then ``steps`` steps.
 
     Returns:
-        The warm-up's steps, the measured steps, and the serving process's CPU seconds over the
-        measured ones.
+        The warm-up's steps, the measured steps, the serving process's CPU seconds over the
+        measured ones, and the client loop's wall and CPU seconds.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     process, address = _start(_serve_command(run_dir, profile), run_dir)
     try:
-        warm, _ = _play(address, min(2000, steps // 5), training)  # connections, first weights
+        warm, _, _ = _play(address, min(2000, steps // 5), training)  # connections, weights
         before = _cpu_s(process.pid)
-        taken, _ = _play(address, steps, training)
+        taken, wall, client_cpu = _play(address, steps, training)
         cpu = _cpu_s(process.pid) - before
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(60)
-    return warm, taken, cpu
+    return warm, taken, cpu, wall, client_cpu
 
 
 def _part(filename: str) -> str:
@@ -209,11 +229,23 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rlserve-profile-") as tmp:
         folder = Path(tmp)
         print(f"load average before: {os.getloadavg()[0]:.2f} (1 min; 2 cores here)")
-        per_step = []
+        per_step, clients, rates = [], [], []
+        env_cpu = _env_only_cpu_s(args.steps)
         for i in range(args.repeats):
-            _, taken, cpu = _run(folder / f"plain{i}", args.steps, args.training, None)
+            _, taken, cpu, wall, client_cpu = _run(
+                folder / f"plain{i}", args.steps, args.training, None
+            )
             per_step.append(cpu / taken * 1e6)
+            clients.append((client_cpu / taken - env_cpu) * 1e6)
+            rates.append(taken / wall)
         per_step.sort()
+        clients.sort()
+        rates.sort()
+        print(
+            f"client CPU per remote step (PolicyClient calls; CartPole's own "
+            f"{env_cpu * 1e6:.0f} µs subtracted): median {clients[len(clients) // 2]:.0f} µs; "
+            f"steps/s: median {rates[len(rates) // 2]:,.0f}"
+        )
         print(
             "serving process CPU per remote step, no profiler: median "
             f"{per_step[len(per_step) // 2]:.0f} µs (runs: "
@@ -221,7 +253,7 @@ def main() -> int:
             + f"; learner {'training' if args.training else 'idle'})"
         )
         profile = folder / "serve.prof"
-        warm, taken, cpu = _run(folder / "profiled", args.steps, args.training, profile)
+        warm, taken, cpu, _, _ = _run(folder / "profiled", args.steps, args.training, profile)
         print(f"under cProfile: {cpu / taken * 1e6:.0f} µs per step (inflated by the profiler)\n")
         print(report(profile, warm + taken, args.top))
     return 0
