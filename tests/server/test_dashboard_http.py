@@ -161,3 +161,20 @@ def test_without_a_token_it_just_works(open_server: Any) -> None:
         link = http.get("/", params={"token": "anything"})
         assert link.status_code == 303 and link.headers["location"] == "/"
         assert http.put("/").status_code == 405
+
+
+def test_a_stalled_sign_in_form_is_cut_off_at_the_request_deadline(launch_server: Any) -> None:
+    """The form is open to anyone who reaches the port: a half-sent body must not hold it."""
+    import socket
+
+    server = launch_server("--token", TOKEN, "--http-request-timeout", "1")
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=30) as sock:
+        sock.sendall(
+            b"POST /dashboard/login HTTP/1.1\r\n"
+            + f"Host: 127.0.0.1:{server.http_port}\r\n".encode()
+            + b"Content-Type: application/x-www-form-urlencoded\r\n"
+            b"Content-Length: 4000\r\n\r\ntoken=dash"
+        )
+        reply = sock.recv(4096)
+    assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
+    assert TOKEN.encode() not in reply

@@ -340,7 +340,11 @@ class Algorithm(CheckpointMixin, ActingMixin):
         chosen = (config or load_config(folder)).copy()
         served = chosen.serving_settings is not None and (folder / "experience").is_dir()
         algo = cls(chosen, resume=folder if served else None)
-        algo.restore(folder)
+        try:
+            algo.restore(folder)
+        except BaseException:
+            algo.stop()  # its runners, server and run-folder lock
+            raise
         return algo
 
     # -- serving -----------------------------------------------------------------------------
@@ -375,23 +379,23 @@ class Algorithm(CheckpointMixin, ActingMixin):
 
     def stop(self) -> None:
         """Close the environments, server and metrics files; tell callbacks; release the run."""
-        for sampler in reversed(self.samplers):
-            sampler.stop()
-        self.server = self.runners = None
-        self.source.close()
-        if self._eval is not None:
-            self._eval.close()
-            self._eval = None
-        if self._metrics is not None:
-            self._metrics.close()
-            self._metrics = None
-        self._progress.finish()
-        callbacks, self.callbacks = self.callbacks, CallbackList([])
         try:
+            for sampler in reversed(self.samplers):
+                sampler.stop()
+            self.server = self.runners = None
+            self.source.close()
+            if self._eval is not None:
+                self._eval.close()
+                self._eval = None
+            if self._metrics is not None:
+                self._metrics.close()
+                self._metrics = None
+            self._progress.finish()
+            callbacks, self.callbacks = self.callbacks, CallbackList([])
             callbacks.fire("on_algorithm_stop", algorithm=self)
         finally:
             if self.run is not None:
-                self.run.release()
+                self.run.release()  # whatever failed above, the folder is free again
 
     def __enter__(self) -> Algorithm:
         return self

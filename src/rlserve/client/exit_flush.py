@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 import weakref
@@ -35,6 +36,18 @@ class ClosesAtExit(Protocol):
 _open: weakref.WeakSet[ClosesAtExit] = weakref.WeakSet()
 _lock = threading.Lock()
 _registered = False
+
+
+def _forget_all_in_child() -> None:
+    # A forked child holds copies of its parent's clients, whose threads and sockets are the
+    # parent's: flushing them at the child's exit would wait for threads that do not exist
+    # there and shut down the parent's connections. The child's own clients are tracked anew.
+    global _lock
+    _lock = threading.Lock()  # it may have been held by another thread at the fork
+    _open.clear()
+
+
+os.register_at_fork(after_in_child=_forget_all_in_child)
 
 
 def track_unclosed(engine: ClosesAtExit) -> None:

@@ -64,7 +64,8 @@ class RunLock:
             by = f"pid {holder}" if holder is not None else "another process"
             raise ConfigError(f"{folder} is in use by {by}; {fix}")
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, f"{os.getpid()}\n".encode())
         lock = cls(path, fd)
         _held.add(lock)
         return lock

@@ -15,10 +15,12 @@ checks of the carrier apply to every route here too.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import html
 import json
+import secrets
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -72,9 +74,14 @@ def cookie_name(request: HTTPRequest) -> str:
     return f"rlserve_dashboard_{port}"
 
 
+_SESSION_KEY = secrets.token_bytes(32)
+"""This process's key for the cookie: a cookie says nothing about the token (no offline
+guessing from a stolen cookie) and lapses when the server restarts."""
+
+
 def cookie_value(token: str) -> str:
-    """What the cookie holds: an HMAC of the token (a cookie jar never holds the token)."""
-    return hmac.new(token.encode(), b"rlserve dashboard session", hashlib.sha256).hexdigest()
+    """What the cookie holds: an HMAC of the token under this process's key."""
+    return hmac.new(_SESSION_KEY, token.encode(), hashlib.sha256).hexdigest()
 
 
 def dashboard_routes(
@@ -82,6 +89,7 @@ def dashboard_routes(
     token: str | None,
     authorised: Callable[[HTTPRequest], bool],
     guarded: Callable[[Any], Any],
+    request_timeout: float = 30.0,
 ) -> list[Route]:
     """The dashboard's routes.
 
@@ -90,6 +98,7 @@ def dashboard_routes(
         token: The server's shared secret, or None (then the dashboard is open, like the API).
         authorised: Whether a request carries the right ``Authorization`` header.
         guarded: Wraps an endpoint with the carrier's Host and Origin checks.
+        request_timeout: Seconds the sign-in form's body has to arrive (as the API's bodies).
     """
 
     def signed_in(request: HTTPRequest) -> bool:
@@ -130,12 +139,23 @@ def dashboard_routes(
         body = (ASSETS / "index.html").read_bytes()
         return Response(body, 200, PAGE_HEADERS, "text/html; charset=utf-8")
 
-    async def login(request: HTTPRequest) -> Response:
+    async def read_form(request: HTTPRequest) -> bytes | None:
         body = b""
         async for chunk in request.stream():
             body += chunk
             if len(body) > MAX_LOGIN_BYTES:
-                return login_page("The login form was too large.", 413)
+                return None
+        return body
+
+    async def login(request: HTTPRequest) -> Response:
+        # Open to anyone who can reach the port, so it gets the API's body deadline: a client
+        # that stalls mid-body must not hold a connection for ever.
+        try:
+            body = await asyncio.wait_for(read_form(request), request_timeout)
+        except TimeoutError:
+            return login_page("The login form did not arrive in time.", 408)
+        if body is None:
+            return login_page("The login form was too large.", 413)
         given = parse_qs(body.decode("utf-8", "replace")).get("token", [""])[0]
         if token is None or right_token(given):
             return signed_in_page(request)

@@ -22,6 +22,7 @@ from typing import Any
 
 from rlserve.server.client_activity import ClientActivity
 from rlserve.server.stats import ServerStats
+from rlserve.server.throttled_log import SERVER_LOG
 
 TOTAL_SERIES: dict[str, str] = {
     "env_steps": "samples/env_steps",
@@ -186,9 +187,16 @@ class DashboardFeed:
             yield self.latest
 
     async def run(self, interval: float = SAMPLE_SECONDS) -> None:
-        """Sample every ``interval`` seconds until cancelled or :meth:`stop`."""
+        """Sample every ``interval`` seconds until cancelled or :meth:`stop`.
+
+        A sample that fails (an odd metric, a file read) is logged, at most once a minute, and
+        the next one is tried: the open pages must not freeze on one bad second.
+        """
         while not self.stopped:
-            self.sample()
+            try:
+                self.sample()
+            except Exception as exc:
+                SERVER_LOG.warn("dashboard", f"rlserve: a dashboard sample failed: {exc!r}")
             await asyncio.sleep(interval)
 
     def stop(self) -> None:

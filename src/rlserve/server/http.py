@@ -344,7 +344,11 @@ def build_http_app(
         Route("/v1/health", guarded(health), methods=["GET"]),
         Route("/v1/metrics", guarded(metrics_json), methods=["GET"]),
         Route("/metrics", guarded(metrics_prometheus), methods=["GET"]),
-        *(dashboard_routes(dashboard, token, authorised, guarded) if dashboard else []),
+        *(
+            dashboard_routes(dashboard, token, authorised, guarded, policy.request_timeout)
+            if dashboard
+            else []
+        ),
         # Last: every other path or method, so that it gets the JSON error of section 4.3.
         Route("/{path:path}", _AnyMethod(guarded(no_route))),
     ]

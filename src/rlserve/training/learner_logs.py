@@ -28,7 +28,7 @@ class PipeLogHandler(logging.Handler):
         self.setFormatter(logging.Formatter("%(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
-        """Send one record (its message with any traceback); a failure is Python's to report."""
+        """Send one record (its message with any traceback); dropped once the server is gone."""
         try:
             self._send(
                 {
@@ -38,6 +38,8 @@ class PipeLogHandler(logging.Handler):
                     "message": self.format(record)[:MAX_MESSAGE_CHARS],
                 }
             )
+        except OSError:
+            pass  # the server is gone: there is nobody to tell (the learner exits on its own)
         except Exception:
             self.handleError(record)
 
