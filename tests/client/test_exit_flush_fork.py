@@ -18,6 +18,8 @@ class _Engine:
 
 
 @pytest.mark.timeout(30)
+# The child runs one function and _exits; Python 3.12+ warns about any fork with threads around.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_forked_child_leaves_its_parents_clients_alone() -> None:
     read_end, write_end = os.pipe()
     engine = _Engine(write_end)
