@@ -31,6 +31,7 @@ from rlserve.learners.ppo_batch import (
     importance_weights,
     trace_coefficients,
 )
+from rlserve.learners.ppo_losses import UpdateStats
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.action_layout import actions_to_space
 from rlserve.protocol.fragment import Fragment
@@ -298,9 +299,9 @@ def test_an_update_makes_no_small_remainder_minibatch() -> None:
     sizes: list[int] = []
     minibatch = learner._minibatch
 
-    def recorded(batch: Any, idx: torch.Tensor, *args: Any) -> bool:
-        sizes.append(len(idx))
-        return minibatch(batch, idx, *args)
+    def recorded(rows: dict[str, torch.Tensor], *args: Any) -> bool:
+        sizes.append(len(rows["obs"]))
+        return minibatch(rows, *args)
 
     learner._minibatch = recorded  # type: ignore[method-assign]
     learner.ingest(collect(learner, 81))
@@ -579,12 +580,11 @@ def test_approx_kl_is_zero_before_the_first_gradient_step_on_stale_data() -> Non
     learner.ingest(stale)
     batch = learner._build_batch()
     assert batch is not None
-    stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy")}
-    stats.update(approx_kl=[], clip_frac=[], bc_loss=[])
-    order = torch.arange(64)
-    assert learner._minibatch(batch, order[:16], stats)
-    assert stats["approx_kl"][0] == pytest.approx(0.0, abs=1e-6)
-    assert stats["clip_frac"][0] == 0.0
+    stats = UpdateStats(clip_coef=0.2)
+    assert learner._minibatch({k: v[:16] for k, v in batch.items()}, stats)
+    means = stats.means()
+    assert means["approx_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert means["clip_frac"] == 0.0
     assert learner._batch_stats["behaviour_kl"] > 1e-3  # against the behaviour it is not 0
     # The classic (coupled) ratio against the behaviour policy starts far from 1.
     _, classic = clipped_policy_loss(

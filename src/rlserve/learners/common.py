@@ -16,7 +16,7 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -238,30 +238,87 @@ def check_replay_fragment(
 
 # -- gradient steps and checkpoints -----------------------------------------------------------
 
+# Devices whose fused Adam kernel this torch has (one kernel for every parameter: a small
+# network's step on a CPU is otherwise mostly Python around per-parameter operations).
+_FUSED_ADAM_DEVICES = ("cpu", "cuda")
+
+
+def adam(parameters: list[nn.Parameter], lr: float, eps: float = 1e-8) -> torch.optim.Adam:
+    """Adam over ``parameters``, with the fused kernel where the device has one.
+
+    The fused step is Adam's arithmetic in one kernel: its results match the per-parameter
+    step's to float32 rounding, not bit for bit.
+    """
+    return torch.optim.Adam(parameters, lr=lr, eps=eps, **_adam_kernel(parameters))
+
+
+def _adam_kernel(parameters: list[nn.Parameter]) -> dict[str, Any]:
+    devices = {p.device.type for p in parameters}
+    fused = bool(devices) and devices <= set(_FUSED_ADAM_DEVICES)
+    return {"fused": True} if fused else {"foreach": None}
+
+
+def load_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Restore ``optimizer`` from a checkpoint's state and keep the kernel it was built with.
+
+    A checkpoint's parameter groups carry the kernel choice of the learner that wrote it (an
+    older rlserve's: none); loading would otherwise switch to it.
+    """
+    kernels = [{k: group.get(k) for k in ("fused", "foreach")} for group in optimizer.param_groups]
+    groups = state["param_groups"]
+    if len(groups) == len(kernels):
+        # The kernel goes in before loading: it decides where Adam's step counts are put.
+        groups = [{**group, **kernel} for group, kernel in zip(groups, kernels, strict=True)]
+    optimizer.load_state_dict({**state, "param_groups": groups})
+
 
 def finite_step(
     optimizer: torch.optim.Optimizer,
     loss: torch.Tensor,
-    parameters: Iterable[nn.Parameter],
+    parameters: Sequence[nn.Parameter],
     max_grad_norm: float,
 ) -> bool:
     """Step ``optimizer`` on ``loss`` with its gradient norm clipped, unless either is not finite.
+
+    ``parameters`` are the optimiser's, in a list (a module's ``parameters()`` would walk its
+    submodules at every step).
 
     Returns:
         Whether the step was taken; when not, the parameters and the optimiser state are as
         they were and no gradient is left behind.
     """
-    optimizer.zero_grad(set_to_none=True)
+    _drop_gradients(parameters)
     if not torch.isfinite(loss):
         return False
     loss.backward()
-    grad_norm = nn.utils.clip_grad_norm_(parameters, max_grad_norm)
-    if not torch.isfinite(grad_norm):
-        # Clipping has already scaled the gradients by a non-finite factor: drop them.
-        optimizer.zero_grad(set_to_none=True)
+    if not clip_gradients(parameters, max_grad_norm):
+        _drop_gradients(parameters)
         return False
     optimizer.step()
     return True
+
+
+def clip_gradients(parameters: Sequence[nn.Parameter], max_norm: float) -> bool:
+    """Scale the gradients to a global norm of at most ``max_norm``; False if it is not finite.
+
+    ``torch.nn.utils.clip_grad_norm_``'s arithmetic (the norm of the per-tensor norms, scaled by
+    ``min(1, max_norm / (norm + 1e-6))``) without its per-call Python; a non-finite norm leaves
+    the gradients unscaled, for the caller to drop.
+    """
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return True
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    if not torch.isfinite(total):
+        return False
+    torch._foreach_mul_(grads, (max_norm / (total + 1e-6)).clamp(max=1.0))
+    return True
+
+
+def _drop_gradients(parameters: Sequence[nn.Parameter]) -> None:
+    # What optimizer.zero_grad(set_to_none=True) does, without its profiler and hook calls.
+    for parameter in parameters:
+        parameter.grad = None
 
 
 def write_checkpoint(path: Path, state: dict[str, Any]) -> None:

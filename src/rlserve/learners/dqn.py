@@ -40,9 +40,11 @@ from torch.nn import functional
 
 from rlserve.learners.base import ReplayLearner
 from rlserve.learners.common import (
+    adam,
     check_replay_fragment,
     finite_step,
     learner_warning,
+    load_optimizer,
     read_checkpoint,
     read_weights,
     resolve_device,
@@ -122,7 +124,8 @@ class DQNLearner(ReplayLearner):
             observation_space, action_space, config.hidden, config.activation, config.dueling
         ).to(self.device)
         self.target = copy.deepcopy(self.model).requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
+        self._parameters = list(self.model.parameters())
+        self.optimizer = adam(self._parameters, lr=config.lr)
         self.replay = ReplayBuffer(
             config.buffer_size,
             self.model.obs_dim,
@@ -312,7 +315,7 @@ class DQNLearner(ReplayLearner):
         q_all = self.model(obs)
         q_taken = q_all.gather(1, actions.unsqueeze(1)).squeeze(1)
         loss = functional.huber_loss(q_taken, targets, delta=cfg.huber_delta)
-        if not finite_step(self.optimizer, loss, self.model.parameters(), cfg.max_grad_norm):
+        if not finite_step(self.optimizer, loss, self._parameters, cfg.max_grad_norm):
             return False
         losses.append(loss.item())
         q_means.append(q_taken.detach().mean().item())
@@ -383,7 +386,7 @@ class DQNLearner(ReplayLearner):
         self.obs_normalization = restore_observation_normalization(
             self.obs_normalization, state.get("obs_normalization"), self.model.obs_dim, str(path)
         )
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer(self.optimizer, state["optimizer"])
         self._restore_counters(state["counters"])
         schedule = state.get("schedule", {})
         self._new_steps = int(schedule.get("new_steps", 0))

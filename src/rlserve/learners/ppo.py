@@ -1,9 +1,10 @@
 """Proximal Policy Optimisation, decoupled (clipped objective, GAE, value loss, entropy bonus).
 
-Read top to bottom: the losses, then the learner (ingest, update, checkpoints). Settings:
+Read top to bottom: the learner (ingest, update, checkpoints). Settings:
 :class:`~rlserve.learners.ppo_config.PPOSettings` in ``ppo_config.py``, torch-free because the
 server reads them. Turning fragments into a training batch (the checks, staleness, proximal
 log-probabilities, importance weights, GAE, logged steps): :mod:`rlserve.learners.ppo_batch`.
+The losses, the minibatches and the update's metrics: :mod:`rlserve.learners.ppo_losses`.
 
 Experience arrives as trajectory fragments from any source, usually taken by weights one or more
 versions older than the learner's (the server keeps acting while the learner trains). A step
@@ -57,7 +58,6 @@ Both are reported by a warning on the ``rlserve.learner`` logger at most once pe
 from __future__ import annotations
 
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -68,8 +68,10 @@ import torch
 
 from rlserve.learners.base import Learner
 from rlserve.learners.common import (
+    adam,
     finite_step,
     learner_warning,
+    load_optimizer,
     read_checkpoint,
     read_weights,
     resolve_device,
@@ -80,71 +82,32 @@ from rlserve.learners.normalization import (
     ObservationNormalization,
     restore_observation_normalization,
 )
-from rlserve.learners.ppo_batch import LOG_RATIO_LIMIT, build_batch, check_fragment, fresh_mask
+from rlserve.learners.ppo_batch import build_batch, check_fragment, fresh_mask
 from rlserve.learners.ppo_config import PPOSettings
+from rlserve.learners.ppo_losses import (
+    ADVANTAGE_STD_FLOOR,
+    UpdateStats,
+    clipped_policy_loss,
+    epoch_minibatches,
+    minibatch_indices,
+    normalise_advantages,
+    value_loss,
+)
 from rlserve.learners.running_stats import ReturnScaler
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.fragment import Fragment
 
+__all__ = [
+    "ADVANTAGE_STD_FLOOR",
+    "PPOLearner",
+    "PPOSettings",
+    "clipped_policy_loss",
+    "minibatch_indices",
+    "normalise_advantages",
+    "value_loss",
+]
+
 logger = logging.getLogger("rlserve.learner")
-
-# Advantages spread less than this are only centred: dividing by a ~0 deviation would blow up.
-ADVANTAGE_STD_FLOOR = 1e-6
-
-
-def clipped_policy_loss(
-    logp: torch.Tensor,
-    proximal_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    clip_coef: float,
-    weights: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO's clipped surrogate objective, as a loss to minimise, optionally importance weighted.
-
-    Returns:
-        ``(loss, ratio)``: ``mean(w * max(-A * r, -A * clip(r, 1 - c, 1 + c)))`` with
-        ``r = exp(logp - proximal_logp)`` (``w`` = 1 without ``weights``), and ``r`` itself.
-        The log-ratio is clamped to ``[-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT]`` first, so an absurd
-        reference log-probability (say -1e30) gives a large finite ratio with no gradient
-        instead of infinity. Classic PPO passes the behaviour log-probabilities as
-        ``proximal_logp``; decoupled PPO the policy's at the start of the update and
-        :func:`~rlserve.learners.ppo_batch.importance_weights` as ``weights``.
-    """
-    ratio = (logp - proximal_logp).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT).exp()
-    unclipped = -advantages * ratio
-    clipped = -advantages * ratio.clamp(1 - clip_coef, 1 + clip_coef)
-    terms = torch.max(unclipped, clipped)
-    if weights is not None:
-        terms = terms * weights
-    return terms.mean(), ratio
-
-
-def normalise_advantages(advantages: torch.Tensor) -> torch.Tensor:
-    """Centre advantages and scale them to unit deviation, never dividing by a ~0 deviation.
-
-    A deviation below ``ADVANTAGE_STD_FLOOR`` (all advantages nearly equal) only centres them.
-    """
-    centred = advantages - advantages.mean()
-    return centred / advantages.std().clamp_min(ADVANTAGE_STD_FLOOR)
-
-
-def minibatch_indices(
-    size: int, minibatch_size: int, generator: torch.Generator
-) -> tuple[torch.Tensor, ...]:
-    """One epoch's minibatches: a fresh permutation of ``range(size)`` split into equal parts.
-
-    ``ceil(size / minibatch_size)`` parts whose sizes differ by one at most, none larger than
-    ``minibatch_size`` (and so none smaller than half of it, but in a batch smaller than that),
-    and every step in one: no small remainder gets a full optimiser step of its own (or decides
-    ``target_kl``), and an epoch makes as many steps as minibatches of ``minibatch_size`` would.
-    """
-    order = torch.randperm(size, generator=generator)
-    return torch.tensor_split(order, max(1, math.ceil(size / minibatch_size)))
-
-
-def value_loss(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
-    """Half the mean squared error between value estimates and returns."""
-    return 0.5 * (values - returns).pow(2).mean()
 
 
 class PPOLearner(Learner):
@@ -189,7 +152,8 @@ class PPOLearner(Learner):
         if config.normalize_rewards:
             self.return_scaler = ReturnScaler(config.gamma, config.reward_clip)
         self._reward_divisor = 1.0
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, eps=1e-5)
+        self._parameters = list(self.model.parameters())
+        self.optimizer = adam(self._parameters, lr=config.lr, eps=1e-5)
         self._version = 0
         self._buffer: list[Fragment] = []
         self._buffered_steps = 0
@@ -285,35 +249,25 @@ class PPOLearner(Learner):
         self._update_normalization()
         batch = self._build_batch()
         size = 0 if batch is None else int(batch["obs"].shape[0])
-        stats: dict[str, list[float]] = {
-            "policy_loss": [],
-            "value_loss": [],
-            "entropy": [],
-            "approx_kl": [],
-            "clip_frac": [],
-            "bc_loss": [],
-        }
+        stats = UpdateStats(cfg.clip_coef)
         every_step_in_surrogate = batch is not None and bool(batch["policy"].all())
+        columns = {} if batch is None else self._minibatch_columns(batch, every_step_in_surrogate)
         skipped = 0
         for _ in range(cfg.num_epochs if batch is not None else 0):
-            assert batch is not None
-            for part in minibatch_indices(size, cfg.minibatch_size, self._generator):
-                idx = part.to(self.device)
-                if not self._minibatch(batch, idx, stats, every_step_in_surrogate):
+            for minibatch in epoch_minibatches(columns, cfg.minibatch_size, self._generator):
+                if not self._minibatch(minibatch, stats, every_step_in_surrogate):
                     skipped += 1
-            if (
-                cfg.target_kl is not None
-                and stats["approx_kl"]
-                and stats["approx_kl"][-1] > cfg.target_kl
-            ):
-                break
-        applied = len(stats["policy_loss"])
+            if cfg.target_kl is not None:
+                kl = stats.last_approx_kl()
+                if kl is not None and kl > cfg.target_kl:
+                    break
+        applied = stats.applied
         self._counters["minibatches_skipped_nonfinite"] += skipped
         if skipped:
             self._warnings.add(
                 "minibatch steps skipped for a non-finite loss or gradient", count=skipped
             )
-        metrics = {f"learner/{k}": float(np.mean(v)) for k, v in stats.items() if v}
+        metrics = {f"learner/{k}": v for k, v in stats.means().items()}
         metrics.update({f"learner/{k}": v for k, v in self._batch_stats.items()})
         if applied:
             self._version += 1
@@ -364,28 +318,39 @@ class PPOLearner(Learner):
         if self.return_scaler is not None:
             self._reward_divisor = self.return_scaler.scale()
 
+    def _minibatch_columns(
+        self, batch: dict[str, torch.Tensor], every_step_in_surrogate: bool
+    ) -> dict[str, torch.Tensor]:
+        """The batch's columns a minibatch reads (``policy`` and ``logged`` only when used)."""
+        names = ["obs", "actions", "advantages", "prox_logp", "weights", "returns"]
+        if not every_step_in_surrogate:
+            names.append("policy")
+        if self.config.logged_steps == "bc":
+            names.append("logged")
+        return {name: batch[name] for name in names}
+
     def _minibatch(
         self,
-        batch: dict[str, torch.Tensor],
-        idx: torch.Tensor,
-        stats: dict[str, list[float]],
+        minibatch: dict[str, torch.Tensor],
+        stats: UpdateStats,
         every_step_in_surrogate: bool = True,
     ) -> bool:
-        """One gradient step on ``batch[idx]``; False (and no step) when it is not finite.
+        """One gradient step on ``minibatch`` (rows of the batch's columns); False when not finite.
 
         The surrogate is decoupled: its ratio is against ``prox_logp`` and each step's term is
         weighted by ``weights``; steps whose ``policy`` is false (logged steps) are left out of
         it, and with ``logged_steps = bc`` the logged ones make the behaviour-cloning term.
+        Applied steps' metrics go to ``stats``.
         """
         cfg = self.config
-        obs = batch["obs"][idx]
-        logp, entropy = self.model.log_prob_entropy(obs, batch["actions"][idx])
-        adv = batch["advantages"][idx]
-        prox = batch["prox_logp"][idx]
-        weights = batch["weights"][idx]
+        obs = minibatch["obs"]
+        logp, entropy = self.model.log_prob_entropy(obs, minibatch["actions"])
+        adv = minibatch["advantages"]
+        prox = minibatch["prox_logp"]
+        weights = minibatch["weights"]
         policy_logp = logp
         if not every_step_in_surrogate:
-            in_surrogate = batch["policy"][idx]
+            in_surrogate = minibatch["policy"]
             policy_logp, adv = logp[in_surrogate], adv[in_surrogate]
             prox, weights = prox[in_surrogate], weights[in_surrogate]
         ratio: torch.Tensor | None = None
@@ -395,27 +360,18 @@ class PPOLearner(Learner):
             policy_loss, ratio = clipped_policy_loss(policy_logp, prox, adv, cfg.clip_coef, weights)
         else:
             policy_loss = logp.new_zeros(())
-        v_loss = value_loss(self.model.value(obs), batch["returns"][idx])
+        v_loss = value_loss(self.model.value(obs), minibatch["returns"])
         entropy_mean = entropy.mean()
-        loss = policy_loss + cfg.vf_coef * v_loss - cfg.ent_coef * entropy_mean
+        loss = policy_loss.add(v_loss, alpha=cfg.vf_coef).sub(entropy_mean, alpha=cfg.ent_coef)
         bc_loss: torch.Tensor | None = None
         if cfg.logged_steps == "bc":
-            logged = batch["logged"][idx]
+            logged = minibatch["logged"]
             if bool(logged.any()):
                 bc_loss = -logp[logged].mean()
                 loss = loss + cfg.bc_coef * bc_loss
-        if not finite_step(self.optimizer, loss, self.model.parameters(), cfg.max_grad_norm):
+        if not finite_step(self.optimizer, loss, self._parameters, cfg.max_grad_norm):
             return False
-        if ratio is not None:
-            with torch.no_grad():
-                log_ratio = ratio.log()
-                stats["approx_kl"].append(float(((ratio - 1) - log_ratio).mean()))
-                stats["clip_frac"].append(float(((ratio - 1).abs() > cfg.clip_coef).float().mean()))
-        if bc_loss is not None:
-            stats["bc_loss"].append(bc_loss.item())
-        stats["policy_loss"].append(policy_loss.item())
-        stats["value_loss"].append(v_loss.item())
-        stats["entropy"].append(entropy_mean.item())
+        stats.add(policy_loss, v_loss, entropy_mean, ratio, bc_loss)
         return True
 
     def weights(self) -> WeightsPackage:
@@ -454,7 +410,7 @@ class PPOLearner(Learner):
         if self.return_scaler is not None and "reward_normalization" in state:
             self.return_scaler.load_state(state["reward_normalization"])
             self._reward_divisor = float(state.get("reward_divisor", 1.0))
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer(self.optimizer, state["optimizer"])
         self._restore_counters(state["counters"])
         self._generator.set_state(state["torch_rng"].cpu())  # map_location moved it
         return dict(state["extra"])

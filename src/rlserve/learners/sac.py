@@ -45,8 +45,10 @@ import torch
 
 from rlserve.learners.base import ReplayLearner
 from rlserve.learners.common import (
+    adam,
     check_replay_fragment,
     learner_warning,
+    load_optimizer,
     read_checkpoint,
     read_weights,
     resolve_device,
@@ -178,9 +180,9 @@ class SACLearner(ReplayLearner):
         self.target_entropy = (
             float(-self.action_dim) if config.target_entropy is None else config.target_entropy
         )
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=config.lr)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=config.lr)
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=config.lr)
+        self.actor_optimizer = adam(list(self.actor.parameters()), lr=config.lr)
+        self.critic_optimizer = adam(list(self.critic.parameters()), lr=config.lr)
+        self.alpha_optimizer = adam([self.log_alpha], lr=config.lr)
         self.replay = ReplayBuffer(
             config.buffer_size,
             self.obs_dim,
@@ -431,9 +433,9 @@ class SACLearner(ReplayLearner):
         state = read_checkpoint(path, self.device)
         self._load_model(state["model"])
         self._take_normalization(state, path)
-        self.actor_optimizer.load_state_dict(state["optimizers"]["actor"])
-        self.critic_optimizer.load_state_dict(state["optimizers"]["critic"])
-        self.alpha_optimizer.load_state_dict(state["optimizers"]["alpha"])
+        load_optimizer(self.actor_optimizer, state["optimizers"]["actor"])
+        load_optimizer(self.critic_optimizer, state["optimizers"]["critic"])
+        load_optimizer(self.alpha_optimizer, state["optimizers"]["alpha"])
         self._restore_counters(state["counters"])
         self._owed = float(state["schedule"]["owed"])
         self._new_steps = int(state["schedule"]["new_steps"])
