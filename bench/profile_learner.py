@@ -14,7 +14,8 @@ batch code as the learner process of ``rlserve serve``) trains for ``--steps`` e
 
 The profiler inflates Python-heavy parts more than torch's C++ kernels, so the split is an upper
 bound for the Python share; the unprofiled CPU per env step of the whole ``train()`` (sampling
-included) is printed too. Run ``python bench/profile_learner.py`` (about a minute on 2 cores).
+included) and of the learner's own calls (``update``, ``ingest``, ``weights``) are printed too.
+Run ``python bench/profile_learner.py`` (about a minute on 2 cores).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
+from typing import Any
 
 
 def _algorithm(run_dir: Path, seed: int) -> object:
@@ -48,6 +50,28 @@ def _train(algo: object, steps: int) -> int:
         result = algo.train()  # type: ignore[attr-defined]
         done = int(result["num_env_steps_sampled_lifetime"])
     return done
+
+
+def _time_learner(algo: object) -> list[float]:
+    """Count the CPU seconds of every learner's ``update``, ``ingest`` and ``weights`` calls.
+
+    Returns:
+        A one-item list the total accumulates in.
+    """
+    spent = [0.0]
+    for learner in algo.learners.values():  # type: ignore[attr-defined]
+        for name in ("update", "ingest", "weights"):
+            method = getattr(learner, name)
+
+            def timed(*args: object, _method: Any = method, **kwargs: object) -> Any:
+                started = time.process_time()
+                try:
+                    return _method(*args, **kwargs)
+                finally:
+                    spent[0] += time.process_time() - started
+
+            setattr(learner, name, timed)
+    return spent
 
 
 def _cumulative(stats: pstats.Stats, where: str, name: str) -> float:
@@ -80,13 +104,15 @@ def main() -> int:
     with TemporaryDirectory(prefix="rlserve-learner-profile-") as tmp:
         algo = _algorithm(Path(tmp) / "plain", args.seed)
         _train(algo, 4096)  # warm-up
+        learner_cpu = _time_learner(algo)
         cpu, wall = time.process_time(), time.perf_counter()
         steps = _train(algo, 4096 + args.steps) - 4096
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         algo.stop()  # type: ignore[attr-defined]
         print(
             f"train(), no profiler: {cpu / steps * 1e6:.0f} µs CPU per env step (sampling, "
-            f"learning, bookkeeping; {steps:,} steps in {wall:.1f} s)"
+            f"learning, bookkeeping; {steps:,} steps in {wall:.1f} s); the learner's calls: "
+            f"{learner_cpu[0] / steps * 1e6:.0f} µs"
         )
 
         algo = _algorithm(Path(tmp) / "profiled", args.seed)
