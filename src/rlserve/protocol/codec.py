@@ -11,9 +11,11 @@ nested list of numbers.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -169,6 +171,44 @@ def _refuse_timestamps_in_list(obj: list[Any]) -> list[Any]:
     return obj
 
 
+_UNPACKERS: dict[int, tuple[Limits, Callable[[bytes], Any]]] = {}
+
+
+def _unpacker(limits: Limits) -> Callable[[bytes], Any]:
+    """``msgpack.unpackb`` with the protocol's hooks and ``limits``, made once per limits.
+
+    Every frame is decoded with it: binding the hooks and keywords once saves building them per
+    message.
+    """
+    entry = _UNPACKERS.get(id(limits))
+    if entry is not None and entry[0] is limits:
+        return entry[1]
+
+    def ext_hook(code: int, payload: bytes) -> Any:
+        if code != NDARRAY_EXT:
+            raise DecodeError(f"unknown msgpack extension type {code}; only 1 (ndarray) exists")
+        return unpack_array(payload, limits)
+
+    unpack = functools.partial(
+        msgpack.unpackb,
+        ext_hook=ext_hook,
+        object_hook=_refuse_timestamps_in_map,
+        list_hook=_refuse_timestamps_in_list,
+        raw=False,
+        strict_map_key=True,
+        use_list=True,
+        max_str_len=limits.max_frame_bytes,
+        max_bin_len=limits.max_frame_bytes,
+        max_array_len=limits.max_container_len,
+        max_map_len=limits.max_container_len,
+        max_ext_len=limits.max_frame_bytes,
+    )
+    if len(_UNPACKERS) >= 64:  # a server has one or two limits; tests make many
+        _UNPACKERS.clear()
+    _UNPACKERS[id(limits)] = (limits, unpack)
+    return unpack
+
+
 def decode(data: bytes, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
     """Decode one msgpack message, enforcing ``limits`` while unpacking.
 
@@ -183,27 +223,8 @@ def decode(data: bytes, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
         DecodeError: The bytes are not one msgpack map.
         LimitExceededError: A container or array is over its limit.
     """
-
-    def ext_hook(code: int, payload: bytes) -> Any:
-        if code != NDARRAY_EXT:
-            raise DecodeError(f"unknown msgpack extension type {code}; only 1 (ndarray) exists")
-        return unpack_array(payload, limits)
-
     try:
-        message = msgpack.unpackb(
-            data,
-            ext_hook=ext_hook,
-            object_hook=_refuse_timestamps_in_map,
-            list_hook=_refuse_timestamps_in_list,
-            raw=False,
-            strict_map_key=True,
-            use_list=True,
-            max_str_len=limits.max_frame_bytes,
-            max_bin_len=limits.max_frame_bytes,
-            max_array_len=limits.max_container_len,
-            max_map_len=limits.max_container_len,
-            max_ext_len=limits.max_frame_bytes,
-        )
+        message = _unpacker(limits)(data)
     except (DecodeError, LimitExceededError):
         raise
     except ValueError as exc:
