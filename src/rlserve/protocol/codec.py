@@ -15,8 +15,9 @@ import functools
 import json
 import re
 import struct
+import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 import numpy as np
@@ -153,7 +154,15 @@ def encode(message: dict[str, Any]) -> bytes:
     Returns:
         The msgpack bytes.
     """
-    return msgpack.packb(message, default=_packer_default, use_bin_type=True)
+    packer = getattr(_PACKERS, "packer", None)
+    if packer is None:
+        # msgpack.packb makes a Packer per call; one per thread is reused (a Packer is not
+        # thread-safe, and it resets itself after each pack, an error included).
+        packer = _PACKERS.packer = msgpack.Packer(default=_packer_default, use_bin_type=True)
+    return cast(bytes, packer.pack(message))
+
+
+_PACKERS = threading.local()
 
 
 def _refuse_timestamps_in_map(obj: dict[str, Any]) -> dict[str, Any]:
