@@ -62,6 +62,12 @@ class ServerConfig:
         "plus owed training; fragments are cut at half of it); 0: never hold; default: an "
         "off-policy policy's train_every (DQN, SAC), 0 for PPO.",
     )
+    learner_niceness: int = option(
+        5,
+        "Niceness added to the learner process (POSIX): on a machine it shares with the serving "
+        "process and simulators, they come first and the learner takes the CPU they leave "
+        "(the p99 of get_action drops several-fold); 0 shares the CPU equally.",
+    )
     checkpoint_every: int = option(20, "Learner updates between checkpoints (0: only at shutdown).")
     keep_checkpoints: int = option(3, "How many checkpoints to keep in the run folder.")
     metrics_interval: float = option(2.0, "Seconds between metric writes and progress lines.")
@@ -139,6 +145,11 @@ class ServerConfig:
             raise ConfigError(
                 f"max_learner_lag_steps must be >= 0 (0: never hold clients), got "
                 f"{self.max_learner_lag_steps}"
+            )
+        if not 0 <= self.learner_niceness <= 19:
+            raise ConfigError(
+                f"learner_niceness must be from 0 (share the CPU equally) to 19, got "
+                f"{self.learner_niceness}"
             )
         if self.idle_timeout <= 0:
             raise ConfigError("idle_timeout must be positive")
