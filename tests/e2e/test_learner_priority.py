@@ -1,4 +1,4 @@
-"""The learner process yields the CPU to serving: it runs at a higher niceness than the server."""
+"""``learner_niceness``: the learner process can yield the CPU to serving (a higher niceness)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _niceness(pid: int) -> int:
     return int(fields[16])  # the 19th field of stat; the first two are before the split
 
 
-@pytest.mark.parametrize(("flags", "added"), [((), 5), (("--learner-niceness", "0"), 0)])
+@pytest.mark.parametrize(("flags", "added"), [((), 0), (("--learner-niceness", "5"), 5)])
 def test_the_learner_runs_at_the_configured_niceness_above_the_server(
     launch_server: Any, flags: tuple[str, ...], added: int
 ) -> None:

@@ -63,10 +63,11 @@ class ServerConfig:
         "off-policy policy's train_every (DQN, SAC), 0 for PPO.",
     )
     learner_niceness: int = option(
-        5,
-        "Niceness added to the learner process (POSIX): on a machine it shares with the serving "
-        "process and simulators, they come first and the learner takes the CPU they leave "
-        "(the p99 of get_action drops several-fold); 0 shares the CPU equally.",
+        0,
+        "Niceness added to the learner process (POSIX). With simulators on other machines, 5 "
+        "puts serving first at little cost to training (the p99 of get_action drops several-fold "
+        "while the learner trains); where simulators or other work share the machine, it also "
+        "puts them first and an on-policy learner may train on less of the experience.",
     )
     checkpoint_every: int = option(20, "Learner updates between checkpoints (0: only at shutdown).")
     keep_checkpoints: int = option(3, "How many checkpoints to keep in the run folder.")
