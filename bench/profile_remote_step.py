@@ -21,6 +21,7 @@ import argparse
 import os
 import pstats
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -225,6 +226,9 @@ def main() -> int:
     parser.add_argument("--training", action="store_true", help="the learner trains meanwhile")
     parser.add_argument("--repeats", type=int, default=3, help="unprofiled runs (median)")
     parser.add_argument("--top", type=int, default=25, help="functions in the second table")
+    parser.add_argument(
+        "--keep-profile", type=Path, help="also copy the serving process's cProfile data here"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rlserve-profile-") as tmp:
         folder = Path(tmp)
@@ -255,6 +259,8 @@ def main() -> int:
         profile = folder / "serve.prof"
         warm, taken, cpu, _, _ = _run(folder / "profiled", args.steps, args.training, profile)
         print(f"under cProfile: {cpu / taken * 1e6:.0f} µs per step (inflated by the profiler)\n")
+        if args.keep_profile is not None:
+            shutil.copyfile(profile, args.keep_profile)
         print(report(profile, warm + taken, args.top))
     return 0
 

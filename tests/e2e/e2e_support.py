@@ -166,3 +166,27 @@ class RawSocket:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+LEARNER_MODULE = "rlserve.training.learner_worker"
+"""What the learner process runs (``python -m ...``)."""
+
+
+def learner_pid(server: Any) -> int:
+    """The learner process of ``server`` (its child running the learner module)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if (
+            int(stat.rsplit(")", 1)[1].split()[1]) == server.process.pid
+            and LEARNER_MODULE in cmdline
+        ):
+            found.append(int(entry.name))
+    assert len(found) == 1, found
+    return found[0]

@@ -550,3 +550,35 @@ def test_a_float64_value_over_float32_in_a_nested_box_names_its_path_and_index()
     space = spaces.Dict({"speed": spaces.Box(-np.inf, np.inf, (2,), np.float64)})
     with pytest.raises(SpaceError, match=r"^obs\['speed'\]: value 1e\+39 at index \(1,\) is out"):
         check_one(space, {"speed": [0.0, 1e39]}, "obs")
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ([4.9, 0.0, 0.0, 0.0], "above the space's high bound"),
+        ([0.0, float("nan"), 0.0, 0.0], "must be finite"),
+        ([0.0, float("inf"), 0.0, 0.0], "must be finite"),
+        ([0.0, 0.0, -0.5, 0.0], "below the space's low bound"),
+    ],
+)
+def test_a_float32_observation_out_of_its_box_is_refused_like_any_other(
+    value: list[float], message: str
+) -> None:
+    """check_one's fast path (a float32 array of the space's shape) refuses what the rest does."""
+    high = np.array([4.8, np.inf, 0.42, np.inf], dtype=np.float32)
+    space = spaces.Box(-high, high, dtype=np.float32)
+    with pytest.raises(SpaceError, match=message):
+        check_one(space, np.array(value, dtype=np.float32), "observation")
+    with pytest.raises(SpaceError, match=message):
+        check_one(space, value, "observation")  # a list takes the general path
+
+
+def test_a_float32_observation_in_its_box_comes_back_as_one_row() -> None:
+    high = np.array([4.8, np.inf, 0.42, np.inf], dtype=np.float32)
+    space = spaces.Box(-high, high, dtype=np.float32)
+    value = np.array([4.8, -3e38, -0.42, 1.0], dtype=np.float32)
+    row = check_one(space, value, "observation")
+    assert row.shape == (1, 4) and row.dtype == np.float32
+    np.testing.assert_array_equal(row[0], value)
+    with pytest.raises(SpaceError, match="expected shape"):
+        check_one(space, np.zeros(3, dtype=np.float32), "observation")

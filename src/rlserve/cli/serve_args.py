@@ -30,6 +30,7 @@ SERVER_GROUPS: dict[str, tuple[str, ...]] = {
         "idle_timeout",
         "max_sample_queue_steps",
         "max_learner_lag_steps",
+        "learner_niceness",
         "sync_reports",
     ),
     "logging": ("progress", "metrics_interval", "callbacks"),

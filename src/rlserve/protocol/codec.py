@@ -11,10 +11,13 @@ nested list of numbers.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import struct
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, cast
 
 import msgpack
 import numpy as np
@@ -151,7 +154,15 @@ def encode(message: dict[str, Any]) -> bytes:
     Returns:
         The msgpack bytes.
     """
-    return msgpack.packb(message, default=_packer_default, use_bin_type=True)
+    packer = getattr(_PACKERS, "packer", None)
+    if packer is None:
+        # msgpack.packb makes a Packer per call; one per thread is reused (a Packer is not
+        # thread-safe, and it resets itself after each pack, an error included).
+        packer = _PACKERS.packer = msgpack.Packer(default=_packer_default, use_bin_type=True)
+    return cast(bytes, packer.pack(message))
+
+
+_PACKERS = threading.local()
 
 
 def _refuse_timestamps_in_map(obj: dict[str, Any]) -> dict[str, Any]:
@@ -169,6 +180,44 @@ def _refuse_timestamps_in_list(obj: list[Any]) -> list[Any]:
     return obj
 
 
+_UNPACKERS: dict[int, tuple[Limits, Callable[[bytes], Any]]] = {}
+
+
+def _unpacker(limits: Limits) -> Callable[[bytes], Any]:
+    """``msgpack.unpackb`` with the protocol's hooks and ``limits``, made once per limits.
+
+    Every frame is decoded with it: binding the hooks and keywords once saves building them per
+    message.
+    """
+    entry = _UNPACKERS.get(id(limits))
+    if entry is not None and entry[0] is limits:
+        return entry[1]
+
+    def ext_hook(code: int, payload: bytes) -> Any:
+        if code != NDARRAY_EXT:
+            raise DecodeError(f"unknown msgpack extension type {code}; only 1 (ndarray) exists")
+        return unpack_array(payload, limits)
+
+    unpack = functools.partial(
+        msgpack.unpackb,
+        ext_hook=ext_hook,
+        object_hook=_refuse_timestamps_in_map,
+        list_hook=_refuse_timestamps_in_list,
+        raw=False,
+        strict_map_key=True,
+        use_list=True,
+        max_str_len=limits.max_frame_bytes,
+        max_bin_len=limits.max_frame_bytes,
+        max_array_len=limits.max_container_len,
+        max_map_len=limits.max_container_len,
+        max_ext_len=limits.max_frame_bytes,
+    )
+    if len(_UNPACKERS) >= 64:  # a server has one or two limits; tests make many
+        _UNPACKERS.clear()
+    _UNPACKERS[id(limits)] = (limits, unpack)
+    return unpack
+
+
 def decode(data: bytes, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
     """Decode one msgpack message, enforcing ``limits`` while unpacking.
 
@@ -183,27 +232,8 @@ def decode(data: bytes, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
         DecodeError: The bytes are not one msgpack map.
         LimitExceededError: A container or array is over its limit.
     """
-
-    def ext_hook(code: int, payload: bytes) -> Any:
-        if code != NDARRAY_EXT:
-            raise DecodeError(f"unknown msgpack extension type {code}; only 1 (ndarray) exists")
-        return unpack_array(payload, limits)
-
     try:
-        message = msgpack.unpackb(
-            data,
-            ext_hook=ext_hook,
-            object_hook=_refuse_timestamps_in_map,
-            list_hook=_refuse_timestamps_in_list,
-            raw=False,
-            strict_map_key=True,
-            use_list=True,
-            max_str_len=limits.max_frame_bytes,
-            max_bin_len=limits.max_frame_bytes,
-            max_array_len=limits.max_container_len,
-            max_map_len=limits.max_container_len,
-            max_ext_len=limits.max_frame_bytes,
-        )
+        message = _unpacker(limits)(data)
     except (DecodeError, LimitExceededError):
         raise
     except ValueError as exc:

@@ -34,6 +34,7 @@ from rlserve.protocol.fields import RequestFields, finite_number, float_list
 from rlserve.protocol.limits import DEFAULT_LIMITS, Limits
 from rlserve.protocol.multi_agent_requests import MULTI_AGENT_PARSERS, MapAgents, parse_map_agents
 from rlserve.protocol.session_requests import GetWeights, Hello, Ping, ReportSamples
+from rlserve.protocol.values import MAX_ABS_REWARD
 
 __all__ = [
     "DEFAULT_POLICY_ID",
@@ -102,6 +103,19 @@ def parse_request(raw: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Reque
     Raises:
         DecodeError: Unknown type, missing or mistyped field.
         LimitExceededError: An id or batch over its limit.
+    """
+    kind = raw.get("type")
+    if kind == "get_action" or kind == "log_returns":
+        lean = _lean_step(raw, kind, limits.max_id_length)
+        if lean is not None:
+            return lean
+    return parse_general(raw, limits)
+
+
+def parse_general(raw: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Request:
+    """:func:`parse_request` without its fast path for the common step calls: every field read.
+
+    The reference the fast path is tested against; :func:`parse_request` is what to call.
     """
     raw = without_nil(raw)
     kind = raw.get("type")
@@ -184,6 +198,51 @@ def parse_request(raw: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> Reque
     if kind == "map_agents":
         return parse_map_agents(f, request_id)
     raise DecodeError(f"unknown message type '{kind}'; known types: {', '.join(REQUEST_TYPES)}")
+
+
+_LEAN_STEP_FIELDS = frozenset({"type", "id", "episode_id", "observation", "reward", "seq", "info"})
+"""The fields of the common single-episode ``get_action`` and ``log_returns``."""
+
+
+def _lean_step(raw: dict[str, Any], kind: str, max_id_length: int) -> GetAction | LogReturns | None:
+    """The common single-episode ``get_action`` / ``log_returns``, checked inline, or None.
+
+    Most requests are one of these two (a remote client's every step), and the general parser
+    spends a dozen calls on the fields. This accepts only what the general parser accepts and
+    builds the same record; anything else (another field, a nil or an int reward, an info map)
+    returns None, so the general parser handles it and words any error.
+    """
+    if not raw.keys() <= _LEAN_STEP_FIELDS or raw.get("info") is not None:
+        return None
+    request_id = raw.get("id", 0)
+    episode_id = raw.get("episode_id")
+    reward = raw.get("reward")
+    seq = raw.get("seq")
+    if (
+        type(request_id) is not int
+        or request_id < 0
+        or type(episode_id) is not str
+        or not 0 < len(episode_id) <= max_id_length
+        or (seq is not None and (type(seq) is not int or not 1 <= seq <= MAX_SEQ))
+    ):
+        return None
+    if kind == "log_returns":
+        if type(reward) is not float or not -MAX_ABS_REWARD <= reward <= MAX_ABS_REWARD:
+            return None
+        return LogReturns(request_id, episode_id, reward, None, seq)
+    if "observation" not in raw or (
+        reward is not None
+        and (type(reward) is not float or not -MAX_ABS_REWARD <= reward <= MAX_ABS_REWARD)
+    ):
+        return None
+    return GetAction(
+        request_id,
+        [episode_id],
+        [raw["observation"]],
+        None if reward is None else [reward],
+        batched=False,
+        seqs=None if seq is None else [seq],
+    )
 
 
 def without_nil(raw: dict[str, Any]) -> dict[str, Any]:

@@ -208,6 +208,7 @@ class PolicyServer:
                 "checkpoint_every": self.config.checkpoint_every,
                 "keep_checkpoints": self.config.keep_checkpoints,
                 "max_queue_steps": self.config.max_sample_queue_steps,
+                "niceness": self.config.learner_niceness,
             },
             self.stats,
             self.log,

@@ -23,6 +23,7 @@ from rlserve.experience.episodes import EpisodeTable
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.acting import compute_actions, greedy_in_evaluation
 from rlserve.policy.distributions import actions_to_space
+from rlserve.policy.numpy_policy import PolicyOutput
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.messages import GetAction, GetWeights, ReportSamples
 from rlserve.protocol.replies import action_reply, actions_reply
@@ -130,8 +131,9 @@ class Batcher:
         parts, slot.parts = slot.parts, []
         blocks = [part.obs for part in parts]
         if pending:
+            # np.array on the rows is one C call; np.stack is a dozen Python ones.
             blocks.insert(
-                0, np.stack([ep.agent.obs[-1] for item in pending for ep in item.episodes])
+                0, np.array([ep.agent.obs[-1] for item in pending for ep in item.episodes])
             )
         discrete = isinstance(slot.action_space, gym.spaces.Discrete)
         try:
@@ -148,25 +150,8 @@ class Batcher:
             self._fail(pending, parts, exc)
             return
         offset = 0
-        for item in pending:
-            count = len(item.episodes)
-            for j, episode in enumerate(item.episodes):
-                k = offset + j
-                action = int(out.actions[k]) if discrete else out.actions[k]
-                self.episodes.act(episode, action, float(out.logp[k]), True, policy.version)
-                if item.request.seqs is not None:
-                    # Kept for a retry of this call; a copy, so the batch's array is not kept.
-                    answer = env_actions[k]
-                    episode.answer = int(answer) if discrete else copy.deepcopy(answer)
-            chunk = env_actions[offset : offset + count]
-            offset += count
-            if item.request.batched:
-                reply = actions_reply(item.request.id, chunk)
-            else:
-                reply = action_reply(item.request.id, int(chunk[0]) if discrete else chunk[0])
-            item.respond(reply)
-            for joined, respond in item.joined:
-                respond({**reply, "id": joined.id})
+        if pending:
+            offset = self._answer_pending(pending, out, env_actions, discrete, policy.version)
         for part in parts:
             count = len(part.idx)
             end = offset + count
@@ -179,6 +164,41 @@ class Batcher:
             )
             offset = end
         self.stats.count_actions(offset, batch=offset)
+
+    def _answer_pending(
+        self,
+        pending: list[Pending],
+        out: PolicyOutput,
+        env_actions: Any,
+        discrete: bool,
+        version: int,
+    ) -> int:
+        """Record and send the actions of the single-agent calls (the first rows); their count."""
+        act = self.episodes.act
+        # Plain Python numbers once for the whole batch, not a numpy scalar per row.
+        logps = out.logp.tolist()
+        actions = out.actions.tolist() if discrete else out.actions
+        sent = env_actions.tolist() if discrete else env_actions
+        offset = 0
+        for item in pending:
+            request = item.request
+            keep = request.seqs is not None
+            for episode in item.episodes:
+                act(episode, actions[offset], logps[offset], True, version)
+                if keep:
+                    # Kept for a retry of this call; a copy, so the batch's array is not kept.
+                    episode.answer = sent[offset] if discrete else copy.deepcopy(sent[offset])
+                offset += 1
+            if request.batched:
+                start = offset - len(item.episodes)
+                chunk = env_actions[start:offset]
+                reply = actions_reply(request.id, chunk)
+            else:
+                reply = action_reply(request.id, sent[offset - 1])
+            item.respond(reply)
+            for joined, respond in item.joined:
+                respond({**reply, "id": joined.id})
+        return offset
 
     def _deliver_part(
         self, part: AgentPart, actions: Any, logp: np.ndarray, sent: Any, version: int

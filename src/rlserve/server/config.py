@@ -62,6 +62,13 @@ class ServerConfig:
         "plus owed training; fragments are cut at half of it); 0: never hold; default: an "
         "off-policy policy's train_every (DQN, SAC), 0 for PPO.",
     )
+    learner_niceness: int = option(
+        0,
+        "Niceness added to the learner process (POSIX). With simulators on other machines, 5 "
+        "puts serving first at little cost to training (the p99 of get_action drops several-fold "
+        "while the learner trains); where simulators or other work share the machine, it also "
+        "puts them first and an on-policy learner may train on less of the experience.",
+    )
     checkpoint_every: int = option(20, "Learner updates between checkpoints (0: only at shutdown).")
     keep_checkpoints: int = option(3, "How many checkpoints to keep in the run folder.")
     metrics_interval: float = option(2.0, "Seconds between metric writes and progress lines.")
@@ -139,6 +146,11 @@ class ServerConfig:
             raise ConfigError(
                 f"max_learner_lag_steps must be >= 0 (0: never hold clients), got "
                 f"{self.max_learner_lag_steps}"
+            )
+        if not 0 <= self.learner_niceness <= 19:
+            raise ConfigError(
+                f"learner_niceness must be from 0 (share the CPU equally) to 19, got "
+                f"{self.learner_niceness}"
             )
         if self.idle_timeout <= 0:
             raise ConfigError("idle_timeout must be positive")

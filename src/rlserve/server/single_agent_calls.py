@@ -34,6 +34,8 @@ class SingleAgentCalls(EpisodeCalls):
         Returns:
             True when ``respond`` will be called later.
         """
+        if not request.batched:
+            return self._get_one_action(request, session, respond)
         episodes = [self._episode(eid, session) for eid in request.episode_ids]
         # The others are checked against it; check_observe refuses a multi-agent one.
         slot = self._slot(episodes[0], "get_action")
@@ -66,6 +68,27 @@ class SingleAgentCalls(EpisodeCalls):
             if request.seqs is not None:
                 self.episodes.record_seq(episode, request.seqs[i], "get_action")
         slot.pending.append(Pending(request, episodes, respond))
+        if slot.policy is not None:
+            self._schedule_flush()
+        return True
+
+    def _get_one_action(self, request: GetAction, session: Session, respond: Respond) -> bool:
+        """:meth:`get_action` of one episode (every remote step): the same checks, in order."""
+        episode = self._episode(request.episode_ids[0], session)
+        slot = self._slot(episode, "get_action")
+        seqs = request.seqs
+        if seqs is not None and self.episodes.check_seq(episode, seqs[0], "get_action"):
+            return self._retry(request, [episode], [True], slot, respond)
+        obs = check_one(slot.observation_space, request.observations[0], "observation")
+        reward = None if request.rewards is None else request.rewards[0]
+        episodes = self.episodes
+        episodes.check_observe(episode, reward)
+        episodes.observe(
+            episode, obs[0], reward, None if request.infos is None else request.infos[0]
+        )
+        if seqs is not None:
+            episodes.record_seq(episode, seqs[0], "get_action")
+        slot.pending.append(Pending(request, [episode], respond))
         if slot.policy is not None:
             self._schedule_flush()
         return True

@@ -196,6 +196,12 @@ class BinaryConnection(asyncio.Protocol):
             self._write(ErrorReply(None, exc.code, message).to_wire())
             self._close()
             return
+        if len(frames) == 1 and not (
+            self._backlog or self._deferred or self._writing_paused or self._reading_paused
+        ):
+            # The common case (a client waits for each reply): no queue to go through.
+            self._handle_frame(frames[0])
+            return
         self._backlog.extend(frames)
         self._backlog_bytes += sum(len(body) for body in frames)
         if len(self._backlog) > MAX_BACKLOG_FRAMES or self._backlog_bytes > MAX_BACKLOG_BYTES:
@@ -298,7 +304,8 @@ class BinaryConnection(asyncio.Protocol):
         self._replied = True
         if self._deferred:
             self._deferred = False
-            asyncio.get_running_loop().call_soon(self._drain)
+            if self._backlog or self._reading_paused:
+                asyncio.get_running_loop().call_soon(self._drain)
 
     def close(self) -> None:
         """Close the connection; nothing more is read from it."""

@@ -156,7 +156,8 @@ def run_learner(sock: socket.socket, setup: dict[str, Any] | None = None) -> Non
             :class:`~rlserve.training.policy_learner.PolicyLearner`), ``run_dir``,
             ``checkpoint_every``, ``keep_checkpoints``, ``max_queue_steps``,
             ``published_versions`` (policy id -> the version the server serves, -1 for none),
-            ``log_level`` (the server's level for its ``rlserve`` loggers; default INFO).
+            ``log_level`` (the server's level for its ``rlserve`` loggers; default INFO),
+            ``niceness`` (added to this process's niceness where the OS has one; default 0).
     """
     # Ctrl-C, systemd and `kill -- -PGID` signal the whole process group; the server decides
     # when the learner stops (after a final checkpoint), so the learner ignores both signals.
@@ -170,6 +171,10 @@ def run_learner(sock: socket.socket, setup: dict[str, Any] | None = None) -> Non
                 raise ProtocolError("the server's first message to the learner must be its setup")
             setup = dict(first["setup"])
         send_logs_to(pipe.send, int(setup.get("log_level", logging.INFO)))
+        niceness = int(setup.get("niceness", 0))
+        if niceness and hasattr(os, "nice"):
+            # Serving first: a reply waiting behind a gradient step is latency every client sees.
+            os.nice(niceness)
         _LearnerLoop(pipe, setup).run()
     except (EOFError, BrokenPipeError, ConnectionResetError) as exc:
         # The server went away: nothing is left to report to, but say so for the operator.
