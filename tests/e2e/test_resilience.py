@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from e2e_support import play_cartpole, run_worker, samples_total
 
-from rlserve import EpisodeError, PolicyClient
+from rlserve import EpisodeError, PolicyClient, SpaceError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -231,6 +231,29 @@ def test_client_reconnects_to_a_restarted_server(launch_server: Any) -> None:
         metrics = second.metrics()
         assert metrics["episodes/completed"] == 1
         assert metrics["server/errors"] == 0
+    finally:
+        client.close()
+
+
+def test_a_restarted_server_with_other_spaces_gets_its_own_observation_checks(
+    launch_server: Any,
+) -> None:
+    """The client keeps its observation check; a welcome with another space replaces it."""
+    first = launch_server()
+    port = first.port
+    client = _client(first, reconnect_timeout=60)
+    try:
+        old = client.start_episode()
+        assert client.get_action(old, GOOD) in (0, 1)
+        assert first.stop(signal.SIGTERM) == 0, first.log()
+
+        launch_server(port=port, spaces=("--spaces-from", "MountainCar-v0"))
+        with pytest.raises(EpisodeError, match="lost: the server restarted"):
+            client.get_action(old, GOOD)
+        episode = client.start_episode()
+        with pytest.raises(SpaceError, match=r"shape \(4,\) does not fit Box"):
+            client.get_action(episode, GOOD)  # CartPole's observation, MountainCar's server
+        assert client.get_action(episode, np.array([-0.5, 0.0], np.float32)) in (0, 1, 2)
     finally:
         client.close()
 

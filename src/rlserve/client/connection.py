@@ -26,10 +26,11 @@ from rlserve.errors import (
     TLSError,
     error_for_code,
 )
-from rlserve.protocol.codec import decode, encode
-from rlserve.protocol.framing import FrameDecoder, frame
+from rlserve.protocol.codec import decode
+from rlserve.protocol.framing import HEADER, FrameDecoder
 from rlserve.protocol.limits import DEFAULT_LIMITS, PROTOCOL_VERSION, Limits
 from rlserve.protocol.replies import ErrorReply, Welcome
+from rlserve.protocol.request_frames import RequestFramer
 from rlserve.protocol.session_requests import Hello
 
 
@@ -89,6 +90,7 @@ class Connection:
         self.limits: Limits = DEFAULT_LIMITS
         self._sock: socket.socket | None = None
         self._decoder = FrameDecoder(DEFAULT_LIMITS.max_frame_bytes)
+        self._framer = RequestFramer()
         self._next_id = 1
         self._unanswered: dict[int, dict[str, Any]] = {}
         self._replies: dict[int, dict[str, Any]] = {}
@@ -198,7 +200,8 @@ class Connection:
         An error of an earlier pipelined request is raised before sending, never after a
         successful round trip: a call that raises has taken no effect.
         """
-        self._settle()
+        if self._unanswered or self._deferred_error is not None:
+            self._settle()
         return self._roundtrip(message)
 
     def send_nowait(self, message: dict[str, Any]) -> None:
@@ -237,8 +240,9 @@ class Connection:
     def _roundtrip(self, message: dict[str, Any]) -> dict[str, Any]:
         request_id = self._send(message)
         reply = self._read_until(request_id)
-        error = ErrorReply.of(reply)
-        if error is not None:
+        if reply.get("type") == "error":
+            error = ErrorReply.of(reply)
+            assert error is not None
             raise error_for_code(error.code, error.message, request_id)
         return reply
 
@@ -247,15 +251,15 @@ class Connection:
             raise ConnectionLostError("the connection is closed")
         request_id = self._next_id
         message["id"] = request_id
-        body = encode(message)
-        if len(body) > self.limits.max_frame_bytes:
+        data = self._framer.frame(message)
+        if len(data) - HEADER.size > self.limits.max_frame_bytes:
             raise FrameTooLargeError(
-                f"a {message.get('type')} of {len(body)} bytes is over the server's frame limit "
-                f"of {self.limits.max_frame_bytes} bytes; send less per call"
+                f"a {message.get('type')} of {len(data) - HEADER.size} bytes is over the "
+                f"server's frame limit of {self.limits.max_frame_bytes} bytes; send less per call"
             )
         self._next_id += 1
         try:
-            self._sock.sendall(frame(body))
+            self._sock.sendall(data)
         except OSError as exc:
             self._drop_socket()
             raise ConnectionLostError(f"sending to {self.host}:{self.port} failed: {exc}") from exc

@@ -30,6 +30,7 @@ from rlserve.errors import ConfigError, ConnectionLostError, EpisodeError, Space
 from rlserve.experience.agent_values import PolicyTable
 from rlserve.protocol.info import check_info_size, wire_info
 from rlserve.protocol.replies import Welcome
+from rlserve.protocol.values import MAX_ABS_REWARD
 
 
 class PolicyClient:
@@ -343,6 +344,17 @@ class PolicyClient:
                     done_marks(multiagent_done_dict, multiagent_truncated_dict),
                 )
             return
+        if info or type(reward) is not float or not -MAX_ABS_REWARD <= reward <= MAX_ABS_REWARD:
+            reward, info = self._checked_returns(episode_id, reward, info)
+        else:
+            info = None  # an empty map is no map
+        with self._lock:
+            self._engine.log_returns(episode_id, reward, info)
+
+    def _checked_returns(
+        self, episode_id: str, reward: Any, info: dict[str, Any] | None
+    ) -> tuple[float, dict[str, Any] | None]:
+        """A single-agent step's reward as a float and its ``info`` as a plain map (or None)."""
         if not isinstance(reward, int | float | np.number) or isinstance(reward, bool):
             raise SpaceError(
                 f"log_returns for episode '{episode_id}': reward must be a number, got "
@@ -355,8 +367,7 @@ class PolicyClient:
         if info:
             plain = wire_info(info, where)
             check_info_size(plain, self._conn.limits.max_info_bytes, where)
-        with self._lock:
-            self._engine.log_returns(episode_id, value, plain)
+        return value, plain
 
     def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> None:
         """Finish an episode with its final observation.

@@ -19,10 +19,10 @@ from gymnasium import spaces
 
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.engine import ServerView
+from rlserve.client.observation_check import ObservationCheck
 from rlserve.client.remote_agents import RemoteAgents
 from rlserve.client.remote_session import RemoteSession
 from rlserve.errors import SpaceError
-from rlserve.experience.agent_values import plain_value
 from rlserve.protocol.episode_requests import (
     DEFAULT_POLICY_ID,
     EndEpisode,
@@ -52,6 +52,7 @@ class RemoteEngine:
     ):
         self._view = view
         self._check_observations = check_observations
+        self._observation_check = ObservationCheck(view.observation_space, check_observations)
         # Per episode: the reward and info logged since its last action, sent with the next.
         self._pending_reward: dict[str, float] = {}
         self._pending_info: dict[str, dict[str, Any]] = {}
@@ -81,7 +82,8 @@ class RemoteEngine:
     def get_one_action(self, episode_id: str, observation: Any) -> Any:
         """One ``get_action`` round trip, with the reward and info logged since the last."""
         session = self._session
-        session.check_not_lost([episode_id])
+        if episode_id in session.lost:
+            session.check_not_lost([episode_id])
         seq = session.next_seq(episode_id)
         message = get_action_wire(
             0,
@@ -92,7 +94,10 @@ class RemoteEngine:
             self._pending_info.get(episode_id),
         )
         reply = session.request(message)
-        self._delivered([episode_id], [seq])
+        # Delivered (as in _delivered, without its lists): the pending reward and info went.
+        self._pending_reward.pop(episode_id, None)
+        self._pending_info.pop(episode_id, None)
+        session.seq[episode_id] = seq
         return self._view.action(action_of(reply))
 
     def get_actions(self, episode_ids: list[str], observations: Any, keyed: bool) -> Any:
@@ -119,7 +124,8 @@ class RemoteEngine:
     def log_action(self, episode_id: str, observation: Any, action: Any) -> None:
         """One ``log_action`` round trip, with the reward and info logged since the last."""
         session = self._session
-        session.check_not_lost([episode_id])
+        if episode_id in session.lost:
+            session.check_not_lost([episode_id])
         seq = session.next_seq(episode_id)
         message = LogAction(
             0,
@@ -143,7 +149,8 @@ class RemoteEngine:
         unknown id.
         """
         session = self._session
-        session.check_not_lost([episode_id])
+        if episode_id in session.lost:
+            session.check_not_lost([episode_id])
         total = self._pending_reward.get(episode_id, 0.0) + reward
         if not -MAX_ABS_REWARD <= total <= MAX_ABS_REWARD:
             raise SpaceError(
@@ -167,7 +174,8 @@ class RemoteEngine:
     def end_episode(self, episode_id: str, observation: Any, truncated: bool) -> None:
         """Send ``end_episode`` pipelined: the episode is over here, its error comes later."""
         session = self._session
-        session.check_not_lost([episode_id])
+        if episode_id in session.lost:
+            session.check_not_lost([episode_id])
         seq = session.next_seq(episode_id)
         end = EndEpisode(
             0,
@@ -225,10 +233,17 @@ class RemoteEngine:
     # -- helpers -----------------------------------------------------------------------------
 
     def _check_one(self, observation: Any) -> Any:
-        if not self._check_observations:
-            return plain_value(observation)
-        value = check_value(self._view.observation_space, observation, "observation")
-        return plain_value(value)
+        check = self._observation_check
+        if check.space is not self._view.observation_space:
+            check = self._new_observation_check()
+        return check(observation)
+
+    def _new_observation_check(self) -> ObservationCheck:
+        """A check for the space of the latest welcome (a restarted server may declare another)."""
+        self._observation_check = ObservationCheck(
+            self._view.observation_space, self._check_observations
+        )
+        return self._observation_check
 
     def _check_many(self, values: Any, count: int) -> Any:
         space = self._view.observation_space

@@ -53,7 +53,8 @@ class RemoteSession:
         self._forget = forget
         self.open: OrderedDict[str, None] = OrderedDict()
         """Episodes this client started and has not ended."""
-        self._lost: OrderedDict[str, None] = OrderedDict()
+        self.lost: OrderedDict[str, None] = OrderedDict()
+        """Episodes a restarted server no longer knows (their calls raise EpisodeLostError)."""
         self.seq: dict[str, int] = {}
         """Episode id -> the ``seq`` of its last call the server accepted."""
         # The end_episode seq of recently ended episodes: calls after the end take the next
@@ -93,7 +94,7 @@ class RemoteSession:
                     replay.pop(0)
                 conn.failed_message = None
                 if wait:
-                    return conn.request(dict(message))
+                    return conn.request(message)  # numbered in place: nothing else holds it
                 conn.send_nowait(dict(message))
                 return None
             except ConnectionLostError:  # RequestTimeoutError included
@@ -124,7 +125,7 @@ class RemoteSession:
         if restarted:
             # The server restarted: the episodes this client had open are gone there.
             for episode_id in [*self.open, *self.seq]:
-                remember(self._lost, episode_id)
+                remember(self.lost, episode_id)
             self.open.clear()
             self.seq.clear()
             self._ended_seq.clear()
@@ -148,7 +149,7 @@ class RemoteSession:
         Raises:
             EpisodeLostError: The server restarted since one of these episodes started.
         """
-        lost = [eid for eid in episode_ids if eid in self._lost]
+        lost = [eid for eid in episode_ids if eid in self.lost]
         if lost:
             names = ", ".join(f"'{eid}'" for eid in lost)
             raise EpisodeLostError(
@@ -167,7 +168,7 @@ class RemoteSession:
     def started(self, episode_id: str) -> None:
         """The server started ``episode_id`` for this client."""
         remember(self.open, episode_id)
-        self._lost.pop(episode_id, None)
+        self.lost.pop(episode_id, None)
 
     def ended(self, episode_id: str, seq: int) -> None:
         """``end_episode`` of ``episode_id`` went out with ``seq`` (its reply is pipelined)."""

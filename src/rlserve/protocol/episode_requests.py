@@ -69,8 +69,16 @@ def get_action_wire(
     info: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``get_action`` of one episode: what :meth:`GetAction.to_wire` writes for it."""
+    # _ending's work, written out: this runs on every step of a remote client.
     wire = {"type": "get_action", "episode_id": episode_id, "observation": observation}
-    return _ending(wire, request_id, seq, reward, info)
+    if seq is not None:
+        wire["seq"] = seq
+    if reward is not None:
+        wire["reward"] = reward
+    if info is not None:
+        wire["info"] = info
+    wire["id"] = request_id
+    return wire
 
 
 @dataclass(slots=True)
