@@ -493,6 +493,8 @@ def main() -> int:
                 file=sys.stderr,
                 flush=True,
             )
+    except KeyboardInterrupt:
+        print("interrupted: the report covers the scenarios that finished", file=sys.stderr)
     finally:
         if args.run_dir is None:
             shutil.rmtree(run_dir, ignore_errors=True)
