@@ -23,8 +23,8 @@ then run a warm-up period followed by ``--repeats`` back-to-back measurement win
 length; they report step counts and ``get_action`` latencies (``time.perf_counter`` around the
 call) per window through a ``multiprocessing`` queue. The table shows the median over windows.
 
-Run ``python bench/remote_inference.py`` (about 10 minutes on 2 idle cores), or ``--quick`` for a
-shorter check (1 and 8 clients and their limits, 2 s windows).
+Run ``python bench/remote_inference.py`` (about 6 minutes on 2 idle cores), or ``--quick`` for a
+shorter check (1 and 8 clients and their limits, 2 s windows: about 2.5 minutes).
 """
 
 from __future__ import annotations
