@@ -45,8 +45,17 @@ NDARRAY_EXT = 1
 FIXED_ACTION = 0
 """The action every echo reply carries."""
 
-_FLOAT32_VECTOR = {4: bytes([10, 1]) + struct.pack("<I", 4)}
-"""ndarray payload headers by length: dtype code 10 (float32), 1 dimension, little-endian dim."""
+_FLOAT32_HEADERS: dict[tuple[int, ...], bytes] = {}
+"""ndarray payload headers by shape: dtype code 10 (float32), ndim, little-endian u32 dims."""
+
+
+def _float32_header(shape: tuple[int, ...]) -> bytes:
+    header = _FLOAT32_HEADERS.get(shape)
+    if header is None:
+        header = bytes([10, len(shape)]) + struct.pack(f"<{len(shape)}I", *shape)
+        _FLOAT32_HEADERS[shape] = header
+    return header
+
 
 LISTENING = re.compile(r"echo listening on (\S+):(\d+)")
 
@@ -203,7 +212,7 @@ class EchoClient:
         message: dict[str, Any] = {
             "type": "get_action",
             "episode_id": episode_id,
-            "observation": msgpack.ExtType(NDARRAY_EXT, _FLOAT32_VECTOR[obs.size] + obs.tobytes()),
+            "observation": msgpack.ExtType(NDARRAY_EXT, _float32_header(obs.shape) + obs.tobytes()),
             "seq": seq,
         }
         reward = self._reward.pop(episode_id, None)
