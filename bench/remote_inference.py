@@ -1,4 +1,4 @@
-"""Remote-inference benchmark: env steps/s, get_action latency, memory and start-up time.
+"""Remote-inference benchmark: env steps/s against the loopback limit, latency, CPU, memory.
 
 Every figure comes from real ``rlserve serve`` processes and real client processes that talk to
 them through :class:`rlserve.PolicyClient`, exactly as a user's simulator would:
@@ -8,7 +8,13 @@ them through :class:`rlserve.PolicyClient`, exactly as a user's simulator would:
   learner idle (episodes started with ``training_enabled=False``: no sample reaches it) and with
   the learner training (``training_enabled=True``; PPO updates continuously, which is checked
   from ``learner/updates`` in ``GET /v1/metrics`` over every measurement window);
+* the bare loopback limit of 1 and 8 clients (``limit-1``, ``limit-8``), run next to them: the
+  same client loop against an echo server, one msgpack round trip per step carrying the bytes of
+  rlserve's ``get_action`` (``bench/_loopback_limit.py``); every single-env rlserve figure is
+  reported as a share of the limit of its client count measured in the same run;
 * one client process stepping 16 CartPoles with one batched ``get_action`` per step of the vector;
+* CPU per env step of the serving process and the clients, and the learner's CPU per env step
+  trained; the machine's load average at the start and the end;
 * the resident memory of the server process plus its learner process after warm-up, and the time
   from launching ``rlserve serve`` to its listening line and to the first action served.
 
@@ -17,8 +23,8 @@ then run a warm-up period followed by ``--repeats`` back-to-back measurement win
 length; they report step counts and ``get_action`` latencies (``time.perf_counter`` around the
 call) per window through a ``multiprocessing`` queue. The table shows the median over windows.
 
-Run ``python bench/remote_inference.py`` (about 8 minutes on 2 idle cores), or ``--quick`` for a
-shorter check (1 and 8 clients, 2 s windows).
+Run ``python bench/remote_inference.py`` (about 6 minutes on 2 idle cores), or ``--quick`` for a
+shorter check (1 and 8 clients and their limits, 2 s windows: about 2.5 minutes).
 """
 
 from __future__ import annotations
@@ -30,32 +36,25 @@ import os
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from _loopback_limit import EchoClient, EchoServer
+from _proc_cpu import CpuMeter, children, load_average, rss_kib, wait_for_quiet
+from _remote_results import Result, Scenario, report
+
 LISTENING = re.compile(
     r"rlserve listening on (?:tls://)?(\S+):(\d+) \(binary\) and https?://(\S+):(\d+)"
 )
-
-TARGETS = (
-    # (label, scenario key, metric, comparison, threshold)
-    ("1 client, learner idle: env steps/s", "idle-1", "steps_per_s", ">=", 2_500.0),
-    ("8 clients, learner idle: env steps/s", "idle-8", "steps_per_s", ">=", 8_000.0),
-    ("8 clients, learner training: p99 get_action", "train-8", "p99_ms", "<", 5.0),
-    ("16-env vector client, learner idle: env steps/s", "vec16-idle", "steps_per_s", ">=", 15e3),
-    ("16-env vector client, training: env steps/s", "vec16-train", "steps_per_s", ">=", 15e3),
-)
-
 
 # -- client processes ---------------------------------------------------------------------------
 
@@ -75,18 +74,27 @@ def client_process(
     index: int,
     num_envs: int,
     training: bool,
+    limit: bool,
     ready: Any,
     go: Any,
     bounds_shared: Any,
     stop_at: Any,
     results: Any,
 ) -> None:
+    """One client process: connect, wait for ``go``, run the loop, report per-window figures.
+
+    ``limit``: talk to the echo server with :class:`EchoClient` instead of rlserve.
+    """
     import gymnasium as gym
 
-    from rlserve import PolicyClient
-
     envs = [gym.make("CartPole-v1") for _ in range(num_envs)]
-    client = PolicyClient(address, inference_mode="remote", client_name=f"bench-{index}")
+    client: Any
+    if limit:
+        client = EchoClient(address)
+    else:
+        from rlserve import PolicyClient
+
+        client = PolicyClient(address, inference_mode="remote", client_name=f"bench-{index}")
     observations = [env.reset(seed=1000 * index + i)[0] for i, env in enumerate(envs)]
     ready.put(index)
     go.wait()
@@ -116,7 +124,7 @@ def _single_env_loop(
     steps: list[int],
     latencies: list[list[float]],
 ) -> None:
-    """The user's loop of ``rlserve.cli.demo.cartpole_client``, timed."""
+    """The user's loop of ``rlserve.cli.demo.cartpole_client``, timed (the limit's loop too)."""
     env, obs = envs[0], observations[0]
     windows = len(steps)
     now = time.monotonic()
@@ -177,112 +185,6 @@ def _vector_loop(
 
 
 # -- the server ---------------------------------------------------------------------------------
-
-
-def _rss_kib(pid: int) -> int:
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0
-    match = re.search(r"^VmRSS:\s+(\d+) kB", text, re.MULTILINE)
-    return int(match.group(1)) if match else 0
-
-
-def _children(pid: int) -> list[tuple[int, str]]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        # The command name may hold spaces and parentheses: the ppid follows the last ')'.
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append((int(entry.name), cmdline))
-    return found
-
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _machine_cpu_s() -> tuple[float, float]:
-    """(busy, interrupt) CPU seconds of the whole machine since boot, every core."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return (sum(fields[:8]) - idle) / CLOCK_TICKS, (fields[5] + fields[6]) / CLOCK_TICKS
-
-
-def _process_cpu_s(pids: list[int]) -> float:
-    """CPU seconds (user + system) used so far by the live processes in ``pids``."""
-    total = 0
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / CLOCK_TICKS
-
-
-def _kernel_threads() -> list[int]:
-    """Pids of kernel threads (kthreadd and its children): kernel work, much of it ours."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            if entry.name == "2" or ppid == 2:
-                found.append(int(entry.name))
-    return found
-
-
-class CpuMeter:
-    """Average cores used by groups of our processes, by the kernel, and by everything else.
-
-    ``kernel`` is interrupt and softirq time plus kernel threads (much of it is the loopback
-    network stack working for us); ``other`` is every remaining process on the machine.
-    """
-
-    def __init__(self, groups: dict[str, list[int]]):
-        self.groups = groups
-        self._kthreads = _kernel_threads()
-        self._mark = self._read()
-
-    def _read(self) -> dict[str, float]:
-        busy, interrupts = _machine_cpu_s()
-        sample = {name: _process_cpu_s(pids) for name, pids in self.groups.items()}
-        sample.update(
-            time=time.monotonic(),
-            busy=busy,
-            kernel=interrupts + _process_cpu_s(self._kthreads),
-        )
-        return sample
-
-    def lap(self) -> dict[str, float]:
-        """Cores per group, ``kernel`` and ``other``, averaged since the previous lap."""
-        now, then = self._read(), self._mark
-        self._mark = now
-        elapsed = max(now["time"] - then["time"], 1e-9)
-        cores = {k: (now[k] - then[k]) / elapsed for k in now if k not in ("time", "busy")}
-        busy = (now["busy"] - then["busy"]) / elapsed
-        cores["other"] = max(busy - sum(cores.values()), 0.0)
-        return cores
-
-
-def wait_for_quiet(max_load: float, timeout: float) -> float:
-    """Wait until other processes use under ``max_load`` cores for 2 s; return the last load."""
-    deadline = time.monotonic() + timeout
-    meter = CpuMeter({"bench": [os.getpid()]})
-    while True:
-        time.sleep(2.0)
-        other = meter.lap()["other"]
-        if other < max_load or time.monotonic() > deadline:
-            return other
 
 
 class Server:
@@ -350,15 +252,19 @@ class Server:
         with urllib.request.urlopen(self.metrics_url, timeout=10) as response:
             return dict(json.load(response))
 
+    def learner_pids(self) -> list[int]:
+        """The server's children: the learner process (and the resource tracker, mostly idle)."""
+        return [pid for pid, _ in children(self.process.pid)]
+
     def memory_mib(self) -> dict[str, float]:
         """RSS of the server, its learner child, and any other child (resource tracker)."""
-        server = _rss_kib(self.process.pid)
+        server = rss_kib(self.process.pid)
         learner = other = 0
-        for pid, cmdline in _children(self.process.pid):
+        for pid, cmdline in children(self.process.pid):
             if "multiprocessing.resource_tracker" in cmdline:
-                other += _rss_kib(pid)
+                other += rss_kib(pid)
             else:
-                learner += _rss_kib(pid)
+                learner += rss_kib(pid)
         return {
             "server_mib": server / 1024,
             "learner_mib": learner / 1024,
@@ -381,62 +287,14 @@ class Server:
 # -- one scenario -------------------------------------------------------------------------------
 
 
-@dataclass
-class Scenario:
-    """What runs against one fresh server."""
-
-    key: str
-    label: str
-    clients: int
-    envs_per_client: int
-    training: bool
-
-
-@dataclass
-class Result:
-    """Per-window measurements of one scenario, and its server's start-up and memory."""
-
-    scenario: Scenario
-    steps_per_s: list[float] = field(default_factory=list)
-    p50_ms: list[float] = field(default_factory=list)
-    p99_ms: list[float] = field(default_factory=list)
-    learner_updates: list[float] = field(default_factory=list)
-    steps_trained: list[float] = field(default_factory=list)
-    update_seconds: list[float] = field(default_factory=list)
-    server_steps_per_s: list[float] = field(default_factory=list)
-    mean_batch: list[float] = field(default_factory=list)
-    bench_cores: list[float] = field(default_factory=list)
-    server_cores: list[float] = field(default_factory=list)
-    learner_cores: list[float] = field(default_factory=list)
-    clients_cores: list[float] = field(default_factory=list)
-    kernel_cores: list[float] = field(default_factory=list)
-    other_cores: list[float] = field(default_factory=list)
-    load_before: float = 0.0
-    windows_run: int = 0
-    windows_kept: int = 0
-    memory: dict[str, float] = field(default_factory=dict)
-    listening_s: float = 0.0
-    first_action_s: float = 0.0
-    client_start_s: float = 0.0
-
-    def median(self, name: str) -> float:
-        """Median over windows of the list field ``name``."""
-        values = getattr(self, name)
-        return float(statistics.median(values)) if values else float("nan")
-
-    def per_step(self, name: str) -> float:
-        """Median over windows of CPU microseconds per env step of the cores field ``name``."""
-        values = [
-            cores / steps * 1e6
-            for cores, steps in zip(getattr(self, name), self.steps_per_s, strict=True)
-            if steps
-        ]
-        return float(statistics.median(values)) if values else float("nan")
-
-
 def run_scenario(scenario: Scenario, args: argparse.Namespace, run_dir: Path, ctx: Any) -> Result:
+    """Run ``scenario`` against a fresh server (the echo server for a limit) and measure it."""
     result = Result(scenario)
-    server = Server(run_dir, f"bench-{scenario.key}-{os.getpid()}")
+    server: Server | EchoServer
+    if scenario.limit:
+        server = EchoServer()
+    else:
+        server = Server(run_dir, f"bench-{scenario.key}-{os.getpid()}")
     result.listening_s, result.first_action_s = server.listening_s, server.first_action_s
     ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     windows = args.repeats * (1 + args.extra_windows)
@@ -450,6 +308,7 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, run_dir: Path, ct
                 i,
                 scenario.envs_per_client,
                 scenario.training,
+                scenario.limit,
                 ready,
                 go,
                 bounds_shared,
@@ -479,7 +338,7 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, run_dir: Path, ct
             {
                 "bench": [os.getpid()],
                 "server": [server.process.pid],
-                "learner": [pid for pid, _ in _children(server.process.pid)],
+                "learner": server.learner_pids(),
                 "clients": [p.pid for p in processes if p.pid is not None],
             }
         )
@@ -550,169 +409,20 @@ def _sleep_until(deadline: float) -> None:
         time.sleep(min(left, 0.5))
 
 
-# -- report -------------------------------------------------------------------------------------
-
-
-def _table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    line = "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |"
-    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    body = [
-        "| "
-        + " | ".join(
-            c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(r, widths, strict=True))
-        )
-        + " |"
-        for r in rows
-    ]
-    return "\n".join([line, rule, *body])
-
-
-def _learner_text(res: Result) -> str:
-    return "training" if res.scenario.training else "idle"
-
-
-def report(results: dict[str, Result], args: argparse.Namespace) -> str:
-    speed_rows = []
-    cpu_rows = []
-    for res in results.values():
-        sc = res.scenario
-        speed_rows.append(
-            [
-                sc.label,
-                str(sc.clients),
-                str(sc.envs_per_client),
-                _learner_text(res),
-                f"{res.median('steps_per_s'):,.0f}",
-                f"{res.median('p50_ms'):.2f}",
-                f"{res.median('p99_ms'):.2f}",
-                f"{res.median('mean_batch'):.1f}",
-                f"{res.median('learner_updates') / args.window:.1f}",
-                f"{res.median('steps_trained') / args.window:,.0f}",
-                f"{res.median('update_seconds'):.2f}" if sc.training else "-",
-                f"{res.windows_kept}/{res.windows_run}",
-            ]
-        )
-        cpu_rows.append(
-            [
-                sc.label,
-                _learner_text(res),
-                *(
-                    f"{res.median(f'{group}_cores'):.2f}"
-                    for group in ("server", "learner", "clients", "kernel", "other")
-                ),
-                f"{res.per_step('server_cores'):.0f}",
-                f"{res.per_step('clients_cores'):.0f}",
-                f"{res.memory.get('server_mib', float('nan')):.0f}",
-                f"{res.memory.get('learner_mib', float('nan')):.0f}",
-                f"{res.memory.get('total_mib', float('nan')):.0f}",
-            ]
-        )
-    out = [
-        f"Medians over {args.repeats} measurement windows of {args.window:g} s (after"
-        f" {args.warmup:g} s warm-up); one fresh server per scenario. Latency percentiles pool"
-        " every get_action of every client in a window. Windows in which other processes used"
-        f" more than {args.max_other_load:g} cores are replaced by extra ones (kept/run).",
-        "",
-        _table(
-            [
-                "scenario",
-                "client procs",
-                "envs/client",
-                "learner",
-                "env steps/s",
-                "get_action p50 ms",
-                "p99 ms",
-                "mean server batch",
-                "learner updates/s",
-                "learner steps trained/s",
-                "s per update",
-                "windows kept/run",
-            ],
-            speed_rows,
-        ),
-        "",
-        "CPU: average cores busy during the windows (2 cores = fully busy); kernel = interrupts,"
-        " softirqs and kernel threads (mostly the loopback network stack); other = every process"
-        " outside the benchmark. RSS: VmRSS after warm-up.",
-        "",
-        _table(
-            [
-                "scenario",
-                "learner",
-                "server cores",
-                "learner cores",
-                "clients cores",
-                "kernel cores",
-                "other cores",
-                "server CPU us/step",
-                "clients CPU us/step",
-                "server MiB",
-                "learner MiB",
-                "server+learner MiB",
-            ],
-            cpu_rows,
-        ),
-        "",
-    ]
-    listening = [r.listening_s for r in results.values()]
-    first = [r.first_action_s for r in results.values()]
-    servers = [r.memory.get("server_mib", float("nan")) for r in results.values()]
-    learners = [r.memory.get("learner_mib", float("nan")) for r in results.values()]
-    out += [
-        _table(
-            [f"server start-up (median of {len(listening)} starts)", "seconds"],
-            [
-                ["launch -> listening line", f"{statistics.median(listening):.2f}"],
-                ["launch -> first action served", f"{statistics.median(first):.2f}"],
-            ],
-        ),
-        "",
-        f"Memory after warm-up (median over scenarios): server {statistics.median(servers):.0f}"
-        f" MiB + learner {statistics.median(learners):.0f} MiB"
-        f" = {statistics.median(servers) + statistics.median(learners):.0f} MiB (VmRSS).",
-        "",
-    ]
-    target_rows = []
-    for label, key, metric, op, threshold in TARGETS:
-        if key not in results:
-            continue
-        value = results[key].median(metric)
-        ok = value >= threshold if op == ">=" else value < threshold
-        unit = " ms" if metric.endswith("_ms") else ""
-        shown = f"{value:.2f}{unit}" if unit else f"{value:,.0f}"
-        target_rows.append([label, f"{op} {threshold:,g}{unit}", shown, "PASS" if ok else "FAIL"])
-    out.append(_table(["target", "wanted", "measured", ""], target_rows))
-    for res in results.values():
-        name = f"{res.scenario.label}, learner {_learner_text(res)}"
-        stalled = sum(updates <= 0 for updates in res.learner_updates)
-        if res.scenario.training and stalled:
-            out.append(
-                f"NOTE: {name}: learner/updates did not grow in {stalled} of"
-                f" {len(res.learner_updates)} windows: an update took"
-                f" {res.median('update_seconds'):.1f} s and the window is {args.window:g} s"
-            )
-        if not res.scenario.training and max(res.learner_updates, default=0) > 0:
-            out.append(f"WARNING: {name}: the learner updated although no episode trains")
-        if max(res.other_cores, default=0) > args.max_other_load:
-            out.append(
-                f"WARNING: {name}: processes outside the benchmark used up to"
-                f" {max(res.other_cores):.2f} cores during a window"
-            )
-    return "\n".join(out)
-
-
 # -- main ---------------------------------------------------------------------------------------
 
 
-def scenarios(client_counts: list[int]) -> list[Scenario]:
+def scenarios(client_counts: list[int], limit_counts: list[int]) -> list[Scenario]:
+    """Per client count its limit (when asked for), idle and training; then the vector client."""
     chosen = []
+    for n in client_counts:
+        label = f"{n} client{'s' if n > 1 else ''}"
+        if n in limit_counts:
+            chosen.append(Scenario(f"limit-{n}", f"{label}, echo limit", n, 1, False, limit=True))
+        chosen.append(Scenario(f"idle-{n}", label, n, 1, False))
+        chosen.append(Scenario(f"train-{n}", label, n, 1, True))
     for training in (False, True):
         tag = "train" if training else "idle"
-        for n in client_counts:
-            label = f"{n} client{'s' if n > 1 else ''}"
-            chosen.append(Scenario(f"{tag}-{n}", label, n, 1, training))
         chosen.append(Scenario(f"vec16-{tag}", "1 client, 16-env vector", 1, 16, training))
     return chosen
 
@@ -726,7 +436,16 @@ def main() -> int:
     parser.add_argument(
         "--clients", type=int, nargs="+", help="client process counts (1 8 64; --quick: 1 8)"
     )
-    parser.add_argument("--only", nargs="+", help="run only these scenario keys, e.g. train-8")
+    parser.add_argument(
+        "--limit-clients",
+        type=int,
+        nargs="+",
+        default=[1, 8],
+        help="client counts (among --clients) whose echo-server limit runs too (1 8)",
+    )
+    parser.add_argument(
+        "--only", nargs="+", help="run only these scenario keys, e.g. limit-8 train-8"
+    )
     parser.add_argument("--json", type=Path, help="also write every measurement to this file")
     parser.add_argument("--run-dir", type=Path, help="keep the servers' run folders here")
     parser.add_argument(
@@ -748,13 +467,15 @@ def main() -> int:
     args.window = args.window or (2.0 if args.quick else 5.0)
     args.warmup = args.warmup or (2.0 if args.quick else 5.0)
     args.clients = args.clients or ([1, 8] if args.quick else [1, 8, 64])
-    chosen = scenarios(args.clients)
+    chosen = scenarios(args.clients, args.limit_clients)
     if args.only:
         chosen = [s for s in chosen if s.key in args.only]
 
     ctx = mp.get_context("spawn")
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="rlserve-bench-"))
     results: dict[str, Result] = {}
+    loads = [load_average()]
+    print("load average at the start: {:.2f} {:.2f} {:.2f}".format(*loads[0]), file=sys.stderr)
     try:
         for scenario in chosen:
             load = wait_for_quiet(args.max_other_load, args.wait_quiet)
@@ -772,15 +493,20 @@ def main() -> int:
                 file=sys.stderr,
                 flush=True,
             )
+    except KeyboardInterrupt:
+        print("interrupted: the report covers the scenarios that finished", file=sys.stderr)
     finally:
         if args.run_dir is None:
             shutil.rmtree(run_dir, ignore_errors=True)
-    print(report(results, args))
+    loads.append(load_average())
+    print("load average at the end: {:.2f} {:.2f} {:.2f}".format(*loads[1]), file=sys.stderr)
+    print(report(results, args, (loads[0], loads[1])))
     if args.json:
         args.json.write_text(
             json.dumps(
                 {
                     "args": {k: str(v) for k, v in vars(args).items()},
+                    "load_average": {"start": loads[0], "end": loads[1]},
                     "results": [asdict(r) for r in results.values()],
                 },
                 indent=1,

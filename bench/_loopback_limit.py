@@ -1,0 +1,258 @@
+"""The bare loopback limit of remote inference: one msgpack round trip per step to an echo server.
+
+``bench/remote_inference.py`` runs its client loop against this as well as against rlserve, in
+the same run, so each rlserve figure can be read as a share of what the machine allows:
+
+* :class:`EchoClient` has the four calls the benchmark's loop makes (``start_episode``,
+  ``get_action``, ``log_returns``, ``end_episode``). Per step it sends one frame with the bytes
+  rlserve's :class:`~rlserve.PolicyClient` sends for a single-episode ``get_action``
+  (``docs/protocol.md`` sections 3.1 and 7.3: a 4-byte big-endian length, then a msgpack map
+  ``type``, ``episode_id`` (32 hex characters), ``observation`` (an ndarray extension, type 1),
+  ``seq``, ``reward`` (from an episode's second step) and ``id``: 128 bytes for CartPole) and
+  reads one ``action`` reply (29 bytes). Starting and ending an episode costs no round trip.
+* The echo server (this file run as a script) is a minimal asyncio protocol, on uvloop when it is
+  installed as rlserve's server is: it cuts frames, decodes each body with ``msgpack.unpackb``
+  and answers ``{"type": "action", "id": <the request's id>, "action": 0}``. No policy, no
+  validation, no episode state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from _proc_cpu import rss_kib
+
+HEADER = struct.Struct(">I")
+"""The frame length prefix (``docs/protocol.md`` section 3.1)."""
+
+NDARRAY_EXT = 1
+"""msgpack extension type of an ndarray (``docs/protocol.md`` section 5.3)."""
+
+FIXED_ACTION = 0
+"""The action every echo reply carries."""
+
+_FLOAT32_HEADERS: dict[tuple[int, ...], bytes] = {}
+"""ndarray payload headers by shape: dtype code 10 (float32), ndim, little-endian u32 dims."""
+
+
+def _float32_header(shape: tuple[int, ...]) -> bytes:
+    header = _FLOAT32_HEADERS.get(shape)
+    if header is None:
+        header = bytes([10, len(shape)]) + struct.pack(f"<{len(shape)}I", *shape)
+        _FLOAT32_HEADERS[shape] = header
+    return header
+
+
+LISTENING = re.compile(r"echo listening on (\S+):(\d+)")
+
+
+# -- the server ---------------------------------------------------------------------------------
+
+
+class EchoProtocol(asyncio.Protocol):
+    """Answer every complete frame with a fixed ``action`` reply carrying the request's id."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Keep the transport to write replies to."""
+        self._transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        """Cut frames, decode each and reply; keep a partial frame for the next read."""
+        buffer = self._buffer
+        buffer += data
+        offset, replies = 0, []
+        while len(buffer) - offset >= 4:
+            (length,) = HEADER.unpack_from(buffer, offset)
+            end = offset + 4 + length
+            if len(buffer) < end:
+                break
+            request = msgpack.unpackb(bytes(buffer[offset + 4 : end]))
+            body = msgpack.packb({"type": "action", "id": request["id"], "action": FIXED_ACTION})
+            replies.append(HEADER.pack(len(body)) + body)
+            offset = end
+        del buffer[:offset]
+        if replies and self._transport is not None:
+            self._transport.write(b"".join(replies))
+
+
+async def _serve() -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(EchoProtocol, "127.0.0.1", 0)
+    host, port = server.sockets[0].getsockname()[:2]
+    print(f"echo listening on {host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    async with server:
+        await stop.wait()
+
+
+def serve() -> None:
+    """Run the echo server until SIGTERM (uvloop's event loop when it is installed)."""
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    asyncio.run(_serve())
+
+
+class EchoServer:
+    """The echo server as a process, shaped like the benchmark's ``rlserve serve`` handle.
+
+    ``listening_s``: launch to the listening line; ``first_action_s``: launch to the first reply.
+    """
+
+    def __init__(self) -> None:
+        launched = time.monotonic()
+        self.process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve())],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        self.lines: list[str] = []
+        match = None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip())
+            match = LISTENING.search(line)
+            if match:
+                break
+        if match is None:
+            raise RuntimeError("the echo server exited before listening:\n" + "\n".join(self.lines))
+        self.listening_s = time.monotonic() - launched
+        self.address = f"{match.group(1)}:{match.group(2)}"
+        self._drain = threading.Thread(target=self._read_rest, daemon=True)
+        self._drain.start()
+        probe = EchoClient(self.address)
+        probe.get_action(probe.start_episode(), np.zeros(4, dtype=np.float32))
+        probe.close()
+        self.first_action_s = time.monotonic() - launched
+
+    def _read_rest(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip())
+
+    def metrics(self) -> dict[str, Any]:
+        """No metrics: the echo server counts nothing."""
+        return {}
+
+    def learner_pids(self) -> list[int]:
+        """No learner."""
+        return []
+
+    def memory_mib(self) -> dict[str, float]:
+        """RSS of the echo server process."""
+        server = rss_kib(self.process.pid) / 1024
+        return {"server_mib": server, "learner_mib": 0.0, "total_mib": server}
+
+    def stop(self) -> None:
+        """SIGTERM, and wait for it to exit."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._drain.join(timeout=5)
+
+
+# -- the client ---------------------------------------------------------------------------------
+
+
+class EchoClient:
+    """The calls of the benchmark's client loop, one echo round trip per ``get_action``.
+
+    Args:
+        address: ``host:port`` of the echo server.
+        index: Unused; the signature of the benchmark's client factory.
+    """
+
+    def __init__(self, address: str, index: int = 0):
+        host, port = address.rsplit(":", 1)
+        self._sock = socket.create_connection((host, int(port)), timeout=60)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._next_id = 1
+        self._seq: dict[str, int] = {}
+        self._reward: dict[str, float] = {}
+        self._buffer = b""
+
+    def start_episode(self, training_enabled: bool = True) -> str:
+        """A fresh episode id, as rlserve's client makes one (no round trip)."""
+        episode_id = uuid.uuid4().hex
+        self._seq[episode_id] = 0
+        return episode_id
+
+    def get_action(self, episode_id: str, observation: Any) -> int:
+        """Send the ``get_action`` frame rlserve's client sends and read the reply's action."""
+        seq = self._seq[episode_id] = self._seq[episode_id] + 1
+        obs = np.asarray(observation, dtype="<f4")
+        message: dict[str, Any] = {
+            "type": "get_action",
+            "episode_id": episode_id,
+            "observation": msgpack.ExtType(NDARRAY_EXT, _float32_header(obs.shape) + obs.tobytes()),
+            "seq": seq,
+        }
+        reward = self._reward.pop(episode_id, None)
+        if reward is not None:
+            message["reward"] = reward
+        request_id = message["id"] = self._next_id
+        self._next_id += 1
+        body = msgpack.packb(message, use_bin_type=True)
+        self._sock.sendall(HEADER.pack(len(body)) + body)
+        reply = self._read_frame()
+        if reply.get("id") != request_id:
+            raise RuntimeError(f"echo reply {reply!r} does not answer request {request_id}")
+        return int(reply["action"])
+
+    def log_returns(self, episode_id: str, reward: float) -> None:
+        """Keep the reward for the episode's next ``get_action``."""
+        self._reward[episode_id] = self._reward.get(episode_id, 0.0) + reward
+
+    def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> None:
+        """Forget the episode (no round trip)."""
+        self._seq.pop(episode_id, None)
+        self._reward.pop(episode_id, None)
+
+    def close(self) -> None:
+        """Close the socket."""
+        self._sock.close()
+
+    def _read_frame(self) -> dict[str, Any]:
+        buffer = self._buffer
+        while True:
+            if len(buffer) >= 4:
+                end = 4 + HEADER.unpack_from(buffer)[0]
+                if len(buffer) >= end:
+                    self._buffer = buffer[end:]
+                    return dict(msgpack.unpackb(buffer[4:end]))
+            data = self._sock.recv(1 << 16)
+            if not data:
+                raise ConnectionError("the echo server closed the connection")
+            buffer += data
+
+
+if __name__ == "__main__":
+    serve()
