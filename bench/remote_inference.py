@@ -190,7 +190,7 @@ def _vector_loop(
 class Server:
     """One ``rlserve serve`` process, its ports, and its start-up times."""
 
-    def __init__(self, run_dir: Path, name: str):
+    def __init__(self, run_dir: Path, name: str, extra: list[str] | None = None):
         executable = Path(sys.executable).with_name("rlserve")
         command = (
             [str(executable)] if executable.exists() else [sys.executable, "-m", "rlserve.cli"]
@@ -208,6 +208,7 @@ class Server:
             "--name",
             name,
             "--no-progress",
+            *(extra or []),
         ]
         self.lines: list[str] = []
         launched = time.monotonic()
@@ -294,7 +295,8 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, run_dir: Path, ct
     if scenario.limit:
         server = EchoServer()
     else:
-        server = Server(run_dir, f"bench-{scenario.key}-{os.getpid()}")
+        extra = ["--learner-niceness", str(args.learner_niceness)]
+        server = Server(run_dir, f"bench-{scenario.key}-{os.getpid()}", extra)
     result.listening_s, result.first_action_s = server.listening_s, server.first_action_s
     ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     windows = args.repeats * (1 + args.extra_windows)
@@ -462,6 +464,12 @@ def main() -> int:
     )
     parser.add_argument(
         "--wait-quiet", type=float, default=300.0, help="longest wait for a quiet machine (s)"
+    )
+    parser.add_argument(
+        "--learner-niceness",
+        type=int,
+        default=0,
+        help="rlserve serve --learner-niceness (0, the default: the learner shares the CPU)",
     )
     args = parser.parse_args()
     args.window = args.window or (2.0 if args.quick else 5.0)
