@@ -15,6 +15,7 @@ from gymnasium import spaces
 
 from rlserve.errors import ConfigError
 from rlserve.experience.episodes import EpisodeTable
+from rlserve.learners import common
 from rlserve.learners.advantages import gae
 from rlserve.learners.common import WARN_INTERVAL_S
 from rlserve.learners.ppo import (
@@ -1120,3 +1121,13 @@ def test_ppo_learns_a_contextual_bandit_with_dict_actions() -> None:
         if np.mean(recent[-256:]) >= 3.6:
             break
     assert np.mean(recent[-256:]) >= 3.6, np.mean(recent[-256:])
+
+
+def test_an_update_gives_up_the_cpu_after_each_minibatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A waiting process (the serving one) gets a core between gradient steps, not per slice."""
+    yields: list[int] = []
+    monkeypatch.setattr(common, "_SCHED_YIELD", lambda: yields.append(1))
+    learner = PPOLearner(OBS_SPACE, DISCRETE, _config(minibatch_size=16, num_epochs=3))
+    learner.ingest(collect(learner, 64))
+    learner.update()
+    assert len(yields) == 3 * 4

@@ -49,6 +49,7 @@ from rlserve.learners.common import (
     read_weights,
     resolve_device,
     write_checkpoint,
+    yield_cpu,
 )
 from rlserve.learners.dqn_config import DQNSettings
 from rlserve.learners.models import QNetwork
@@ -266,6 +267,7 @@ class DQNLearner(ReplayLearner):
                     self._after_gradient_step()
                 else:
                     skipped += 1
+                yield_cpu()
         self._counters["gradient_steps_skipped_nonfinite"] += skipped
         if skipped:
             self._warnings.add("gradient steps skipped for a non-finite loss", count=skipped)

@@ -76,6 +76,7 @@ from rlserve.learners.common import (
     read_weights,
     resolve_device,
     write_checkpoint,
+    yield_cpu,
 )
 from rlserve.learners.models import ActorCritic
 from rlserve.learners.normalization import (
@@ -257,6 +258,7 @@ class PPOLearner(Learner):
             for minibatch in epoch_minibatches(columns, cfg.minibatch_size, self._generator):
                 if not self._minibatch(minibatch, stats, every_step_in_surrogate):
                     skipped += 1
+                yield_cpu()
             if cfg.target_kl is not None:
                 kl = stats.last_approx_kl()
                 if kl is not None and kl > cfg.target_kl:

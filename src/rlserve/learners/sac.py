@@ -53,6 +53,7 @@ from rlserve.learners.common import (
     read_weights,
     resolve_device,
     write_checkpoint,
+    yield_cpu,
 )
 from rlserve.learners.normalization import (
     ObservationNormalization,
@@ -295,6 +296,7 @@ class SACLearner(ReplayLearner):
         for _ in range(count if len(self.replay) else 0):
             if not self._gradient_step(stats):
                 skipped += 1
+            yield_cpu()
         applied = count - skipped if len(self.replay) else 0
         self._counters["gradient_steps_skipped_nonfinite"] += skipped
         if skipped:
