@@ -69,6 +69,10 @@ TASKS: dict[str, DemoTask] = {
         # faster target) and a balanced policy unlearning on its own narrow data (a falling
         # learning rate). See docs/benchmarks.md.
         {"dqn": {"normalize_observations": True, "tau": 0.015, "lr_end": 1e-4}},
+        # PPO: the learner takes at most 2 x 1024 steps per update and drops older backlog, so
+        # clients faster than it (4 of them on a small machine) would waste steps; holding them
+        # at 4 batches of lag keeps the steps to the target where they were with slower serving.
+        {"ppo": {"max_learner_lag_steps": 4096}},
     ),
     "pendulum": DemoTask(
         "Pendulum-v1",
