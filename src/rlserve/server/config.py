@@ -65,9 +65,10 @@ class ServerConfig:
     learner_niceness: int = option(
         0,
         "Niceness added to the learner process (POSIX). With simulators on other machines, 5 "
-        "puts serving first at little cost to training (the p99 of get_action drops several-fold "
-        "while the learner trains); where simulators or other work share the machine, it also "
-        "puts them first and an on-policy learner may train on less of the experience.",
+        "puts serving first at little cost to training (more of the CPU and a lower p99 of "
+        "get_action while the learner trains); where simulators or other work share the "
+        "machine, it also puts them first and an on-policy learner may train on less of their "
+        "experience.",
     )
     checkpoint_every: int = option(20, "Learner updates between checkpoints (0: only at shutdown).")
     keep_checkpoints: int = option(3, "How many checkpoints to keep in the run folder.")
