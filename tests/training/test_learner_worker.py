@@ -8,24 +8,21 @@ one per poll.
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import socket
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 from gymnasium import spaces
+from learner_support import Learner
 
 from rlserve.config.fields import to_table
 from rlserve.learners.ppo import PPOSettings
-from rlserve.protocol.codec import decode, encode
-from rlserve.protocol.framing import FrameDecoder, frame
+from rlserve.protocol.codec import decode
 from rlserve.protocol.spaces import describe
 from rlserve.run.experience_log import ExperienceLog
 from rlserve.server.policies import policy_paths
-from rlserve.training.learner_worker import IPC_LIMITS, run_learner
+from rlserve.training.learner_worker import IPC_LIMITS
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -33,41 +30,22 @@ IDLE_S = 1.0
 """How long the test leaves the learner alone; a polling loop would wake many times in it."""
 
 
-class _ServerEnd:
-    """The server's end of a spawned learner's socket."""
+class _ServerEnd(Learner):
+    """The server's end of a spawned learner's socket, read a message at a time."""
 
     def __init__(self, run: Path) -> None:
         ppo = PPOSettings(train_batch_size=32, minibatch_size=16, hidden=(8,), device="cpu")
-        setup = {
-            "policies": [
-                {
-                    "policy_id": "default",
-                    "ppo": to_table(ppo),
-                    "observation_space": describe(spaces.Box(-1.0, 1.0, (3,), np.float32)),
-                    "action_space": describe(spaces.Discrete(2)),
-                    "frozen": False,
-                    "init_checkpoint": None,
-                    "checkpoint_dir": str(policy_paths(run, "default", flat=False).checkpoints),
-                }
-            ],
-            "run_dir": str(run),
-            "checkpoint_every": 1,
-            "keep_checkpoints": 2,
-            "max_queue_steps": 1_000_000,
-            "published_versions": {},
+        policy = {
+            "policy_id": "default",
+            "ppo": to_table(ppo),
+            "observation_space": describe(spaces.Box(-1.0, 1.0, (3,), np.float32)),
+            "action_space": describe(spaces.Discrete(2)),
+            "frozen": False,
+            "init_checkpoint": None,
+            "checkpoint_dir": str(policy_paths(run, "default", flat=False).checkpoints),
         }
-        self.sock, child = socket.socketpair()
+        super().__init__(run, [policy], published={})
         self.sock.settimeout(60.0)
-        self.process = mp.get_context("spawn").Process(
-            target=run_learner, args=(child, setup), daemon=True
-        )
-        self.process.start()
-        child.close()
-        self.decoder = FrameDecoder(IPC_LIMITS.max_frame_bytes)
-        self.messages: list[dict[str, Any]] = []
-
-    def send(self, message: dict[str, Any]) -> None:
-        self.sock.sendall(frame(encode(message)))
 
     def read_until(self, kind: str, count: int) -> None:
         """Read until ``count`` messages of ``kind`` have arrived in all."""
