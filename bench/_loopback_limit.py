@@ -23,9 +23,7 @@ import re
 import signal
 import socket
 import struct
-import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -34,6 +32,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from _launch import ListeningProcess
 from _proc_cpu import rss_kib
 
 HEADER = struct.Struct(">I")
@@ -123,36 +122,17 @@ class EchoServer:
 
     def __init__(self) -> None:
         launched = time.monotonic()
-        self.process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve())],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
+        self._launched = ListeningProcess(
+            [sys.executable, str(Path(__file__).resolve())], LISTENING, "the echo server"
         )
-        assert self.process.stdout is not None
-        self.lines: list[str] = []
-        match = None
-        for line in self.process.stdout:
-            self.lines.append(line.rstrip())
-            match = LISTENING.search(line)
-            if match:
-                break
-        if match is None:
-            raise RuntimeError("the echo server exited before listening:\n" + "\n".join(self.lines))
+        self.process, self.lines = self._launched.process, self._launched.lines
         self.listening_s = time.monotonic() - launched
+        match = self._launched.match
         self.address = f"{match.group(1)}:{match.group(2)}"
-        self._drain = threading.Thread(target=self._read_rest, daemon=True)
-        self._drain.start()
         probe = EchoClient(self.address)
         probe.get_action(probe.start_episode(), np.zeros(4, dtype=np.float32))
         probe.close()
         self.first_action_s = time.monotonic() - launched
-
-    def _read_rest(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line.rstrip())
 
     def metrics(self) -> dict[str, Any]:
         """No metrics: the echo server counts nothing."""
@@ -169,14 +149,7 @@ class EchoServer:
 
     def stop(self) -> None:
         """SIGTERM, and wait for it to exit."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._drain.join(timeout=5)
+        self._launched.stop(grace_s=10)
 
 
 # -- the client ---------------------------------------------------------------------------------

@@ -35,11 +35,8 @@ import multiprocessing as mp
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from dataclasses import asdict
@@ -48,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from _launch import ListeningProcess
 from _loopback_limit import EchoClient, EchoServer
 from _proc_cpu import CpuMeter, children, load_average, rss_kib, wait_for_quiet
 from _remote_results import Result, Scenario, report
@@ -210,31 +208,14 @@ class Server:
             "--no-progress",
             *(extra or []),
         ]
-        self.lines: list[str] = []
         launched = time.monotonic()
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
-        )
-        assert self.process.stdout is not None
-        match = None
-        for line in self.process.stdout:
-            self.lines.append(line.rstrip())
-            match = LISTENING.search(line)
-            if match:
-                break
-        if match is None:
-            raise RuntimeError("rlserve serve exited before listening:\n" + "\n".join(self.lines))
+        self._launched = ListeningProcess(command, LISTENING, "rlserve serve")
+        self.process, self.lines = self._launched.process, self._launched.lines
         self.listening_s = time.monotonic() - launched
+        match = self._launched.match
         self.address = f"{match.group(1)}:{match.group(2)}"
         self.metrics_url = f"http://{match.group(3)}:{match.group(4)}/v1/metrics"
-        self._drain = threading.Thread(target=self._read_rest, daemon=True)
-        self._drain.start()
         self.first_action_s = self._first_action(launched)
-
-    def _read_rest(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line.rstrip())
 
     def _first_action(self, launched: float) -> float:
         from rlserve import PolicyClient
@@ -275,14 +256,7 @@ class Server:
 
     def stop(self) -> None:
         """SIGTERM, and wait for the clean shutdown (final checkpoint)."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._drain.join(timeout=5)
+        self._launched.stop(grace_s=60)
 
 
 # -- one scenario -------------------------------------------------------------------------------
