@@ -9,8 +9,11 @@ killing and restarting the sub-processes is the
 does, its messages, and how its failures become failed episodes.
 
 Each sub-process holds ``envs_per_process`` copies and serves one duplex
-``multiprocessing`` pipe: the parent sends ``(command, data)`` and the child answers
-``("ok", result)`` or ``("error", reason, traceback)``. Messages are plain values and numpy
+``multiprocessing`` pipe. Messages are maps keyed by ``"type"``, as on the env-runner and
+learner pipes: the parent sends ``{"type": "reset", "seeds": [...]}``, ``{"type": "step",
+"actions": ...}`` or ``{"type": "close"}``; the child answers ``{"type": "ok", "result": ...}``,
+``{"type": "error", "reason": ..., "traceback": ...}`` or, when its env cannot be made at all,
+``{"type": "config_error", "reason": ...}``. Messages are plain values and numpy
 arrays pickled by ``Connection.send`` (:data:`~rlserve.processes.wire.PICKLE`). The env creator
 is handed over when the process starts: with the default ``fork`` context nothing is pickled, so
 env classes defined in a ``__main__`` script without an ``if __name__ == "__main__"`` guard work
@@ -61,26 +64,33 @@ def _worker(
         try:
             envs = [create() for create in creators]
         except ConfigError as e:  # not a gymnasium.Env, bad env_config: no point restarting
-            conn.send(("config_error", str(e)))
+            conn.send({"type": "config_error", "reason": str(e)})
             return
-        conn.send(("ok", (envs[0].observation_space, envs[0].action_space)))
+        conn.send({"type": "ok", "result": (envs[0].observation_space, envs[0].action_space)})
         stacker = ObsStacker(envs[0].observation_space)
         while True:
             try:
-                command, data = conn.recv()
+                message = conn.recv()
             except (EOFError, OSError):
                 return
-            if command == "step":
-                conn.send(("ok", step_copies(envs, data, stacker)))
-            elif command == "reset":
-                conn.send(
-                    ("ok", [env.reset(seed=seed) for env, seed in zip(envs, data, strict=True)])
-                )
+            kind = message["type"]
+            if kind == "step":
+                result: Any = step_copies(envs, message["actions"], stacker)
+            elif kind == "reset":
+                seeds = message["seeds"]
+                result = [env.reset(seed=seed) for env, seed in zip(envs, seeds, strict=True)]
             else:
                 return
+            conn.send({"type": "ok", "result": result})
     except Exception as e:
         with contextlib.suppress(OSError, ValueError):
-            conn.send(("error", f"{type(e).__name__}: {e}", traceback.format_exc()))
+            conn.send(
+                {
+                    "type": "error",
+                    "reason": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc(),
+                }
+            )
     finally:
         for env in envs:
             with contextlib.suppress(Exception):
@@ -89,12 +99,12 @@ def _worker(
 
 def _judge(slot: int, message: Any) -> Any:
     """A sub-process's answer: its result, or a failure."""
-    if message[0] == "ok":
-        return message[1]
-    if message[0] == "config_error":
+    if message["type"] == "ok":
+        return message["result"]
+    if message["type"] == "config_error":
         # Multi-agent envs in sub-processes (not wired yet) end here too.
-        raise ConfigError(f"in its sub-process: {message[1]}")
-    return Failure(f"env raised {message[1]}", message[2])
+        raise ConfigError(f"in its sub-process: {message['reason']}")
+    return Failure(f"env raised {message['reason']}", message["traceback"])
 
 
 @dataclass
@@ -189,7 +199,7 @@ class ProcessVectorSource(VectorEnvSource):
             _worker,
             what="sub-process",
             wire=PICKLE,
-            close_message=("close", None),
+            close_message={"type": "close"},
             logger=logger,
             restart_note="its sub-process",
             success="step",
@@ -236,12 +246,12 @@ class ProcessVectorSource(VectorEnvSource):
         return [None if base is None else base + i for i in self._workers[w].copies]
 
     def _send_each(
-        self, command: str, data: Callable[[int], Any], timeout: float
+        self, message: Callable[[int], dict[str, Any]], timeout: float
     ) -> dict[int, Any]:
-        """Send ``(command, data(w))`` to every sub-process ``w``; each one's answer or failure."""
+        """Send ``message(w)`` to every sub-process ``w``; each one's answer or failure."""
         failures = {}
         for w in range(len(self._workers)):
-            failure = self._supervisor.send(w, (command, data(w)))
+            failure = self._supervisor.send(w, message(w))
             if failure is not None:
                 failures[w] = failure
         sent = [w for w in range(len(self._workers)) if w not in failures]
@@ -258,7 +268,7 @@ class ProcessVectorSource(VectorEnvSource):
             answer = self._supervisor.gather([w], self.reset_timeout, _judge)[w]
             if isinstance(answer, Failure):
                 return answer
-            failure = self._supervisor.send(w, ("reset", self._seeds(w, base)))
+            failure = self._supervisor.send(w, {"type": "reset", "seeds": self._seeds(w, base)})
             return failure or self._supervisor.gather([w], self.reset_timeout, _judge)[w]
 
         result: list[tuple[Any, dict[str, Any]]] = self._supervisor.restart(w, bring_up)
@@ -285,7 +295,9 @@ class ProcessVectorSource(VectorEnvSource):
             self._base_seed = seed
             self.action_space.seed(seed)
         results: list[Any] = [None] * self.num_envs
-        answers = self._send_each("reset", lambda w: self._seeds(w, seed), self.reset_timeout)
+        answers = self._send_each(
+            lambda w: {"type": "reset", "seeds": self._seeds(w, seed)}, self.reset_timeout
+        )
         for w, worker in enumerate(self._workers):
             answer = answers[w]
             if isinstance(answer, Failure):
@@ -320,7 +332,8 @@ class ProcessVectorSource(VectorEnvSource):
         )
         copies = [w.copies for w in self._workers]
         answers = self._send_each(
-            "step", lambda w: actions[copies[w].start : copies[w].stop], self.step_timeout
+            lambda w: {"type": "step", "actions": actions[copies[w].start : copies[w].stop]},
+            self.step_timeout,
         )
         for w, worker in enumerate(self._workers):
             answer = answers[w]
