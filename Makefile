@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit compat wheel-check bench clean browser
+.PHONY: demo test lint typecheck unit compat wheel-check bench clean system-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,16 +16,21 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet -e '.[server,dev,pettingzoo,tracking]'
 	touch $(STAMP)
 
-# The dashboard's browser test drives Debian's headless Chromium (tests/server/test_dashboard_browser.py);
-# installed with apt-get only when missing (as root, or through sudo). Checked on every run rather
-# than stamped, so that a browser removed since is installed again.
-browser:
-	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+# System tools the tests drive, from Debian's packages: headless Chromium for the dashboard's
+# browser test (tests/server/test_dashboard_browser.py) and promtool for the Prometheus check
+# (tests/e2e/test_metrics_streams.py). Installed with apt-get only when missing (as root, or
+# through sudo); checked on every run rather than stamped, so that a tool removed since is
+# installed again.
+SYSTEM_TOOLS := chromium:chromium chromedriver:chromium-driver promtool:prometheus
+system-tools:
+	@missing=""; for pair in $(SYSTEM_TOOLS); do \
+		command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
 		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 		$$SUDO apt-get update -q && \
-		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends \
-			chromium chromium-driver || \
-		{ echo "install Debian's chromium and chromium-driver (apt-get, as root) to run the tests"; exit 1; }; \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends $$missing || \
+		{ echo "install Debian's$$missing (apt-get, as root) to run the tests"; exit 1; }; \
 	fi
 
 demo: $(STAMP)
@@ -42,7 +47,7 @@ typecheck: $(STAMP)
 # servers and sockets, so more workers than cores shortens the run.
 TEST_WORKERS ?= 4
 
-unit: $(STAMP) browser
+unit: $(STAMP) system-tools
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # The client and the wire protocol on the oldest and the newest Python the package supports, in
