@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from _suite_tasks import WINDOW, RunKey
+from _suite_tasks import WINDOW, RunKey, all_pairs
 
 KEY_FIELDS = ("algo", "task", "contender", "seed", "budget")
 
@@ -172,7 +172,9 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
     columns = min(4, len(panels))
     rows = -(-len(panels) // columns)
     figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False)
-    for axis, ((algo, task), contenders) in zip(axes.flat, sorted(panels.items()), strict=False):
+    order = {pair: index for index, pair in enumerate(all_pairs())}
+    ordered = sorted(panels.items(), key=lambda item: order.get(item[0], len(order)))
+    for axis, ((algo, task), contenders) in zip(axes.flat, ordered, strict=False):
         budget = max(r["budget"] for runs in contenders.values() for r in runs)
         grid = list(np.linspace(0, budget, 100))
         for contender, runs in sorted(contenders.items()):

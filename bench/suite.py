@@ -69,7 +69,13 @@ class Job:
         # a relative PYTHONPATH (``PYTHONPATH=src``) must still point where it did.
         paths = environment.get("PYTHONPATH", "").split(os.pathsep)
         environment["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) for p in paths if p)
-        command = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(key.as_dict()), str(self.result)]
+        command = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            json.dumps(key.as_dict()),
+            str(self.result),
+        ]
         with self.log.open("w") as log:
             self.process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, env=environment, cwd=folder
@@ -99,38 +105,39 @@ def execute(runs: list[RunKey], results: Path, jobs: int) -> None:
     records = load(results)
     queue = list(runs)
     running: list[Job] = []
-    total, done = len(runs), 0
     started = time.monotonic()
+
+    def say(text: str) -> None:
+        print(f"[{clock(time.monotonic() - started)}] {text}", flush=True)
+
     with tempfile.TemporaryDirectory(prefix="rlserve-suite-") as folder:
-        while queue or running:
-            while queue and len(running) < jobs:
-                job = Job(queue.pop(0), Path(folder))
-                running.append(job)
-                print(
-                    f"[{clock(time.monotonic() - started)}] start {job.key.name} "
-                    f"(budget {job.key.budget:,})",
-                    flush=True,
-                )
-            time.sleep(0.5)
-            for job in [j for j in running if j.process.poll() is not None]:
-                running.remove(job)
-                done += 1
-                record = job.record()
-                append(results, record)
-                records.append(record)
-                print(
-                    f"[{clock(time.monotonic() - started)}] {done}/{total} {summary(job, record)}"
-                )
-                left = estimate_seconds(queue + [j.key for j in running], records)
-                if left is not None and (queue or running):
-                    print(f"    about {clock(left / jobs)} left (estimate)", flush=True)
+        try:
+            while queue or running:
+                while queue and len(running) < jobs:
+                    running.append(Job(queue.pop(0), Path(folder)))
+                    say(f"start {running[-1].key.name} (budget {running[-1].key.budget:,})")
+                time.sleep(0.5)
+                for job in [j for j in running if j.process.poll() is not None]:
+                    running.remove(job)
+                    record = job.record()
+                    append(results, record)
+                    records.append(record)
+                    done = len(runs) - len(queue) - len(running)
+                    say(f"{done}/{len(runs)} {summary(job, record)}")
+                    left = estimate_seconds(queue + [j.key for j in running], records)
+                    if left is not None and (queue or running):
+                        print(f"    about {clock(left / jobs)} left (estimate)", flush=True)
+        finally:
+            for job in running:  # interrupted: no child outlives the suite
+                job.process.terminate()
+                job.process.wait()
 
 
 def summary(job: Job, record: dict[str, Any]) -> str:
     """A finished run in one line."""
     name = job.key.name
     if "error" in record:
-        return f"FAILED {name}: {record['error']} (log kept in the results file)"
+        return f"FAILED {name}: {record['error']} (its last log lines)"
     if "skipped" in record:
         return f"skipped {name}: {record['skipped']}"
     mean = record["final_mean"]
