@@ -81,17 +81,17 @@ def run(key: RunKey, threshold: float | None) -> dict[str, Any]:
 
 
 def run_rlserve(key: RunKey, recorder: Recorder) -> dict[str, Any]:
-    """Rlserve's Algorithm, hosted, with its defaults."""
+    """Train rlserve's Algorithm, hosted, with its defaults."""
     from rlserve import DQNConfig, PPOConfig, SACConfig
 
     classes = {"ppo": PPOConfig, "dqn": DQNConfig, "sac": SACConfig}
-    pending: list[tuple[str, int, float]] = []
+    pending: list[tuple[int, float]] = []
     lengths: dict[str, int] = defaultdict(int)
 
     def on_episode_end(*, episode: Any, **_: Any) -> None:
         if episode.training_enabled:
             lengths[episode.source] += episode.length
-            pending.append((episode.source, lengths[episode.source], episode.episode_return))
+            pending.append((lengths[episode.source], episode.episode_return))
 
     started = time.monotonic()
     config = (
@@ -107,7 +107,7 @@ def run_rlserve(key: RunKey, recorder: Recorder) -> dict[str, Any]:
             algo.train()
             now = algo.env_steps_sampled
             copies = max(1, len(lengths))
-            for _, summed, episode_return in pending:
+            for summed, episode_return in pending:
                 recorder.episode(min(now, max(before + 1, summed * copies)), episode_return)
             pending.clear()
             before = now
