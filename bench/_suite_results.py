@@ -156,6 +156,7 @@ def smoothed(curve: list[list[float]], grid: list[float]) -> list[float | None]:
 def plot(records: list[dict[str, Any]], path: Path) -> None:
     """One panel per (algorithm, task): each contender's median curve over seeds, min-max band."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -195,6 +196,9 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
             axis.axhline(threshold, color="grey", linestyle=":", linewidth=1)
         axis.set_title(f"{algo.upper()} {task}", fontsize=10)
         axis.set_xlabel("env steps")
+        axis.xaxis.set_major_formatter(
+            matplotlib.ticker.FuncFormatter(lambda value, _: f"{value / 1000:g}k")
+        )
         axis.set_ylabel("return")
         axis.legend(fontsize=7)
     for axis in list(axes.flat)[len(panels) :]:
