@@ -175,8 +175,8 @@ def test_another_algorithms_flags_and_unlearnable_spaces_are_refused(tmp_path: P
 
 @pytest.mark.parametrize("algo", ["ppo", "dqn", "sac"])
 def test_train_help_shows_the_defaults_train_applies(algo: str) -> None:
-    """The hosted defaults (PPO's batch of 512...), not the server's; each shown default is the
-    value ``rlserve train --algo ALGO`` builds when the flag is left out."""
+    """Each shown default is the value ``rlserve train --algo ALGO`` builds when the flag is
+    left out (``auto`` for an automatic setting left unset); PPO's are the server's."""
     import argparse
     import dataclasses
 
@@ -195,11 +195,14 @@ def test_train_help_shows_the_defaults_train_applies(algo: str) -> None:
             assert shown.endswith("(default: that of --seed)"), shown
             continue
         value = getattr(applied, field.name)
+        if value is None and field.type in ("bool | None", bool | None):
+            value = "auto"
         assert shown.endswith(f"(default: {value})"), (field.name, shown, value)
     if algo == "ppo":
-        assert helps["ppo_train_batch_size"].endswith("(default: 512)")
+        assert helps["ppo_train_batch_size"].endswith("(default: 2048)")
+        assert helps["ppo_normalize_observations"].endswith("(default: auto)")
         serve = next(
             a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
         ).choices["serve"]
         served = {action.dest: action.help or "" for action in serve._actions}
-        assert served["ppo_train_batch_size"].endswith("(default: 1024)")  # the server's
+        assert served["ppo_train_batch_size"].endswith("(default: 2048)")  # the same
