@@ -402,3 +402,5 @@ def test_automatic_normalisation_looks_into_dict_and_tuple_spaces() -> None:
     assert not unbounded_observations(spaces.MultiDiscrete([3, 4]))
     assert normalizes_observations(None, OBS) and not normalizes_observations(False, OBS)
     assert normalizes_observations(True, bounded) and not normalizes_observations(None, bounded)
+    wide = spaces.Box(-np.inf, np.inf, (MAX_NORMALIZED_OBS_DIM + 1,), np.float32)
+    assert not normalizes_observations(None, wide)  # too wide to ship: auto stays off

@@ -33,6 +33,7 @@ from rlserve.errors import ConfigError
 from rlserve.learners.running_stats import NORM_EPSILON, RunningMeanStd
 from rlserve.policy import ModelSpec
 from rlserve.protocol.limits import DEFAULT_LIMITS
+from rlserve.protocol.spaces import flat_dim
 
 logger = logging.getLogger("rlserve.learner")
 
@@ -59,10 +60,12 @@ def unbounded_observations(space: gym.Space[Any]) -> bool:
 def normalizes_observations(setting: bool | None, space: gym.Space[Any]) -> bool:
     """``normalize_observations`` resolved for an observation space.
 
-    Explicit True or False wins; None (auto) is :func:`unbounded_observations` of ``space``.
+    Explicit True or False wins; None (auto) is :func:`unbounded_observations` of ``space``,
+    for observations no wider than the statistics can travel (:data:`MAX_NORMALIZED_OBS_DIM`),
+    so that the default never refuses a space.
     """
     if setting is None:
-        return unbounded_observations(space)
+        return unbounded_observations(space) and flat_dim(space) <= MAX_NORMALIZED_OBS_DIM
     return bool(setting)
 
 

@@ -76,7 +76,7 @@ class PPOSettings:
         None,
         "Normalise observations by running mean and std (RLlib's MeanStdFilter), shipped with "
         "each weights version (unset: auto, on when a Box part of the observation space has an "
-        "infinite bound).",
+        "infinite bound and it flattens to at most 65,536 values).",
     )
     obs_clip: float = option(10.0, "Normalised observations are clipped to +-this.")
     normalize_rewards: bool = option(
