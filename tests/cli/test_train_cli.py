@@ -16,6 +16,8 @@ from rlserve.run.progress_file import read_progress
 ROOT = Path(__file__).parents[2]
 
 SMALL = ["--num-envs", "4", "--iteration-steps", "2048", "--no-progress", "--seed", "0"]
+QUICK_PPO = ["--ppo-train-batch-size", "512", "--ppo-minibatch-size", "128"]
+"""Fewer gradient steps than PPO's defaults, for the tests about the command, not learning."""
 
 
 def _rlserve(*args: str, timeout: float = 200) -> subprocess.CompletedProcess[str]:
@@ -39,7 +41,7 @@ def _state(run: Path) -> dict[str, object]:
 def test_train_export_and_resume(tmp_path: Path) -> None:
     proc = _rlserve(
         "train", "--env", "CartPole-v1", "--stop-steps", "4096", "--run-dir", str(tmp_path),
-        "--name", "t", *SMALL,
+        "--name", "t", *SMALL, *QUICK_PPO,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "t"
@@ -73,7 +75,7 @@ def test_train_export_and_resume(tmp_path: Path) -> None:
 def test_unreached_stop_return_exits_1(tmp_path: Path) -> None:
     proc = _rlserve(
         "train", "--env", "CartPole-v1", "--stop-return", "1e9", "--stop-steps", "2048",
-        "--run-dir", str(tmp_path), "--name", "r", *SMALL,
+        "--run-dir", str(tmp_path), "--name", "r", *SMALL, *QUICK_PPO,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "stopped after 2,048 env steps" in proc.stdout
@@ -129,7 +131,8 @@ def test_env_from_a_file_with_env_config(tmp_path: Path) -> None:
     proc = _rlserve(
         "train", "--env", f"{module}:SimpleCorridor", "--env-config", '{"corridor_length": 3}',
         "--stop-return", "0.75", "--stop-steps", "20000", "--run-dir", str(tmp_path),
-        "--name", "c", *SMALL,
+        "--name", "c", *SMALL, *QUICK_PPO, "--ppo-lr", "1e-3", "--ppo-gamma", "0.98",
+        "--ppo-gae-lambda", "0.8",
     )  # fmt: skip
     # Optimum for length 3: 2 * -0.1 + 1 = 0.8.
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
