@@ -165,6 +165,16 @@ def test_rllib_names_land_in_the_learner_settings() -> None:
     assert settings.train_batch_size == 256
 
 
+def test_hosted_and_served_ppo_take_the_same_defaults() -> None:
+    """One set chosen on the learning suite: hosted PPO starts from the settings' own defaults."""
+    hosted = PPOConfig().environment("CartPole-v1").algo_settings()
+    assert hosted == PPOConfig().algo_settings()  # a network-only Algorithm: the server's
+    schedule = (hosted.train_batch_size, hosted.minibatch_size, hosted.num_epochs, hosted.lr)
+    assert schedule == (2048, 64, 10, 3e-4)
+    assert (hosted.gamma, hosted.gae_lambda, hosted.clip_coef) == (0.99, 0.95, 0.2)
+    assert hosted.normalize_observations is None  # automatic: by the observation space
+
+
 # -- checkpoints -----------------------------------------------------------------------------
 
 

@@ -28,6 +28,20 @@ def test_each_demo_trains_its_own_algorithms() -> None:
     assert TASKS["pendulum"].window == 20
 
 
+def test_the_cartpole_demo_keeps_its_ppo_schedule() -> None:
+    """PPO's defaults are general; the demo keeps the schedule that solves CartPole fast."""
+    assert TASKS["cartpole"].settings["ppo"] == {
+        "train_batch_size": 1024,
+        "minibatch_size": 256,
+        "lr": 1e-3,
+        "gamma": 0.98,
+        "gae_lambda": 0.8,
+        "clip_coef": 0.15,
+        "normalize_observations": False,
+    }
+    assert TASKS["cartpole"].server["ppo"] == {"max_learner_lag_steps": 4096}
+
+
 @pytest.mark.e2e
 @pytest.mark.timeout(180)
 def test_a_dqn_demo_runs_its_budget_through_the_server(

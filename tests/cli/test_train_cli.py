@@ -16,6 +16,8 @@ from rlserve.run.progress_file import read_progress
 ROOT = Path(__file__).parents[2]
 
 SMALL = ["--num-envs", "4", "--iteration-steps", "2048", "--no-progress", "--seed", "0"]
+QUICK_PPO = ["--ppo-train-batch-size", "512", "--ppo-minibatch-size", "128"]
+"""Fewer gradient steps than PPO's defaults, for the tests about the command, not learning."""
 
 
 def _rlserve(*args: str, timeout: float = 200) -> subprocess.CompletedProcess[str]:
@@ -39,7 +41,7 @@ def _state(run: Path) -> dict[str, object]:
 def test_train_export_and_resume(tmp_path: Path) -> None:
     proc = _rlserve(
         "train", "--env", "CartPole-v1", "--stop-steps", "4096", "--run-dir", str(tmp_path),
-        "--name", "t", *SMALL,
+        "--name", "t", *SMALL, *QUICK_PPO,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "t"
@@ -73,7 +75,7 @@ def test_train_export_and_resume(tmp_path: Path) -> None:
 def test_unreached_stop_return_exits_1(tmp_path: Path) -> None:
     proc = _rlserve(
         "train", "--env", "CartPole-v1", "--stop-return", "1e9", "--stop-steps", "2048",
-        "--run-dir", str(tmp_path), "--name", "r", *SMALL,
+        "--run-dir", str(tmp_path), "--name", "r", *SMALL, *QUICK_PPO,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "stopped after 2,048 env steps" in proc.stdout
@@ -129,7 +131,8 @@ def test_env_from_a_file_with_env_config(tmp_path: Path) -> None:
     proc = _rlserve(
         "train", "--env", f"{module}:SimpleCorridor", "--env-config", '{"corridor_length": 3}',
         "--stop-return", "0.75", "--stop-steps", "20000", "--run-dir", str(tmp_path),
-        "--name", "c", *SMALL,
+        "--name", "c", *SMALL, *QUICK_PPO, "--ppo-lr", "1e-3", "--ppo-gamma", "0.98",
+        "--ppo-gae-lambda", "0.8",
     )  # fmt: skip
     # Optimum for length 3: 2 * -0.1 + 1 = 0.8.
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -175,8 +178,8 @@ def test_another_algorithms_flags_and_unlearnable_spaces_are_refused(tmp_path: P
 
 @pytest.mark.parametrize("algo", ["ppo", "dqn", "sac"])
 def test_train_help_shows_the_defaults_train_applies(algo: str) -> None:
-    """The hosted defaults (PPO's batch of 512...), not the server's; each shown default is the
-    value ``rlserve train --algo ALGO`` builds when the flag is left out."""
+    """Each shown default is the value ``rlserve train --algo ALGO`` builds when the flag is
+    left out (``auto`` for an automatic setting left unset); PPO's are the server's."""
     import argparse
     import dataclasses
 
@@ -195,11 +198,14 @@ def test_train_help_shows_the_defaults_train_applies(algo: str) -> None:
             assert shown.endswith("(default: that of --seed)"), shown
             continue
         value = getattr(applied, field.name)
+        if value is None and field.type in ("bool | None", bool | None):
+            value = "auto"
         assert shown.endswith(f"(default: {value})"), (field.name, shown, value)
     if algo == "ppo":
-        assert helps["ppo_train_batch_size"].endswith("(default: 512)")
+        assert helps["ppo_train_batch_size"].endswith("(default: 2048)")
+        assert helps["ppo_normalize_observations"].endswith("(default: auto)")
         serve = next(
             a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
         ).choices["serve"]
         served = {action.dest: action.help or "" for action in serve._actions}
-        assert served["ppo_train_batch_size"].endswith("(default: 1024)")  # the server's
+        assert served["ppo_train_batch_size"].endswith("(default: 2048)")  # the same

@@ -24,6 +24,8 @@ from rlserve.learners.dqn_config import DQNSettings
 from rlserve.learners.normalization import (
     MAX_NORMALIZED_OBS_DIM,
     ObservationNormalization,
+    normalizes_observations,
+    unbounded_observations,
 )
 from rlserve.learners.ppo import PPOLearner
 from rlserve.learners.ppo_config import PPOSettings
@@ -369,3 +371,36 @@ def test_off_policy_learners_store_raw_observations_and_publish_frozen_statistic
     np.testing.assert_array_equal(
         copy.obs_normalization.stats.mean, learner.obs_normalization.stats.mean
     )
+
+
+@pytest.mark.parametrize(
+    ("env_id", "unbounded"),
+    [("CartPole-v1", True), ("Pendulum-v1", False), ("Acrobot-v1", False)],
+)
+def test_automatic_normalisation_is_on_for_unbounded_box_observations(
+    env_id: str, unbounded: bool
+) -> None:
+    import gymnasium as gym
+
+    space = gym.make(env_id).observation_space
+    assert unbounded_observations(space) is unbounded
+    learner = PPOLearner(space, DISCRETE, PPOSettings(hidden=(8,), device="cpu"))
+    assert (learner.obs_normalization is not None) is unbounded
+    off = PPOLearner(space, DISCRETE, PPOSettings(hidden=(8,), normalize_observations=False))
+    assert off.obs_normalization is None  # an explicit setting wins over the rule
+    on = PPOLearner(space, DISCRETE, PPOSettings(hidden=(8,), normalize_observations=True))
+    assert on.obs_normalization is not None
+
+
+def test_automatic_normalisation_looks_into_dict_and_tuple_spaces() -> None:
+    bounded = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    assert not unbounded_observations(spaces.Dict({"a": bounded, "b": spaces.Discrete(3)}))
+    assert unbounded_observations(spaces.Dict({"a": bounded, "b": OBS}))
+    assert unbounded_observations(spaces.Tuple((spaces.Discrete(2), spaces.Tuple((OBS,)))))
+    half = spaces.Box(np.array([0.0, -np.inf], np.float32), np.array([1.0, 5.0], np.float32))
+    assert unbounded_observations(half)  # one infinite bound is enough
+    assert not unbounded_observations(spaces.MultiDiscrete([3, 4]))
+    assert normalizes_observations(None, OBS) and not normalizes_observations(False, OBS)
+    assert normalizes_observations(True, bounded) and not normalizes_observations(None, bounded)
+    wide = spaces.Box(-np.inf, np.inf, (MAX_NORMALIZED_OBS_DIM + 1,), np.float32)
+    assert not normalizes_observations(None, wide)  # too wide to ship: auto stays off

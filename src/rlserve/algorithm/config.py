@@ -170,7 +170,8 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig):
                 for one step before it is counted as hung and restarted.
             observation_filter: RLlib's name for observation normalisation: ``"MeanStdFilter"``
                 sets the algorithm's ``normalize_observations`` (running statistics kept by
-                the learner and shipped with each weights version), ``"NoFilter"`` clears it.
+                the learner and shipped with each weights version), ``"NoFilter"`` clears it;
+                unset, the algorithm's default (PPO: on for unbounded Box observations).
         """
         if observation_filter is not None:
             self._observation_filter(observation_filter)
@@ -301,8 +302,8 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig):
         """The algorithm's settings these calls give (plus a policy's ``overrides``).
 
         An instance of the settings dataclass :attr:`algo_name` registers (``PPOSettings``
-        for PPO). Hosted environments start from :data:`HOSTED_DEFAULTS` (for PPO: synchronous
-        sampling favours small batches); a network-only Algorithm from the server's defaults.
+        for PPO). Hosted environments start from :data:`HOSTED_DEFAULTS` (for PPO none: one
+        set serves both); a network-only Algorithm from the server's defaults.
         """
         return self.policy_settings(None, overrides)
 

@@ -58,6 +58,9 @@ def add_arguments(
 ) -> list[argparse.Action]:
     """Add one ``--flag`` per field of the dataclass ``cls``; defaults stay None (unset).
 
+    A ``bool | None`` field whose default is None (automatic) is ``--x`` / ``--no-x``, shown
+    with the default ``auto``.
+
     ``defaults`` are the values that apply to the command where they differ from the
     dataclass's own (shown in the help; the command applies them itself). ``names``: only
     these fields (default: all). Returns the flags' actions.
@@ -71,6 +74,8 @@ def add_arguments(
         flag = "--" + (prefix + f.name).replace("_", "-")
         tp = _base_type(hints[f.name])
         default = shown[f.name] if f.name in shown else _default_of(f)
+        if tp is bool and default is None:
+            default = "auto"  # --x / --no-x decide; unset leaves it to the field's rule
         help_text = f"{f.metadata.get('help', '')} (default: {default})"
         if tp is bool:
             action = parser.add_argument(

@@ -24,6 +24,7 @@ import dataclasses
 import logging
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
@@ -32,12 +33,40 @@ from rlserve.errors import ConfigError
 from rlserve.learners.running_stats import NORM_EPSILON, RunningMeanStd
 from rlserve.policy import ModelSpec
 from rlserve.protocol.limits import DEFAULT_LIMITS
+from rlserve.protocol.spaces import flat_dim
 
 logger = logging.getLogger("rlserve.learner")
 
 MAX_NORMALIZED_OBS_DIM = DEFAULT_LIMITS.max_container_len
 """The widest observation a learner normalises: its statistics travel in the model spec as lists
 of numbers, which a peer decodes up to ``max_container_len`` long."""
+
+
+def unbounded_observations(space: gym.Space[Any]) -> bool:
+    """Whether ``space`` has a Box part with an infinite bound (Dict and Tuple: any part's).
+
+    The rule of ``normalize_observations`` left unset (PPO): values a space does not bound may
+    be of any scale, so they are normalised; bounded Box values and discrete spaces are not.
+    """
+    if isinstance(space, gym.spaces.Box):
+        return bool(np.isinf(space.low).any() or np.isinf(space.high).any())
+    if isinstance(space, gym.spaces.Dict):
+        return any(unbounded_observations(part) for part in space.spaces.values())
+    if isinstance(space, gym.spaces.Tuple):
+        return any(unbounded_observations(part) for part in space.spaces)
+    return False
+
+
+def normalizes_observations(setting: bool | None, space: gym.Space[Any]) -> bool:
+    """``normalize_observations`` resolved for an observation space.
+
+    Explicit True or False wins; None (auto) is :func:`unbounded_observations` of ``space``,
+    for observations no wider than the statistics can travel (:data:`MAX_NORMALIZED_OBS_DIM`),
+    so that the default never refuses a space.
+    """
+    if setting is None:
+        return unbounded_observations(space) and flat_dim(space) <= MAX_NORMALIZED_OBS_DIM
+    return bool(setting)
 
 
 class ObservationNormalizer(nn.Module):

@@ -35,9 +35,10 @@ rlserve's treatment before these options). A finite behaviour log-probability se
 step is ignored, and a logged step is never dropped as stale: no policy sampled it, so the version
 that was served when it was logged says nothing about it.
 
-Normalisation (:mod:`rlserve.learners.normalization`). With ``normalize_observations`` an update
-first takes the buffered steps' observations into the running statistics and freezes them: the
-proximal log-probabilities, the values and every gradient step read observations normalised with
+Normalisation (:mod:`rlserve.learners.normalization`). With ``normalize_observations`` (left
+unset: on when a Box part of the observation space is unbounded) an update first takes the
+buffered steps' observations into the running statistics and freezes them: the proximal
+log-probabilities, the values and every gradient step read observations normalised with
 the frozen values, which are published with the update's weights (so ``pi_prox`` already has the
 new statistics, and the importance weights account for the change from the behaviour policy's).
 With ``normalize_rewards`` the buffered rewards also feed the running variance of each episode's
@@ -81,6 +82,7 @@ from rlserve.learners.common import (
 from rlserve.learners.models import ActorCritic
 from rlserve.learners.normalization import (
     ObservationNormalization,
+    normalizes_observations,
     restore_observation_normalization,
 )
 from rlserve.learners.ppo_batch import build_batch, check_fragment, fresh_mask
@@ -146,7 +148,7 @@ class PPOLearner(Learner):
         self.model.to(self.device)
         self.obs_normalization: ObservationNormalization | None = None
         """Observation statistics (``normalize_observations``), frozen per weights version."""
-        if config.normalize_observations:
+        if normalizes_observations(config.normalize_observations, observation_space):
             self.obs_normalization = ObservationNormalization(self.model.obs_dim, config.obs_clip)
         self.return_scaler: ReturnScaler | None = None
         """Reward scaling by the discounted return's running std (``normalize_rewards``)."""
