@@ -16,8 +16,8 @@ FAST: dict[str, Any] = {
     "learning_starts": 500,
     "min_env_steps_per_iteration": 2000,
 }
-"""The defaults (epsilon to 0.01 over 5,000 steps, one gradient step per env step, soft target
-updates), with a shorter warm-up."""
+"""The defaults (epsilon to 0.01 over 5,000 steps, one gradient step per 4 env steps, soft
+target updates), with a shorter warm-up."""
 
 
 def test_dqn_learns_cartpole_within_a_step_budget() -> None:
@@ -27,7 +27,7 @@ def test_dqn_learns_cartpole_within_a_step_budget() -> None:
             result = algo.train()
         learner = result["learners"]["default"]
         assert learner["epsilon"] == pytest.approx(0.01)
-        assert learner["gradient_steps"] > 10_000
+        assert learner["gradient_steps"] > 3_000  # a quarter of the 13,500 after the warm-up
         evaluation = algo.evaluate(5)["evaluation"]["env_runners"]
     # A random policy averages about 22; the greedy policy balances far longer.
     assert evaluation["episode_return_mean"] >= 150, evaluation
