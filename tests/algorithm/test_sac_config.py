@@ -15,7 +15,7 @@ def test_rllibs_sac_names_land_in_the_settings() -> None:
         SACConfig()
         .training(
             actor_lr=5e-4,
-            critic_lr=5e-4,
+            critic_lr=2e-3,
             alpha_lr=5e-4,
             tau=0.01,
             initial_alpha=0.5,
@@ -32,7 +32,7 @@ def test_rllibs_sac_names_land_in_the_settings() -> None:
         .algo_settings()
     )
     assert isinstance(settings, SACSettings)
-    assert settings.lr == 5e-4
+    assert (settings.lr, settings.critic_lr) == (5e-4, 2e-3)
     assert (settings.tau, settings.initial_alpha, settings.target_entropy) == (0.01, 0.5, None)
     assert (settings.n_step, settings.gamma, settings.batch_size) == (3, 0.98, 128)
     assert (settings.learning_starts, settings.buffer_size) == (500, 20_000)
@@ -45,12 +45,13 @@ def test_rllibs_sac_names_land_in_the_settings() -> None:
     ("settings", "fix"),
     [
         ({"actor_lr": 3e-5, "critic_lr": 3e-4, "alpha_lr": 3e-4}, r"one learning rate .* lr"),
-        ({"actor_lr": 3e-4}, r"pass lr=\.\.\., or actor_lr, critic_lr and alpha_lr all"),
+        ({"actor_lr": 3e-4}, r"pass lr=\.\.\., or actor_lr and alpha_lr both"),
+        ({"critic_lr": 0.0}, "critic_lr must be a finite positive number"),
         ({"twin_q": False}, "always learns twin critics; drop twin_q"),
         ({"training_intensity": 256.0}, r"updates_per_step \(RLlib's training_intensity / "),
         ({"target_network_update_freq": 1}, r"after every gradient step \(set tau\)"),
         ({"grad_clip": 40.0}, "does not clip gradients"),
-        ({"optimization_config": {"actor_learning_rate": 3e-4}}, "one learning rate .*: lr"),
+        ({"optimization_config": {"actor_learning_rate": 3e-4}}, "the critics, critic_lr"),
         ({"q_model_config": {"fcnet_hiddens": [64]}}, "share hidden and activation"),
         ({"_use_beta_distribution": True}, "tanh-squashed Gaussian"),
         ({"num_sgd_iter": 3}, "training\\(\\) of sac has no setting 'num_sgd_iter'"),
@@ -70,6 +71,6 @@ def test_a_sac_policy_of_a_mixed_run_takes_rllibs_names_too() -> None:
         algorithm_settings={"sac": {"tau": 0.02, "twin_q": True}},
     )
     settings = config.policy_settings("sac", config.policies["arm"])
-    assert (settings.lr, settings.tau) == (1e-3, 0.02)
+    assert (settings.lr, settings.critic_lr, settings.tau) == (1e-3, 1e-3, 0.02)
     with pytest.raises(ConfigError, match=r"policy 'arm': sac setting 'training_intensity'"):
         PPOConfig().multi_agent(policies={"arm": {"algo": "sac", "training_intensity": 2.0}})

@@ -79,6 +79,18 @@ def test_settings_are_checked() -> None:
     assert SACSettings(train_every=10, updates_per_step=0.5).updates_per_hand_off == 5
 
 
+def test_the_critics_take_their_own_learning_rate() -> None:
+    default = SACLearner(OBS, WIDE, _settings())
+    assert {g["lr"] for g in default.critic_optimizer.param_groups} == {1e-3}
+    assert {g["lr"] for g in default.actor_optimizer.param_groups} == {3e-4}
+    split = SACLearner(OBS, WIDE, _settings(lr=5e-4, critic_lr=2e-3))
+    assert {g["lr"] for g in split.critic_optimizer.param_groups} == {2e-3}
+    assert {g["lr"] for g in split.actor_optimizer.param_groups} == {5e-4}
+    assert {g["lr"] for g in split.alpha_optimizer.param_groups} == {5e-4}
+    with pytest.raises(ConfigError, match="critic_lr must be a finite positive number"):
+        SACSettings(critic_lr=float("nan"))
+
+
 def test_warm_up_then_one_update_per_hand_off() -> None:
     learner = SACLearner(OBS, WIDE, _settings())
     assert learner.sample_steps == 10

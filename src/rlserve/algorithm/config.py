@@ -209,8 +209,8 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig):
         for DQN, :class:`~rlserve.learners.sac_config.SACSettings` for SAC), RLlib's names for
         them (:data:`~rlserve.algorithm.training_settings.RLLIB_NAMES`: for PPO ``lambda_``,
         ``num_sgd_iter``, ``sgd_minibatch_size``, ``clip_param``, ``vf_loss_coeff``,
-        ``entropy_coeff``, ``grad_clip``, ``kl_target``; for SAC also ``actor_lr``/
-        ``critic_lr``/``alpha_lr`` with one value, ``twin_q=True``,
+        ``entropy_coeff``, ``grad_clip``, ``kl_target``; for SAC also ``actor_lr`` and
+        ``alpha_lr`` with one value (``lr``), ``critic_lr``, ``twin_q=True``,
         ``target_entropy="auto"``; RLlib settings rlserve has no counterpart for are refused
         naming what to set instead), ``model={"fcnet_hiddens": [...], "fcnet_activation":
         "tanh"}``, ``observation_filter`` (``"MeanStdFilter"`` or ``"NoFilter"``, as

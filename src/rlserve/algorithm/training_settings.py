@@ -46,8 +46,8 @@ RLLIB_SAC_NAMES = {
 """RLlib's names for SAC settings -> rlserve's :class:`SACSettings` fields (plus
 ``replay_buffer_config={"capacity": N}`` for ``buffer_size``; ``tau``, ``initial_alpha``,
 ``target_entropy`` (``"auto"``: unset), ``n_step``, ``gamma`` and ``lr`` have the same names;
-``actor_lr``, ``critic_lr`` and ``alpha_lr`` all with one value are ``lr``, and ``twin_q=True``
-is what rlserve does anyway)."""
+``actor_lr`` and ``alpha_lr`` (both, one value) are ``lr``, ``critic_lr`` is ``critic_lr``, and
+``twin_q=True`` is what rlserve does anyway)."""
 
 RLLIB_SAC_REFUSED: dict[str, str] = {
     "training_intensity": (
@@ -60,8 +60,8 @@ RLLIB_SAC_REFUSED: dict[str, str] = {
     ),
     "grad_clip": "is not supported: rlserve's SAC does not clip gradients; drop it",
     "optimization_config": (
-        "is not supported; rlserve's SAC has one learning rate for the actor, the critics and "
-        "the temperature: lr"
+        "is not supported; rlserve's SAC has a learning rate for the actor and the "
+        "temperature, lr, and one for the critics, critic_lr"
     ),
     "q_model_config": (
         "is not supported; actor and critics share hidden and activation (or "
@@ -79,7 +79,8 @@ RLLIB_SAC_REFUSED: dict[str, str] = {
 """RLlib's SAC settings that have no rlserve counterpart, with what to do instead."""
 
 SAC_LEARNING_RATES = ("actor_lr", "critic_lr", "alpha_lr")
-"""RLlib's three SAC learning rates; rlserve's SAC has one, ``lr``."""
+"""RLlib's three SAC learning rates; rlserve's SAC has two: ``lr`` (actor and temperature) and
+``critic_lr``."""
 
 OBSERVATION_FILTERS = {"MeanStdFilter": True, "NoFilter": False}
 """RLlib's ``observation_filter`` values -> the algorithm's ``normalize_observations`` (neither
@@ -193,14 +194,25 @@ def settings_fields(
             )
         fields[field_name] = value
     if rates:
-        if len(rates) != len(SAC_LEARNING_RATES) or len(set(rates.values())) != 1:
-            shown = ", ".join(f"{k}={v}" for k, v in rates.items())
+        fields.update(_sac_learning_rates(rates, where))
+    return fields
+
+
+def _sac_learning_rates(rates: dict[str, Any], where: str) -> dict[str, Any]:
+    """RLlib's ``actor_lr`` and ``alpha_lr`` (both, one value) as ``lr``; ``critic_lr`` as is."""
+    fields: dict[str, Any] = {}
+    if "critic_lr" in rates:
+        fields["critic_lr"] = rates["critic_lr"]
+    shared = {k: v for k, v in rates.items() if k != "critic_lr"}
+    if shared:
+        if len(shared) != 2 or len(set(shared.values())) != 1:
+            shown = ", ".join(f"{k}={v}" for k, v in shared.items())
             raise ConfigError(
-                f"{where}: rlserve's SAC has one learning rate for the actor, the critics and "
-                f"the temperature, lr (got {shown}); pass lr=..., or actor_lr, critic_lr and "
-                "alpha_lr all with one value"
+                f"{where}: rlserve's SAC has one learning rate for the actor and the "
+                f"temperature, lr (got {shown}); pass lr=..., or actor_lr and alpha_lr both "
+                "with one value"
             )
-        fields["lr"] = next(iter(rates.values()))
+        fields["lr"] = next(iter(shared.values()))
     return fields
 
 

@@ -182,7 +182,7 @@ class SACLearner(ReplayLearner):
             float(-self.action_dim) if config.target_entropy is None else config.target_entropy
         )
         self.actor_optimizer = adam(list(self.actor.parameters()), lr=config.lr)
-        self.critic_optimizer = adam(list(self.critic.parameters()), lr=config.lr)
+        self.critic_optimizer = adam(list(self.critic.parameters()), lr=config.critic_lr)
         self.alpha_optimizer = adam([self.log_alpha], lr=config.lr)
         self.replay = ReplayBuffer(
             config.buffer_size,

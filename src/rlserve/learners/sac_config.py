@@ -17,7 +17,10 @@ from rlserve.policy.space_distribution import check_observations, squashed_gauss
 
 @dataclass
 class SACSettings:
-    """Soft Actor-Critic hyper-parameters; the defaults are SB3's (and rl-zoo3's) for Box tasks.
+    """Soft Actor-Critic hyper-parameters: SB3's defaults, but critics that learn at 1e-3.
+
+    The faster critics (CleanRL's SAC has them too) were chosen on the learning suite
+    (``bench/suite.py``; docs/learners.md, "SAC in detail").
 
     Training follows a schedule rather than consuming what arrived: after ``learning_starts``
     steps are in the replay buffer, each env step taken in owes ``updates_per_step`` gradient
@@ -34,7 +37,10 @@ class SACSettings:
     train_every: int = option(
         64, "Env steps a synchronous sampler collects between two updates (a hand-off)."
     )
-    lr: float = option(3e-4, "Adam learning rate of actor, critics and temperature.")
+    lr: float = option(3e-4, "Adam learning rate of the actor and the temperature.")
+    critic_lr: float = option(
+        1e-3, "Adam learning rate of the critics (faster than the actor's, lr)."
+    )
     gamma: float = option(0.99, "Discount factor.")
     tau: float = option(0.005, "Polyak rate of the target critics.")
     n_step: int = option(
@@ -93,6 +99,9 @@ class SACSettings:
         check_warm_up(self.learning_starts, self.buffer_size)
         if not self.updates_per_step > 0:
             raise ConfigError(f"updates_per_step must be positive, got {self.updates_per_step}")
+        for name, rate in (("lr", self.lr), ("critic_lr", self.critic_lr)):
+            if not (math.isfinite(rate) and rate > 0):
+                raise ConfigError(f"{name} must be a finite positive number, got {rate}")
         if not 0.0 < self.tau <= 1.0:
             raise ConfigError(f"tau must be in (0, 1], got {self.tau}")
         if not 0.0 <= self.gamma <= 1.0:
