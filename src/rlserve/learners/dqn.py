@@ -58,6 +58,7 @@ from rlserve.learners.normalization import (
     restore_observation_normalization,
 )
 from rlserve.learners.replay import ReplayBuffer
+from rlserve.policy.action_mask import MASKED_LOGIT, illegal_action_problem
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.fragment import Fragment
 
@@ -81,12 +82,17 @@ def q_targets(
         bounds: ``(low, high)`` the bootstrap value is clamped to, or None: no value of any
             state lies outside them (:func:`value_bounds`), so an over-estimate beyond them is
             not fed back into the targets, where it would grow on itself.
+
+    With a legal-move mask both value tensors hold ``MASKED_LOGIT`` for the choices illegal at
+    the bootstrap observation (``QNetwork.legal_values``), so ``a'`` is the best legal choice;
+    an observation with no legal choice (a finished game) is an end: it bootstraps 0.
     """
     if next_q_online is None:
         bootstrap = next_q_target.max(dim=1).values
     else:
         best = next_q_online.argmax(dim=1, keepdim=True)
         bootstrap = next_q_target.gather(1, best).squeeze(1)
+    bootstrap = torch.where(bootstrap > MASKED_LOGIT, bootstrap, torch.zeros_like(bootstrap))
     if bounds is not None:
         bootstrap = bootstrap.clamp(bounds[0], bounds[1])
     return rewards + discounts * bootstrap
@@ -139,7 +145,9 @@ class DQNLearner(ReplayLearner):
         """Observation statistics (``normalize_observations``): raw observations are stored
         in the replay buffer and normalised when sampled, with the values frozen per round."""
         if config.normalize_observations:
-            self.obs_normalization = ObservationNormalization(self.model.obs_dim, config.obs_clip)
+            self.obs_normalization = ObservationNormalization(
+                self.model.obs_dim, config.obs_clip, self.model.action_mask
+            )
         self._version = 0
         self._new_steps = 0
         """Env steps taken in since the last update (:attr:`buffered_steps`)."""
@@ -201,15 +209,25 @@ class DQNLearner(ReplayLearner):
 
         Shapes must be ``[T + 1, obs_dim]``, ``[T]``, ``[T]``, ``[T]`` with ``T >= 1``; observations
         and rewards finite and within ``max_abs_input``; actions whole choice indices
-        (:func:`~rlserve.learners.common.check_replay_fragment`).
+        (:func:`~rlserve.learners.common.check_replay_fragment`), legal where the observations
+        have a legal-move mask.
         """
-        return check_replay_fragment(
+        checked, problem = check_replay_fragment(
             fragment,
             self.model.obs_dim,
             self.config.max_abs_input,
             "dqn",
             choices=self.model.action_dim,
         )
+        mask = self.model.action_mask
+        if checked is not None and mask is not None:
+            steps = len(checked.actions)
+            problem = illegal_action_problem(
+                checked.obs[:steps], checked.actions, mask, (self.model.action_dim,)
+            )
+            if problem:
+                return None, problem
+        return checked, problem
 
     @property
     def owed_steps(self) -> int:
@@ -311,8 +329,11 @@ class DQNLearner(ReplayLearner):
         if cfg.clip_q_targets and self._reward_range is not None:
             bounds = value_bounds(*self._reward_range, cfg.gamma)
         with torch.no_grad():
-            next_target = self.target(next_obs)
-            next_online = self.model(next_obs) if cfg.double_q else None
+            # Over the next observation's legal choices only (all of them without a mask).
+            next_target = self.model.legal_values(next_obs, self.target(next_obs))
+            next_online = None
+            if cfg.double_q:
+                next_online = self.model.legal_values(next_obs, self.model(next_obs))
             targets = q_targets(rewards, discounts, next_target, next_online, bounds)
         q_all = self.model(obs)
         q_taken = q_all.gather(1, actions.unsqueeze(1)).squeeze(1)
@@ -386,7 +407,11 @@ class DQNLearner(ReplayLearner):
         self.model.load_state_dict(state["model"])
         self.target.load_state_dict(state["target"])
         self.obs_normalization = restore_observation_normalization(
-            self.obs_normalization, state.get("obs_normalization"), self.model.obs_dim, str(path)
+            self.obs_normalization,
+            state.get("obs_normalization"),
+            self.model.obs_dim,
+            str(path),
+            self.model.action_mask,
         )
         load_optimizer(self.optimizer, state["optimizer"])
         self._restore_counters(state["counters"])
@@ -411,6 +436,10 @@ class DQNLearner(ReplayLearner):
         )
         state = read_weights(path, self.device, self.model.load_state_dict, what)
         self.obs_normalization = restore_observation_normalization(
-            self.obs_normalization, state.get("obs_normalization"), self.model.obs_dim, str(path)
+            self.obs_normalization,
+            state.get("obs_normalization"),
+            self.model.obs_dim,
+            str(path),
+            self.model.action_mask,
         )
         self.sync_target()

@@ -15,7 +15,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlserve.learners import masking
 from rlserve.policy import ModelSpec
+from rlserve.policy.action_mask import action_mask_slice
 from rlserve.policy.space_distribution import (
     check_learnable,
     epsilon_greedy,
@@ -71,6 +73,9 @@ class ActorCritic(nn.Module):
             input) in the space's units.
 
     The networks read observations as given: a learner that normalises them does so before.
+    With a legal-move mask in the observation space (:mod:`rlserve.policy.action_mask`) every
+    method takes the whole flattened observation: the networks read it without the mask, and
+    the actor's logits of illegal choices are masked.
     """
 
     action_scale: torch.Tensor
@@ -91,10 +96,12 @@ class ActorCritic(nn.Module):
         self.register_buffer("action_bias", torch.zeros(0), persistent=False)
         self.set_action_normalization(normalize_actions)
         self.obs_dim = flat_dim(observation_space)
+        self.action_mask = action_mask_slice(observation_space, action_space)
+        self.input_dim = self.obs_dim - (0 if self.action_mask is None else self.action_mask[1])
         self.activation = activation
         self.distribution = self.action_distribution.kind
         self.action_dim = self.action_distribution.param_dim
-        sizes = [self.obs_dim, *hidden]
+        sizes = [self.input_dim, *hidden]
         self.actor = _mlp([*sizes, self.action_dim], activation, 0.01)
         self.critic = _mlp([*sizes, 1], activation, 1.0)
         # One per Gaussian value; categorical and gaussian policies keep the historical size
@@ -138,7 +145,7 @@ class ActorCritic(nn.Module):
             f"actor.{i}" for i, layer in enumerate(self.actor) if isinstance(layer, nn.Linear)
         )
         return ModelSpec.for_distribution(
-            self.obs_dim, names, self.activation, self.action_distribution
+            self.obs_dim, names, self.activation, self.action_distribution, self.action_mask
         )
 
     def actor_arrays(self) -> dict[str, np.ndarray]:
@@ -153,11 +160,16 @@ class ActorCritic(nn.Module):
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """State values, ``[N]``."""
-        return self.critic(obs).squeeze(-1)
+        return self.critic(masking.features(obs, self.action_mask)).squeeze(-1)
+
+    def params(self, obs: torch.Tensor) -> torch.Tensor:
+        """The actor's outputs at ``obs``, ``[N, action_dim]``, illegal choices masked."""
+        out = self.actor(masking.features(obs, self.action_mask))
+        return masking.masked(out, obs, self.action_mask)
 
     def distribution_for(self, obs: torch.Tensor) -> torch.distributions.Distribution:
         """The action distribution at ``obs`` (categorical and gaussian policies only)."""
-        out = self.actor(obs)
+        out = self.params(obs)
         if self.distribution == "categorical":
             return torch.distributions.Categorical(logits=out)
         if self.distribution == "gaussian":
@@ -176,11 +188,11 @@ class ActorCritic(nn.Module):
         """
         actions = self.normalized_actions(actions)
         if self.distribution == "categorical":
-            return categorical_log_prob_entropy(self.actor(obs), actions)
+            return categorical_log_prob_entropy(self.params(obs), actions)
         if self.distribution == "gaussian":
             dist = self.distribution_for(obs)
             return dist.log_prob(actions).sum(-1), dist.entropy().sum(-1)
-        out = self.actor(obs)
+        out = self.params(obs)
         logp = torch.zeros(out.shape[0], device=out.device)
         entropy = torch.zeros_like(logp)
         column = param = gauss = 0
@@ -213,7 +225,9 @@ class QNetwork(nn.Module):
     advantages ``A``, combined as ``Q = V + A - mean(A)``. That is linear in the trunk's output,
     so :meth:`q_arrays` publishes it folded into one layer ``head`` (``W = W_A + W_V -
     mean_rows(W_A)``, ``b = b_A + b_V - mean(b_A)``): the numpy policy and the export see the
-    same plain MLP as without dueling.
+    same plain MLP as without dueling. With a legal-move mask in the observation space it
+    reads the whole flattened observation and the trunk the observation without the mask;
+    :meth:`forward` gives every choice's value, :meth:`legal_values` masks the illegal ones.
 
     Args:
         observation_space: Any space ``gymnasium.spaces.flatten`` handles.
@@ -235,13 +249,15 @@ class QNetwork(nn.Module):
         check_learnable(observation_space, action_space)
         self.action_distribution = epsilon_greedy(action_space)
         self.obs_dim = flat_dim(observation_space)
+        self.action_mask = action_mask_slice(observation_space, action_space)
+        self.input_dim = self.obs_dim - (0 if self.action_mask is None else self.action_mask[1])
         self.action_dim = self.action_distribution.param_dim
         self.activation = activation
         self.dueling = dueling
         self.epsilon = 0.0
         """The exploration epsilon of a loaded checkpoint's schedule (set by the export)."""
         layers: list[nn.Module] = []
-        width = self.obs_dim
+        width = self.input_dim
         for size in hidden:
             layers += [nn.Linear(width, size), _ACTIVATIONS[activation]()]
             width = size
@@ -253,14 +269,21 @@ class QNetwork(nn.Module):
             self.head = nn.Linear(width, self.action_dim)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Q-values, ``[N, n]``."""
-        features = self.trunk(obs)
+        """Q-values, ``[N, n]``, of every choice (legal or not)."""
+        features = self.trunk(masking.features(obs, self.action_mask))
         if not self.dueling:
             out: torch.Tensor = self.head(features)
             return out
         advantages = self.advantage_head(features)
         value = self.value_head(features)
         return value + advantages - advantages.mean(dim=1, keepdim=True)
+
+    def legal_values(self, obs: torch.Tensor, q_values: torch.Tensor) -> torch.Tensor:
+        """``q_values`` at ``obs`` with illegal choices' set to ``MASKED_LOGIT`` (no mask: as is).
+
+        Their ``argmax`` is the best legal choice, their ``max`` the best legal value.
+        """
+        return masking.masked(q_values, obs, self.action_mask)
 
     def layer_names(self) -> tuple[str, ...]:
         """The published linear layers in order: the trunk's, then ``head``."""
@@ -273,7 +296,7 @@ class QNetwork(nn.Module):
         """The Q-network's architecture for numpy inference, acting epsilon-greedily."""
         distribution = dataclasses.replace(self.action_distribution, epsilon=float(epsilon))
         return ModelSpec.for_distribution(
-            self.obs_dim, self.layer_names(), self.activation, distribution
+            self.obs_dim, self.layer_names(), self.activation, distribution, self.action_mask
         )
 
     def head_weights(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,6 +13,12 @@ applies no step (the version does not advance) puts the previous frozen values b
 
 A checkpoint holds both: the running statistics and the frozen values of the current version
 (:meth:`ObservationNormalization.state`, plain tensors for ``torch.load(weights_only=True)``).
+With a legal-move mask (:mod:`rlserve.policy.action_mask`) the statistics are those of the
+observation without its mask (the network's input, the model spec's ``input_dim`` values): the
+mask is never observed nor normalised. The learner's normalised observations keep their full
+width with the mask's values as they came, so the networks slice the mask from them as from raw
+ones.
+
 Weights and the inputs they were trained on go together: a learner that loads a checkpoint (to
 resume, or to start from another run's weights) takes the checkpoint's normalisation, or none
 when it has none, whatever its own settings say (:func:`restore_observation_normalization`).
@@ -30,8 +36,10 @@ import torch
 from torch import nn
 
 from rlserve.errors import ConfigError
+from rlserve.learners import masking
 from rlserve.learners.running_stats import NORM_EPSILON, RunningMeanStd
 from rlserve.policy import ModelSpec
+from rlserve.policy import action_mask as mask_columns
 from rlserve.protocol.limits import DEFAULT_LIMITS
 from rlserve.protocol.spaces import flat_dim
 
@@ -80,14 +88,23 @@ class ObservationNormalizer(nn.Module):
         mean: ``[D]`` values subtracted.
         std: ``[D]`` positive divisors.
         clip: The bound of the normalised values.
+        action_mask: The legal-move mask's ``(start, size)`` in the observation, or None: its
+            values pass through as they are (``mean`` and ``std`` cover the others).
     """
 
     mean: torch.Tensor
     std: torch.Tensor
 
-    def __init__(self, mean: np.ndarray, std: np.ndarray, clip: float) -> None:
+    def __init__(
+        self,
+        mean: np.ndarray,
+        std: np.ndarray,
+        clip: float,
+        action_mask: tuple[int, int] | None = None,
+    ) -> None:
         super().__init__()
         self.clip = float(clip)
+        self.action_mask = action_mask
         self.register_buffer("mean", torch.as_tensor(np.asarray(mean, np.float32)), False)
         self.register_buffer("std", torch.as_tensor(np.asarray(std, np.float32)), False)
 
@@ -98,8 +115,13 @@ class ObservationNormalizer(nn.Module):
             self.std.copy_(torch.as_tensor(np.asarray(std, np.float32)))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Normalised ``[N, D]`` observations."""
-        return ((obs - self.mean) / self.std).clamp(-self.clip, self.clip)
+        """Normalised ``[N, D]`` observations (a mask's values as they are)."""
+        x = masking.features(obs, self.action_mask)
+        x = ((x - self.mean) / self.std).clamp(-self.clip, self.clip)
+        if self.action_mask is None:
+            return x
+        start, size = self.action_mask
+        return torch.cat([x[:, :start], obs[:, start : start + size], x[:, start:]], dim=1)
 
 
 def with_observation_normalization(
@@ -123,13 +145,17 @@ class ObservationNormalization:
     Args:
         obs_dim: Width of a flattened observation.
         clip: ``obs_clip``: the bound of the normalised values (positive).
+        action_mask: The legal-move mask's ``(start, size)`` in the observation, or None; the
+            statistics leave it out (see the module doc).
 
     Raises:
         ConfigError: ``clip`` is not positive, or ``obs_dim`` is beyond what the model spec can
             carry to a client (:data:`MAX_NORMALIZED_OBS_DIM`).
     """
 
-    def __init__(self, obs_dim: int, clip: float) -> None:
+    def __init__(
+        self, obs_dim: int, clip: float, action_mask: tuple[int, int] | None = None
+    ) -> None:
         if not (np.isfinite(clip) and clip > 0):
             raise ConfigError(f"obs_clip must be a finite positive number, got {clip}")
         if obs_dim > MAX_NORMALIZED_OBS_DIM:
@@ -139,7 +165,9 @@ class ObservationNormalization:
                 "normalize_observations off"
             )
         self.clip = float(clip)
-        self.stats = RunningMeanStd((obs_dim,))
+        self.action_mask = action_mask
+        width = obs_dim - (0 if action_mask is None else action_mask[1])
+        self.stats = RunningMeanStd((width,))
         self.mean, self.std = self._frozen_values()
         self._previous: tuple[np.ndarray, np.ndarray] | None = None
 
@@ -150,7 +178,7 @@ class ObservationNormalization:
 
     def observe(self, obs: np.ndarray) -> None:
         """Take ``[N, D]`` observations into the running statistics (not yet used)."""
-        self.stats.update(obs)
+        self.stats.update(mask_columns.features(obs, self.action_mask))
 
     def freeze(self) -> None:
         """Normalise with the running statistics from now on (at the start of an update).
@@ -170,14 +198,22 @@ class ObservationNormalization:
             self._previous = None
 
     def numpy(self, obs: np.ndarray) -> np.ndarray:
-        """``[N, D]`` observations normalised with the frozen values, a new float32 array."""
-        x = np.subtract(obs, self.mean, dtype=np.float32)
+        """``[N, D]`` observations normalised with the frozen values, a new float32 array.
+
+        A mask's values are copied as they are.
+        """
+        x = np.subtract(mask_columns.features(obs, self.action_mask), self.mean, dtype=np.float32)
         np.divide(x, self.std, out=x)
-        return np.clip(x, -np.float32(self.clip), np.float32(self.clip), out=x)
+        x = np.clip(x, -np.float32(self.clip), np.float32(self.clip), out=x)
+        if self.action_mask is None:
+            return x
+        start, size = self.action_mask
+        mask = np.asarray(obs[:, start : start + size], dtype=np.float32)
+        return np.concatenate([x[:, :start], mask, x[:, start:]], axis=1)
 
     def module(self) -> ObservationNormalizer:
         """The frozen values as a torch module (CPU)."""
-        return ObservationNormalizer(self.mean, self.std, self.clip)
+        return ObservationNormalizer(self.mean, self.std, self.clip, self.action_mask)
 
     def spec(self, spec: ModelSpec) -> ModelSpec:
         """``spec`` with the frozen statistics, to publish with the weights."""
@@ -233,6 +269,7 @@ def restore_observation_normalization(
     saved: dict[str, Any] | None,
     obs_dim: int,
     where: str,
+    action_mask: tuple[int, int] | None = None,
 ) -> ObservationNormalization | None:
     """The normalisation that goes with weights loaded from a checkpoint: the checkpoint's.
 
@@ -246,6 +283,7 @@ def restore_observation_normalization(
         saved: The checkpoint's ``obs_normalization`` entry (None: it has none).
         obs_dim: Width of a flattened observation.
         where: The checkpoint, for the warning.
+        action_mask: The model's legal-move mask, left out of the statistics.
 
     Raises:
         ValueError: The saved statistics are malformed or of another width.
@@ -265,13 +303,18 @@ def restore_observation_normalization(
             "with its statistics (normalize_observations off is ignored for it)",
             where,
         )
-        restored = ObservationNormalization(obs_dim, float(_numpy(saved["clip"]).reshape(())))
+        clip = float(_numpy(saved["clip"]).reshape(()))
+        restored = ObservationNormalization(obs_dim, clip, action_mask)
     restored.load_state(saved)
     return restored
 
 
-def load_normalizer(saved: dict[str, Any] | None) -> ObservationNormalizer | None:
+def load_normalizer(
+    saved: dict[str, Any] | None, action_mask: tuple[int, int] | None = None
+) -> ObservationNormalizer | None:
     """The frozen normaliser of a checkpoint's ``obs_normalization`` entry (None without one).
+
+    ``action_mask``: the model's legal-move mask, whose values the normaliser passes through.
 
     Raises:
         ValueError: The entry is malformed.
@@ -279,6 +322,7 @@ def load_normalizer(saved: dict[str, Any] | None) -> ObservationNormalizer | Non
     if saved is None:
         return None
     mean = _numpy(saved["frozen_mean"])
-    normalization = ObservationNormalization(int(mean.shape[0]), float(_numpy(saved["clip"])))
+    width = int(mean.shape[0]) + (0 if action_mask is None else action_mask[1])
+    normalization = ObservationNormalization(width, float(_numpy(saved["clip"])), action_mask)
     normalization.load_state(saved)
     return normalization.module()

@@ -149,7 +149,9 @@ class PPOLearner(Learner):
         self.obs_normalization: ObservationNormalization | None = None
         """Observation statistics (``normalize_observations``), frozen per weights version."""
         if normalizes_observations(config.normalize_observations, observation_space):
-            self.obs_normalization = ObservationNormalization(self.model.obs_dim, config.obs_clip)
+            self.obs_normalization = ObservationNormalization(
+                self.model.obs_dim, config.obs_clip, self.model.action_mask
+            )
         self.return_scaler: ReturnScaler | None = None
         """Reward scaling by the discounted return's running std (``normalize_rewards``)."""
         if config.normalize_rewards:
@@ -456,5 +458,9 @@ class PPOLearner(Learner):
                     else "in the Box's own units",
                 )
         self.obs_normalization = restore_observation_normalization(
-            self.obs_normalization, state.get("obs_normalization"), self.model.obs_dim, str(path)
+            self.obs_normalization,
+            state.get("obs_normalization"),
+            self.model.obs_dim,
+            str(path),
+            self.model.action_mask,
         )

@@ -31,6 +31,7 @@ from rlserve.learners.models import ActorCritic
 from rlserve.learners.normalization import ObservationNormalization
 from rlserve.learners.ppo_config import PPOSettings
 from rlserve.learners.running_stats import scale_rewards
+from rlserve.policy.action_mask import illegal_action_problem, part_sizes
 from rlserve.protocol.fragment import Fragment
 
 # exp(20) is about 4.9e8: far outside any clip range, yet its products stay finite in float32.
@@ -89,8 +90,9 @@ def check_fragment(
 
     Values are checked after the cast: shapes must match the model, observations, rewards
     and Box actions must be finite and within ``limit`` (``max_abs_input``), Discrete actions
-    whole choice indices, versions integers. An infinite behaviour log-probability becomes NaN
-    (unknown); a finite but absurd one is left to the clamp of the log-ratio.
+    whole choice indices (legal ones, with a legal-move mask), versions integers. An infinite
+    behaviour log-probability becomes NaN (unknown); a finite but absurd one is left to the clamp
+    of the log-ratio.
     ``policy_chosen`` becomes bool (non-zero: chosen).
     """
     names = ("obs", "actions", "rewards", "behaviour_logp", "policy_chosen", "weights_version")
@@ -123,6 +125,11 @@ def check_fragment(
             problem = distribution.check_actions(actions, steps)
             if problem:
                 return None, problem
+    if model.action_mask is not None:
+        sizes = part_sizes(distribution.parts)
+        problem = illegal_action_problem(obs[:steps], actions, model.action_mask, sizes)
+        if problem:
+            return None, problem
     checked = {"obs": obs, "rewards": rewards} | ({} if categorical else {"actions": actions})
     problem = magnitude_problem(checked, limit, "ppo")
     if problem:

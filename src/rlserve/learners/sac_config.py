@@ -11,6 +11,7 @@ from gymnasium import spaces
 from rlserve.config.fields import option
 from rlserve.errors import ConfigError, UnsupportedSpaceError
 from rlserve.learners.replay import check_warm_up
+from rlserve.policy.action_mask import MASK_KEY
 from rlserve.policy.distribution import ActionDistribution
 from rlserve.policy.space_distribution import check_observations, squashed_gaussian_distribution
 
@@ -134,6 +135,11 @@ def check_sac_spaces(
             that learn it: PPO any action space, DQN Discrete ones).
     """
     check_observations(observation_space)
+    if isinstance(observation_space, spaces.Dict) and MASK_KEY in observation_space.spaces:
+        raise UnsupportedSpaceError(
+            f"sac acts in continuous Box action spaces, which an '{MASK_KEY}' observation cannot "
+            "mask; learn a masked Discrete or MultiDiscrete space with ppo (or dqn: Discrete)"
+        )
     if not isinstance(action_space, spaces.Box) or action_space.dtype.kind != "f":
         raise UnsupportedSpaceError(f"sac learns float Box action spaces only, not {action_space}")
     return squashed_gaussian_distribution(action_space)

@@ -26,13 +26,16 @@ ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 """The activations a spec may name, each as the numpy forward pass applies it."""
 
+MASKABLE_DISTRIBUTIONS = ("categorical", "multi_categorical", "epsilon_greedy")
+"""The distributions whose choices a legal-move mask (``action_mask``) can mask."""
+
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
     """What a client needs to rebuild the actor from named arrays.
 
     Attributes:
-        obs_dim: Length of the flattened observation.
+        obs_dim: Length of the flattened observation (with its mask, if any).
         actor_layers: Names of the actor's linear layers in order; layer ``name`` has the arrays
             ``name.weight`` (``[out, in]``) and ``name.bias``.
         activation: Activation between layers (``tanh`` or ``relu``); none after the last.
@@ -64,6 +67,12 @@ class ModelSpec:
             space's units (see :mod:`rlserve.policy.distribution`); empty (absent on the wire)
             when Gaussian values are in the space's units.
         action_bias: Per action column, the value added after ``action_scale``.
+        action_mask: ``(start, size)`` of the legal-move mask in the flattened observation
+            (:mod:`rlserve.policy.action_mask`), or None (absent on the wire) without one. The
+            first layer then reads the other ``obs_dim - size`` values (:attr:`input_dim`;
+            ``obs_mean`` and ``obs_std`` have as many), and the actor's outputs of illegal
+            choices are masked; ``size`` equals ``action_dim``. Only ``categorical``,
+            ``multi_categorical`` and ``epsilon_greedy`` policies have one.
     """
 
     obs_dim: int
@@ -82,14 +91,18 @@ class ModelSpec:
     obs_clip: float | None = None
     action_scale: tuple[float, ...] = field(default=())
     action_bias: tuple[float, ...] = field(default=())
+    action_mask: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
+        self._check_mask()
         if not (self.obs_mean or self.obs_std or self.obs_clip is not None):
             return
-        if len(self.obs_mean) != self.obs_dim or len(self.obs_std) != self.obs_dim:
+        width = self.input_dim
+        if len(self.obs_mean) != width or len(self.obs_std) != width:
+            need = "obs_dim" if self.action_mask is None else "input_dim (obs_dim less the mask)"
             raise ConfigError(
-                f"model spec: obs_mean and obs_std need obs_dim = {self.obs_dim} values each; "
-                f"got {len(self.obs_mean)} and {len(self.obs_std)}"
+                f"model spec: obs_mean and obs_std need {need} = {width} values each; got "
+                f"{len(self.obs_mean)} and {len(self.obs_std)}"
             )
         if self.obs_clip is None or not (math.isfinite(self.obs_clip) and self.obs_clip > 0):
             raise ConfigError(
@@ -103,6 +116,26 @@ class ModelSpec:
         if not (np.isfinite(std).all() and (std > 0).all()):
             raise ConfigError("model spec: obs_std must hold finite positive values")
 
+    def _check_mask(self) -> None:
+        if self.action_mask is None:
+            return
+        start, size = self.action_mask
+        if self.distribution not in MASKABLE_DISTRIBUTIONS:
+            raise ConfigError(
+                f"model spec: a {self.distribution} policy cannot have an action_mask; only "
+                f"{', '.join(MASKABLE_DISTRIBUTIONS)} ones"
+            )
+        if size != self.action_dim or start < 0 or start + size > self.obs_dim:
+            raise ConfigError(
+                f"model spec: action_mask {self.action_mask} must be (start, action_dim = "
+                f"{self.action_dim}) within the obs_dim = {self.obs_dim} observation values"
+            )
+
+    @property
+    def input_dim(self) -> int:
+        """Width of the first layer's input: ``obs_dim`` less the mask's values."""
+        return self.obs_dim - (0 if self.action_mask is None else self.action_mask[1])
+
     @property
     def normalizes_observations(self) -> bool:
         """True when the first layer reads normalised observations (``obs_mean`` is given)."""
@@ -115,8 +148,9 @@ class ModelSpec:
         actor_layers: tuple[str, ...],
         activation: str,
         distribution: ActionDistribution,
+        action_mask: tuple[int, int] | None = None,
     ) -> ModelSpec:
-        """The spec of an actor that parameterises ``distribution``."""
+        """The spec of an actor that parameterises ``distribution`` (masked by ``action_mask``)."""
         dim = distribution.param_dim
         base = cls(
             obs_dim,
@@ -126,6 +160,7 @@ class ModelSpec:
             dim,
             action_scale=distribution.scale,
             action_bias=distribution.bias,
+            action_mask=action_mask,
         )
         if distribution.kind == "categorical":
             return replace(base, action_start=distribution.offsets[0])
@@ -216,6 +251,10 @@ class ModelSpec:
             data["action_bias"] = [float(v) for v in self.action_bias]
         else:
             del data["action_scale"], data["action_bias"]
+        if self.action_mask is None:
+            del data["action_mask"]  # absent: no mask, as a spec from before masks
+        else:
+            data["action_mask"] = {"start": self.action_mask[0], "size": self.action_mask[1]}
         # JSON has no infinity: an unbounded side is written as null, as in space descriptions.
         data["action_low"] = [v if math.isfinite(v) else None for v in self.action_low]
         data["action_high"] = [v if math.isfinite(v) else None for v in self.action_high]
@@ -226,7 +265,8 @@ class ModelSpec:
         """Rebuild a spec from :meth:`to_wire` output.
 
         Absent normalisation fields (``obs_mean``, ``obs_std``, ``obs_clip``, ``action_scale``,
-        ``action_bias``) mean none, as in a spec from before they existed.
+        ``action_bias``) and an absent ``action_mask`` mean none, as in a spec from before they
+        existed.
 
         Raises:
             ConfigError: Unknown activation or distribution, missing fields, or normalisation
@@ -257,6 +297,7 @@ class ModelSpec:
                 obs_clip=None if raw.get("obs_clip") is None else float(raw["obs_clip"]),
                 action_scale=_floats(raw.get("action_scale", ())),
                 action_bias=_floats(raw.get("action_bias", ())),
+                action_mask=_mask(raw.get("action_mask")),
             )
         except ConfigError:
             raise  # a field of the right type with a wrong value: the message says which
@@ -271,6 +312,18 @@ class ModelSpec:
             )
         spec.action_distribution()  # refuses inconsistent action fields
         return spec
+
+
+def _mask(raw: Any) -> tuple[int, int] | None:
+    """The wire's ``action_mask`` map as ``(start, size)``; None when absent."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise TypeError(f"action_mask must be a map of start and size, got {raw!r}")
+    values = (raw["start"], raw["size"])
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise TypeError(f"action_mask start and size must be whole numbers, got {raw!r}")
+    return int(values[0]), int(values[1])
 
 
 def _floats(values: Any) -> tuple[float, ...]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlserve.errors import ConfigError
+from rlserve.policy.action_mask import features, legal, mask_logits, part_sizes, require_legal
 from rlserve.policy.gaussian import LOG_2PI
 from rlserve.policy.greedy import epsilon_greedy_choices, epsilon_greedy_log_prob
 from rlserve.policy.model_spec import ACTIVATIONS, ModelSpec
@@ -90,7 +91,7 @@ class NumpyPolicy:
         self._act = ACTIVATIONS[spec.activation]
         self._tanh = spec.activation == "tanh"
         self._layers: list[tuple[np.ndarray, np.ndarray]] = []
-        in_dim = spec.obs_dim
+        in_dim = spec.input_dim
         for name in spec.actor_layers:
             try:
                 w = np.asarray(weights[f"{name}.weight"], dtype=np.float32)
@@ -108,6 +109,8 @@ class NumpyPolicy:
         if in_dim != spec.action_dim:
             raise ConfigError(f"actor output is {in_dim} wide; action_dim is {spec.action_dim}")
         self.distribution = spec.action_distribution()
+        self._mask = spec.action_mask
+        self._mask_sizes = part_sizes(self.distribution.parts)
         self._log_std: np.ndarray | None = None
         gaussian_dim = self.distribution.gaussian_dim
         if gaussian_dim:
@@ -147,9 +150,11 @@ class NumpyPolicy:
     def normalize(self, obs: np.ndarray) -> np.ndarray:
         """``[N, obs_dim]`` observations as the first layer reads them, as a new float32 array.
 
+        Without the mask's values, when the spec has one (``[N, input_dim]``); then
         ``clip((obs - obs_mean) / obs_std, -obs_clip, obs_clip)`` when the spec normalises
-        observations; a float32 copy of ``obs`` otherwise.
+        observations; a float32 copy otherwise.
         """
+        obs = features(obs, self._mask)
         if self._obs_mean is None:
             return np.array(obs, dtype=np.float32)
         x = np.subtract(obs, self._obs_mean, dtype=np.float32)
@@ -159,14 +164,15 @@ class NumpyPolicy:
     def forward(self, obs: np.ndarray) -> np.ndarray:
         """Return the actor's raw output (logits or means) for ``[N, obs_dim]`` observations.
 
-        ``obs`` are the raw flattened observations: a spec's observation normalisation is
-        applied here, before the first layer. The output is a new array (never ``obs``): the
-        caller may change it in place.
+        ``obs`` are the raw flattened observations: the mask's values are left out and a
+        spec's observation normalisation is applied here, before the first layer. The output is
+        a new array (never ``obs``), not masked: the caller may change it in place.
         """
         if self._obs_mean is not None:
             x = self.normalize(obs)
         else:
-            x = obs if self._layers else obs.copy()
+            x = features(obs, self._mask)
+            x = x if self._layers else x.copy()
         last = len(self._layers) - 1
         rows = x.shape[0]
         if rows <= _TILED_ROWS and rows <= self._serial_rows and last >= 0:
@@ -198,11 +204,29 @@ class NumpyPolicy:
     def compute_actions(self, obs: np.ndarray, explore: bool = True) -> PolicyOutput:
         """Sample (or, without exploration, pick the most likely) actions for a batch.
 
+        With a legal-move mask (the spec's ``action_mask``) only legal choices are taken, and
+        their probabilities are those of the masked distribution.
+
         Args:
             obs: ``[N, obs_dim]`` float32 flattened observations.
             explore: Sample from the distribution when True; take its mode when False.
+
+        Raises:
+            SpaceError: An observation's mask marks no choice legal (in some sub-action).
         """
         out = self.forward(obs)
+        if self._mask is None:
+            return self._compute(obs, out, explore)
+        out = self._masked(obs, out)
+        if self.spec.distribution == "epsilon_greedy":
+            actions = epsilon_greedy_choices(out, self.spec.epsilon, self._rng, explore, True)
+            logp = epsilon_greedy_log_prob(out, self.spec.epsilon, actions, True)
+            return PolicyOutput(actions, logp)
+        result = self._compute(obs, out.copy(), explore)
+        return self._legal_only(obs, out, result)
+
+    def _compute(self, obs: np.ndarray, out: np.ndarray, explore: bool) -> PolicyOutput:
+        """:meth:`compute_actions` from the actor's output ``out`` (changed in place)."""
         if self.spec.distribution == "epsilon_greedy":
             return self._epsilon_greedy(out, explore)
         if self.spec.distribution == "categorical":
@@ -247,6 +271,41 @@ class NumpyPolicy:
             actions = actions * self._scale + self._bias
         logp = -0.5 * (noise**2).sum(axis=1) - self._log_std.sum() - 0.5 * LOG_2PI * out.shape[1]
         return PolicyOutput(actions.astype(np.float32), logp.astype(np.float32))
+
+    def _legal_only(
+        self, obs: np.ndarray, masked: np.ndarray, result: PolicyOutput
+    ) -> PolicyOutput:
+        """``result`` with any choice of probability 0 replaced by its part's mode.
+
+        A sampler rounding at the edge of its last interval (``u * total == total``, about one
+        draw in 2**53) could land on an illegal choice: never sent.
+        """
+        assert self._mask is not None
+        allowed = legal(obs, self._mask)
+        actions = result.actions
+        columns = actions[:, None] if actions.ndim == 1 else actions
+        rows = self._row_index(obs.shape[0])
+        begin = 0
+        replaced = False
+        for column, size in enumerate(self._mask_sizes):
+            block = allowed[:, begin : begin + size]
+            chosen = columns[:, column].astype(np.int64)
+            bad = ~block[rows, chosen]
+            if bad.any():
+                mode = masked[:, begin : begin + size].argmax(axis=1)
+                columns[bad, column] = mode[bad]
+                replaced = True
+            begin += size
+        if replaced:
+            result.logp = self.log_prob(obs, result.actions)
+        return result
+
+    def _masked(self, obs: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """``out`` with the outputs of choices illegal at ``obs`` masked (in place)."""
+        assert self._mask is not None
+        allowed = legal(obs, self._mask)
+        require_legal(allowed, self._mask_sizes)
+        return mask_logits(out, allowed)
 
     def _sample_two(self, out: np.ndarray) -> PolicyOutput:
         """Sample one of two choices per row of logits ``out`` (changed in place).
@@ -317,10 +376,17 @@ class NumpyPolicy:
         return PolicyOutput(np.array([action], dtype=np.int64), np.array([logp], dtype=np.float32))
 
     def log_prob(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        """Log-probability of given actions under this policy, ``[N]`` float32."""
+        """Log-probability of given actions under this policy, ``[N]`` float32.
+
+        With a legal-move mask, under the masked distribution (an illegal action's is about
+        :data:`~rlserve.policy.action_mask.MASKED_LOGIT`, or ``-inf`` for epsilon-greedy).
+        """
         out = self.forward(obs)
+        if self._mask is not None:
+            out = self._masked(obs, out)
         if self.spec.distribution == "epsilon_greedy":
-            return epsilon_greedy_log_prob(out, self.spec.epsilon, actions)
+            masked = self._mask is not None
+            return epsilon_greedy_log_prob(out, self.spec.epsilon, actions, masked)
         if self.spec.distribution == "categorical":
             shifted = out - out.max(axis=1, keepdims=True)
             log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))

@@ -31,6 +31,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rlserve.errors import SpaceError, UnsupportedSpaceError
+from rlserve.policy.action_mask import action_mask_slice
 from rlserve.policy.distribution import ActionDistribution, ActionPart
 
 MAX_ACTION_HALF_RANGE = 1e6
@@ -221,10 +222,13 @@ def check_learnable(
 
     Raises:
         UnsupportedSpaceError: The observation space cannot be flattened (or flattens to
-            nothing), or the action space has no distribution (:func:`action_distribution`).
+            nothing), the action space has no distribution (:func:`action_distribution`), or a
+            legal-move mask does not fit (:func:`~rlserve.policy.action_mask.action_mask_slice`).
     """
     check_observations(observation_space)
-    return action_distribution(action_space)
+    distribution = action_distribution(action_space)
+    action_mask_slice(observation_space, action_space)
+    return distribution
 
 
 def check_observations(observation_space: spaces.Space[Any]) -> int:

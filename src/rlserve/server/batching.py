@@ -22,6 +22,7 @@ from rlserve.experience.episode_records import Episode
 from rlserve.experience.episodes import EpisodeTable
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.acting import compute_actions, greedy_in_evaluation
+from rlserve.policy.action_mask import LegalMoves
 from rlserve.policy.distributions import actions_to_space
 from rlserve.policy.numpy_policy import PolicyOutput
 from rlserve.policy.weights import WeightsPackage
@@ -48,6 +49,8 @@ class PolicySlot:
     """Groups of agents of multi-agent ``get_action`` calls waiting for this policy."""
     weight_waiters: list[tuple[GetWeights, Respond]] = field(default_factory=list)
     report_waiters: list[tuple[ReportSamples, Session, Respond]] = field(default_factory=list)
+    legal_moves: LegalMoves | None = None
+    """The policy's legal-move mask: observations with no legal move are refused per call."""
 
 
 @dataclass(slots=True)

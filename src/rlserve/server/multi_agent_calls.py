@@ -83,6 +83,10 @@ class MultiAgentCalls(EpisodeCalls):
         blocks = self.grouper.blocks(
             grouping, agent_ids, request.observations, "get_action 'observations'"
         )
+        for (policy_id, _), block in zip(grouping.groups, blocks, strict=True):
+            legal_moves = self.slots[policy_id].legal_moves
+            if legal_moves is not None:
+                legal_moves.check(block, f"get_action 'observations' of policy '{policy_id}'")
         tick = self.episodes.observe_agents(
             episode,
             agent_ids,

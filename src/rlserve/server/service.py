@@ -27,6 +27,7 @@ from rlserve.experience.agent_groups import AgentGrouper
 from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.experience.episodes import EpisodeTable
 from rlserve.policy import NumpyPolicy
+from rlserve.policy.action_mask import LegalMoves
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.limits import Limits
 from rlserve.protocol.mapping import PolicyMapping
@@ -113,7 +114,13 @@ class Service:
         self._seed = seed
         self.stats = stats
         self.slots = {
-            pid: PolicySlot(pid, obs, act, FragmentChecker(obs, act, pid, limits))
+            pid: PolicySlot(
+                pid,
+                obs,
+                act,
+                FragmentChecker(obs, act, pid, limits),
+                legal_moves=LegalMoves.of(obs, act),
+            )
             for pid, (obs, act) in policies.items()
         }
         self.episodes = EpisodeTable(

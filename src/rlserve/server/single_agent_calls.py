@@ -54,6 +54,8 @@ class SingleAgentCalls(EpisodeCalls):
             )
         else:
             obs = check_one(slot.observation_space, request.observations[0], "observation")
+        if slot.legal_moves is not None:
+            slot.legal_moves.check(obs, "get_action 'observations'")
         rewards, infos = request.rewards, request.infos
         # Check every episode before changing any, so a bad batch leaves all of them untouched.
         for i, episode in enumerate(episodes):
@@ -80,6 +82,8 @@ class SingleAgentCalls(EpisodeCalls):
         if seqs is not None and self.episodes.check_seq(episode, seqs[0], "get_action"):
             return self._retry(request, [episode], [True], slot, respond)
         obs = check_one(slot.observation_space, request.observations[0], "observation")
+        if slot.legal_moves is not None:
+            slot.legal_moves.check(obs, "get_action 'observation'")
         reward = None if request.rewards is None else request.rewards[0]
         episodes = self.episodes
         episodes.check_observe(episode, reward)
