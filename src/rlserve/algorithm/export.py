@@ -43,6 +43,13 @@ reference only: do not normalise again). A PPO policy whose Gaussian acts in nor
 ``mean + exp(log_std) * e`` and clipping is the same rule with or without it), and so does
 ``params`` for its Gaussian values.
 
+A policy whose observation space has a legal-move mask (``docs/learners.md``, "Action masks")
+reads it from ``obs`` too: the mask's values are the slice ``action_mask`` (``start``, ``size``) of
+the JSON's ``model`` entry, and they are neither normalised nor read by the network. ``action``
+is then the best legal choice (of each sub-action), and ``logits``, ``params`` and ``q_values``
+hold ``-1.7e38`` (float32's lowest / 2) for illegal choices, so a softmax of them, or a sample,
+never gives an illegal one.
+
 The file is self-contained (the weights are inside it): copy ``policy.onnx`` alone.
 
 The checkpoint is loaded with ``torch.load(weights_only=True)``.
@@ -63,6 +70,7 @@ from torch import nn
 
 from rlserve.config.fields import build
 from rlserve.errors import ConfigError
+from rlserve.learners import masking
 from rlserve.learners.dqn_config import DQNSettings
 from rlserve.learners.models import ActorCritic, QNetwork
 from rlserve.learners.normalization import (
@@ -99,6 +107,7 @@ class _GreedyPolicy(nn.Module):
         super().__init__()
         self.actor = model.actor
         self.normalizer = normalizer
+        self.action_mask = model.action_mask
         self.distribution = model.action_distribution
         self.log_std = model.log_std
         dist = self.distribution
@@ -121,7 +130,9 @@ class _GreedyPolicy(nn.Module):
         return self.log_std * 1.0
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        out = self.actor(_normalized(self.normalizer, obs))
+        x = _normalized(self.normalizer, obs)
+        mask = self.action_mask
+        out = masking.masked(self.actor(masking.features(x, mask)), x, mask)
         kind = self.distribution.kind
         if kind == "categorical":
             return out.argmax(dim=1) + int(self.distribution.offsets[0]), out
@@ -164,7 +175,8 @@ class _GreedyQ(nn.Module):
         self.start = int(model.action_distribution.offsets[0])
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        q_values = self.model(_normalized(self.normalizer, obs))
+        x = _normalized(self.normalizer, obs)
+        q_values = self.model.legal_values(x, self.model(x))
         return q_values.argmax(dim=1) + self.start, q_values
 
 
@@ -259,7 +271,8 @@ def load_model(
     if isinstance(model, QNetwork) and isinstance(settings, DQNSettings):
         model.epsilon = settings.epsilon(int(state["counters"].get("env_steps_ingested", 0)))
     model.eval()
-    normalizer = load_normalizer(state.get("obs_normalization"))
+    mask = None if isinstance(model, SquashedGaussianActor) else model.action_mask
+    normalizer = load_normalizer(state.get("obs_normalization"), mask)
     return model, normalizer, Path(checkpoint)
 
 
