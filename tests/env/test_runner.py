@@ -290,3 +290,39 @@ def test_agents_flagged_at_the_episode_end_keep_their_final_observation() -> Non
         fragment = _frag(fragments, start, agent)
         np.testing.assert_array_equal(fragment.obs[:, 0], [start, start + 1])
         assert fragment.truncated and not fragment.terminated and len(fragment) == 1
+
+
+class DictObservations(gym.Env[dict[str, Any], int]):
+    """Observations of a Dict space (a Discrete and a Box part), episodes of 5 steps."""
+
+    observation_space = gym.spaces.Dict(
+        {"mode": gym.spaces.Discrete(3), "pos": gym.spaces.Box(-1.0, 1.0, (2,), np.float32)}
+    )
+    action_space = ACT
+
+    def __init__(self, config: Any = None) -> None:
+        self.t = 0
+
+    def _obs(self) -> dict[str, Any]:
+        return {"mode": self.t % 3, "pos": np.full(2, self.t / 10, np.float32)}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: int) -> Any:
+        self.t += 1
+        return self._obs(), 1.0, False, self.t >= 5, {}
+
+
+def test_the_vector_path_takes_dict_observations() -> None:
+    source = InProcessVectorSource(DictObservations, {}, num_envs=2, seed=0)
+    collector, fragments, _ = make_collector(source.observation_space, ACT, 16)
+    runner = EnvRunner(source, collector)
+    assert runner.sample(20) == 20
+    runner.cut()
+    assert sum(len(f) for f in fragments) == 20
+    first = fragments[0].obs[:3]
+    # flatten: the Discrete part one-hot (keys in order: mode, pos), then the Box values.
+    np.testing.assert_allclose(first[1], [0, 1, 0, 0.1, 0.1])
+    np.testing.assert_allclose(first[2], [0, 0, 1, 0.2, 0.2])

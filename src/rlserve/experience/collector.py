@@ -275,7 +275,7 @@ class Collector:
             if isinstance(space, spaces.Box):
                 check = StackedBoxCheck(space, count, "observation")
             else:
-                check = partial(check_batch, space, count=count, where="observation")
+                check = partial(_check_stacked, space, count)
             self._checks[(policy_id, count)] = check
         return check
 
@@ -415,3 +415,25 @@ class Collector:
             )
         summary = self.table.end_agents(episode, agent_ids, rows, None, None, truncated)
         self._on_summary(summary)
+
+
+def _check_stacked(space: spaces.Space[Any], count: int, observations: Any) -> np.ndarray:
+    """:func:`check_batch` of a vector source's batch of a space other than Box.
+
+    A vector source stacks such observations as Gymnasium's vector environments do (a Dict of
+    stacked arrays, an array of Discrete values...); ``check_batch`` takes them one by one.
+    """
+    if not isinstance(observations, list):
+        observations = _unstack(space, observations, count)
+    return check_batch(space, observations, count, "observation")
+
+
+def _unstack(space: spaces.Space[Any], batch: Any, count: int) -> list[Any]:
+    """The ``count`` single observations of a batch stacked as Gymnasium stacks them."""
+    if isinstance(space, spaces.Dict) and isinstance(batch, dict):
+        parts = {key: _unstack(sub, batch.get(key), count) for key, sub in space.spaces.items()}
+        return [{key: part[i] for key, part in parts.items()} for i in range(count)]
+    if isinstance(space, spaces.Tuple) and isinstance(batch, tuple):
+        columns = [_unstack(sub, b, count) for sub, b in zip(space.spaces, batch, strict=True)]
+        return [tuple(column[i] for column in columns) for i in range(count)]
+    return list(np.asarray(batch))
