@@ -103,6 +103,24 @@ def _no_legal_move_is_refused_and_the_episode_carries_on(client: PolicyClient) -
     client.end_episode(eid, env.observe(), truncated=True)
 
 
+def _multi_agent_turns(client: PolicyClient) -> None:
+    """Two players, each with its own legal set, in turns and together; a bad mask refused."""
+    players = {"p1": ShiftingLegalMoves(11), "p2": ShiftingLegalMoves(12)}
+    eid = client.start_episode()
+    for turn in range(30):
+        acting = ["p1", "p2"] if turn % 3 == 2 else [("p1", "p2")[turn % 2]]
+        actions = client.get_action(eid, {p: players[p].observe() for p in acting})
+        for player, action in actions.items():
+            assert players[player].mask[int(action)] == 1, (player, action)
+    with pytest.raises(SpaceError, match="no legal action"):
+        client.get_action(
+            eid, {"p1": players["p1"].observe(), "p2": players["p2"].observe(legal_moves=0)}
+        )
+    actions = client.get_action(eid, {"p2": players["p2"].observe()})
+    assert players["p2"].mask[int(actions["p2"])] == 1
+    client.end_episode(eid, {p: env.observe() for p, env in players.items()}, truncated=True)
+
+
 def test_no_illegal_action_in_either_mode(launch_server: Any, tmp_path: Path) -> None:
     spaces_file = _spaces_file(tmp_path, OBSERVATION_SPACE)
     server = launch_server(*SMALL_PPO, "--seed", "3", spaces=("--spaces-file", str(spaces_file)))
@@ -115,6 +133,11 @@ def test_no_illegal_action_in_either_mode(launch_server: Any, tmp_path: Path) ->
             assert constrained, "some steps had a single legal action"
             _no_legal_move_is_refused_and_the_episode_carries_on(client)
             total += steps
+    for mode in ("remote", "local"):
+        with PolicyClient(
+            server.address, inference_mode=mode, multiagent=True, seed=4, timeout=30
+        ) as client:
+            _multi_agent_turns(client)
     metrics = server.wait_until(
         lambda m: m.get("learner/steps_trained", 0) > 0 and m["server/weights_version"] >= 1,
         what="an update trained on the masked steps",
