@@ -75,7 +75,8 @@ def _play(client: PolicyClient, seed: int) -> tuple[int, list[int]]:
                 constrained.append(action)
             client.log_returns(eid, 1.0 if action == ACTIONS - 1 else 0.0)
             steps += 1
-        client.end_episode(eid, env.observe(), truncated=True)
+        # A finished game often leaves no legal move: a final observation is never acted on.
+        client.end_episode(eid, env.observe(legal_moves=0), truncated=True)
     return steps, constrained
 
 

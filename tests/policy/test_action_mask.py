@@ -38,6 +38,10 @@ def test_detects_rllib_and_pettingzoo_conventions() -> None:
     assert action_mask_slice(_masked_space(7), MULTI) == (0, 7)  # sum(nvec)
     box_mask = spaces.Box(0.0, 1.0, (5,), np.float32)
     assert action_mask_slice(_masked_space(5, mask=box_mask), DISCRETE) == (0, 5)
+    # PettingZoo classic (tictactoe): int8 Box(0, 1) mask beside an 'observation' board.
+    board = spaces.Box(0, 1, (3, 3, 2), np.int8)
+    pettingzoo = spaces.Dict({"observation": board, "action_mask": spaces.Box(0, 1, (9,), np.int8)})
+    assert action_mask_slice(pettingzoo, spaces.Discrete(9)) == (0, 9)
     assert action_mask_slice(FEATURES, DISCRETE) is None
     assert action_mask_slice(spaces.Dict({"a": FEATURES, "b": FEATURES}), DISCRETE) is None
 
