@@ -101,6 +101,12 @@ def _no_legal_move_is_refused_and_the_episode_carries_on(client: PolicyClient) -
         client.get_action(eid, env.observe(legal_moves=0))
     action = int(client.get_action(eid, env.observe()))
     assert env.mask[action] == 1
+    if client.local is None:  # the server checks logged actions against the mask
+        obs = env.observe()
+        obs["action_mask"][:] = [0, 1, 1, 0, 1]
+        with pytest.raises(SpaceError, match="took action 3, which its observation's"):
+            client.log_action(eid, obs, 3)
+        client.log_action(eid, obs, 4)
     client.end_episode(eid, env.observe(), truncated=True)
 
 
@@ -119,6 +125,12 @@ def _multi_agent_turns(client: PolicyClient) -> None:
         )
     actions = client.get_action(eid, {"p2": players["p2"].observe()})
     assert players["p2"].mask[int(actions["p2"])] == 1
+    if client.local is None:
+        obs = players["p1"].observe()
+        obs["action_mask"][:] = [1, 0, 1, 1, 1]
+        with pytest.raises(SpaceError, match="took action 1"):
+            client.log_action(eid, {"p1": obs}, {"p1": 1})
+        client.log_action(eid, {"p1": obs}, {"p1": 2})
     client.end_episode(eid, {p: env.observe() for p, env in players.items()}, truncated=True)
 
 

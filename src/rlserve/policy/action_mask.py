@@ -242,3 +242,13 @@ class LegalMoves:
             SpaceError: Naming the row and the fix.
         """
         require_legal(legal(obs, self.mask), self.sizes, where)
+
+    def check_actions(self, obs: np.ndarray, actions: np.ndarray, where: str) -> None:
+        """Refuse logged ``actions`` (choice indices, ``[N]`` or ``[N, parts]``) illegal at ``obs``.
+
+        Raises:
+            SpaceError: Naming the first illegal one and the fix.
+        """
+        problem = illegal_action_problem(obs, np.asarray(actions), self.mask, self.sizes)
+        if problem:
+            raise SpaceError(f"{where}: {problem}")

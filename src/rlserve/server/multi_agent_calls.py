@@ -150,6 +150,11 @@ class MultiAgentCalls(EpisodeCalls):
             grouping, agent_ids, request.observation, "log_action 'observations'"
         )
         actions = self.grouper.actions(grouping, agent_ids, request.action, "log_action 'actions'")
+        for (policy_id, idx), block in zip(grouping.groups, blocks, strict=True):
+            legal_moves = self.slots[policy_id].legal_moves
+            if legal_moves is not None:
+                taken = np.asarray([actions[i] for i in idx.tolist()])
+                legal_moves.check_actions(block, taken, f"log_action of policy '{policy_id}'")
         tick = self.episodes.observe_agents(
             episode,
             agent_ids,

@@ -140,6 +140,8 @@ class SingleAgentCalls(EpisodeCalls):
         else:
             # The flat layout the learner trains on (docs/protocol.md §6.3).
             action = check_float32(encode_action(slot.action_space, action), "log_action 'action'")
+        if slot.legal_moves is not None:
+            slot.legal_moves.check_actions(obs, np.asarray([action]), "log_action")
         self.episodes.observe(episode, obs[0], request.reward, request.info, "log_action")
         version = slot.policy.version if slot.policy is not None else 0
         self.episodes.act(episode, action, float("nan"), False, version)
