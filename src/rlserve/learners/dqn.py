@@ -92,7 +92,7 @@ def q_targets(
     else:
         best = next_q_online.argmax(dim=1, keepdim=True)
         bootstrap = next_q_target.gather(1, best).squeeze(1)
-    bootstrap = torch.where(bootstrap > MASKED_LOGIT, bootstrap, torch.zeros_like(bootstrap))
+    bootstrap = bootstrap.masked_fill(bootstrap <= MASKED_LOGIT, 0.0)
     if bounds is not None:
         bootstrap = bootstrap.clamp(bounds[0], bounds[1])
     return rewards + discounts * bootstrap
