@@ -50,6 +50,10 @@ is then the best legal choice (of each sub-action), and ``logits``, ``params`` a
 hold ``-1.7e38`` (float32's lowest / 2) for illegal choices, so a softmax of them, or a sample,
 never gives an illegal one.
 
+A policy over an image observation (``docs/learners.md``, "Image observations") takes it
+flattened in ``obs`` too, as float32 (a uint8 image's values as they are: the model divides them by
+255); the JSON's ``model`` entry describes its conv ``encoder``.
+
 The file is self-contained (the weights are inside it): copy ``policy.onnx`` alone.
 
 The checkpoint is loaded with ``torch.load(weights_only=True)``.
@@ -72,6 +76,7 @@ from rlserve.config.fields import build
 from rlserve.errors import ConfigError
 from rlserve.learners import masking
 from rlserve.learners.dqn_config import DQNSettings
+from rlserve.learners.image_models import encode
 from rlserve.learners.models import ActorCritic, QNetwork
 from rlserve.learners.normalization import (
     ObservationNormalizer,
@@ -83,6 +88,7 @@ from rlserve.learners.sac_config import SACSettings
 from rlserve.learners.sac_models import SquashedGaussianActor
 from rlserve.policy import ModelSpec
 from rlserve.policy.distribution import ActionDistribution
+from rlserve.policy.image_encoder import settings_encoder
 from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.run.checkpoints import checkpoints_in
 from rlserve.run.run_folder import RunFolder
@@ -108,6 +114,9 @@ class _GreedyPolicy(nn.Module):
         self.actor = model.actor
         self.normalizer = normalizer
         self.action_mask = model.action_mask
+        self.image = model.image
+        if model.image is not None:
+            self.encoder = model.encoder
         self.distribution = model.action_distribution
         self.log_std = model.log_std
         dist = self.distribution
@@ -132,7 +141,10 @@ class _GreedyPolicy(nn.Module):
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         x = _normalized(self.normalizer, obs)
         mask = self.action_mask
-        out = masking.masked(self.actor(masking.features(x, mask)), x, mask)
+        features = masking.features(x, mask)
+        if self.image is not None:
+            features = encode(self.encoder, self.image, features)
+        out = masking.masked(self.actor(features), x, mask)
         kind = self.distribution.kind
         if kind == "categorical":
             return out.argmax(dim=1) + int(self.distribution.offsets[0]), out
@@ -232,6 +244,7 @@ def load_model(
         )
     entry = algorithm(spec.algorithm_of(run_algorithm(tables).name))  # the policy's own
     settings = build(entry.settings, spec.settings_table(tables.get(entry.name) or {}), None)
+    image = settings_encoder(settings, spec.observation_space)
     model: ActorCritic | QNetwork | SquashedGaussianActor
     if isinstance(settings, DQNSettings):
         model = QNetwork(
@@ -240,6 +253,7 @@ def load_model(
             settings.hidden,
             settings.activation,
             settings.dueling,
+            image,
         )
     elif isinstance(settings, SACSettings):
         model = SquashedGaussianActor(
@@ -247,7 +261,11 @@ def load_model(
         )
     else:
         model = ActorCritic(
-            spec.observation_space, spec.action_space, settings.hidden, settings.activation
+            spec.observation_space,
+            spec.action_space,
+            settings.hidden,
+            settings.activation,
+            image=image,
         )
     if checkpoint is None:
         folder = policy_paths(run.path, policy_id, is_flat(policies)).checkpoints

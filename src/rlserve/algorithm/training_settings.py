@@ -256,8 +256,17 @@ def _model(model: Any) -> dict[str, Any]:
             fields["hidden"] = tuple(int(v) for v in value)
         elif key == "fcnet_activation":
             fields["activation"] = str(value)
+        elif key == "conv_filters":
+            if value is None:
+                continue  # RLlib's default: the automatic stack
+            if not isinstance(value, list | tuple):
+                raise ConfigError(
+                    f"model conv_filters must be [[filters, kernel, stride], ...], got {value!r}"
+                )
+            fields["conv_filters"] = tuple(tuple(v) if isinstance(v, list) else v for v in value)
         else:
             raise ConfigError(
-                f"model setting '{key}' is not supported; use fcnet_hiddens and fcnet_activation"
+                f"model setting '{key}' is not supported; use fcnet_hiddens, fcnet_activation "
+                "and conv_filters"
             )
     return fields

@@ -83,6 +83,8 @@ def add_arguments(
             )
         elif typing.get_origin(tp) is tuple:
             item = typing.get_args(tp)[0]
+            if typing.get_origin(item) is tuple:  # a list of lists: each as 16,2,1
+                item = _int_list
             action = parser.add_argument(
                 flag, dest=prefix + f.name, type=item, nargs="+", help=help_text
             )
@@ -90,6 +92,16 @@ def add_arguments(
             action = parser.add_argument(flag, dest=prefix + f.name, type=tp, help=help_text)
         added.append(action)
     return added
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    """A flag's ``16,2,1`` as ``(16, 2, 1)`` (one inner list of a list-of-lists setting)."""
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected whole numbers separated by commas, e.g. 16,2,1; got '{text}'"
+        ) from None
 
 
 def _default_of(f: dataclasses.Field[Any]) -> Any:

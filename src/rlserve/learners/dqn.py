@@ -59,6 +59,7 @@ from rlserve.learners.normalization import (
 )
 from rlserve.learners.replay import ReplayBuffer
 from rlserve.policy.action_mask import MASKED_LOGIT, illegal_action_problem
+from rlserve.policy.image_encoder import settings_encoder
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.fragment import Fragment
 
@@ -128,7 +129,12 @@ class DQNLearner(ReplayLearner):
         torch.manual_seed(config.seed)  # the network's initial weights
         self.device = resolve_device(config.device)
         self.model = QNetwork(
-            observation_space, action_space, config.hidden, config.activation, config.dueling
+            observation_space,
+            action_space,
+            config.hidden,
+            config.activation,
+            config.dueling,
+            settings_encoder(config, observation_space),
         ).to(self.device)
         self.target = copy.deepcopy(self.model).requires_grad_(False)
         self._parameters = list(self.model.parameters())

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from rlserve.config.fields import option
 from rlserve.errors import ConfigError
 from rlserve.learners.replay import check_warm_up
+from rlserve.policy.image_encoder import check_encoder_settings
 
 
 @dataclass
@@ -87,6 +88,16 @@ class DQNSettings:
     )
     hidden: tuple[int, ...] = option((128, 128), "Hidden layer sizes of the Q-network.")
     activation: str = option("relu", "Activation: tanh or relu.")
+    encoder: str = option(
+        "auto",
+        "Encoder of an image observation (a Box of rank 3): auto (a conv stack, Nature CNN for "
+        "images of 36x36 and up, a small one below), nature, small, or mlp (flattened).",
+    )
+    conv_filters: tuple[tuple[int, ...], ...] | None = option(
+        None,
+        "The image encoder's convolutions, RLlib's [[filters, kernel, stride], ...] (unset: the "
+        "encoder's stack); the hidden MLP follows them.",
+    )
     normalize_observations: bool = option(
         False,
         "Normalise observations by running mean and std (RLlib's MeanStdFilter), shipped with "
@@ -145,6 +156,7 @@ class DQNSettings:
             raise ConfigError(f"obs_clip must be a finite positive number, got {self.obs_clip}")
         if self.activation not in ("tanh", "relu"):
             raise ConfigError(f"activation must be tanh or relu, got '{self.activation}'")
+        self.conv_filters = check_encoder_settings(self.encoder, self.conv_filters) or None
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"device must be auto, cpu or cuda[:N], got '{self.device}'")
 

@@ -2,7 +2,9 @@
 
 :class:`ActorCritic` (PPO) publishes its actor; :class:`QNetwork` (DQN) publishes its Q-values,
 a dueling head folded into one linear layer, so the numpy policy and the ONNX export run a plain
-MLP either way.
+MLP either way. Given an image encoder (:mod:`rlserve.policy.image_encoder`) each reads its
+observations through it first: one encoder, shared by PPO's actor and critic (as SB3's CNN
+policies: one conv stack to train and to run, the critic's gradient shaping the features too).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ import torch
 from torch import nn
 
 from rlserve.learners import masking
+from rlserve.learners.image_models import encode, encoder_layers
 from rlserve.policy import ModelSpec
 from rlserve.policy.action_mask import action_mask_slice
+from rlserve.policy.image_encoder import ImageEncoder
 from rlserve.policy.space_distribution import (
     check_learnable,
     epsilon_greedy,
@@ -43,6 +47,44 @@ def _mlp(sizes: list[int], activation: str, last_gain: float) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+class _Encoded(nn.Module):
+    """What both networks share: the observation without its mask, through the image encoder.
+
+    Without an encoder there is no ``encoder`` module, so an MLP model's parameters (and its
+    checkpoints) are as they always were.
+    """
+
+    def _init_encoder(
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        image: ImageEncoder | None,
+    ) -> int:
+        """Set the mask, the encoder and the widths; return the first linear layer's input."""
+        self.obs_dim = flat_dim(observation_space)
+        self.action_mask = action_mask_slice(observation_space, action_space)
+        self.input_dim = self.obs_dim - (0 if self.action_mask is None else self.action_mask[1])
+        self.image = image
+        if image is None:
+            return self.input_dim
+        self.encoder = encoder_layers(image)
+        return image.output_dim
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """``[N, obs_dim]`` observations as the first linear layer reads them."""
+        x = masking.features(obs, self.action_mask)
+        return x if self.image is None else encode(self.encoder, self.image, x)
+
+    def encoder_arrays(self) -> dict[str, np.ndarray]:
+        """The encoder's parameters as named float32 numpy arrays (none without one)."""
+        if self.image is None:
+            return {}
+        return {
+            f"encoder.{name}": p.detach().float().cpu().numpy().copy()
+            for name, p in self.encoder.named_parameters()
+        }
+
+
 def categorical_log_prob_entropy(
     logits: torch.Tensor, actions: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -58,8 +100,8 @@ def categorical_log_prob_entropy(
     return logp, -(finite * log_probs.exp()).sum(-1)
 
 
-class ActorCritic(nn.Module):
-    """Separate actor and critic MLPs over the flattened observation.
+class ActorCritic(_Encoded):
+    """Separate actor and critic MLPs over the flattened observation (or its image's encoding).
 
     Args:
         observation_space: Any space ``gymnasium.spaces.flatten`` handles.
@@ -71,6 +113,7 @@ class ActorCritic(nn.Module):
             (:func:`~rlserve.policy.distributions.normalized_box_actions`): the actor's means
             and ``log_std`` are in ``[-1, 1]`` units, the action columns (fragments, the learner's
             input) in the space's units.
+        image: The image encoder both MLPs read through (None: the flattened observation).
 
     The networks read observations as given: a learner that normalises them does so before.
     With a legal-move mask in the observation space (:mod:`rlserve.policy.action_mask`) every
@@ -88,6 +131,7 @@ class ActorCritic(nn.Module):
         hidden: tuple[int, ...] = (64, 64),
         activation: str = "tanh",
         normalize_actions: bool = False,
+        image: ImageEncoder | None = None,
     ):
         super().__init__()
         self._raw_distribution = check_learnable(observation_space, action_space)
@@ -95,13 +139,11 @@ class ActorCritic(nn.Module):
         self.register_buffer("action_scale", torch.ones(0), persistent=False)
         self.register_buffer("action_bias", torch.zeros(0), persistent=False)
         self.set_action_normalization(normalize_actions)
-        self.obs_dim = flat_dim(observation_space)
-        self.action_mask = action_mask_slice(observation_space, action_space)
-        self.input_dim = self.obs_dim - (0 if self.action_mask is None else self.action_mask[1])
+        width = self._init_encoder(observation_space, action_space, image)
         self.activation = activation
         self.distribution = self.action_distribution.kind
         self.action_dim = self.action_distribution.param_dim
-        sizes = [self.input_dim, *hidden]
+        sizes = [width, *hidden]
         self.actor = _mlp([*sizes, self.action_dim], activation, 0.01)
         self.critic = _mlp([*sizes, 1], activation, 1.0)
         # One per Gaussian value; categorical and gaussian policies keep the historical size
@@ -145,26 +187,34 @@ class ActorCritic(nn.Module):
             f"actor.{i}" for i, layer in enumerate(self.actor) if isinstance(layer, nn.Linear)
         )
         return ModelSpec.for_distribution(
-            self.obs_dim, names, self.activation, self.action_distribution, self.action_mask
+            self.obs_dim,
+            names,
+            self.activation,
+            self.action_distribution,
+            self.action_mask,
+            self.image,
         )
 
     def actor_arrays(self) -> dict[str, np.ndarray]:
-        """The actor's parameters as named float32 numpy arrays."""
-        arrays = {
-            f"actor.{name}": p.detach().float().cpu().numpy().copy()
-            for name, p in self.actor.named_parameters()
-        }
+        """The actor's parameters (and its encoder's) as named float32 numpy arrays."""
+        arrays = self.encoder_arrays()
+        arrays.update(
+            {
+                f"actor.{name}": p.detach().float().cpu().numpy().copy()
+                for name, p in self.actor.named_parameters()
+            }
+        )
         if self.action_distribution.gaussian_dim:
             arrays["log_std"] = self.log_std.detach().float().cpu().numpy().copy()
         return arrays
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """State values, ``[N]``."""
-        return self.critic(masking.features(obs, self.action_mask)).squeeze(-1)
+        return self.critic(self.features(obs)).squeeze(-1)
 
     def params(self, obs: torch.Tensor) -> torch.Tensor:
         """The actor's outputs at ``obs``, ``[N, action_dim]``, illegal choices masked."""
-        out = self.actor(masking.features(obs, self.action_mask))
+        out = self.actor(self.features(obs))
         return masking.masked(out, obs, self.action_mask)
 
     def distribution_for(self, obs: torch.Tensor) -> torch.distributions.Distribution:
@@ -218,7 +268,7 @@ class ActorCritic(nn.Module):
         return logp, entropy
 
 
-class QNetwork(nn.Module):
+class QNetwork(_Encoded):
     """Action values of a Discrete action space: an MLP trunk and a linear head.
 
     With ``dueling`` the head is two linear layers on the trunk, a state value ``V`` and
@@ -235,6 +285,7 @@ class QNetwork(nn.Module):
         hidden: Hidden layer sizes of the trunk.
         activation: ``tanh`` or ``relu``.
         dueling: Separate value and advantage heads.
+        image: The image encoder the trunk reads through (None: the flattened observation).
     """
 
     def __init__(
@@ -244,20 +295,18 @@ class QNetwork(nn.Module):
         hidden: tuple[int, ...] = (64, 64),
         activation: str = "relu",
         dueling: bool = False,
+        image: ImageEncoder | None = None,
     ):
         super().__init__()
         check_learnable(observation_space, action_space)
         self.action_distribution = epsilon_greedy(action_space)
-        self.obs_dim = flat_dim(observation_space)
-        self.action_mask = action_mask_slice(observation_space, action_space)
-        self.input_dim = self.obs_dim - (0 if self.action_mask is None else self.action_mask[1])
+        width = self._init_encoder(observation_space, action_space, image)
         self.action_dim = self.action_distribution.param_dim
         self.activation = activation
         self.dueling = dueling
         self.epsilon = 0.0
         """The exploration epsilon of a loaded checkpoint's schedule (set by the export)."""
         layers: list[nn.Module] = []
-        width = self.input_dim
         for size in hidden:
             layers += [nn.Linear(width, size), _ACTIVATIONS[activation]()]
             width = size
@@ -270,7 +319,7 @@ class QNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Q-values, ``[N, n]``, of every choice (legal or not)."""
-        features = self.trunk(masking.features(obs, self.action_mask))
+        features = self.trunk(self.features(obs))
         if not self.dueling:
             out: torch.Tensor = self.head(features)
             return out
@@ -296,7 +345,12 @@ class QNetwork(nn.Module):
         """The Q-network's architecture for numpy inference, acting epsilon-greedily."""
         distribution = dataclasses.replace(self.action_distribution, epsilon=float(epsilon))
         return ModelSpec.for_distribution(
-            self.obs_dim, self.layer_names(), self.activation, distribution, self.action_mask
+            self.obs_dim,
+            self.layer_names(),
+            self.activation,
+            distribution,
+            self.action_mask,
+            self.image,
         )
 
     def head_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -311,11 +365,14 @@ class QNetwork(nn.Module):
             return weight.detach().clone(), bias.detach().clone()
 
     def q_arrays(self) -> dict[str, np.ndarray]:
-        """The published layers as named float32 numpy arrays."""
-        arrays = {
-            f"trunk.{name}": p.detach().float().cpu().numpy().copy()
-            for name, p in self.trunk.named_parameters()
-        }
+        """The published layers (and the encoder's) as named float32 numpy arrays."""
+        arrays = self.encoder_arrays()
+        arrays.update(
+            {
+                f"trunk.{name}": p.detach().float().cpu().numpy().copy()
+                for name, p in self.trunk.named_parameters()
+            }
+        )
         weight, bias = self.head_weights()
         arrays["head.weight"] = weight.float().cpu().numpy()
         arrays["head.bias"] = bias.float().cpu().numpy()

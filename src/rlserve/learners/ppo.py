@@ -97,6 +97,7 @@ from rlserve.learners.ppo_losses import (
     value_loss,
 )
 from rlserve.learners.running_stats import ReturnScaler
+from rlserve.policy.image_encoder import settings_encoder
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.fragment import Fragment
 
@@ -144,11 +145,15 @@ class PPOLearner(Learner):
             config.hidden,
             config.activation,
             normalize_actions=config.normalize_actions,
+            image=settings_encoder(config, observation_space),
         )
         self.model.to(self.device)
         self.obs_normalization: ObservationNormalization | None = None
-        """Observation statistics (``normalize_observations``), frozen per weights version."""
-        if normalizes_observations(config.normalize_observations, observation_space):
+        """Observation statistics (``normalize_observations``), frozen per weights version;
+        never with an image encoder (it reads raw pixels)."""
+        if self.model.image is None and normalizes_observations(
+            config.normalize_observations, observation_space
+        ):
             self.obs_normalization = ObservationNormalization(
                 self.model.obs_dim, config.obs_clip, self.model.action_mask
             )

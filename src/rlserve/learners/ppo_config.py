@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from rlserve.config.fields import option
 from rlserve.errors import ConfigError
+from rlserve.policy.image_encoder import check_encoder_settings
 
 LOGGED_STEPS = ("exclude", "value", "bc", "on_policy")
 """The treatments of logged steps (``PPOSettings.logged_steps``)."""
@@ -44,6 +45,16 @@ class PPOSettings:
     )
     hidden: tuple[int, ...] = option((64, 64), "Hidden layer sizes of actor and critic.")
     activation: str = option("tanh", "Activation: tanh or relu.")
+    encoder: str = option(
+        "auto",
+        "Encoder of an image observation (a Box of rank 3): auto (a conv stack, Nature CNN for "
+        "images of 36x36 and up, a small one below), nature, small, or mlp (flattened).",
+    )
+    conv_filters: tuple[tuple[int, ...], ...] | None = option(
+        None,
+        "The image encoder's convolutions, RLlib's [[filters, kernel, stride], ...] (unset: the "
+        "encoder's stack); the hidden MLP follows them.",
+    )
     max_policy_lag: int = option(
         1, "Drop steps collected by weights older than this many versions."
     )
@@ -138,5 +149,6 @@ class PPOSettings:
             raise ConfigError(f"bc_coef must be 0 or more, got {self.bc_coef}")
         if self.activation not in ("tanh", "relu"):
             raise ConfigError(f"activation must be tanh or relu, got '{self.activation}'")
+        self.conv_filters = check_encoder_settings(self.encoder, self.conv_filters) or None
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"device must be auto, cpu or cuda[:N], got '{self.device}'")

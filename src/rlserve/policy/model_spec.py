@@ -18,6 +18,7 @@ import numpy as np
 
 from rlserve.errors import ConfigError, SpaceError
 from rlserve.policy.distribution import DISTRIBUTION_KINDS, ActionDistribution, ActionPart
+from rlserve.policy.image_encoder import ImageEncoder
 
 ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     # In place: the forward pass owns every intermediate array.
@@ -73,6 +74,11 @@ class ModelSpec:
             ``obs_mean`` and ``obs_std`` have as many), and the actor's outputs of illegal
             choices are masked; ``size`` equals ``action_dim``. Only ``categorical``,
             ``multi_categorical`` and ``epsilon_greedy`` policies have one.
+        encoder: The convolutional encoder of an image observation
+            (:mod:`rlserve.policy.image_encoder`), or None (absent on the wire) for an MLP over
+            the flattened observation. It reads the first layer's input (``input_dim`` values,
+            the image's) and the first of ``actor_layers`` reads its output. Never with
+            observation normalisation.
     """
 
     obs_dim: int
@@ -92,9 +98,21 @@ class ModelSpec:
     action_scale: tuple[float, ...] = field(default=())
     action_bias: tuple[float, ...] = field(default=())
     action_mask: tuple[int, int] | None = None
+    encoder: ImageEncoder | None = None
 
     def __post_init__(self) -> None:
         self._check_mask()
+        if self.encoder is not None:
+            if self.encoder.input_dim != self.input_dim:
+                raise ConfigError(
+                    f"model spec: the encoder's {list(self.encoder.shape)} image has "
+                    f"{self.encoder.input_dim} values; the first layer reads {self.input_dim}"
+                )
+            if self.obs_mean or self.obs_std or self.obs_clip is not None:
+                raise ConfigError(
+                    "model spec: an image encoder reads raw pixels; it has no obs_mean, obs_std "
+                    "or obs_clip (train with normalize_observations off)"
+                )
         if not (self.obs_mean or self.obs_std or self.obs_clip is not None):
             return
         width = self.input_dim
@@ -149,8 +167,12 @@ class ModelSpec:
         activation: str,
         distribution: ActionDistribution,
         action_mask: tuple[int, int] | None = None,
+        encoder: ImageEncoder | None = None,
     ) -> ModelSpec:
-        """The spec of an actor that parameterises ``distribution`` (masked by ``action_mask``)."""
+        """The spec of an actor that parameterises ``distribution``.
+
+        Masked by ``action_mask``, reading images through ``encoder``, when given.
+        """
         dim = distribution.param_dim
         base = cls(
             obs_dim,
@@ -161,6 +183,7 @@ class ModelSpec:
             action_scale=distribution.scale,
             action_bias=distribution.bias,
             action_mask=action_mask,
+            encoder=encoder,
         )
         if distribution.kind == "categorical":
             return replace(base, action_start=distribution.offsets[0])
@@ -255,6 +278,10 @@ class ModelSpec:
             del data["action_mask"]  # absent: no mask, as a spec from before masks
         else:
             data["action_mask"] = {"start": self.action_mask[0], "size": self.action_mask[1]}
+        if self.encoder is None:
+            del data["encoder"]  # absent: an MLP over the flattened observation, as always
+        else:
+            data["encoder"] = self.encoder.to_wire()
         # JSON has no infinity: an unbounded side is written as null, as in space descriptions.
         data["action_low"] = [v if math.isfinite(v) else None for v in self.action_low]
         data["action_high"] = [v if math.isfinite(v) else None for v in self.action_high]
@@ -265,8 +292,8 @@ class ModelSpec:
         """Rebuild a spec from :meth:`to_wire` output.
 
         Absent normalisation fields (``obs_mean``, ``obs_std``, ``obs_clip``, ``action_scale``,
-        ``action_bias``) and an absent ``action_mask`` mean none, as in a spec from before they
-        existed.
+        ``action_bias``), an absent ``action_mask`` and an absent ``encoder`` mean none, as in a
+        spec from before they existed.
 
         Raises:
             ConfigError: Unknown activation or distribution, missing fields, or normalisation
@@ -298,6 +325,9 @@ class ModelSpec:
                 action_scale=_floats(raw.get("action_scale", ())),
                 action_bias=_floats(raw.get("action_bias", ())),
                 action_mask=_mask(raw.get("action_mask")),
+                encoder=None
+                if raw.get("encoder") is None
+                else ImageEncoder.from_wire(raw["encoder"]),
             )
         except ConfigError:
             raise  # a field of the right type with a wrong value: the message says which

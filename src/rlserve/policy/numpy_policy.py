@@ -16,6 +16,7 @@ import numpy as np
 
 from rlserve.errors import ConfigError
 from rlserve.policy.action_mask import features, legal, mask_logits, part_sizes, require_legal
+from rlserve.policy.conv_forward import ConvForward
 from rlserve.policy.gaussian import LOG_2PI
 from rlserve.policy.greedy import epsilon_greedy_choices, epsilon_greedy_log_prob
 from rlserve.policy.model_spec import ACTIVATIONS, ModelSpec
@@ -92,6 +93,12 @@ class NumpyPolicy:
         self._tanh = spec.activation == "tanh"
         self._layers: list[tuple[np.ndarray, np.ndarray]] = []
         in_dim = spec.input_dim
+        self._encoder: ConvForward | None = None
+        if spec.encoder is not None:
+            self._encoder = ConvForward(spec.encoder, weights)
+            in_dim = spec.encoder.output_dim
+            # An instance attribute: the MLP path's forward stays free of a per-call test.
+            self.forward = self._image_forward  # type: ignore[method-assign]
         for name in spec.actor_layers:
             try:
                 w = np.asarray(weights[f"{name}.weight"], dtype=np.float32)
@@ -194,6 +201,18 @@ class NumpyPolicy:
             x = x.dot(w)
             x += b
             return x
+        for i, (w, b) in enumerate(self._layers):
+            x = _matmul(x, w)
+            x += b
+            if i != last:
+                x = self._act(x)
+        return x
+
+    def _image_forward(self, obs: np.ndarray) -> np.ndarray:
+        """:meth:`forward` of a spec with an image encoder: the encoder, then the linear layers."""
+        assert self._encoder is not None
+        x = self._encoder(features(obs, self._mask))
+        last = len(self._layers) - 1
         for i, (w, b) in enumerate(self._layers):
             x = _matmul(x, w)
             x += b

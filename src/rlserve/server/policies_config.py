@@ -42,6 +42,7 @@ from rlserve.config.fields import build, check_table, line_of_key
 from rlserve.config.spaces_file import load_spaces_file, spaces_of_env
 from rlserve.errors import ConfigError, RLServeError
 from rlserve.learners.registry import ALGORITHMS, algorithm
+from rlserve.policy.image_encoder import settings_encoder
 from rlserve.protocol.mapping import PolicyMapping
 from rlserve.protocol.spaces import from_description
 from rlserve.server.policies import PolicySpec, check_policy_id
@@ -267,8 +268,9 @@ def check_policies(
         try:
             entry = algorithm(spec.algorithm_of(run_algo))
             base = ppo if entry.name == run_algo else (tables or {}).get(entry.name, {})
-            build(entry.settings, spec.settings_table(base), None)
+            settings = build(entry.settings, spec.settings_table(base), None)
             entry.check(spec.observation_space, spec.action_space)
+            settings_encoder(settings, spec.observation_space)  # an image encoder that fits
         except RLServeError as exc:
             if not label:
                 raise
