@@ -213,7 +213,8 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig):
         ``alpha_lr`` with one value (``lr``), ``critic_lr``, ``twin_q=True``,
         ``target_entropy="auto"``; RLlib settings rlserve has no counterpart for are refused
         naming what to set instead), ``model={"fcnet_hiddens": [...], "fcnet_activation":
-        "tanh"}``, ``observation_filter`` (``"MeanStdFilter"`` or ``"NoFilter"``, as
+        "tanh", "conv_filters": [[16, 2, 1], ...]}``, ``observation_filter``
+        (``"MeanStdFilter"`` or ``"NoFilter"``, as
         :meth:`env_runners` takes it) and ``min_env_steps_per_iteration``; for DQN and SAC
         also ``replay_buffer_config={"capacity": N}`` and ``store_buffer_in_checkpoints``.
 

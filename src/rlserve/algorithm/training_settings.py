@@ -135,7 +135,7 @@ def settings_fields(
 
     A setting may be a field, RLlib's name for one (:data:`RLLIB_NAMES`; for SAC also the
     three learning rates with one value, ``twin_q=True`` and ``target_entropy="auto"``),
-    ``model={"fcnet_hiddens": ..., "fcnet_activation": ...}``, for DQN and SAC
+    ``model={"fcnet_hiddens": ..., "fcnet_activation": ..., "conv_filters": ...}``, for DQN and SAC
     ``replay_buffer_config={"capacity": N}`` and for DQN a two-point ``lr_schedule`` (or
     ``lr`` given as one).
 
