@@ -46,8 +46,15 @@ def test_auto_picks_nature_for_large_images_and_the_small_stack_for_grids() -> N
     assert [layer.name for layer in large.layers] == [f"encoder.{i}" for i in (0, 2, 4, 7)]
 
 
-def test_vectors_stay_mlp_and_mlp_turns_the_encoder_off() -> None:
+def test_vectors_and_tiny_boards_stay_mlp_and_mlp_turns_the_encoder_off() -> None:
     assert choose_encoder(gym.spaces.Box(-1, 1, (4,), np.float32)) is None
+    board = gym.spaces.Box(0, 1, (3, 3, 2), np.int8)  # PettingZoo's tictactoe board
+    assert choose_encoder(board) is None
+    masked = gym.spaces.Dict({"observation": board, "action_mask": gym.spaces.MultiBinary(9)})
+    assert choose_encoder(masked) is None
+    connect_four = gym.spaces.Box(0, 1, (6, 7, 2), np.int8)
+    grid = choose_encoder(connect_four)
+    assert grid is not None and grid.divisor == 1.0 and grid.feature_maps()[-1] == (64, 3, 4)
     assert choose_encoder(_box((8, 8, 3)), "mlp") is None
     with pytest.raises(ConfigError, match="need an image observation"):
         choose_encoder(gym.spaces.Box(-1, 1, (4,)), "nature")

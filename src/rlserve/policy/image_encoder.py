@@ -41,6 +41,10 @@ SMALL_FILTERS = ((16, 2, 1), (32, 2, 1), (64, 2, 1))
 NATURE_MIN_SIDE = 36
 """Images whose smaller side is at least this get the Nature stack under ``auto``."""
 
+AUTO_MIN_SIDE = 4
+"""Under ``auto``, images whose smaller side is below this (a 3x3 board) stay with the MLP: the
+small stack's three 2x2 convolutions need 4."""
+
 UINT8_DIVISOR = 255.0
 """A uint8 image's values are divided by this inside the model."""
 
@@ -303,7 +307,8 @@ def choose_encoder(
     """The encoder a policy over ``observation_space`` gets with these settings (None: MLP).
 
     ``auto`` picks :data:`NATURE_FILTERS` and a 512 linear layer for an image whose smaller side
-    is at least :data:`NATURE_MIN_SIDE`, :data:`SMALL_FILTERS` otherwise; ``conv_filters``
+    is at least :data:`NATURE_MIN_SIDE`, :data:`SMALL_FILTERS` for one of at least
+    :data:`AUTO_MIN_SIDE`, and no encoder (the MLP) below; ``conv_filters``
     replaces the convolutions (and drops the linear layer). Layer ``i`` of the torch encoder is
     named ``{prefix}.{i}`` (its ReLUs and the flattening count as layers, as in
     ``torch.nn.Sequential``).
@@ -329,6 +334,8 @@ def choose_encoder(
     first = channels_first(shape)
     h, w = (shape[1], shape[2]) if first else (shape[0], shape[1])
     dense: tuple[int, ...] = ()
+    if encoder == "auto" and not filters and min(h, w) < AUTO_MIN_SIDE:
+        return None
     if not filters:
         nature = encoder == "nature" or (encoder == "auto" and min(h, w) >= NATURE_MIN_SIDE)
         filters = NATURE_FILTERS if nature else SMALL_FILTERS
