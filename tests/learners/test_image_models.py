@@ -115,3 +115,22 @@ def test_learners_publish_conv_weights_the_numpy_policy_reads() -> None:
         assert package.spec.encoder is not None
         policy = NumpyPolicy(package.spec, package.arrays, package.version)
         assert policy.forward(obs).shape == (4, 3)
+
+
+def test_an_image_beside_a_legal_move_mask_matches_too() -> None:
+    image = IMAGES["chw_uint8"]
+    space = gym.spaces.Dict({"action_mask": gym.spaces.MultiBinary(4), "observations": image})
+    model = QNetwork(space, gym.spaces.Discrete(4), (8,), image=choose_encoder(space))
+    _spread(model)
+    rng = np.random.default_rng(3)
+    mask = (rng.random((6, 4)) < 0.5).astype(np.float32)
+    mask[:, 0] = 1.0
+    obs = np.concatenate([mask, _observations(image, 6)], axis=1)
+    policy = NumpyPolicy(model.spec(0.0), model.q_arrays(), 0)
+    with torch.no_grad():
+        x = torch.from_numpy(obs)
+        want = model.legal_values(x, model(x)).numpy()
+    np.testing.assert_allclose(policy.forward(obs), model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    greedy = policy.compute_actions(obs, explore=False).actions
+    np.testing.assert_array_equal(greedy, want.argmax(axis=1))
+    assert (mask[np.arange(6), greedy] == 1).all()
