@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from protocol_vectors import FOLDER, FORMAT, TOLERANCE, dump, to_tagged
 
-from rlserve.policy.image_encoder import EncoderLayer, ImageEncoder
+from rlserve.policy.image_encoder import EncoderLayer, ImageEncoder, ObservationEncoder
 from rlserve.policy.model_spec import ModelSpec
 from rlserve.policy.numpy_policy import NumpyPolicy
 
@@ -33,7 +33,7 @@ IMAGE = np.array([[0, 51, 102, 153], [204, 255, 0, 51], [102, 102, 255, 0], [51,
 CONV_WEIGHT = np.array(
     [[[[0.5, -0.25], [0.125, 1.0]]], [[[-1.0, 0.75], [0.5, -0.375]]]], dtype=np.float32
 )
-"""``encoder.0.weight``, ``[filters, in_channels, kh, kw]`` = ``[2, 1, 2, 2]``."""
+"""``encoder.0.0.weight``, ``[filters, in_channels, kh, kw]`` = ``[2, 1, 2, 2]``."""
 
 CONV_BIAS = np.array([0.125, 0.25], dtype=np.float32)
 
@@ -45,13 +45,12 @@ HEAD_BIAS = np.array([0.0, 0.125, -0.125], dtype=np.float32)
 
 def tiny_conv() -> dict[str, Any]:
     """The vector: model, arrays, observation and every intermediate result."""
-    encoder = ImageEncoder(
-        (4, 4, 1), False, 255.0, (EncoderLayer("encoder.0", "conv", 2, (2, 2), (2, 2)),)
-    )
+    conv = EncoderLayer("encoder.0.0", "conv", 2, (2, 2), (2, 2))
+    encoder = ObservationEncoder(16, (ImageEncoder((4, 4, 1), False, 255.0, (conv,)),))
     spec = ModelSpec(16, ("actor.0",), "tanh", "categorical", 3, encoder=encoder)
     arrays = {
-        "encoder.0.weight": CONV_WEIGHT,
-        "encoder.0.bias": CONV_BIAS,
+        "encoder.0.0.weight": CONV_WEIGHT,
+        "encoder.0.0.bias": CONV_BIAS,
         "actor.0.weight": HEAD_WEIGHT,
         "actor.0.bias": HEAD_BIAS,
     }

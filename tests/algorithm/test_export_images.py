@@ -61,8 +61,29 @@ def test_a_conv_ppo_policy_exports_what_the_numpy_policy_computes(
     np.testing.assert_array_equal(action, greedy)
     assert len(set(action.tolist())) > 1
     description = json.loads(Path(f"{path}.json").read_text())
-    assert description["model"]["encoder"]["shape"] == list(shape)
+    assert description["model"]["encoder"]["images"][0]["shape"] == list(shape)
     assert description["inputs"]["obs"]["shape"] == ["N", int(np.prod(shape))]
+
+
+def test_a_dict_of_an_image_and_a_vector_exports_too(tmp_path: Path) -> None:
+    obs = gym.spaces.Dict(
+        {
+            "camera": gym.spaces.Box(0, 255, (6, 6, 2), np.uint8),
+            "speed": gym.spaces.Box(-2.0, 2.0, (3,), np.float32),
+        }
+    )
+    config = PPOSettings(hidden=(16,), device="cpu")
+    learner = PPOLearner(obs, ACT, config)
+    run = _save(tmp_path, obs, {"server": {}, "ppo": to_table(config)}, learner)
+    package = learner.weights()
+    assert package.spec.encoder is not None and len(package.spec.encoder.images) == 1
+    policy = NumpyPolicy(package.spec, package.arrays, package.version)
+    path = export_onnx(run)
+    obs.seed(0)
+    x = np.stack([gym.spaces.flatten(obs, obs.sample()) for _ in range(30)]).astype(np.float32)
+    action, logits = ort.InferenceSession(str(path)).run(None, {"obs": x})
+    np.testing.assert_allclose(logits, policy.forward(x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(action, logits.argmax(axis=1))
 
 
 def test_a_conv_dqn_policy_exports_its_q_values(tmp_path: Path) -> None:

@@ -35,11 +35,12 @@ def test_the_numpy_policy_reproduces_the_vector() -> None:
 def test_the_vector_by_hand() -> None:
     """Section 7.9's encoder arithmetic in plain float64 loops reproduces the vector."""
     model = CASE["model"]
-    encoder = model["encoder"]
-    assert encoder["shape"] == [4, 4, 1] and not encoder["channels_first"]
+    assert model["encoder"]["input_dim"] == 16
+    (encoder,) = model["encoder"]["images"]
+    assert encoder["start"] == 0 and encoder["shape"] == [4, 4, 1] and not encoder["channels_first"]
     (conv,) = encoder["layers"]
     arrays = {name: from_tagged(a).tolist() for name, a in CASE["arrays"].items()}
-    weight, bias = arrays["encoder.0.weight"], arrays["encoder.0.bias"]
+    weight, bias = arrays["encoder.0.0.weight"], arrays["encoder.0.0.bias"]
     image = [
         [CASE["observation"][r * 4 + c] / encoder["divisor"] for c in range(4)] for r in range(4)
     ]

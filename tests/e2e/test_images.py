@@ -85,8 +85,9 @@ def test_a_conv_policy_in_both_modes(launch_server: Any, tmp_path: Path) -> None
             _wrong_images_are_refused(client)
             if mode == "local":
                 spec = client.local.policy.spec  # type: ignore[union-attr]
-                assert spec.encoder is not None and spec.encoder.shape == (6, 6, 2)
-                assert spec.encoder.divisor == 255.0
+                assert spec.encoder is not None
+                (image,) = spec.encoder.images
+                assert image.shape == (6, 6, 2) and image.divisor == 255.0
     metrics = server.wait_until(
         lambda m: m.get("learner/steps_trained", 0) > 0 and m["server/weights_version"] >= 1,
         what="an update trained on the image steps",

@@ -16,7 +16,7 @@ from rlserve.learners.models import ActorCritic, QNetwork
 from rlserve.learners.ppo import PPOLearner
 from rlserve.learners.ppo_config import PPOSettings
 from rlserve.policy import NumpyPolicy
-from rlserve.policy.image_encoder import choose_encoder, settings_encoder
+from rlserve.policy.encoder_choice import choose_encoder, settings_encoder
 
 IMAGES = {
     "hwc_uint8": gym.spaces.Box(0, 255, (9, 8, 3), np.uint8),
@@ -60,12 +60,33 @@ def test_numpy_forward_matches_the_actor_critic(name: str, filters: Any) -> None
 def test_numpy_forward_matches_the_nature_stack() -> None:
     space = gym.spaces.Box(0, 255, (36, 40, 2), np.uint8)
     image = choose_encoder(space)
-    assert image is not None and image.layers[-1].kind == "linear"
+    assert image is not None and image.images[0].layers[-1].kind == "linear"
     model = QNetwork(space, gym.spaces.Discrete(3), (8,), "relu", dueling=True, image=image)
     obs = _observations(space, 3)
     policy = NumpyPolicy(model.spec(0.0), model.q_arrays(), 0)
     with torch.no_grad():
         want = model(torch.from_numpy(obs)).numpy()
+    np.testing.assert_allclose(policy.forward(obs), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_dict_of_images_and_vectors_matches_too() -> None:
+    space = gym.spaces.Dict(
+        {
+            "a_camera": IMAGES["hwc_uint8"],
+            "b_speed": gym.spaces.Box(-5.0, 5.0, (3,), np.float32),
+            "c_map": IMAGES["chw_float"],
+            "d_gear": gym.spaces.Discrete(4),
+        }
+    )
+    image = choose_encoder(space)
+    assert image is not None and len(image.images) == 2
+    model = ActorCritic(space, gym.spaces.Box(-1.0, 1.0, (2,)), (16,), image=image)
+    _spread(model)
+    space.seed(0)
+    obs = np.stack([gym.spaces.flatten(space, space.sample()) for _ in range(5)]).astype(np.float32)
+    policy = NumpyPolicy(model.spec(), model.actor_arrays(), 0)
+    with torch.no_grad():
+        want = model.params(torch.from_numpy(obs)).numpy()
     np.testing.assert_allclose(policy.forward(obs), want, rtol=1e-5, atol=1e-5)
 
 

@@ -6,17 +6,17 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlserve.errors import ConfigError, UnsupportedSpaceError
+from rlserve.errors import ConfigError
 from rlserve.policy import ModelSpec, NumpyPolicy
-from rlserve.policy.image_encoder import (
+from rlserve.policy.encoder_choice import (
     NATURE_FILTERS,
     SMALL_FILTERS,
-    EncoderLayer,
-    ImageEncoder,
     channels_first,
     choose_encoder,
-    image_part,
+    image_leaves,
+    network_input,
 )
+from rlserve.policy.image_encoder import EncoderLayer, ImageEncoder, ObservationEncoder
 
 
 def _box(shape: tuple[int, ...], dtype: type = np.uint8) -> gym.spaces.Box:
@@ -32,18 +32,19 @@ def test_channels_order_follows_the_smallest_side() -> None:
 
 
 def test_auto_picks_nature_for_large_images_and_the_small_stack_for_grids() -> None:
-    large = choose_encoder(_box((84, 84, 4)))
-    assert large is not None
+    encoder = choose_encoder(_box((84, 84, 4)))
+    assert encoder is not None and encoder.input_dim == 84 * 84 * 4
+    (large,) = encoder.images
     assert [(x.size, x.kernel[0], x.stride[0]) for x in large.layers[:3]] == list(NATURE_FILTERS)
     assert large.layers[3].kind == "linear" and large.output_dim == 512
     assert large.divisor == 255.0 and not large.channels_first
     assert large.feature_maps()[-1] == (64, 7, 7)
-    grid = choose_encoder(_box((3, 7, 7), np.float32))
-    assert grid is not None and grid.channels_first and grid.divisor == 1.0
+    (grid,) = choose_encoder(_box((3, 7, 7), np.float32)).images  # type: ignore[union-attr]
+    assert grid.channels_first and grid.divisor == 1.0
     assert [(x.size, x.kernel[0], x.stride[0]) for x in grid.layers] == list(SMALL_FILTERS)
     assert grid.output_dim == 64 * 4 * 4
-    assert [layer.name for layer in grid.layers] == ["encoder.0", "encoder.2", "encoder.4"]
-    assert [layer.name for layer in large.layers] == [f"encoder.{i}" for i in (0, 2, 4, 7)]
+    assert [layer.name for layer in grid.layers] == ["encoder.0.0", "encoder.0.2", "encoder.0.4"]
+    assert [layer.name for layer in large.layers] == [f"encoder.0.{i}" for i in (0, 2, 4, 7)]
 
 
 def test_vectors_and_tiny_boards_stay_mlp_and_mlp_turns_the_encoder_off() -> None:
@@ -53,8 +54,8 @@ def test_vectors_and_tiny_boards_stay_mlp_and_mlp_turns_the_encoder_off() -> Non
     masked = gym.spaces.Dict({"observation": board, "action_mask": gym.spaces.MultiBinary(9)})
     assert choose_encoder(masked) is None
     connect_four = gym.spaces.Box(0, 1, (6, 7, 2), np.int8)
-    grid = choose_encoder(connect_four)
-    assert grid is not None and grid.divisor == 1.0 and grid.feature_maps()[-1] == (64, 3, 4)
+    (grid,) = choose_encoder(connect_four).images  # type: ignore[union-attr]
+    assert grid.divisor == 1.0 and grid.feature_maps()[-1] == (64, 3, 4)
     assert choose_encoder(_box((8, 8, 3)), "mlp") is None
     with pytest.raises(ConfigError, match="need an image observation"):
         choose_encoder(gym.spaces.Box(-1, 1, (4,)), "nature")
@@ -74,17 +75,39 @@ def test_filters_that_shrink_the_image_to_nothing_are_one_clear_line() -> None:
     assert "smaller kernels" in message
 
 
-def test_dict_mixing_an_image_is_not_yet_supported_and_names_the_workaround() -> None:
-    space = gym.spaces.Dict({"image": _box((8, 8, 3)), "speed": gym.spaces.Box(-1, 1, (2,))})
-    with pytest.raises(UnsupportedSpaceError, match='encoder = "mlp"'):
-        choose_encoder(space)
+def test_a_dict_gets_one_encoder_per_image_and_passes_the_rest() -> None:
+    space = gym.spaces.Dict(
+        {
+            "camera": _box((8, 8, 3)),
+            "depth": _box((1, 6, 6), np.float32),
+            "speed": gym.spaces.Box(-1, 1, (2,)),
+            "tiny": _box((2, 2, 2)),  # under 4x4: passes to the MLP as it is
+        }
+    )
+    encoder = choose_encoder(space)
+    assert encoder is not None and encoder.input_dim == gym.spaces.flatdim(space)
+    starts = {key: start for key, start in zip(space.spaces, _starts(space), strict=True)}
+    assert [(i.start, i.shape) for i in encoder.images] == [
+        (starts["camera"], (8, 8, 3)),
+        (starts["depth"], (1, 6, 6)),
+    ]
+    assert [i.layers[0].name for i in encoder.images] == ["encoder.0.0", "encoder.1.0"]
+    passed = 2 + 8  # speed and tiny
+    assert encoder.output_dim == 64 * 5 * 5 + 64 * 3 * 3 + passed
     assert choose_encoder(space, "mlp") is None
 
 
-def test_an_image_beside_a_legal_move_mask_is_the_encoded_part() -> None:
+def _starts(space: gym.spaces.Dict) -> list[int]:
+    sizes = [gym.spaces.flatdim(part) for part in space.spaces.values()]
+    return [sum(sizes[:k]) for k in range(len(sizes))]
+
+
+def test_images_inside_tuples_and_beside_a_mask_are_found() -> None:
     image = _box((6, 6, 2))
     space = gym.spaces.Dict({"action_mask": gym.spaces.MultiBinary(3), "observations": image})
-    assert image_part(space) is image
+    assert network_input(space) is image
+    nested = gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Tuple((image,))))
+    assert image_leaves(nested) == [(3, image)]
 
 
 def _tiny_spec() -> ModelSpec:
@@ -92,17 +115,34 @@ def _tiny_spec() -> ModelSpec:
     return ModelSpec(16, ("actor.0",), "relu", "categorical", 3, encoder=encoder)
 
 
+def _image_wire(wire: dict) -> dict:  # type: ignore[type-arg]
+    image: dict = wire["encoder"]["images"][0]  # type: ignore[type-arg]
+    return image
+
+
 def test_the_encoder_round_trips_on_the_wire() -> None:
     spec = _tiny_spec()
     wire = spec.to_wire()
     assert wire["encoder"] == {
-        "kind": "conv",
-        "shape": [1, 4, 4],
-        "channels_first": True,
-        "divisor": 1.0,
-        "activation": "relu",
-        "layers": [
-            {"name": "encoder.0", "kind": "conv", "size": 2, "kernel": [2, 2], "stride": [2, 2]}
+        "input_dim": 16,
+        "images": [
+            {
+                "kind": "conv",
+                "start": 0,
+                "shape": [1, 4, 4],
+                "channels_first": True,
+                "divisor": 1.0,
+                "activation": "relu",
+                "layers": [
+                    {
+                        "name": "encoder.0.0",
+                        "kind": "conv",
+                        "size": 2,
+                        "kernel": [2, 2],
+                        "stride": [2, 2],
+                    }
+                ],
+            }
         ],
     }
     assert ModelSpec.from_wire(wire) == spec
@@ -116,18 +156,19 @@ def test_the_encoder_round_trips_on_the_wire() -> None:
         ("shape", [4, 4], "3 sides"),
         ("layers", [{"name": "e", "kind": "pool", "size": 2}], "unknown encoder layer kind"),
         ("shape", [1, 1, 16], "shrink"),
+        ("start", 1, "past the input's 16"),
     ],
 )
 def test_a_malformed_encoder_is_refused(field: str, value: object, match: str) -> None:
     wire = _tiny_spec().to_wire()
-    wire["encoder"][field] = value
+    _image_wire(wire)[field] = value
     with pytest.raises(ConfigError, match=match):
         ModelSpec.from_wire(wire)
 
 
 def test_an_encoder_of_the_wrong_size_or_with_normalisation_is_refused() -> None:
     encoder = _tiny_spec().encoder
-    with pytest.raises(ConfigError, match="first layer reads 15"):
+    with pytest.raises(ConfigError, match="the first layer's input has 15"):
         ModelSpec(15, ("actor.0",), "relu", "categorical", 3, encoder=encoder)
     with pytest.raises(ConfigError, match="raw pixels"):
         ModelSpec(
@@ -146,14 +187,14 @@ def test_an_encoder_of_the_wrong_size_or_with_normalisation_is_refused() -> None
 def test_weights_of_the_wrong_shape_are_refused() -> None:
     spec = _tiny_spec()
     weights = {
-        "encoder.0.weight": np.zeros((2, 1, 3, 3), np.float32),
-        "encoder.0.bias": np.zeros(2, np.float32),
+        "encoder.0.0.weight": np.zeros((2, 1, 3, 3), np.float32),
+        "encoder.0.0.bias": np.zeros(2, np.float32),
         "actor.0.weight": np.zeros((3, 8), np.float32),
         "actor.0.bias": np.zeros(3, np.float32),
     }
     with pytest.raises(ConfigError, match=r"expected \[2, 1, 2, 2\]"):
         NumpyPolicy(spec, weights, 0)
-    del weights["encoder.0.weight"]
+    del weights["encoder.0.0.weight"]
     with pytest.raises(ConfigError, match="missing"):
         NumpyPolicy(spec, weights, 0)
 
@@ -163,3 +204,11 @@ def test_an_encoder_past_its_linear_layers_is_refused() -> None:
     conv = EncoderLayer("e.0", "conv", 2, (2, 2), (1, 1))
     with pytest.raises(ConfigError, match="before its linear"):
         ImageEncoder((4, 4, 1), False, 1.0, (linear, conv))
+
+
+def test_overlapping_images_are_refused() -> None:
+    conv = EncoderLayer("e.0", "conv", 2, (2, 2), (1, 1))
+    first = ImageEncoder((4, 4, 1), False, 1.0, (conv,), 0)
+    second = ImageEncoder((4, 4, 1), False, 1.0, (conv,), 8)
+    with pytest.raises(ConfigError, match="not overlap"):
+        ObservationEncoder(40, (first, second))

@@ -88,7 +88,7 @@ from rlserve.learners.sac_config import SACSettings
 from rlserve.learners.sac_models import SquashedGaussianActor
 from rlserve.policy import ModelSpec
 from rlserve.policy.distribution import ActionDistribution
-from rlserve.policy.image_encoder import settings_encoder
+from rlserve.policy.encoder_choice import settings_encoder
 from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.run.checkpoints import checkpoints_in
 from rlserve.run.run_folder import RunFolder

@@ -59,7 +59,7 @@ from rlserve.learners.normalization import (
 )
 from rlserve.learners.replay import ReplayBuffer
 from rlserve.policy.action_mask import MASKED_LOGIT, illegal_action_problem
-from rlserve.policy.image_encoder import settings_encoder
+from rlserve.policy.encoder_choice import settings_encoder
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.fragment import Fragment
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from rlserve.config.fields import option
 from rlserve.errors import ConfigError
 from rlserve.learners.replay import check_warm_up
-from rlserve.policy.image_encoder import check_encoder_settings
+from rlserve.policy.encoder_choice import check_encoder_settings
 
 
 @dataclass

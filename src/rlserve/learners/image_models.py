@@ -1,8 +1,8 @@
-"""The torch side of :mod:`rlserve.policy.image_encoder`: the conv encoder as layers.
+"""The torch side of :mod:`rlserve.policy.image_encoder`: the conv encoders as layers.
 
-:func:`encoder_layers` builds the ``torch.nn.Sequential`` whose parameters are named as the
-encoder's layers (``encoder.0``, ...); :func:`encode` runs it on flattened observations as
-:class:`~rlserve.policy.conv_forward.ConvForward` does in numpy.
+:func:`encoder_modules` builds one ``torch.nn.Sequential`` per image, in a ``ModuleList`` whose
+parameters are named as the encoders' layers (``encoder.0.0``, ...); :func:`encode` runs them on
+the first layer's input as :class:`~rlserve.policy.conv_forward.ObservationForward` does in numpy.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlserve.policy.image_encoder import ImageEncoder
+from rlserve.policy.image_encoder import ImageEncoder, ObservationEncoder
 
 
 def encoder_layers(encoder: ImageEncoder) -> nn.Sequential:
@@ -43,7 +43,26 @@ def encoder_layers(encoder: ImageEncoder) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def encode(layers: nn.Module, encoder: ImageEncoder, x: torch.Tensor) -> torch.Tensor:
+def encoder_modules(encoder: ObservationEncoder) -> nn.ModuleList:
+    """One :func:`encoder_layers` per image of ``encoder``."""
+    return nn.ModuleList(encoder_layers(image) for image in encoder.images)
+
+
+def encode(modules: nn.ModuleList, encoder: ObservationEncoder, x: torch.Tensor) -> torch.Tensor:
+    """``[N, input_dim]`` inputs, each image encoded and the rest as is, ``[N, output_dim]``."""
+    pieces: list[torch.Tensor] = []
+    position = 0
+    for layers, image in zip(modules, encoder.images, strict=True):
+        if image.start > position:
+            pieces.append(x[:, position : image.start])
+        position = image.start + image.input_dim
+        pieces.append(encode_image(layers, image, x[:, image.start : position]))
+    if position < x.shape[1]:
+        pieces.append(x[:, position:])
+    return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
+
+
+def encode_image(layers: nn.Module, encoder: ImageEncoder, x: torch.Tensor) -> torch.Tensor:
     """``[N, input_dim]`` flattened images through ``layers``, ``[N, output_dim]``."""
     image = x.reshape(x.shape[0], *encoder.shape)
     if not encoder.channels_first:

@@ -18,10 +18,10 @@ import torch
 from torch import nn
 
 from rlserve.learners import masking
-from rlserve.learners.image_models import encode, encoder_layers
+from rlserve.learners.image_models import encode, encoder_modules
 from rlserve.policy import ModelSpec
 from rlserve.policy.action_mask import action_mask_slice
-from rlserve.policy.image_encoder import ImageEncoder
+from rlserve.policy.image_encoder import ObservationEncoder
 from rlserve.policy.space_distribution import (
     check_learnable,
     epsilon_greedy,
@@ -58,7 +58,7 @@ class _Encoded(nn.Module):
         self,
         observation_space: gym.Space[Any],
         action_space: gym.Space[Any],
-        image: ImageEncoder | None,
+        image: ObservationEncoder | None,
     ) -> int:
         """Set the mask, the encoder and the widths; return the first linear layer's input."""
         self.obs_dim = flat_dim(observation_space)
@@ -67,7 +67,7 @@ class _Encoded(nn.Module):
         self.image = image
         if image is None:
             return self.input_dim
-        self.encoder = encoder_layers(image)
+        self.encoder = encoder_modules(image)
         return image.output_dim
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
@@ -113,7 +113,7 @@ class ActorCritic(_Encoded):
             (:func:`~rlserve.policy.distributions.normalized_box_actions`): the actor's means
             and ``log_std`` are in ``[-1, 1]`` units, the action columns (fragments, the learner's
             input) in the space's units.
-        image: The image encoder both MLPs read through (None: the flattened observation).
+        image: The image encoders both MLPs read through (None: the flattened observation).
 
     The networks read observations as given: a learner that normalises them does so before.
     With a legal-move mask in the observation space (:mod:`rlserve.policy.action_mask`) every
@@ -131,7 +131,7 @@ class ActorCritic(_Encoded):
         hidden: tuple[int, ...] = (64, 64),
         activation: str = "tanh",
         normalize_actions: bool = False,
-        image: ImageEncoder | None = None,
+        image: ObservationEncoder | None = None,
     ):
         super().__init__()
         self._raw_distribution = check_learnable(observation_space, action_space)
@@ -285,7 +285,7 @@ class QNetwork(_Encoded):
         hidden: Hidden layer sizes of the trunk.
         activation: ``tanh`` or ``relu``.
         dueling: Separate value and advantage heads.
-        image: The image encoder the trunk reads through (None: the flattened observation).
+        image: The image encoders the trunk reads through (None: the flattened observation).
     """
 
     def __init__(
@@ -295,7 +295,7 @@ class QNetwork(_Encoded):
         hidden: tuple[int, ...] = (64, 64),
         activation: str = "relu",
         dueling: bool = False,
-        image: ImageEncoder | None = None,
+        image: ObservationEncoder | None = None,
     ):
         super().__init__()
         check_learnable(observation_space, action_space)

@@ -97,7 +97,7 @@ from rlserve.learners.ppo_losses import (
     value_loss,
 )
 from rlserve.learners.running_stats import ReturnScaler
-from rlserve.policy.image_encoder import settings_encoder
+from rlserve.policy.encoder_choice import settings_encoder
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.fragment import Fragment
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from rlserve.config.fields import option
 from rlserve.errors import ConfigError
-from rlserve.policy.image_encoder import check_encoder_settings
+from rlserve.policy.encoder_choice import check_encoder_settings
 
 LOGGED_STEPS = ("exclude", "value", "bc", "on_policy")
 """The treatments of logged steps (``PPOSettings.logged_steps``)."""

@@ -1,4 +1,4 @@
-"""The image encoder's forward pass in numpy (:class:`~rlserve.policy.image_encoder.ImageEncoder`).
+"""The image encoders' forward pass in numpy (:mod:`rlserve.policy.image_encoder`).
 
 Each convolution is one matrix product: the input's ``kh x kw`` windows (a strided view, no copy
 until the product) against the filters reshaped to ``[in_channels * kh * kw, filters]``. Feature
@@ -13,7 +13,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from rlserve.errors import ConfigError
-from rlserve.policy.image_encoder import ImageEncoder
+from rlserve.policy.image_encoder import ImageEncoder, ObservationEncoder
 
 
 class ConvForward:
@@ -83,6 +83,33 @@ class ConvForward:
             features += b
             np.maximum(features, 0.0, out=features)
         return np.ascontiguousarray(features, dtype=np.float32)
+
+
+class ObservationForward:
+    """An :class:`ObservationEncoder` with its weights: each image encoded, the rest as is.
+
+    Raises:
+        ConfigError: A weight is missing or has the wrong shape.
+    """
+
+    def __init__(self, encoder: ObservationEncoder, weights: dict[str, np.ndarray]):
+        self.encoder = encoder
+        self._images = [(image, ConvForward(image, weights)) for image in encoder.images]
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """``[N, input_dim]`` inputs -> ``[N, output_dim]`` float32 features."""
+        if len(self._images) == 1 and self.encoder.input_dim == self.encoder.images[0].input_dim:
+            return self._images[0][1](x)
+        pieces = []
+        position = 0
+        for image, forward in self._images:
+            if image.start > position:
+                pieces.append(np.asarray(x[:, position : image.start], dtype=np.float32))
+            position = image.start + image.input_dim
+            pieces.append(forward(x[:, image.start : position]))
+        if position < x.shape[1]:
+            pieces.append(np.asarray(x[:, position:], dtype=np.float32))
+        return np.concatenate(pieces, axis=1)
 
 
 def _arrays(weights: dict[str, np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray]:

@@ -1,12 +1,15 @@
-"""Image observations: detection, the convolutional encoder's description, and its choice.
+"""Image observations: the description of the convolutional encoders a model spec carries.
 
-A ``Box`` observation of rank 3 is an image, channels-last ``(H, W, C)`` or channels-first
-``(C, H, W)``: channels-first when its first dimension is its smallest (Stable-Baselines3's
-rule). A policy over an image reads it through an :class:`ImageEncoder`, a stack of valid
+A ``Box`` of rank 3 is an image, channels-last ``(H, W, C)`` or channels-first ``(C, H, W)``
+(:mod:`rlserve.policy.encoder_choice` detects it and picks the layers). A policy over images
+reads the first layer's input through an :class:`ObservationEncoder`: each image's values (a
+slice of that input) are replaced by the output of its :class:`ImageEncoder`, a stack of valid
 (unpadded) convolutions, each followed by ReLU, then the flattening of the last feature map
 (channel, row, column order, as torch's ``Flatten`` of ``NCHW``) and optional linear layers, each
-followed by ReLU; the actor's linear layers (the ``hidden`` MLP and its head) come after. A
-``uint8`` image is divided by 255 inside the model; the wire carries the uint8 values as they are.
+followed by ReLU; the other values (vector parts of a Dict or Tuple) pass as they are, in their
+order (SB3's ``CombinedExtractor``). The actor's linear layers (the ``hidden`` MLP and its head)
+come after. A ``uint8`` image is divided by 255 inside the model; the wire carries the uint8
+values as they are.
 
 The encoder travels in the model spec (``docs/protocol.md``, section 7.9, ``encoder``); its
 numpy forward pass is :mod:`rlserve.policy.conv_forward`. Needs numpy and gymnasium only, never
@@ -19,34 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from gymnasium import spaces
 
-from rlserve.errors import ConfigError, UnsupportedSpaceError
-from rlserve.policy.action_mask import MASK_KEY, OBSERVATION_KEYS
-
-ENCODER_CHOICES = ("auto", "nature", "small", "mlp")
-"""The settings' ``encoder`` values: ``auto`` (a conv stack for an image, sized by it; an MLP
-otherwise), ``nature``, ``small`` (those stacks) or ``mlp`` (the flattened image into the MLP)."""
-
-NATURE_FILTERS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
-"""The Nature-DQN stack (Mnih et al. 2015), ``(filters, kernel, stride)`` each; then a linear
-layer of :data:`NATURE_DENSE` units."""
-
-NATURE_DENSE = 512
-"""The width of the linear layer after the Nature stack."""
-
-SMALL_FILTERS = ((16, 2, 1), (32, 2, 1), (64, 2, 1))
-"""The small-grid stack (MiniGrid's 7x7x3 view, MinAtar's 10x10xC): no linear layer after it."""
-
-NATURE_MIN_SIDE = 36
-"""Images whose smaller side is at least this get the Nature stack under ``auto``."""
-
-AUTO_MIN_SIDE = 4
-"""Under ``auto``, images whose smaller side is below this (a 3x3 board) stay with the MLP: the
-small stack's three 2x2 convolutions need 4."""
-
-UINT8_DIVISOR = 255.0
-"""A uint8 image's values are divided by this inside the model."""
+from rlserve.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,17 +78,19 @@ class ImageEncoder:
         channels_first: The space's layout.
         divisor: The image's values are divided by this first (255 for uint8, else 1).
         layers: The convolutions then the linear layers, each followed by ReLU.
-
-    The encoder reads the first layer's input (the flattened observation without its mask,
-    ``ModelSpec.input_dim`` values, all of them the image's in row-major order of ``shape``).
+        start: Where the image's values (row-major in ``shape``) begin in the first layer's
+            input (the flattened observation without its mask).
     """
 
     shape: tuple[int, int, int]
     channels_first: bool
     divisor: float
     layers: tuple[EncoderLayer, ...]
+    start: int = 0
 
     def __post_init__(self) -> None:
+        if self.start < 0:
+            raise ConfigError(f"an image's start must be 0 or more, got {self.start}")
         if len(self.shape) != 3 or min(self.shape) < 1:
             raise ConfigError(f"an image encoder needs a shape of 3 positive sides, {self.shape}")
         if not (np.isfinite(self.divisor) and self.divisor > 0):
@@ -176,9 +155,10 @@ class ImageEncoder:
         return c * h * w
 
     def to_wire(self) -> dict[str, Any]:
-        """The encoder as a plain map (``docs/protocol.md``, section 7.9)."""
+        """The image's encoder as a plain map (``docs/protocol.md``, section 7.9)."""
         return {
             "kind": "conv",
+            "start": self.start,
             "shape": list(self.shape),
             "channels_first": self.channels_first,
             "divisor": float(self.divisor),
@@ -212,153 +192,72 @@ class ImageEncoder:
             if isinstance(divisor, bool) or not isinstance(divisor, int | float):
                 raise TypeError(f"divisor must be a number, got {divisor!r}")
             layers = tuple(EncoderLayer.from_wire(layer) for layer in raw["layers"])
-            return cls((shape[0], shape[1], shape[2]), channels_first, float(divisor), layers)
+            start = _whole(raw["start"])
+            return cls(
+                (shape[0], shape[1], shape[2]), channels_first, float(divisor), layers, start
+            )
         except ConfigError:
             raise
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"malformed model spec encoder: {exc!r}") from exc
 
 
-def is_image_space(space: spaces.Space[Any]) -> bool:
-    """Whether ``space`` is an image: a Box of rank 3."""
-    return isinstance(space, spaces.Box) and len(space.shape) == 3
+@dataclass(frozen=True, slots=True)
+class ObservationEncoder:
+    """The first layer's input with each image's values replaced by their encoding.
 
-
-def channels_first(shape: tuple[int, ...]) -> bool:
-    """Whether an image of ``shape`` is channels-first: its first side is its smallest."""
-    return int(np.argmin(shape)) == 0
-
-
-def image_part(observation_space: spaces.Space[Any]) -> spaces.Box | None:
-    """The image the network reads, or None when it reads no image.
-
-    The space itself when it is an image, or the observation beside a legal-move mask
-    (:mod:`rlserve.policy.action_mask`) when that is one.
-
-    Raises:
-        UnsupportedSpaceError: A Dict or Tuple mixes an image with other parts (not yet
-            supported), naming the workarounds.
+    Attributes:
+        input_dim: The width of the input (``ModelSpec.input_dim``).
+        images: The images' encoders, by ``start``; their slices do not overlap. The values
+            outside them pass through unchanged, in their order.
     """
-    if is_image_space(observation_space):
-        assert isinstance(observation_space, spaces.Box)
-        return observation_space
-    if isinstance(observation_space, spaces.Dict) and MASK_KEY in observation_space.spaces:
-        for key in OBSERVATION_KEYS:
-            inner = observation_space.spaces.get(key)
-            if inner is not None and is_image_space(inner):
-                assert isinstance(inner, spaces.Box)
-                return inner
-    if _holds_image(observation_space):
-        raise UnsupportedSpaceError(
-            f"an observation space that mixes an image with other parts is not yet supported "
-            f'for a conv encoder ({observation_space}); set encoder = "mlp" to train an MLP '
-            "over the flattened observation, or send the image alone as a Box (H, W, C) and "
-            "the vector parts as extra image channels"
-        )
-    return None
 
+    input_dim: int
+    images: tuple[ImageEncoder, ...]
 
-def _holds_image(space: spaces.Space[Any]) -> bool:
-    if is_image_space(space):
-        return True
-    if isinstance(space, spaces.Dict):
-        return any(_holds_image(s) for s in space.spaces.values())
-    if isinstance(space, spaces.Tuple):
-        return any(_holds_image(s) for s in space.spaces)
-    return False
-
-
-def check_encoder_settings(encoder: str, conv_filters: Any) -> tuple[tuple[int, int, int], ...]:
-    """Validate the settings ``encoder`` and ``conv_filters``; return the filters as tuples.
-
-    Raises:
-        ConfigError: An unknown ``encoder`` or ``conv_filters`` not of the RLlib form
-            ``[[filters, kernel, stride], ...]`` of positive integers.
-    """
-    if encoder not in ENCODER_CHOICES:
-        raise ConfigError(f"encoder must be one of {', '.join(ENCODER_CHOICES)}, got '{encoder}'")
-    if conv_filters is None:
-        return ()
-    filters = []
-    for entry in conv_filters:
-        values = tuple(entry) if isinstance(entry, list | tuple) else ()
-        if len(values) != 3 or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values
-        ):
+    def __post_init__(self) -> None:
+        if not self.images:
+            raise ConfigError("model spec: an encoder needs at least one image")
+        end = 0
+        for image in self.images:
+            if image.start < end:
+                raise ConfigError(
+                    f"model spec: encoder images must be in order and not overlap; one starts "
+                    f"at {image.start}, before {end}"
+                )
+            end = image.start + image.input_dim
+        if end > self.input_dim:
             raise ConfigError(
-                f"conv_filters must be [[filters, kernel, stride], ...] of positive integers "
-                f"(RLlib's form), got {list(conv_filters)!r}; e.g. [[16, 2, 1], [32, 2, 1]]"
+                f"model spec: an encoder image ends at {end}, past the input's {self.input_dim} "
+                "values"
             )
-        filters.append((values[0], values[1], values[2]))
-    if not filters:
-        raise ConfigError(
-            "conv_filters is empty; leave it unset for the automatic stack, or set "
-            'encoder = "mlp" for no convolution'
-        )
-    return tuple(filters)
 
+    @property
+    def output_dim(self) -> int:
+        """The width of the encoded input (the first of the actor's linear layers reads it)."""
+        encoded = sum(image.output_dim - image.input_dim for image in self.images)
+        return self.input_dim + encoded
 
-def choose_encoder(
-    observation_space: spaces.Space[Any],
-    encoder: str = "auto",
-    conv_filters: Any = None,
-    prefix: str = "encoder",
-) -> ImageEncoder | None:
-    """The encoder a policy over ``observation_space`` gets with these settings (None: MLP).
+    def to_wire(self) -> dict[str, Any]:
+        """The encoder as a plain map (``docs/protocol.md``, section 7.9)."""
+        return {"input_dim": self.input_dim, "images": [i.to_wire() for i in self.images]}
 
-    ``auto`` picks :data:`NATURE_FILTERS` and a 512 linear layer for an image whose smaller side
-    is at least :data:`NATURE_MIN_SIDE`, :data:`SMALL_FILTERS` for one of at least
-    :data:`AUTO_MIN_SIDE`, and no encoder (the MLP) below; ``conv_filters``
-    replaces the convolutions (and drops the linear layer). Layer ``i`` of the torch encoder is
-    named ``{prefix}.{i}`` (its ReLUs and the flattening count as layers, as in
-    ``torch.nn.Sequential``).
+    @classmethod
+    def from_wire(cls, raw: Any) -> ObservationEncoder:
+        """Rebuild an encoder from :meth:`to_wire` output.
 
-    Raises:
-        ConfigError: Bad settings, or filters that shrink the image to nothing (naming the
-            image's shape, the filters and the fix); ``encoder`` other than ``auto``/``mlp``
-            for a space without an image.
-        UnsupportedSpaceError: A Dict/Tuple mixing an image with other parts (unless ``mlp``).
-    """
-    filters = check_encoder_settings(encoder, conv_filters)
-    if encoder == "mlp":
-        return None
-    image = image_part(observation_space)
-    if image is None:
-        if encoder != "auto" or filters:
-            raise ConfigError(
-                f"encoder '{encoder}' and conv_filters need an image observation (a Box of "
-                f"rank 3), not {observation_space}; leave them unset"
-            )
-        return None
-    shape = (int(image.shape[0]), int(image.shape[1]), int(image.shape[2]))
-    first = channels_first(shape)
-    h, w = (shape[1], shape[2]) if first else (shape[0], shape[1])
-    dense: tuple[int, ...] = ()
-    if encoder == "auto" and not filters and min(h, w) < AUTO_MIN_SIDE:
-        return None
-    if not filters:
-        nature = encoder == "nature" or (encoder == "auto" and min(h, w) >= NATURE_MIN_SIDE)
-        filters = NATURE_FILTERS if nature else SMALL_FILTERS
-        dense = (NATURE_DENSE,) if nature else ()
-    layers = []
-    index = 0
-    for size, kernel, stride in filters:
-        layers.append(EncoderLayer(f"{prefix}.{index}", "conv", size, (kernel,) * 2, (stride,) * 2))
-        index += 2  # the conv, its ReLU
-    index += 1  # the flattening
-    for size in dense:
-        layers.append(EncoderLayer(f"{prefix}.{index}", "linear", size))
-        index += 2
-    divisor = UINT8_DIVISOR if image.dtype == np.uint8 else 1.0
-    try:
-        return ImageEncoder(shape, first, divisor, tuple(layers))
-    except ConfigError as exc:
-        if "shrink" not in str(exc):
+        Raises:
+            ConfigError: A malformed field, an unknown kind, or images that do not fit.
+        """
+        try:
+            if not isinstance(raw, dict) or not isinstance(raw["images"], list):
+                raise TypeError(f"encoder must be a map with a list of images, got {raw!r}")
+            images = tuple(ImageEncoder.from_wire(image) for image in raw["images"])
+            return cls(_whole(raw["input_dim"]), images)
+        except ConfigError:
             raise
-        raise ConfigError(
-            f"conv_filters {[list(f) for f in filters]} shrink the {shape} image to nothing; "
-            "use fewer layers or smaller kernels and strides (e.g. [[16, 2, 1], [32, 2, 1]])"
-        ) from None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"malformed model spec encoder: {exc!r}") from exc
 
 
 def _pair(raw: Any) -> tuple[int, int]:
@@ -371,28 +270,3 @@ def _whole(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise TypeError(f"expected a whole number, got {value!r}")
     return int(value)
-
-
-def settings_encoder(settings: Any, observation_space: spaces.Space[Any]) -> ImageEncoder | None:
-    """The encoder a learner's ``settings`` give a policy over ``observation_space``.
-
-    Settings without ``encoder`` (SAC's) mean ``mlp``. An image encoder reads raw pixels, so
-    ``normalize_observations`` left automatic stays off with one.
-
-    Raises:
-        ConfigError: As :func:`choose_encoder`, or ``normalize_observations`` set on with an
-            image encoder (naming the fix).
-        UnsupportedSpaceError: As :func:`choose_encoder`.
-    """
-    encoder = choose_encoder(
-        observation_space,
-        getattr(settings, "encoder", "mlp"),
-        getattr(settings, "conv_filters", None),
-    )
-    if encoder is not None and getattr(settings, "normalize_observations", None):
-        raise ConfigError(
-            f"normalize_observations does not apply to the {encoder.shape} image observation "
-            "(its conv encoder reads raw pixels, uint8 divided by 255); turn "
-            'normalize_observations off, or set encoder = "mlp"'
-        )
-    return encoder

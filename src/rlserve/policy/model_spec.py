@@ -18,7 +18,7 @@ import numpy as np
 
 from rlserve.errors import ConfigError, SpaceError
 from rlserve.policy.distribution import DISTRIBUTION_KINDS, ActionDistribution, ActionPart
-from rlserve.policy.image_encoder import ImageEncoder
+from rlserve.policy.image_encoder import ObservationEncoder
 
 ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     # In place: the forward pass owns every intermediate array.
@@ -74,11 +74,11 @@ class ModelSpec:
             ``obs_mean`` and ``obs_std`` have as many), and the actor's outputs of illegal
             choices are masked; ``size`` equals ``action_dim``. Only ``categorical``,
             ``multi_categorical`` and ``epsilon_greedy`` policies have one.
-        encoder: The convolutional encoder of an image observation
+        encoder: The convolutional encoders of the observation's images
             (:mod:`rlserve.policy.image_encoder`), or None (absent on the wire) for an MLP over
-            the flattened observation. It reads the first layer's input (``input_dim`` values,
-            the image's) and the first of ``actor_layers`` reads its output. Never with
-            observation normalisation.
+            the flattened observation. It reads the first layer's input (``input_dim`` values)
+            and the first of ``actor_layers`` reads its output. Never with observation
+            normalisation.
     """
 
     obs_dim: int
@@ -98,15 +98,15 @@ class ModelSpec:
     action_scale: tuple[float, ...] = field(default=())
     action_bias: tuple[float, ...] = field(default=())
     action_mask: tuple[int, int] | None = None
-    encoder: ImageEncoder | None = None
+    encoder: ObservationEncoder | None = None
 
     def __post_init__(self) -> None:
         self._check_mask()
         if self.encoder is not None:
             if self.encoder.input_dim != self.input_dim:
                 raise ConfigError(
-                    f"model spec: the encoder's {list(self.encoder.shape)} image has "
-                    f"{self.encoder.input_dim} values; the first layer reads {self.input_dim}"
+                    f"model spec: the encoder reads {self.encoder.input_dim} values; the first "
+                    f"layer's input has {self.input_dim}"
                 )
             if self.obs_mean or self.obs_std or self.obs_clip is not None:
                 raise ConfigError(
@@ -167,7 +167,7 @@ class ModelSpec:
         activation: str,
         distribution: ActionDistribution,
         action_mask: tuple[int, int] | None = None,
-        encoder: ImageEncoder | None = None,
+        encoder: ObservationEncoder | None = None,
     ) -> ModelSpec:
         """The spec of an actor that parameterises ``distribution``.
 
@@ -327,7 +327,7 @@ class ModelSpec:
                 action_mask=_mask(raw.get("action_mask")),
                 encoder=None
                 if raw.get("encoder") is None
-                else ImageEncoder.from_wire(raw["encoder"]),
+                else ObservationEncoder.from_wire(raw["encoder"]),
             )
         except ConfigError:
             raise  # a field of the right type with a wrong value: the message says which

@@ -16,7 +16,7 @@ import numpy as np
 
 from rlserve.errors import ConfigError
 from rlserve.policy.action_mask import features, legal, mask_logits, part_sizes, require_legal
-from rlserve.policy.conv_forward import ConvForward
+from rlserve.policy.conv_forward import ObservationForward
 from rlserve.policy.gaussian import LOG_2PI
 from rlserve.policy.greedy import epsilon_greedy_choices, epsilon_greedy_log_prob
 from rlserve.policy.model_spec import ACTIVATIONS, ModelSpec
@@ -93,9 +93,9 @@ class NumpyPolicy:
         self._tanh = spec.activation == "tanh"
         self._layers: list[tuple[np.ndarray, np.ndarray]] = []
         in_dim = spec.input_dim
-        self._encoder: ConvForward | None = None
+        self._encoder: ObservationForward | None = None
         if spec.encoder is not None:
-            self._encoder = ConvForward(spec.encoder, weights)
+            self._encoder = ObservationForward(spec.encoder, weights)
             in_dim = spec.encoder.output_dim
             # An instance attribute: the MLP path's forward stays free of a per-call test.
             self.forward = self._image_forward  # type: ignore[method-assign]

@@ -42,7 +42,7 @@ from rlserve.config.fields import build, check_table, line_of_key
 from rlserve.config.spaces_file import load_spaces_file, spaces_of_env
 from rlserve.errors import ConfigError, RLServeError
 from rlserve.learners.registry import ALGORITHMS, algorithm
-from rlserve.policy.image_encoder import settings_encoder
+from rlserve.policy.encoder_choice import settings_encoder
 from rlserve.protocol.mapping import PolicyMapping
 from rlserve.protocol.spaces import from_description
 from rlserve.server.policies import PolicySpec, check_policy_id
