@@ -208,18 +208,24 @@ class ActorCritic(_Encoded):
             arrays["log_std"] = self.log_std.detach().float().cpu().numpy().copy()
         return arrays
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """State values, ``[N]``."""
-        return self.critic(self.features(obs)).squeeze(-1)
+    def value(self, obs: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        """State values, ``[N]``.
 
-    def params(self, obs: torch.Tensor) -> torch.Tensor:
+        ``features``: :meth:`features` of ``obs`` when the caller has them (one encoder pass
+        for the actor and the critic of a minibatch).
+        """
+        return self.critic(self.features(obs) if features is None else features).squeeze(-1)
+
+    def params(self, obs: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         """The actor's outputs at ``obs``, ``[N, action_dim]``, illegal choices masked."""
-        out = self.actor(self.features(obs))
+        out = self.actor(self.features(obs) if features is None else features)
         return masking.masked(out, obs, self.action_mask)
 
-    def distribution_for(self, obs: torch.Tensor) -> torch.distributions.Distribution:
+    def distribution_for(
+        self, obs: torch.Tensor, features: torch.Tensor | None = None
+    ) -> torch.distributions.Distribution:
         """The action distribution at ``obs`` (categorical and gaussian policies only)."""
-        out = self.params(obs)
+        out = self.params(obs, features)
         if self.distribution == "categorical":
             return torch.distributions.Categorical(logits=out)
         if self.distribution == "gaussian":
@@ -227,7 +233,7 @@ class ActorCritic(_Encoded):
         raise ValueError(f"a {self.distribution} policy has no single torch distribution")
 
     def log_prob_entropy(
-        self, obs: torch.Tensor, actions: torch.Tensor
+        self, obs: torch.Tensor, actions: torch.Tensor, features: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probabilities of ``actions`` and the entropies, each ``[N]``.
 
@@ -235,14 +241,15 @@ class ActorCritic(_Encoded):
         indices for a categorical policy, ``[N, A]`` otherwise, Gaussian values in the space's
         units (mapped to the actor's normalised units here, when it has them: the
         log-probability and entropy are those of the normalised values, as the numpy policy's).
+        ``features`` as in :meth:`value`.
         """
         actions = self.normalized_actions(actions)
         if self.distribution == "categorical":
-            return categorical_log_prob_entropy(self.params(obs), actions)
+            return categorical_log_prob_entropy(self.params(obs, features), actions)
         if self.distribution == "gaussian":
-            dist = self.distribution_for(obs)
+            dist = self.distribution_for(obs, features)
             return dist.log_prob(actions).sum(-1), dist.entropy().sum(-1)
-        out = self.params(obs)
+        out = self.params(obs, features)
         logp = torch.zeros(out.shape[0], device=out.device)
         entropy = torch.zeros_like(logp)
         column = param = gauss = 0

@@ -355,7 +355,8 @@ class PPOLearner(Learner):
         """
         cfg = self.config
         obs = minibatch["obs"]
-        logp, entropy = self.model.log_prob_entropy(obs, minibatch["actions"])
+        features = self.model.features(obs)  # one encoder pass for the actor and the critic
+        logp, entropy = self.model.log_prob_entropy(obs, minibatch["actions"], features)
         adv = minibatch["advantages"]
         prox = minibatch["prox_logp"]
         weights = minibatch["weights"]
@@ -371,7 +372,7 @@ class PPOLearner(Learner):
             policy_loss, ratio = clipped_policy_loss(policy_logp, prox, adv, cfg.clip_coef, weights)
         else:
             policy_loss = logp.new_zeros(())
-        v_loss = value_loss(self.model.value(obs), minibatch["returns"])
+        v_loss = value_loss(self.model.value(obs, features), minibatch["returns"])
         entropy_mean = entropy.mean()
         loss = policy_loss.add(v_loss, alpha=cfg.vf_coef).sub(entropy_mean, alpha=cfg.ent_coef)
         bc_loss: torch.Tensor | None = None

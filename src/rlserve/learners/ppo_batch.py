@@ -219,9 +219,11 @@ def build_batch(
     step_rows[np.cumsum([len(f) + 1 for f in fragments]) - 1] = False
     actions_all = torch.as_tensor(np.concatenate([f.actions for f in fragments]), device=device)
     with torch.no_grad():
-        values_all = model.value(obs_all).cpu().numpy()
+        features_all = model.features(obs_all)
+        values_all = model.value(obs_all, features_all).cpu().numpy()
+        steps_only = torch.as_tensor(step_rows, device=device)
         prox_all, _ = model.log_prob_entropy(
-            obs_all[torch.as_tensor(step_rows, device=device)], actions_all
+            obs_all[steps_only], actions_all, features_all[steps_only]
         )
     prox_np = prox_all.cpu().numpy()
     names = ("obs", "actions", "prox_logp", "weights", "advantages", "returns", "values")
