@@ -17,6 +17,7 @@ from rlserve.env.multi_agent import MultiAgentEnv, MultiAgentSource
 from rlserve.env.pettingzoo import ParallelPettingZooEnv, PettingZooEnv, from_pettingzoo
 from rlserve.env.subprocess import ProcessVectorSource
 from rlserve.env.vector import InProcessVectorSource
+from rlserve.env.versus import VersusOpponent, uniform_legal
 
 __all__ = [
     "ALL_AGENTS",
@@ -38,8 +39,10 @@ __all__ = [
     "ProcessVectorSource",
     "StepBatch",
     "VectorEnvSource",
+    "VersusOpponent",
     "env_creator",
     "from_pettingzoo",
     "make_env",
     "to_source",
+    "uniform_legal",
 ]
