@@ -30,6 +30,7 @@ seconds cover building and training (evaluation excluded).
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import statistics
 import subprocess
@@ -74,7 +75,23 @@ def evaluate(algo: Any, mask: bool, seed: int, explore: bool) -> dict[str, float
     }
 
 
-def child(seed: int, mask: bool, steps: int, eval_every: int) -> dict[str, Any]:
+def parse_settings(items: list[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` items as PPO settings (values are Python literals, else text)."""
+    settings: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set takes KEY=VALUE, got {item!r}")
+        try:
+            settings[key.strip()] = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError):
+            settings[key.strip()] = text.strip()
+    return settings
+
+
+def child(
+    seed: int, mask: bool, steps: int, eval_every: int, settings: dict[str, Any]
+) -> dict[str, Any]:
     """Train one seed in one mode; the figures at each evaluation and at the end."""
     from rlserve import PPOConfig
 
@@ -90,7 +107,7 @@ def child(seed: int, mask: bool, steps: int, eval_every: int) -> dict[str, Any]:
     config = (
         PPOConfig()
         .environment(creator)
-        .training(torch_threads=1, device="cpu")
+        .training(torch_threads=1, device="cpu", **settings)
         .debugging(seed=seed)
     )
     with config.build() as algo:
@@ -145,15 +162,25 @@ def main() -> None:
     )
     parser.add_argument("--steps", type=int, default=STEPS, help="agent step budget per run")
     parser.add_argument("--eval-every", type=int, default=EVAL_EVERY)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a PPO setting (PPOSettings field), e.g. --set train_batch_size=512",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    settings = parse_settings(args.set)
     if args.child:
-        result = child(args.seeds[0], args.modes[0] == "mask", args.steps, args.eval_every)
+        mask = args.modes[0] == "mask"
+        result = child(args.seeds[0], mask, args.steps, args.eval_every, settings)
         print(json.dumps(result))
         return
     print(
         f"PPO (hosted, defaults) on tictactoe_v3 vs a uniformly random legal opponent; "
-        f"{args.steps:,} agent steps; {GAMES} evaluation games (half as first player)"
+        f"{args.steps:,} agent steps; {GAMES} evaluation games (half as first player); "
+        f"settings over the defaults: {settings or 'none'}"
     )
     for mode in args.modes:
         results = []
@@ -161,6 +188,7 @@ def main() -> None:
             command = [sys.executable, __file__, "--child", "--seeds", str(seed)]
             command += ["--modes", mode, "--steps", str(args.steps)]
             command += ["--eval-every", str(args.eval_every)]
+            command += [f"--set={item}" for item in args.set]
             out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
             result = json.loads(out.strip().splitlines()[-1])
             results.append(result)
