@@ -12,6 +12,7 @@ from rlserve.env.base import (
 from rlserve.env.convert import to_source
 from rlserve.env.external import ExternalEnv, ExternalMultiAgentEnv
 from rlserve.env.external_source import ExternalEnvSource, ExternalPoll
+from rlserve.env.frame_stack import FrameStack, FrameStacker
 from rlserve.env.make import EnvContext, EnvSpec, env_creator, make_env
 from rlserve.env.multi_agent import MultiAgentEnv, MultiAgentSource
 from rlserve.env.pettingzoo import ParallelPettingZooEnv, PettingZooEnv, from_pettingzoo
@@ -30,6 +31,8 @@ __all__ = [
     "ExternalEnvSource",
     "ExternalMultiAgentEnv",
     "ExternalPoll",
+    "FrameStack",
+    "FrameStacker",
     "InProcessVectorSource",
     "MultiAgentEnv",
     "MultiAgentSource",
