@@ -2,7 +2,8 @@
 
 Run: ``PYTHONPATH=src .venv/bin/python bench/minigrid_doorkey.py`` (needs the ``bench`` extra:
 ``pip install -e '.[bench]'``; ``--seeds 0`` for one seed of each, ``--steps N`` for another
-budget, ``--contenders rlserve`` for one side, ``--set KEY=VALUE`` for a PPO setting).
+budget, ``--contenders rlserve`` for one side, ``--set KEY=VALUE`` for a PPO setting,
+``--view raw`` for the ids as float32, see below).
 
 Target (issue 23): the mean return of the last 100 training episodes >= 0.9 within 300,000 env
 steps. DoorKey's reward is ``1 - 0.9 * steps / 250`` on reaching the goal (after picking up the
@@ -30,6 +31,11 @@ SB3's from its Monitor wrapper. Per run: the mean return of the last 100 episode
 budget, the env step at which the last-100 mean first reached 0.9, wall seconds (building,
 training; Python start-up excluded) and env steps/s. Each run is a sub-process of this script,
 one at a time, alternating contenders per seed; medians over the seeds.
+
+``--view raw`` gives both sides the same view as a float32 ``Box(0, 10)``, channels-first
+(3, 7, 7), so neither divides it (a float image passes as it is; the ids reach the first
+convolution as 0-10, as in rl-starter-files): it shows whether dividing the small ids by 255
+costs anything.
 """
 
 from __future__ import annotations
@@ -53,13 +59,23 @@ SETTINGS: list[str] = []
 """PPO settings over rlserve's defaults for the default run (none: the defaults reach it)."""
 
 
-def make_env() -> Any:
-    """DoorKey-5x5 with MiniGrid's ImgObsWrapper: the 7x7x3 partial view alone."""
+def make_env(view: str = "uint8") -> Any:
+    """DoorKey-5x5 with MiniGrid's ImgObsWrapper: the 7x7x3 partial view alone.
+
+    ``view`` ``raw``: the view as float32 ``Box(0, 10)``, channels-first (see the module doc).
+    """
     import gymnasium as gym
     import minigrid  # noqa: F401  (registers the MiniGrid envs)
+    import numpy as np
     from minigrid.wrappers import ImgObsWrapper
 
-    return ImgObsWrapper(gym.make(ENV_ID))
+    env = ImgObsWrapper(gym.make(ENV_ID))
+    if view == "uint8":
+        return env
+    space = gym.spaces.Box(0.0, 10.0, (3, 7, 7), np.float32)
+    return gym.wrappers.TransformObservation(
+        env, lambda obs: np.transpose(obs, (2, 0, 1)).astype(np.float32), space
+    )
 
 
 def parse_settings(items: list[str]) -> dict[str, Any]:
@@ -76,7 +92,7 @@ def parse_settings(items: list[str]) -> dict[str, Any]:
     return settings
 
 
-def run_rlserve(seed: int, steps: int, settings: dict[str, Any]) -> dict[str, Any]:
+def run_rlserve(seed: int, steps: int, settings: dict[str, Any], view: str) -> dict[str, Any]:
     """Hosted rlserve PPO (its defaults and ``settings``); the run's record."""
     from rlserve import PPOConfig
 
@@ -92,7 +108,7 @@ def run_rlserve(seed: int, steps: int, settings: dict[str, Any]) -> dict[str, An
     started = time.monotonic()
     config = (
         PPOConfig()
-        .environment(lambda _config: make_env())
+        .environment(lambda _config: make_env(view))
         .training(torch_threads=1, device="cpu", **settings)
         .debugging(seed=seed)
         .callbacks(on_episode_end=on_episode_end, fail_fast=True)
@@ -107,7 +123,7 @@ def run_rlserve(seed: int, steps: int, settings: dict[str, Any]) -> dict[str, An
     return recorder.result(done, time.monotonic() - started)
 
 
-def run_sb3(seed: int, steps: int) -> dict[str, Any]:
+def run_sb3(seed: int, steps: int, view: str) -> dict[str, Any]:
     """SB3 PPO with the small MiniGrid CNN (see the module doc); the run's record."""
     import torch
     from gymnasium import spaces
@@ -149,7 +165,7 @@ def run_sb3(seed: int, steps: int) -> dict[str, Any]:
             return True
 
     started = time.monotonic()
-    env = make_vec_env(make_env, n_envs=1, seed=seed)
+    env = make_vec_env(lambda: make_env(view), n_envs=1, seed=seed)
     model = PPO(
         "CnnPolicy",
         env,
@@ -166,13 +182,15 @@ def run_sb3(seed: int, steps: int) -> dict[str, Any]:
     return recorder.result(model.num_timesteps, time.monotonic() - started)
 
 
-def child(contender: str, seed: int, steps: int, settings: dict[str, Any]) -> dict[str, Any]:
+def child(
+    contender: str, seed: int, steps: int, settings: dict[str, Any], view: str
+) -> dict[str, Any]:
     """One run in this process, with one torch thread."""
     import torch
 
     torch.set_num_threads(1)
     rlserve = contender == "rlserve"
-    result = run_rlserve(seed, steps, settings) if rlserve else run_sb3(seed, steps)
+    result = run_rlserve(seed, steps, settings, view) if rlserve else run_sb3(seed, steps, view)
     result.pop("curve")
     return {"contender": contender, "seed": seed, **result}
 
@@ -202,15 +220,22 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="override an rlserve PPO setting, e.g. --set ent_coef=0.01",
     )
+    parser.add_argument(
+        "--view",
+        choices=["uint8", "raw"],
+        default="uint8",
+        help="uint8: the wrapper's view; raw: as float32 ids, not divided (see the doc)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     items = args.set if args.child else SETTINGS + args.set
     if args.child:
-        result = child(args.contenders[0], args.seeds[0], args.steps, parse_settings(items))
+        settings = parse_settings(items)
+        result = child(args.contenders[0], args.seeds[0], args.steps, settings, args.view)
         print(json.dumps(result))
         return
     print(
-        f"PPO on {ENV_ID} (ImgObsWrapper, 7x7x3 uint8), {args.steps:,} env steps; rlserve "
+        f"PPO on {ENV_ID} (ImgObsWrapper, view {args.view}), {args.steps:,} env steps; rlserve "
         f"settings over the defaults: {parse_settings(items) or 'none'}",
         flush=True,
     )
@@ -219,6 +244,7 @@ def main() -> None:
         for contender in args.contenders:
             command = [sys.executable, __file__, "--child", "--seeds", str(seed)]
             command += ["--contenders", contender, "--steps", str(args.steps)]
+            command += ["--view", args.view]
             command += [f"--set={item}" for item in items]
             out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
             result = json.loads(out.strip().splitlines()[-1])
