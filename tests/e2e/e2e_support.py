@@ -19,6 +19,31 @@ from rlserve import PolicyClient
 from rlserve.protocol.codec import decode, encode
 
 WORKER = Path(__file__).with_name("e2e_client_worker.py")
+
+
+def small_ppo(
+    *extra: str, hidden: tuple[int, ...] = (16,), fragment_length: int = 16
+) -> tuple[str, ...]:
+    """``rlserve serve`` flags for a PPO that updates every 64 steps with a tiny network.
+
+    End-to-end tests check what crosses the wire, not what is learnt; ``extra`` are more
+    ``--ppo-*`` flags.
+    """
+    return (
+        "--ppo-train-batch-size",
+        "64",
+        "--ppo-minibatch-size",
+        "32",
+        "--ppo-num-epochs",
+        "1",
+        "--ppo-hidden",
+        *(str(width) for width in hidden),
+        *extra,
+        "--fragment-length",
+        str(fragment_length),
+    )
+
+
 """A client script run as a separate process (see its docstring)."""
 
 

@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 import onnxruntime as ort
 import pytest
+from e2e_support import small_ppo
 from gymnasium import spaces
 
 from rlserve import PolicyClient
@@ -45,21 +46,7 @@ CASES: dict[str, tuple[gym.Space[Any], gym.Space[Any]]] = {
         spaces.Tuple((spaces.MultiDiscrete([2, 3]), spaces.Box(0.0, 1.0, (2,), np.float32))),
     ),
 }
-SMALL_PPO = (
-    "--ppo-train-batch-size",
-    "64",
-    "--ppo-minibatch-size",
-    "32",
-    "--ppo-num-epochs",
-    "1",
-    "--ppo-hidden",
-    "16",
-    "16",
-    "--fragment-length",
-    "8",
-    "--checkpoint-every",
-    "1",
-)
+SMALL_PPO = (*small_ppo(hidden=(16, 16), fragment_length=8), "--checkpoint-every", "1")
 QUICK = LocalConfig(batch_steps=16, batch_interval=0.1)
 EPISODES, STEPS = 3, 12
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from e2e_support import small_ppo
 from gymnasium import spaces
 
 from rlserve import PolicyClient, SpaceError
@@ -24,21 +25,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 IMAGE = spaces.Box(0, 255, (6, 6, 2), np.uint8)
 ACTION_SPACE = spaces.Discrete(3)
-SMALL_PPO = (
-    "--ppo-train-batch-size",
-    "64",
-    "--ppo-minibatch-size",
-    "32",
-    "--ppo-num-epochs",
-    "1",
-    "--ppo-hidden",
-    "16",
-    "--ppo-conv-filters",
-    "4,2,1",
-    "8,2,2",
-    "--fragment-length",
-    "16",
-)
+SMALL_PPO = small_ppo("--ppo-conv-filters", "4,2,1", "8,2,2")
 QUICK = LocalConfig(batch_steps=32, batch_interval=0.1)
 
 

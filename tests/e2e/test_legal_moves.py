@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from e2e_support import small_ppo
 from gymnasium import spaces
 
 from rlserve import PolicyClient, SpaceError
@@ -30,18 +31,7 @@ OBSERVATION_SPACE = spaces.Dict(
     }
 )
 ACTION_SPACE = spaces.Discrete(ACTIONS)
-SMALL_PPO = (
-    "--ppo-train-batch-size",
-    "64",
-    "--ppo-minibatch-size",
-    "32",
-    "--ppo-num-epochs",
-    "1",
-    "--ppo-hidden",
-    "16",
-    "--fragment-length",
-    "16",
-)
+SMALL_PPO = small_ppo()
 QUICK = LocalConfig(batch_steps=32, batch_interval=0.1)
 STEPS = 300
 
