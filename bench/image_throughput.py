@@ -14,7 +14,11 @@ started with ``training_enabled=False``). In one run:
   of minibatches), on CPU and on ``cuda`` when torch sees one.
 
 Every figure is the median of ``--repeats`` short windows. Run
-``python bench/image_throughput.py`` (about 2 minutes on 2 cores), ``--quick`` for a shorter one.
+``python bench/image_throughput.py`` (about 90 s on 2 cores), ``--quick`` for a shorter one.
+``--blas-threads 1`` runs every process (this one, the server, the clients) with one BLAS and
+OpenMP thread: OpenBLAS's default pool of one thread per core makes the numpy conv forward (the
+server's remote inference and the local client's) tens of times slower on a busy machine
+(``docs/benchmarks.md``, "Image observations: throughput"), so run both and compare.
 """
 
 from __future__ import annotations
