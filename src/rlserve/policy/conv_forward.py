@@ -13,6 +13,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from rlserve.errors import ConfigError
+from rlserve.policy.blas_threads import one_blas_thread
 from rlserve.policy.image_encoder import ImageEncoder, ObservationEncoder
 
 
@@ -98,6 +99,10 @@ class ObservationForward:
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """``[N, input_dim]`` inputs -> ``[N, output_dim]`` float32 features."""
+        with one_blas_thread():
+            return self._encode(x)
+
+    def _encode(self, x: np.ndarray) -> np.ndarray:
         if len(self._images) == 1 and self.encoder.input_dim == self.encoder.images[0].input_dim:
             return self._images[0][1](x)
         pieces = []
