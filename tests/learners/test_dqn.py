@@ -414,3 +414,17 @@ def test_n_step_through_logged_lets_the_sums_follow_the_logged_controller() -> N
     sums = [r[0] + 0.5 * r[1] + 0.25 * r[2], r[1] + 0.5 * r[2] + 0.25 * r[3], r[2] + 0.5 * r[3]]
     np.testing.assert_allclose(state["rewards"], [*sums, r[3]], rtol=1e-6)
     np.testing.assert_allclose(state["discounts"], [0.125, 0.0, 0.0, 0.0])
+
+
+def test_image_observations_are_stored_as_bytes_and_other_values_refused() -> None:
+    image = gym.spaces.Box(0, 255, (6, 6, 1), np.uint8)
+    learner = DQNLearner(image, ACT, _settings(max_abs_input=1e9, conv_filters=((4, 3, 1),)))
+    assert learner.replay.obs_dtype == np.uint8
+    fragment = _fragment(4)
+    fragment.obs = np.random.default_rng(0).integers(0, 256, (5, 36)).astype(np.float32)
+    checked, why = learner.sanitise(fragment)
+    assert checked is not None and why == ""
+    fragment.obs[2, 7] = 300.0
+    checked, why = learner.sanitise(fragment)
+    assert checked is None and "[0, 255]" in why
+    assert DQNLearner(OBS, ACT, _settings()).replay.obs_dtype == np.float32

@@ -332,3 +332,50 @@ def test_sums_joined_across_any_cuts_are_the_one_piece_sums_by_hand() -> None:
         np.testing.assert_allclose(state["rewards"], sums, rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(state["next_obs"][:, 0], ends)
         np.testing.assert_allclose(state["discounts"], discounts, rtol=1e-6)
+
+
+# -- compact observation storage ---------------------------------------------------------------
+
+
+def test_whole_byte_spaces_are_stored_as_uint8_and_sampled_as_the_same_float32() -> None:
+    rng = np.random.default_rng(0)
+    obs = rng.integers(0, 256, (21, 5)).astype(np.float32)
+    fragment = _fragment(20)
+    fragment.obs = obs
+    wide = ReplayBuffer(50, 5, gamma=0.9, seed=4)
+    compact = ReplayBuffer(50, 5, gamma=0.9, seed=4, obs_dtype=np.uint8)
+    for buffer in (wide, compact):
+        buffer.add_fragment(fragment)
+    assert compact.state()["obs"].dtype == np.uint8 and compact.state()["obs"].nbytes * 4 == (
+        wide.state()["obs"].nbytes
+    )
+    a, b = wide.sample(32), compact.sample(32)
+    assert b.obs.dtype == np.float32 and b.next_obs.dtype == np.float32
+    np.testing.assert_array_equal(a.obs, b.obs)
+    np.testing.assert_array_equal(a.next_obs, b.next_obs)
+    # A float32 checkpoint's replay loads into the compact buffer with the same values.
+    twin = ReplayBuffer(50, 5, gamma=0.9, seed=4, obs_dtype=np.uint8)
+    twin.load_state(wide.state())
+    np.testing.assert_array_equal(twin.state()["obs"], compact.state()["obs"])
+    with pytest.raises(ValueError, match="float32 or uint8"):
+        ReplayBuffer(4, 2, gamma=0.9, obs_dtype=np.int16)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "dtype", "stored"),
+    [
+        (0, 255, np.uint8, np.uint8),  # an image
+        (0, 1, np.int8, np.uint8),  # a legal-move mask
+        (0, 1, np.int64, np.uint8),  # a one-hot Discrete
+        (-1, 1, np.int8, np.float32),  # negative whole numbers
+        (0, 1000, np.int16, np.float32),  # beyond a byte
+        (0.0, 1.0, np.float32, np.float32),  # a float Box, even in [0, 255]
+    ],
+)
+def test_storage_dtype_keeps_uint8_for_whole_bytes_only(
+    low: float, high: float, dtype: type, stored: type
+) -> None:
+    from rlserve.learners.replay import storage_dtype
+
+    lows, highs = np.full(3, low, dtype), np.full(3, high, dtype)
+    assert storage_dtype(lows, highs, np.dtype(dtype)) == np.dtype(stored)

@@ -21,11 +21,12 @@ from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
-from rlserve.learners.replay import checked_chosen
+from rlserve.learners.replay import checked_chosen, storage_dtype
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.values import indices_within, within
 from rlserve.run.durable import atomic_write_bytes
@@ -33,6 +34,8 @@ from rlserve.run.durable import atomic_write_bytes
 logger = logging.getLogger("rlserve.learner")
 
 WARN_INTERVAL_S = 60.0
+
+_FLOAT32 = np.dtype(np.float32)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -172,6 +175,18 @@ def magnitude_problem(arrays: Mapping[str, np.ndarray], limit: float, algorithm:
     return ""
 
 
+def replay_obs_dtype(observation_space: gym.Space[Any]) -> np.dtype[Any]:
+    """The dtype an off-policy learner's replay buffer stores this space's observations in.
+
+    uint8 for a space of whole numbers within [0, 255] (images, masks, one-hot choices), float32
+    otherwise (:func:`~rlserve.learners.replay.storage_dtype`).
+    """
+    flat = gym.spaces.flatten_space(observation_space)
+    if not isinstance(flat, gym.spaces.Box):
+        return np.dtype(np.float32)
+    return storage_dtype(flat.low, flat.high, flat.dtype)
+
+
 def check_replay_fragment(
     fragment: Fragment,
     obs_dim: int,
@@ -180,6 +195,7 @@ def check_replay_fragment(
     *,
     choices: int | None = None,
     action_dim: int | None = None,
+    obs_dtype: np.dtype[Any] = _FLOAT32,
 ) -> tuple[Fragment | None, str]:
     """An off-policy learner's fragment in the dtypes it stores, or ``None`` and why not.
 
@@ -196,6 +212,9 @@ def check_replay_fragment(
         algorithm: The algorithm's name, for the option the message names.
         choices: The number of Discrete actions (one of ``choices`` and ``action_dim``).
         action_dim: The Box's width.
+        obs_dtype: The replay buffer's observation dtype: with uint8 (a space of whole numbers
+            within [0, 255], :func:`~rlserve.learners.replay.storage_dtype`) an observation
+            value outside them is refused, as the buffer could not hold it.
     """
     arrays, problem = fragment_arrays(fragment, ("obs", "actions", "rewards"))
     if arrays is None:
@@ -224,6 +243,12 @@ def check_replay_fragment(
     if problem:
         return None, problem
     obs, rewards = checked["obs"], checked["rewards"]
+    if obs_dtype == np.uint8 and not _whole_bytes(obs):
+        return None, (
+            f"{algorithm} fragment has observation values that are not whole numbers within "
+            "[0, 255], though the observation space declares only those; send the space's own "
+            "values (uint8 pixels, 0/1 masks), or declare a float Box"
+        )
     if (
         obs is fragment.obs
         and actions is fragment.actions
@@ -235,6 +260,13 @@ def check_replay_fragment(
         fragment, obs=obs, actions=actions, rewards=rewards, policy_chosen=chosen
     )
     return replaced, ""
+
+
+def _whole_bytes(values: np.ndarray) -> bool:
+    return bool(
+        values.size == 0
+        or (values.min() >= 0 and values.max() <= 255 and np.array_equal(values, np.floor(values)))
+    )
 
 
 # -- gradient steps and checkpoints -----------------------------------------------------------

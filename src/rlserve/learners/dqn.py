@@ -47,6 +47,7 @@ from rlserve.learners.common import (
     load_optimizer,
     read_checkpoint,
     read_weights,
+    replay_obs_dtype,
     resolve_device,
     write_checkpoint,
     yield_cpu,
@@ -146,6 +147,7 @@ class DQNLearner(ReplayLearner):
             config.n_step,
             seed=config.seed,
             through_logged=config.n_step_through_logged,
+            obs_dtype=replay_obs_dtype(observation_space),
         )
         self.obs_normalization: ObservationNormalization | None = None
         """Observation statistics (``normalize_observations``): raw observations are stored
@@ -224,6 +226,7 @@ class DQNLearner(ReplayLearner):
             self.config.max_abs_input,
             "dqn",
             choices=self.model.action_dim,
+            obs_dtype=self.replay.obs_dtype,
         )
         mask = self.model.action_mask
         if checked is not None and mask is not None:

@@ -82,6 +82,23 @@ class ReplayBatch:
     indices: np.ndarray
 
 
+def storage_dtype(low: np.ndarray, high: np.ndarray, dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """The dtype a replay buffer stores a flattened observation space's values in.
+
+    ``low``, ``high`` and ``dtype`` are the flattened space's (``gymnasium.spaces.flatten_space``):
+    uint8 when every value is a whole number within [0, 255] (a uint8 image, a legal-move mask,
+    a one-hot choice), which holds every such value exactly; float32 otherwise.
+    """
+    if (
+        np.issubdtype(dtype, np.integer)
+        and low.size > 0
+        and float(np.min(low)) >= 0
+        and float(np.max(high)) <= 255
+    ):
+        return np.dtype(np.uint8)
+    return np.dtype(np.float32)
+
+
 def check_warm_up(learning_starts: int, buffer_size: int) -> None:
     """Refuse a warm-up the replay buffer cannot hold (off-policy settings' check).
 
@@ -186,6 +203,10 @@ class ReplayBuffer:
         seed: Seed of the sampling generator.
         through_logged: :meth:`add_fragment` lets the sums run through logged actions as
             through the policy's (the learners' ``n_step_through_logged``).
+        obs_dtype: How observations are stored: float32, or uint8 for spaces whose every
+            flattened value is a whole number in [0, 255] (:func:`storage_dtype`: images,
+            masks, one-hot choices). An 84x84x4 frame then takes 28 KB of the ring instead of
+            113 KB; :meth:`sample` gives float32 either way, with the same values.
     """
 
     def __init__(
@@ -197,6 +218,7 @@ class ReplayBuffer:
         action_shape: tuple[int, ...] = (),
         seed: int = 0,
         through_logged: bool = False,
+        obs_dtype: np.dtype[Any] | type = np.float32,
     ):
         if capacity < 1:
             raise ValueError(f"capacity must be positive, got {capacity}")
@@ -209,8 +231,11 @@ class ReplayBuffer:
         self.action_shape = tuple(action_shape)
         self.through_logged = bool(through_logged)
         action_dtype = np.int64 if not self.action_shape else np.float32
-        self._obs = np.zeros((self.capacity, self.obs_dim), dtype=np.float32)
-        self._next_obs = np.zeros((self.capacity, self.obs_dim), dtype=np.float32)
+        self.obs_dtype = np.dtype(obs_dtype)
+        if self.obs_dtype not in (np.dtype(np.float32), np.dtype(np.uint8)):
+            raise ValueError(f"obs_dtype must be float32 or uint8, got {self.obs_dtype}")
+        self._obs = np.zeros((self.capacity, self.obs_dim), dtype=self.obs_dtype)
+        self._next_obs = np.zeros((self.capacity, self.obs_dim), dtype=self.obs_dtype)
         self._actions = np.zeros((self.capacity, *self.action_shape), dtype=action_dtype)
         self._rewards = np.zeros(self.capacity, dtype=np.float32)
         self._discounts = np.zeros(self.capacity, dtype=np.float32)
@@ -375,10 +400,10 @@ class ReplayBuffer:
             raise ValueError("the replay buffer is empty; add experience before sampling")
         idx = self._rng.integers(0, self._size, size=batch_size)
         return ReplayBatch(
-            obs=self._obs[idx],
+            obs=np.asarray(self._obs[idx], dtype=np.float32),
             actions=self._actions[idx],
             rewards=self._rewards[idx],
-            next_obs=self._next_obs[idx],
+            next_obs=np.asarray(self._next_obs[idx], dtype=np.float32),
             discounts=self._discounts[idx],
             indices=idx.astype(np.int64),
         )

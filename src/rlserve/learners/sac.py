@@ -51,6 +51,7 @@ from rlserve.learners.common import (
     load_optimizer,
     read_checkpoint,
     read_weights,
+    replay_obs_dtype,
     resolve_device,
     write_checkpoint,
     yield_cpu,
@@ -192,6 +193,7 @@ class SACLearner(ReplayLearner):
             action_shape=(self.action_dim,),
             seed=config.seed,
             through_logged=config.n_step_through_logged,
+            obs_dtype=replay_obs_dtype(observation_space),
         )
         self.obs_normalization: ObservationNormalization | None = None
         """Observation statistics (``normalize_observations``): raw observations are stored
@@ -254,6 +256,7 @@ class SACLearner(ReplayLearner):
             self.config.max_abs_input,
             "sac",
             action_dim=self.action_dim,
+            obs_dtype=self.replay.obs_dtype,
         )
 
     # -- the schedule ------------------------------------------------------------------------
