@@ -12,7 +12,8 @@ from gymnasium import spaces
 from float_paths import assert_same_choices
 from rlserve.errors import ConfigError
 from rlserve.learners.models import ActorCritic
-from rlserve.policy import ModelSpec, NumpyPolicy, numpy_policy
+from rlserve.policy import ModelSpec, NumpyPolicy
+from rlserve.policy.matmul import serial_matmul
 
 OBS_SPACE = spaces.Box(-np.inf, np.inf, (5,), np.float32)
 DISCRETE = spaces.Discrete(4)
@@ -318,13 +319,13 @@ def test_a_large_batch_goes_through_small_layers_in_row_blocks_with_the_same_res
     rng = np.random.default_rng(rows)
     x = rng.normal(0, 1, (rows, 64)).astype(np.float32)
     w = rng.normal(0, 1, (64, 64)).astype(np.float32)
-    out = numpy_policy._matmul(x, w)
+    out = serial_matmul(x, w)
     assert out.shape == (rows, 64) and out.dtype == np.float32
     np.testing.assert_allclose(out, x @ w, rtol=1e-5, atol=1e-4)
     # A layer too large for two rows per block is left to the BLAS whole.
     big = rng.normal(0, 1, (512, 512)).astype(np.float32)
     np.testing.assert_allclose(
-        numpy_policy._matmul(x[:, :1].repeat(512, axis=1), big),
+        serial_matmul(x[:, :1].repeat(512, axis=1), big),
         x[:, :1].repeat(512, axis=1) @ big,
         rtol=1e-5,
         atol=1e-3,

@@ -35,19 +35,26 @@ def explores(policy: NumpyPolicy, training_enabled: bool, explore: bool = True) 
 
 
 def compute_actions(
-    policy: NumpyPolicy, obs: np.ndarray, greedy_rows: np.ndarray | None = None
+    policy: NumpyPolicy,
+    obs: np.ndarray,
+    greedy_rows: np.ndarray | None = None,
+    state: np.ndarray | None = None,
 ) -> PolicyOutput:
     """The actions of a batch whose rows ``greedy_rows`` (bool ``[N]``) take the greedy action.
 
     Rows of evaluation episodes and rows of training episodes share the batch; the others
-    sample. None, or no greedy row: one call that samples every row, as before.
+    sample. None, or no greedy row: one call that samples every row, as before. ``state``:
+    each row's recurrent state, for a policy with memory (see
+    :meth:`~rlserve.policy.numpy_policy.NumpyPolicy.compute_actions`); the output's ``state``
+    does not depend on which rows explore.
     """
     if greedy_rows is None or not greedy_rows.any():
-        return policy.compute_actions(obs)
+        return policy.compute_actions(obs, True, state)
     if greedy_rows.all():
-        return policy.compute_actions(obs, explore=False)
-    out = policy.compute_actions(obs)
-    greedy = policy.compute_actions(obs[greedy_rows], explore=False)
+        return policy.compute_actions(obs, False, state)
+    out = policy.compute_actions(obs, True, state)
+    greedy_state = None if state is None else state[greedy_rows]
+    greedy = policy.compute_actions(obs[greedy_rows], False, greedy_state)
     out.actions[greedy_rows] = greedy.actions
     out.logp[greedy_rows] = greedy.logp
     return out

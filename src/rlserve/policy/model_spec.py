@@ -19,6 +19,7 @@ import numpy as np
 from rlserve.errors import ConfigError, SpaceError
 from rlserve.policy.distribution import DISTRIBUTION_KINDS, ActionDistribution, ActionPart
 from rlserve.policy.image_encoder import ObservationEncoder
+from rlserve.policy.memory import LSTMMemory
 
 ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     # In place: the forward pass owns every intermediate array.
@@ -79,6 +80,10 @@ class ModelSpec:
             the flattened observation. It reads the first layer's input (``input_dim`` values)
             and the first of ``actor_layers`` reads its output. Never with observation
             normalisation.
+        memory: The LSTM between the encoded observation and ``actor_layers``
+            (:mod:`rlserve.policy.memory`), or None (absent on the wire) for a policy without
+            recurrent state. It reads :attr:`encoded_dim` values (its ``input_dim``) and the
+            first of ``actor_layers`` reads its ``h`` (``cell_size`` values).
     """
 
     obs_dim: int
@@ -99,9 +104,15 @@ class ModelSpec:
     action_bias: tuple[float, ...] = field(default=())
     action_mask: tuple[int, int] | None = None
     encoder: ObservationEncoder | None = None
+    memory: LSTMMemory | None = None
 
     def __post_init__(self) -> None:
         self._check_mask()
+        if self.memory is not None and self.memory.input_dim != self.encoded_dim:
+            raise ConfigError(
+                f"model spec: the LSTM reads {self.memory.input_dim} values; the encoded "
+                f"observation has {self.encoded_dim}"
+            )
         if self.encoder is not None:
             if self.encoder.input_dim != self.input_dim:
                 raise ConfigError(
@@ -155,6 +166,16 @@ class ModelSpec:
         return self.obs_dim - (0 if self.action_mask is None else self.action_mask[1])
 
     @property
+    def encoded_dim(self) -> int:
+        """Width of the encoded observation: the encoder's output, or :attr:`input_dim`."""
+        return self.input_dim if self.encoder is None else self.encoder.output_dim
+
+    @property
+    def state_size(self) -> int:
+        """Width of the recurrent state: ``2 * memory.cell_size``, 0 without memory."""
+        return 0 if self.memory is None else self.memory.state_size
+
+    @property
     def normalizes_observations(self) -> bool:
         """True when the first layer reads normalised observations (``obs_mean`` is given)."""
         return bool(self.obs_mean)
@@ -168,10 +189,12 @@ class ModelSpec:
         distribution: ActionDistribution,
         action_mask: tuple[int, int] | None = None,
         encoder: ObservationEncoder | None = None,
+        cell_size: int = 0,
     ) -> ModelSpec:
         """The spec of an actor that parameterises ``distribution``.
 
-        Masked by ``action_mask``, reading images through ``encoder``, when given.
+        Masked by ``action_mask``, reading images through ``encoder``, when given; with an
+        LSTM of ``cell_size`` cells (:attr:`memory`) when that is positive.
         """
         dim = distribution.param_dim
         base = cls(
@@ -185,6 +208,8 @@ class ModelSpec:
             action_mask=action_mask,
             encoder=encoder,
         )
+        if cell_size:
+            base = replace(base, memory=LSTMMemory(cell_size, base.encoded_dim))
         if distribution.kind == "categorical":
             return replace(base, action_start=distribution.offsets[0])
         if distribution.kind == "epsilon_greedy":
@@ -282,6 +307,10 @@ class ModelSpec:
             del data["encoder"]  # absent: an MLP over the flattened observation, as always
         else:
             data["encoder"] = self.encoder.to_wire()
+        if self.memory is None:
+            del data["memory"]  # absent: no recurrent state, as a spec from before memory
+        else:
+            data["memory"] = self.memory.to_wire()
         # JSON has no infinity: an unbounded side is written as null, as in space descriptions.
         data["action_low"] = [v if math.isfinite(v) else None for v in self.action_low]
         data["action_high"] = [v if math.isfinite(v) else None for v in self.action_high]
@@ -292,8 +321,8 @@ class ModelSpec:
         """Rebuild a spec from :meth:`to_wire` output.
 
         Absent normalisation fields (``obs_mean``, ``obs_std``, ``obs_clip``, ``action_scale``,
-        ``action_bias``), an absent ``action_mask`` and an absent ``encoder`` mean none, as in a
-        spec from before they existed.
+        ``action_bias``), an absent ``action_mask``, ``encoder`` and ``memory`` mean none, as in
+        a spec from before they existed.
 
         Raises:
             ConfigError: Unknown activation or distribution, missing fields, or normalisation
@@ -329,6 +358,9 @@ class ModelSpec:
                 if raw.get("encoder") is None
                 else ObservationEncoder.from_wire(raw["encoder"]),
             )
+            if raw.get("memory") is not None:
+                # The LSTM's input width is implied by the fields above.
+                spec = replace(spec, memory=LSTMMemory.from_wire(raw["memory"], spec.encoded_dim))
         except ConfigError:
             raise  # a field of the right type with a wrong value: the message says which
         except (KeyError, TypeError, ValueError) as exc:

@@ -10,7 +10,6 @@ inference loop and a local-inference client share one implementation and never i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,7 +18,10 @@ from rlserve.policy.action_mask import features, legal, mask_logits, part_sizes,
 from rlserve.policy.conv_forward import ObservationForward
 from rlserve.policy.gaussian import LOG_2PI
 from rlserve.policy.greedy import epsilon_greedy_choices, epsilon_greedy_log_prob
+from rlserve.policy.matmul import SERIAL_MATMUL_WORK, serial_matmul
+from rlserve.policy.memory import LSTMForward, check_state
 from rlserve.policy.model_spec import ACTIVATIONS, ModelSpec
+from rlserve.policy.policy_output import PolicyOutput
 
 __all__ = ["SERIAL_MATMUL_WORK", "ModelSpec", "NumpyPolicy", "PolicyOutput"]
 
@@ -41,41 +43,14 @@ forward pass, its biases tiled once per batch size."""
 _SMALL_CHOICE = 16
 """Up to this many choices, a single categorical decision is sampled with plain floats."""
 
-SERIAL_MATMUL_WORK = 1 << 18
-"""Multiply-adds (rows x inputs x outputs) up to which a matrix product runs on one thread.
-
-OpenBLAS (numpy's BLAS) hands a product of more than ``65536 * 4`` multiply-adds to its worker
-threads. For a policy's small layers that gains nothing even on idle cores and costs a great
-deal on busy ones: the worker threads spin waiting for work, and a batch waits for a thread that
-the learner or another process holds (a forward pass of 256 observations through 64 x 64 layers
-took 0.4-0.9 ms instead of 0.05 ms on 2 busy cores). So a large batch goes through a small layer
-in row blocks that each stay under this bound; a layer too large for two rows per block is left
-to the BLAS."""
-
-
-@dataclass(slots=True)
-class PolicyOutput:
-    """Actions for a batch of observations.
-
-    Attributes:
-        actions: ``[N]`` int64 (categorical, epsilon_greedy) or ``[N, A]`` float32 (every
-            other distribution, in the layout of :mod:`rlserve.policy.distribution`; Gaussian
-            values in the space's units (scaled by ``action_scale``) and unclipped: this is what
-            was sampled and what the learner trains on).
-        logp: ``[N]`` float32 log-probability of each action.
-    """
-
-    actions: np.ndarray
-    logp: np.ndarray
-
 
 class NumpyPolicy:
     """The actor network evaluated with numpy.
 
     Args:
         spec: The architecture.
-        weights: Named float32 arrays (every ``layer.weight``/``layer.bias``, and ``log_std`` for
-            a gaussian policy).
+        weights: Named float32 arrays (every ``layer.weight``/``layer.bias``, ``log_std`` for
+            a gaussian policy, and the LSTM's ``memory.*`` for a policy with memory).
         version: The weights version, carried into every sample it produces.
         seed: Seed of the sampling random generator.
 
@@ -99,6 +74,15 @@ class NumpyPolicy:
             in_dim = spec.encoder.output_dim
             # An instance attribute: the MLP path's forward stays free of a per-call test.
             self.forward = self._image_forward  # type: ignore[method-assign]
+        self._memory: LSTMForward | None = None
+        self.state_size = spec.state_size
+        """Width of the recurrent state (``2 * cell_size``); 0 for a policy without memory."""
+        if spec.memory is not None:
+            self._memory = LSTMForward(spec.memory, weights)
+            in_dim = spec.memory.cell_size
+            # Instance attributes, as above: the paths without memory stay as they were.
+            self.forward = self._stateless_forward  # type: ignore[method-assign]
+            self.compute_actions = self._recurrent_compute_actions  # type: ignore[method-assign]
         for name in spec.actor_layers:
             try:
                 w = np.asarray(weights[f"{name}.weight"], dtype=np.float32)
@@ -202,7 +186,7 @@ class NumpyPolicy:
             x += b
             return x
         for i, (w, b) in enumerate(self._layers):
-            x = _matmul(x, w)
+            x = serial_matmul(x, w)
             x += b
             if i != last:
                 x = self._act(x)
@@ -211,16 +195,21 @@ class NumpyPolicy:
     def _image_forward(self, obs: np.ndarray) -> np.ndarray:
         """:meth:`forward` of a spec with an image encoder: the encoder, then the linear layers."""
         assert self._encoder is not None
-        x = self._encoder(features(obs, self._mask))
+        return self._linear(self._encoder(features(obs, self._mask)))
+
+    def _linear(self, x: np.ndarray) -> np.ndarray:
+        """The actor's linear layers over ``x`` (a new array, which the layers may change)."""
         last = len(self._layers) - 1
         for i, (w, b) in enumerate(self._layers):
-            x = _matmul(x, w)
+            x = serial_matmul(x, w)
             x += b
             if i != last:
                 x = self._act(x)
         return x
 
-    def compute_actions(self, obs: np.ndarray, explore: bool = True) -> PolicyOutput:
+    def compute_actions(
+        self, obs: np.ndarray, explore: bool = True, state: np.ndarray | None = None
+    ) -> PolicyOutput:
         """Sample (or, without exploration, pick the most likely) actions for a batch.
 
         With a legal-move mask (the spec's ``action_mask``) only legal choices are taken, and
@@ -229,20 +218,84 @@ class NumpyPolicy:
         Args:
             obs: ``[N, obs_dim]`` float32 flattened observations.
             explore: Sample from the distribution when True; take its mode when False.
+            state: With memory (``state_size > 0``): ``[N, state_size]`` float32, each row's
+                recurrent state (:meth:`initial_state` at an episode's start, then the
+                previous output's ``state``); never changed. Ignored without memory.
 
         Raises:
-            SpaceError: An observation's mask marks no choice legal (in some sub-action).
+            SpaceError: An observation's mask marks no choice legal (in some sub-action), or,
+                with memory, ``state`` is missing or of the wrong shape.
         """
         out = self.forward(obs)
         if self._mask is None:
             return self._compute(obs, out, explore)
+        return self._masked_actions(obs, out, explore, None)
+
+    def _recurrent_compute_actions(
+        self, obs: np.ndarray, explore: bool = True, state: np.ndarray | None = None
+    ) -> PolicyOutput:
+        """:meth:`compute_actions` of a policy with memory."""
+        out, next_state = self.recurrent_forward(obs, state)
+        if self._mask is None:
+            result = self._compute(obs, out, explore)
+        else:
+            result = self._masked_actions(obs, out, explore, state)
+        result.state = next_state
+        return result
+
+    def _masked_actions(
+        self, obs: np.ndarray, out: np.ndarray, explore: bool, state: np.ndarray | None
+    ) -> PolicyOutput:
+        """:meth:`compute_actions` with a legal-move mask, from the actor's output ``out``."""
         out = self._masked(obs, out)
         if self.spec.distribution == "epsilon_greedy":
             actions = epsilon_greedy_choices(out, self.spec.epsilon, self._rng, explore, True)
             logp = epsilon_greedy_log_prob(out, self.spec.epsilon, actions, True)
             return PolicyOutput(actions, logp)
         result = self._compute(obs, out.copy(), explore)
-        return self._legal_only(obs, out, result)
+        return self._legal_only(obs, out, result, state)
+
+    def initial_state(self, rows: int) -> np.ndarray:
+        """``[rows, state_size]`` float32 zeros: the recurrent state at an episode's start."""
+        return np.zeros((rows, self.state_size), dtype=np.float32)
+
+    def recurrent_forward(
+        self, obs: np.ndarray, state: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The actor's raw output and the next recurrent state, for a policy with memory.
+
+        ``obs`` is encoded as :meth:`forward` would (mask left out, normalised or through the
+        image encoder), stepped through the LSTM from ``state`` (``[N, state_size]``, not
+        changed), and the actor's linear layers read the new ``h``. Both results are new
+        arrays; the first may be changed in place.
+
+        Raises:
+            SpaceError: ``state`` is missing or of the wrong shape.
+            ConfigError: The policy has no memory.
+        """
+        if self._memory is None:
+            raise ConfigError("this policy has no memory: call forward(obs), without a state")
+        state = check_state(state, obs.shape[0], self.state_size)
+        next_state = self._memory(self._encoded(obs), state)
+        x = next_state[:, : self.state_size // 2]  # h
+        if not self._layers:
+            return x.copy(), next_state  # the caller may change the output in place
+        return self._linear(x), next_state
+
+    def _encoded(self, obs: np.ndarray) -> np.ndarray:
+        """``[N, obs_dim]`` observations as the LSTM reads them (``[N, encoded_dim]``)."""
+        if self._encoder is not None:
+            return self._encoder(features(obs, self._mask))
+        if self._obs_mean is not None:
+            return self.normalize(obs)
+        return np.asarray(features(obs, self._mask), dtype=np.float32)
+
+    def _stateless_forward(self, obs: np.ndarray) -> np.ndarray:
+        """:meth:`forward` of a policy with memory: refused, it needs the state."""
+        raise ConfigError(
+            "this policy has memory: its output depends on the recurrent state; call "
+            "recurrent_forward(obs, state) or compute_actions(obs, explore, state)"
+        )
 
     def _compute(self, obs: np.ndarray, out: np.ndarray, explore: bool) -> PolicyOutput:
         """:meth:`compute_actions` from the actor's output ``out`` (changed in place)."""
@@ -292,7 +345,11 @@ class NumpyPolicy:
         return PolicyOutput(actions.astype(np.float32), logp.astype(np.float32))
 
     def _legal_only(
-        self, obs: np.ndarray, masked: np.ndarray, result: PolicyOutput
+        self,
+        obs: np.ndarray,
+        masked: np.ndarray,
+        result: PolicyOutput,
+        state: np.ndarray | None = None,
     ) -> PolicyOutput:
         """``result`` with any choice of probability 0 replaced by its part's mode.
 
@@ -316,7 +373,7 @@ class NumpyPolicy:
                 replaced = True
             begin += size
         if replaced:
-            result.logp = self.log_prob(obs, result.actions)
+            result.logp = self.log_prob(obs, result.actions, state)
         return result
 
     def _masked(self, obs: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -394,13 +451,21 @@ class NumpyPolicy:
         logp = logits[action] - top - math.log(total)
         return PolicyOutput(np.array([action], dtype=np.int64), np.array([logp], dtype=np.float32))
 
-    def log_prob(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    def log_prob(
+        self, obs: np.ndarray, actions: np.ndarray, state: np.ndarray | None = None
+    ) -> np.ndarray:
         """Log-probability of given actions under this policy, ``[N]`` float32.
 
         With a legal-move mask, under the masked distribution (an illegal action's is about
-        :data:`~rlserve.policy.action_mask.MASKED_LOGIT`, or ``-inf`` for epsilon-greedy).
+        :data:`~rlserve.policy.action_mask.MASKED_LOGIT`, or ``-inf`` for epsilon-greedy). With
+        memory, ``state`` is each row's recurrent state before its observation, as for
+        :meth:`compute_actions` (required); ignored without memory.
+
+        Raises:
+            SpaceError: With memory, ``state`` is missing or of the wrong shape.
         """
-        out = self.forward(obs)
+        memory = self._memory is not None
+        out = self.recurrent_forward(obs, state)[0] if memory else self.forward(obs)
         if self._mask is not None:
             out = self._masked(obs, out)
         if self.spec.distribution == "epsilon_greedy":
@@ -434,19 +499,3 @@ class NumpyPolicy:
         if self._low.size:
             return np.clip(actions, self._low, self._high)
         return actions
-
-
-def _matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """``x @ w`` for ``[N, in]`` and ``[in, out]``, in row blocks the BLAS runs on one thread.
-
-    See :data:`SERIAL_MATMUL_WORK`.
-    """
-    rows = x.shape[0]
-    per_row = w.shape[0] * w.shape[1]
-    if rows * per_row <= SERIAL_MATMUL_WORK or 2 * per_row > SERIAL_MATMUL_WORK:
-        return np.asarray(x @ w)
-    step = SERIAL_MATMUL_WORK // per_row
-    out = np.empty((rows, w.shape[1]), dtype=np.result_type(x, w))
-    for start in range(0, rows, step):
-        np.matmul(x[start : start + step], w, out=out[start : start + step])
-    return out

@@ -13,6 +13,10 @@ sends in ``report_samples`` (:func:`report_wire`): without ``agent_id`` and ``po
 the report names once. :func:`read_report` reads a report form back, checking what needs no
 space: the id, that the fields are there and numeric, and that they agree on the step count. The
 server then checks the values against the policy's spaces.
+
+A fragment of a policy with memory (``use_lstm``) also carries ``state_in``, the acting policy's
+recurrent state before its first step (:mod:`rlserve.policy.memory`): a learner replays the
+fragment's observations from it, so a fragment cut mid-episode needs no earlier steps.
 """
 
 from __future__ import annotations
@@ -49,6 +53,9 @@ class Fragment:
         infos: ``[T]`` the ``info`` map logged with each step's reward (None for a step
             without one), or None when no step has one. Kept with the data for whoever
             consumes it; PPO does not read it.
+        state_in: ``[S]`` float32, the acting policy's recurrent state before step 0 (the
+            ``state`` that step's ``compute_actions`` received: zeros at an episode's start),
+            for a policy with memory; None (absent on the wire) without.
     """
 
     episode_id: str
@@ -63,6 +70,7 @@ class Fragment:
     terminated: bool
     truncated: bool
     infos: list[dict[str, Any] | None] | None = None
+    state_in: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.rewards.shape[0])
@@ -84,6 +92,8 @@ class Fragment:
         }
         if self.infos is not None:
             wire["infos"] = self.infos
+        if self.state_in is not None:
+            wire["state_in"] = self.state_in
         return wire
 
     @classmethod
@@ -91,7 +101,8 @@ class Fragment:
         """Rebuild a fragment from :meth:`to_wire` output, checking that the lengths agree.
 
         Raises:
-            DecodeError: A field is missing or the arrays disagree on ``T``.
+            DecodeError: A field is missing, the arrays disagree on ``T``, or ``state_in`` is
+                not a 1-D array of finite numbers.
         """
         try:
             fragment = cls(
@@ -107,9 +118,12 @@ class Fragment:
                 terminated=bool(raw["terminated"]),
                 truncated=bool(raw["truncated"]),
                 infos=raw.get("infos"),
+                state_in=None if raw.get("state_in") is None else _state_in(raw["state_in"]),
             )
         except KeyError as exc:
             raise DecodeError(f"fragment is missing the field {exc}") from exc
+        except SpaceError as exc:
+            raise DecodeError(f"fragment {exc}") from exc
         steps = len(fragment)
         lengths = {
             "obs": fragment.obs.shape[0] - 1,
@@ -151,6 +165,8 @@ class ReportedFragment:
         terminated: The episode ended after the last step.
         truncated: The episode was cut short after the last step (never both).
         infos: ``[T]`` info maps or nils, or None.
+        state_in: ``[S]`` float32 finite recurrent state before the first step, or None; its
+            length is the policy's business (``state_size``).
     """
 
     episode_id: str
@@ -164,6 +180,31 @@ class ReportedFragment:
     terminated: bool
     truncated: bool
     infos: list[dict[str, Any] | None] | None
+    state_in: np.ndarray | None = None
+
+
+def _state_in(raw: Any, where: str = "") -> np.ndarray:
+    """A wire ``state_in`` as a float32 array, checked 1-D, numeric and finite.
+
+    Raises:
+        SpaceError: It is not, naming the fix.
+    """
+    try:
+        array = np.asarray(raw)
+    except (TypeError, ValueError) as exc:
+        raise SpaceError(f"{where}'state_in' is not an array: {exc}") from exc
+    if array.dtype == object or array.dtype.kind not in "biuf" or array.ndim != 1:
+        raise SpaceError(
+            f"{where}'state_in' must be a 1-D array of numbers (the recurrent state before the "
+            f"fragment's first step), got {array.dtype} of shape {list(array.shape)}"
+        )
+    state = array.astype(np.float32)
+    if not np.isfinite(state).all():
+        raise SpaceError(
+            f"{where}'state_in' holds a value that is not finite; send the state the policy "
+            "returned (zeros at an episode's start)"
+        )
+    return state
 
 
 def _array(raw: dict[str, Any], name: str, where: str) -> np.ndarray:
@@ -233,6 +274,7 @@ def read_report(raw: dict[str, Any], limits: Limits, where: str) -> ReportedFrag
         terminated,
         truncated,
         _read_infos(raw.get("infos"), steps, limits, where),
+        None if raw.get("state_in") is None else _state_in(raw["state_in"], f"{where}: "),
     )
 
 
