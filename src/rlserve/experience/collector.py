@@ -233,6 +233,7 @@ class Collector:
             training_enabled,
             self._sink,
             self._on_summary,
+            self.policy.state_size,
         )
 
     def act_vector(self, rollout: VectorRollout, observations: Any) -> Any:
@@ -247,8 +248,12 @@ class Collector:
         if check is None:
             check = self._vector_check(policy_id, rollout.num_envs)
         obs = check(observations)
-        out = policy.compute_actions(obs, explores(policy, rollout.training_enabled, self.explore))
-        rollout.record(obs, out.actions, out.logp, policy.version)
+        explore = explores(policy, rollout.training_enabled, self.explore)
+        if rollout.state is None:
+            out = policy.compute_actions(obs, explore)
+        else:
+            out = policy.compute_actions(obs, explore, rollout.state)
+        rollout.record(obs, out.actions, out.logp, policy.version, out.state)
         sent = policy.to_env_actions(out.actions)
         spaces_ = self.table_of_policies.policies[policy_id]
         return sent if spaces_.discrete else actions_to_space(spaces_.action_space, sent)

@@ -15,7 +15,10 @@ fragments and summaries, for the calls the hosted runner makes:
   observation; at the episode's end it ends in the final observation;
 * an abandoned episode drops its last step (no observation followed it); the steps before it
   bootstrap from the observation that step was taken in;
-* an episode that does not train leaves its summary only.
+* an episode that does not train leaves its summary only;
+* with a policy with memory (``state_size > 0``), :attr:`VectorRollout.state` holds each copy's
+  recurrent state, zeros at each episode's start, and every fragment's ``state_in`` is the state
+  its first step read (the state at the cut for a fragment that does not start an episode).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class VectorRollout:
         training_enabled: Whether the episodes' steps go to ``sink`` (False: summaries only).
         sink: Takes every finished fragment.
         on_summary: Takes every finished episode's summary.
+        state_size: The acting policy's recurrent state width (0: no memory).
     """
 
     def __init__(
@@ -60,6 +64,7 @@ class VectorRollout:
         training_enabled: bool,
         sink: Callable[[Fragment], None],
         on_summary: Callable[[EpisodeSummary], None],
+        state_size: int = 0,
     ) -> None:
         self.num_envs = num_envs
         self.fragment_length = fragment_length
@@ -91,8 +96,22 @@ class VectorRollout:
         self._versions = np.zeros(self._capacity, np.int64)
         self._chosen = np.ones(self._capacity, np.bool_)
         self._infos: list[dict[int, dict[str, Any]]] = [{} for _ in range(num_envs)]
+        self.state: np.ndarray | None = None
+        """``[N, state_size]`` float32: the recurrent state each copy's next step reads (zeros
+        at an episode's start); None for a policy without memory."""
+        self._states: np.ndarray | None = None
+        if state_size:
+            self.state = np.zeros((num_envs, state_size), np.float32)
+            self._states = np.zeros((self._capacity, num_envs, state_size), np.float32)
 
-    def record(self, obs: np.ndarray, actions: np.ndarray, logp: np.ndarray, version: int) -> None:
+    def record(
+        self,
+        obs: np.ndarray,
+        actions: np.ndarray,
+        logp: np.ndarray,
+        version: int,
+        next_state: np.ndarray | None = None,
+    ) -> None:
         """Record one step of every copy: its checked observation and the action taken in it.
 
         Args:
@@ -100,6 +119,8 @@ class VectorRollout:
             actions: ``[N]`` int64 choices or ``[N, A]`` float32 flat actions.
             logp: ``[N]`` float32 log-probability of each action.
             version: The weights version that chose them.
+            next_state: With memory: the policy's output state (read from :attr:`state`),
+                which becomes :attr:`state`.
         """
         step = self._step
         if step >= self._next_full:
@@ -112,6 +133,10 @@ class VectorRollout:
         self._actions[row] = actions
         self._logp[row] = logp
         self._versions[row] = version
+        if self._states is not None:
+            assert self.state is not None and next_state is not None
+            self._states[row] = self.state  # what this step read: a fragment's state_in
+            self.state = next_state
         self._step = step + 1
 
     def rewards(self, rewards: np.ndarray, infos: dict[int, dict[str, Any]]) -> None:
@@ -196,9 +221,10 @@ class VectorRollout:
         if kept:
             infos = [kept.get(step) for step in range(start, stop)]
             kept.clear()
+        state_in = None if self._states is None else self._states[first, index].copy()
         # Fragment's fields by position (a third of the cost of keywords for a slots dataclass):
         # episode_id, agent_id, policy_id, obs, actions, rewards, behaviour_logp, policy_chosen,
-        # weights_version, terminated, truncated, infos.
+        # weights_version, terminated, truncated, infos, state_in.
         self._sink(
             Fragment(
                 self.episode_ids[index],
@@ -213,6 +239,7 @@ class VectorRollout:
                 terminated,
                 truncated,
                 infos,
+                state_in,
             )
         )
 
@@ -237,6 +264,8 @@ class VectorRollout:
         oldest = self._frag_start[index] + self.fragment_length == self._next_full
         self._frag_start[index] = step
         self._infos[index].clear()
+        if self.state is not None:
+            self.state[index] = 0.0  # the copy's next episode starts from zeros
         if oldest:  # only then can the next fill come later
             self._next_full = int(self._frag_start.min()) + self.fragment_length
 
