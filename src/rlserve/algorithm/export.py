@@ -257,7 +257,7 @@ def load_model(
         )
     elif isinstance(settings, SACSettings):
         model = SquashedGaussianActor(
-            spec.observation_space, spec.action_space, settings.hidden, settings.activation
+            spec.observation_space, spec.action_space, settings.hidden, settings.activation, image
         )
     else:
         model = ActorCritic(

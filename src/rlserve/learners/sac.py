@@ -19,6 +19,11 @@ temperature ``alpha = exp(log_alpha)`` towards the target entropy; step both cri
 target critics ``Q'``; step the actor on ``mean(alpha * log pi(a|s) - min_i Q_i(s, a))``; move
 the target critics by ``tau``. The temperature used in a step is the one before its update.
 
+An image observation (a Box of rank 3, alone or in a Dict or Tuple) is read through conv
+encoders chosen by the settings ``encoder`` and ``conv_filters`` as PPO's and DQN's are: the actor
+has its own, the twin critics share one (:mod:`rlserve.learners.sac_models`), and each is trained
+by its own side's loss only.
+
 With ``normalize_observations`` the observations go into the replay buffer raw and into the
 running statistics as they arrive; each update freezes the statistics, normalises the sampled
 observations (and next observations) with them for actor and critics alike, and publishes them
@@ -63,6 +68,7 @@ from rlserve.learners.normalization import (
 from rlserve.learners.replay import ReplayBuffer
 from rlserve.learners.sac_config import SACSettings
 from rlserve.learners.sac_models import EnsembleQ, SquashedGaussianActor
+from rlserve.policy.encoder_choice import settings_encoder
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.fragment import Fragment
 
@@ -160,17 +166,21 @@ class SACLearner(ReplayLearner):
         self._generator = torch.Generator()
         self._generator.manual_seed(config.seed)
         self.device = resolve_device(config.device)
+        image = settings_encoder(config, observation_space)
         self.actor = SquashedGaussianActor(
-            observation_space, action_space, config.hidden, config.activation
+            observation_space, action_space, config.hidden, config.activation, image
         )
         dist = self.actor.action_distribution
         self.obs_dim = self.actor.obs_dim
         self.action_dim = self.actor.action_dim
         self._low = np.asarray(dist.low, dtype=np.float64)
         self._high = np.asarray(dist.high, dtype=np.float64)
-        self.critic = EnsembleQ(self.obs_dim, self.action_dim, config.hidden, config.activation)
+        # The critics' encoder is their own, shared by the twin heads (SB3's layout).
+        self.critic = EnsembleQ(
+            self.obs_dim, self.action_dim, config.hidden, config.activation, image=image
+        )
         self.critic_target = EnsembleQ(
-            self.obs_dim, self.action_dim, config.hidden, config.activation
+            self.obs_dim, self.action_dim, config.hidden, config.activation, image=image
         )
         self.critic_target.load_state_dict(self.critic.state_dict())
         self.critic_target.requires_grad_(False)

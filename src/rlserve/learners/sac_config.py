@@ -13,6 +13,7 @@ from rlserve.errors import ConfigError, UnsupportedSpaceError
 from rlserve.learners.replay import check_warm_up
 from rlserve.policy.action_mask import MASK_KEY
 from rlserve.policy.distribution import ActionDistribution
+from rlserve.policy.encoder_choice import check_encoder_settings
 from rlserve.policy.space_distribution import check_observations, squashed_gaussian_distribution
 
 
@@ -61,6 +62,17 @@ class SACSettings:
     )
     hidden: tuple[int, ...] = option((256, 256), "Hidden layer sizes of actor and critics.")
     activation: str = option("relu", "Activation: tanh or relu.")
+    encoder: str = option(
+        "auto",
+        "Encoder of an image observation (a Box of rank 3): auto (a conv stack, Nature CNN for "
+        "images of 36x36 and up, a small one below), nature, small, or mlp (flattened). The "
+        "actor has its own; the twin critics share one.",
+    )
+    conv_filters: tuple[tuple[int, ...], ...] | None = option(
+        None,
+        "The image encoder's convolutions, RLlib's [[filters, kernel, stride], ...] (unset: the "
+        "encoder's stack); the hidden MLP follows them.",
+    )
     checkpoint_replay: bool = option(
         False, "Save the replay buffer's contents in checkpoints, so a resumed run has them."
     )
@@ -115,6 +127,7 @@ class SACSettings:
             raise ConfigError(f"obs_clip must be a finite positive number, got {self.obs_clip}")
         if self.activation not in ("tanh", "relu"):
             raise ConfigError(f"activation must be tanh or relu, got '{self.activation}'")
+        self.conv_filters = check_encoder_settings(self.encoder, self.conv_filters) or None
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"device must be auto, cpu or cuda[:N], got '{self.device}'")
 

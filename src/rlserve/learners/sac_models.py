@@ -8,6 +8,12 @@ the scaling to the space's bounds happens only at the edges (the numpy policy, t
 
 The critics are one batched module, ``n`` independent MLPs evaluated with one ``baddbmm`` per
 layer: two Q-networks cost about one network's Python overhead.
+
+Given an image encoder (:mod:`rlserve.policy.image_encoder`) each reads observations through it
+first, as SB3's SAC: the actor through its own conv stacks, the critics through one set shared
+by all ``n`` heads (the target critics through their own copy). No loss trains the other side's
+encoder: the critics' loss reads the replay buffer's actions, not the actor's, and the actor's
+loss reads the critics with their gradients off.
 """
 
 from __future__ import annotations
@@ -20,9 +26,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlserve.learners.image_models import encode, encoder_modules
 from rlserve.policy import ModelSpec
 from rlserve.policy.distribution import ActionDistribution
 from rlserve.policy.gaussian import LOG_2PI, SQUASH_EPS, SQUASHED_LOG_STD_MAX, SQUASHED_LOG_STD_MIN
+from rlserve.policy.image_encoder import ObservationEncoder
 from rlserve.policy.space_distribution import squashed_gaussian_distribution
 from rlserve.protocol.spaces import flat_dim
 
@@ -42,7 +50,36 @@ def squashed_log_prob(
     return (gauss - torch.log(1.0 - squashed.pow(2) + SQUASH_EPS)).sum(-1)
 
 
-class SquashedGaussianActor(nn.Module):
+class _Encoded(nn.Module):
+    """A network that reads observations through an optional image encoder of its own.
+
+    Without an encoder there is no ``encoder`` module, so an MLP network's parameters (and its
+    checkpoints) are as they always were.
+    """
+
+    def _init_encoder(self, obs_dim: int, image: ObservationEncoder | None) -> int:
+        """Set the encoder; return the width the first linear layer reads."""
+        self.image = image
+        if image is None:
+            return obs_dim
+        self.encoder = encoder_modules(image)
+        return image.output_dim
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """``[N, obs_dim]`` observations as the first linear layer reads them."""
+        return obs if self.image is None else encode(self.encoder, self.image, obs)
+
+    def encoder_arrays(self) -> dict[str, np.ndarray]:
+        """The encoder's parameters as named float32 numpy arrays (none without one)."""
+        if self.image is None:
+            return {}
+        return {
+            f"encoder.{name}": p.detach().float().cpu().numpy().copy()
+            for name, p in self.encoder.named_parameters()
+        }
+
+
+class SquashedGaussianActor(_Encoded):
     """An MLP whose output parameterises a tanh-squashed diagonal Gaussian.
 
     Args:
@@ -50,6 +87,7 @@ class SquashedGaussianActor(nn.Module):
         action_space: A float Box with finite bounds.
         hidden: Hidden layer sizes.
         activation: ``tanh`` or ``relu``.
+        image: The image encoders the MLP reads through (None: the flattened observation).
 
     Raises:
         UnsupportedSpaceError: The action space is not a bounded float Box.
@@ -61,13 +99,15 @@ class SquashedGaussianActor(nn.Module):
         action_space: gym.Space[Any],
         hidden: tuple[int, ...] = (256, 256),
         activation: str = "relu",
+        image: ObservationEncoder | None = None,
     ):
         super().__init__()
         self.action_distribution: ActionDistribution = squashed_gaussian_distribution(action_space)
         self.obs_dim = flat_dim(observation_space)
         self.action_dim = self.action_distribution.action_width
         self.activation = activation
-        sizes = [self.obs_dim, *hidden, 2 * self.action_dim]
+        width = self._init_encoder(self.obs_dim, image)
+        sizes = [width, *hidden, 2 * self.action_dim]
         layers: list[nn.Module] = []
         for i in range(len(sizes) - 1):
             layers.append(nn.Linear(sizes[i], sizes[i + 1]))
@@ -81,7 +121,7 @@ class SquashedGaussianActor(nn.Module):
 
     def params(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Means and clamped log standard deviations, each ``[N, A]``."""
-        out = self.actor(obs)
+        out = self.actor(self.features(obs))
         mean, log_std = out[:, : self.action_dim], out[:, self.action_dim :]
         return mean, log_std.clamp(SQUASHED_LOG_STD_MIN, SQUASHED_LOG_STD_MAX)
 
@@ -119,18 +159,22 @@ class SquashedGaussianActor(nn.Module):
             f"actor.{i}" for i, layer in enumerate(self.actor) if isinstance(layer, nn.Linear)
         )
         return ModelSpec.for_distribution(
-            self.obs_dim, names, self.activation, self.action_distribution
+            self.obs_dim, names, self.activation, self.action_distribution, encoder=self.image
         )
 
     def actor_arrays(self) -> dict[str, np.ndarray]:
-        """The actor's parameters as named float32 numpy arrays."""
-        return {
-            f"actor.{name}": p.detach().float().cpu().numpy().copy()
-            for name, p in self.actor.named_parameters()
-        }
+        """The actor's parameters (and its encoder's) as named float32 numpy arrays."""
+        arrays = self.encoder_arrays()
+        arrays.update(
+            {
+                f"actor.{name}": p.detach().float().cpu().numpy().copy()
+                for name, p in self.actor.named_parameters()
+            }
+        )
+        return arrays
 
 
-class EnsembleQ(nn.Module):
+class EnsembleQ(_Encoded):
     """``n`` independent Q-network MLPs over ``[obs, action]``, evaluated together.
 
     Layer ``i`` holds ``weight_i`` ``[n, in, out]`` and ``bias_i`` ``[n, 1, out]``, initialised
@@ -142,14 +186,22 @@ class EnsembleQ(nn.Module):
         hidden: Hidden layer sizes.
         activation: ``tanh`` or ``relu``.
         n: Number of networks (2: SAC's twin critics).
+        image: The image encoders all ``n`` networks read through, one set shared by them
+            (None: the flattened observation).
     """
 
     def __init__(
-        self, obs_dim: int, action_dim: int, hidden: tuple[int, ...], activation: str, n: int = 2
+        self,
+        obs_dim: int,
+        action_dim: int,
+        hidden: tuple[int, ...],
+        activation: str,
+        n: int = 2,
+        image: ObservationEncoder | None = None,
     ):
         super().__init__()
         self.n = n
-        sizes = [obs_dim + action_dim, *hidden, 1]
+        sizes = [self._init_encoder(obs_dim, image) + action_dim, *hidden, 1]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
         for i in range(len(sizes) - 1):
@@ -162,7 +214,7 @@ class EnsembleQ(nn.Module):
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """Q-values of each network, ``[n, N]``."""
-        x = torch.cat([obs, actions], dim=-1).unsqueeze(0).expand(self.n, -1, -1)
+        x = torch.cat([self.features(obs), actions], dim=-1).unsqueeze(0).expand(self.n, -1, -1)
         last = len(self.weights) - 1
         for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
             x = torch.baddbmm(b, x, w)

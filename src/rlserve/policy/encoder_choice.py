@@ -197,7 +197,7 @@ def settings_encoder(
 ) -> ObservationEncoder | None:
     """The encoder a learner's ``settings`` give a policy over ``observation_space``.
 
-    Settings without ``encoder`` (SAC's) mean ``mlp``. An image encoder reads raw pixels, so
+    Settings without ``encoder`` mean ``mlp``. An image encoder reads raw pixels, so
     ``normalize_observations`` left automatic stays off with one.
 
     Raises:
