@@ -278,7 +278,7 @@ def test_learns_to_point_at_the_lit_pixels_column() -> None:
         ),
     )
     rng = np.random.default_rng(0)
-    for step in range(40):  # 2,560 env steps
+    for step in range(30):  # 1,920 env steps
         package = learner.weights()
         policy = NumpyPolicy(package.spec, package.arrays, package.version, seed=step)
         obs, target = _lit_pixels(rng, 64)
