@@ -472,8 +472,8 @@ class SACLearner(ReplayLearner):
             ValueError: The checkpoint holds no SAC model of this learner's shape.
         """
         what = (
-            "SAC model of this policy's shape (its spaces, hidden sizes and activation must be "
-            "the same)"
+            "SAC model of this policy's shape (its spaces, hidden sizes, activation and image "
+            "encoder must be the same)"
         )
         state = read_weights(path, self.device, self._load_model, what)
         self._take_normalization(state, path)
