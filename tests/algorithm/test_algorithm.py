@@ -145,8 +145,8 @@ def test_build_without_env_and_bad_env_config_are_refused() -> None:
         PPOConfig().build()
     with pytest.raises(ConfigError, match="env_config must be a dict"):
         PPOConfig().environment("CartPole-v1", env_config=[("a", 1)])  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="model setting 'use_lstm'"):
-        PPOConfig().training(model={"use_lstm": True})
+    with pytest.raises(ConfigError, match="model setting 'use_attention'"):
+        PPOConfig().training(model={"use_attention": True})
     with pytest.raises(ConfigError, match="conv_filters is empty"):
         PPOConfig().training(model={"conv_filters": []})
     with pytest.raises(ConfigError, match="num_envs_per_env_runner"):

@@ -87,6 +87,28 @@ OBSERVATION_FILTERS = {"MeanStdFilter": True, "NoFilter": False}
 given: the algorithm's default; for PPO automatic, on for unbounded Box observations)."""
 
 
+MEMORY_SETTINGS = ("use_lstm", "max_seq_len", "lstm_cell_size")
+"""The recurrent-policy settings (RLlib's names, in ``training()`` or in ``model={...}``): PPO's."""
+
+
+def _refuse_memory(algo: str, fields: dict[str, Any], where: str) -> None:
+    """Drop ``use_lstm=False`` of an algorithm without memory; refuse any other memory setting.
+
+    Raises:
+        ConfigError: ``use_lstm=True``, ``max_seq_len`` or ``lstm_cell_size`` given to an
+            algorithm other than PPO; the message names the fix.
+    """
+    if fields.get("use_lstm") is False:
+        del fields["use_lstm"]
+    given = [name for name in MEMORY_SETTINGS if name in fields]
+    if given:
+        shown = ", ".join(f"{name}={fields[name]!r}" for name in given)
+        raise ConfigError(
+            f"{where}: {shown} is not supported by {algo}: only PPO trains recurrent (LSTM) "
+            f"policies; use PPOConfig for memory, or drop {', '.join(given)}"
+        )
+
+
 def observation_filter(value: Any) -> bool:
     """RLlib's ``observation_filter`` as ``normalize_observations``.
 
@@ -135,7 +157,8 @@ def settings_fields(
 
     A setting may be a field, RLlib's name for one (:data:`RLLIB_NAMES`; for SAC also the
     three learning rates with one value, ``twin_q=True`` and ``target_entropy="auto"``),
-    ``model={"fcnet_hiddens": ..., "fcnet_activation": ..., "conv_filters": ...}``, for DQN and SAC
+    ``model={"fcnet_hiddens": ..., "fcnet_activation": ..., "conv_filters": ...}`` (and for PPO
+    ``use_lstm``, ``max_seq_len``, ``lstm_cell_size``, there or as settings), for DQN and SAC
     ``replay_buffer_config={"capacity": N}`` and for DQN a two-point ``lr_schedule`` (or
     ``lr`` given as one).
 
@@ -157,6 +180,9 @@ def settings_fields(
     for name, value in settings.items():
         if name == "model":
             fields.update(_model(value))
+            continue
+        if name in MEMORY_SETTINGS:
+            fields[name] = value
             continue
         if name == "observation_filter":
             fields["normalize_observations"] = observation_filter(value)
@@ -195,6 +221,8 @@ def settings_fields(
         fields[field_name] = value
     if rates:
         fields.update(_sac_learning_rates(rates, where))
+    if entry.name != "ppo":
+        _refuse_memory(entry.name, fields, where)
     return fields
 
 
@@ -256,6 +284,8 @@ def _model(model: Any) -> dict[str, Any]:
             fields["hidden"] = tuple(int(v) for v in value)
         elif key == "fcnet_activation":
             fields["activation"] = str(value)
+        elif key in MEMORY_SETTINGS:
+            fields[key] = value
         elif key == "conv_filters":
             if value is None:
                 continue  # RLlib's default: the automatic stack
@@ -266,7 +296,7 @@ def _model(model: Any) -> dict[str, Any]:
             fields["conv_filters"] = tuple(tuple(v) if isinstance(v, list) else v for v in value)
         else:
             raise ConfigError(
-                f"model setting '{key}' is not supported; use fcnet_hiddens, fcnet_activation "
-                "and conv_filters"
+                f"model setting '{key}' is not supported; use fcnet_hiddens, fcnet_activation, "
+                "conv_filters, use_lstm, max_seq_len and lstm_cell_size"
             )
     return fields

@@ -139,7 +139,7 @@ class ActorCritic(_Encoded):
         self.register_buffer("action_scale", torch.ones(0), persistent=False)
         self.register_buffer("action_bias", torch.zeros(0), persistent=False)
         self.set_action_normalization(normalize_actions)
-        width = self._init_encoder(observation_space, action_space, image)
+        width = self._heads_input(self._init_encoder(observation_space, action_space, image))
         self.activation = activation
         self.distribution = self.action_distribution.kind
         self.action_dim = self.action_distribution.param_dim
@@ -151,6 +151,13 @@ class ActorCritic(_Encoded):
         legacy = self.distribution in ("categorical", "gaussian")
         log_std_size = self.action_dim if legacy else self.action_distribution.gaussian_dim
         self.log_std = nn.Parameter(torch.zeros(log_std_size))
+
+    def _heads_input(self, width: int) -> int:
+        """The width the actor and critic read, given the encoder's: the same here.
+
+        A recurrent subclass builds its LSTM here, between the encoder and the heads.
+        """
+        return width
 
     def set_action_normalization(self, enabled: bool) -> None:
         """Act in normalised Box units (see the class) or in the space's own units.

@@ -5,6 +5,7 @@ Read top to bottom: the learner (ingest, update, checkpoints). Settings:
 server reads them. Turning fragments into a training batch (the checks, staleness, proximal
 log-probabilities, importance weights, GAE, logged steps): :mod:`rlserve.learners.ppo_batch`.
 The losses, the minibatches and the update's metrics: :mod:`rlserve.learners.ppo_losses`.
+With memory (``use_lstm``) the batch is one of sequences: :mod:`rlserve.learners.ppo_sequences`.
 
 Experience arrives as trajectory fragments from any source, usually taken by weights one or more
 versions older than the learner's (the server keeps acting while the learner trains). A step
@@ -79,7 +80,6 @@ from rlserve.learners.common import (
     write_checkpoint,
     yield_cpu,
 )
-from rlserve.learners.models import ActorCritic
 from rlserve.learners.normalization import (
     ObservationNormalization,
     normalizes_observations,
@@ -87,6 +87,11 @@ from rlserve.learners.normalization import (
 )
 from rlserve.learners.ppo_batch import build_batch, check_fragment, fresh_mask
 from rlserve.learners.ppo_config import PPOSettings
+from rlserve.learners.ppo_sequences import (
+    build_sequence_batch,
+    chunks_per_minibatch,
+    valid_steps,
+)
 from rlserve.learners.ppo_losses import (
     ADVANTAGE_STD_FLOOR,
     UpdateStats,
@@ -96,8 +101,8 @@ from rlserve.learners.ppo_losses import (
     normalise_advantages,
     value_loss,
 )
+from rlserve.learners.recurrent_models import RecurrentActorCritic, ppo_model
 from rlserve.learners.running_stats import ReturnScaler
-from rlserve.policy.encoder_choice import settings_encoder
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.fragment import Fragment
 
@@ -139,15 +144,10 @@ class PPOLearner(Learner):
         self._generator = torch.Generator()
         self._generator.manual_seed(config.seed)
         self.device = resolve_device(config.device)
-        self.model = ActorCritic(
-            observation_space,
-            action_space,
-            config.hidden,
-            config.activation,
-            normalize_actions=config.normalize_actions,
-            image=settings_encoder(config, observation_space),
-        )
+        self.model = ppo_model(observation_space, action_space, config)
         self.model.to(self.device)
+        self._memory = self.model if isinstance(self.model, RecurrentActorCritic) else None
+        """The model when it has memory (``use_lstm``): batches of chunks (``ppo_sequences``)."""
         self.obs_normalization: ObservationNormalization | None = None
         """Observation statistics (``normalize_observations``), frozen per weights version;
         never with an image encoder (it reads raw pixels)."""
@@ -227,15 +227,11 @@ class PPOLearner(Learner):
         """
         fragments, self._buffer, self._buffered_steps = self._buffer, [], 0
         divisor = None if self.return_scaler is None else self._reward_divisor
-        batch = build_batch(
-            fragments,
-            self.model,
-            self.config,
-            self._version,
-            self.obs_normalization,
-            divisor,
-            self.device,
-        )
+        args = (self.config, self._version, self.obs_normalization, divisor, self.device)
+        if self._memory is None:
+            batch = build_batch(fragments, self.model, *args)
+        else:
+            batch = build_sequence_batch(fragments, self._memory, *args)
         for steps, problem in batch.excluded:
             self._exclude(steps, problem)
         self._counters["steps_logged"] += batch.steps_logged
@@ -258,13 +254,17 @@ class PPOLearner(Learner):
         cfg = self.config
         self._update_normalization()
         batch = self._build_batch()
-        size = 0 if batch is None else int(batch["obs"].shape[0])
+        valid = None if batch is None or self._memory is None else batch["valid"]
+        size = 0 if batch is None else int(batch["obs"].shape[0] if valid is None else valid.sum())
         stats = UpdateStats(cfg.clip_coef)
-        every_step_in_surrogate = batch is not None and bool(batch["policy"].all())
+        every_step_in_surrogate = batch is not None and bool(
+            (batch["policy"] if valid is None else batch["policy"][valid]).all()
+        )
         columns = {} if batch is None else self._minibatch_columns(batch, every_step_in_surrogate)
+        rows = cfg.minibatch_size if valid is None else chunks_per_minibatch(cfg)
         skipped = 0
         for _ in range(cfg.num_epochs if batch is not None else 0):
-            for minibatch in epoch_minibatches(columns, cfg.minibatch_size, self._generator):
+            for minibatch in epoch_minibatches(columns, rows, self._generator):
                 if not self._minibatch(minibatch, stats, every_step_in_surrogate):
                     skipped += 1
                 yield_cpu()
@@ -286,8 +286,11 @@ class PPOLearner(Learner):
             self._counters["steps_trained"] += size
             assert batch is not None
             # float64: returns up to max_abs_input square past float32.
-            returns = batch["returns"].cpu().numpy().astype(np.float64)
-            values = batch["values"].cpu().numpy().astype(np.float64)
+            returns_t, values_t = batch["returns"], batch["values"]
+            if valid is not None:
+                returns_t, values_t = returns_t[valid], values_t[valid]
+            returns = returns_t.cpu().numpy().astype(np.float64)
+            values = values_t.cpu().numpy().astype(np.float64)
             var = float(np.var(returns))
             residual = float(np.var(returns - values))
             explained = float("nan") if var == 0 else 1.0 - residual / var
@@ -338,6 +341,8 @@ class PPOLearner(Learner):
             names.append("policy")
         if self.config.logged_steps == "bc":
             names.append("logged")
+        if self._memory is not None:
+            names += ["valid", "state_in"]
         return {name: batch[name] for name in names}
 
     def _minibatch(
@@ -354,8 +359,11 @@ class PPOLearner(Learner):
         Applied steps' metrics go to ``stats``.
         """
         cfg = self.config
-        obs = minibatch["obs"]
-        features = self.model.features(obs)  # one encoder pass for the actor and the critic
+        if self._memory is None:
+            obs = minibatch["obs"]
+            features = self.model.features(obs)  # one encoder pass for the actor and the critic
+        else:
+            obs, features, minibatch = valid_steps(self._memory, minibatch)
         logp, entropy = self.model.log_prob_entropy(obs, minibatch["actions"], features)
         adv = minibatch["advantages"]
         prox = minibatch["prox_logp"]
@@ -438,8 +446,8 @@ class PPOLearner(Learner):
                 ``hidden`` or ``activation``).
         """
         what = (
-            "model of this policy's shape (its spaces, hidden sizes and activation must be the "
-            "same)"
+            "model of this policy's shape (its spaces, hidden sizes, activation and memory "
+            "settings must be the same)"
         )
         state = read_weights(path, self.device, self.model.load_state_dict, what)
         self._take_normalization(state, path)

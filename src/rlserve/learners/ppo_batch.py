@@ -92,7 +92,8 @@ def check_fragment(
     and Box actions must be finite and within ``limit`` (``max_abs_input``), Discrete actions
     whole choice indices (legal ones, with a legal-move mask), versions integers. An infinite
     behaviour log-probability becomes NaN (unknown); a finite but absurd one is left to the clamp
-    of the log-ratio.
+    of the log-ratio. A policy with memory needs ``state_in`` (:func:`checked_state_in`), finite
+    and within ``limit``.
     ``policy_chosen`` becomes bool (non-zero: chosen).
     """
     names = ("obs", "actions", "rewards", "behaviour_logp", "policy_chosen", "weights_version")
@@ -130,7 +131,12 @@ def check_fragment(
         problem = illegal_action_problem(obs[:steps], actions, model.action_mask, sizes)
         if problem:
             return None, problem
+    state_in, problem = checked_state_in(fragment, getattr(model, "state_size", 0))
+    if problem:
+        return None, problem
     checked = {"obs": obs, "rewards": rewards} | ({} if categorical else {"actions": actions})
+    if state_in is not None:
+        checked["state_in"] = state_in
     problem = magnitude_problem(checked, limit, "ppo")
     if problem:
         return None, problem
@@ -150,6 +156,7 @@ def check_fragment(
         and logp is fragment.behaviour_logp
         and versions is fragment.weights_version
         and chosen is fragment.policy_chosen
+        and state_in is fragment.state_in
     ):
         return fragment, ""  # already in the trained dtypes (the usual case)
     replaced = dataclasses.replace(
@@ -160,8 +167,31 @@ def check_fragment(
         behaviour_logp=logp,
         policy_chosen=chosen,
         weights_version=versions,
+        state_in=state_in,
     )
     return replaced, ""
+
+
+def checked_state_in(fragment: Fragment, state_size: int) -> tuple[np.ndarray | None, str]:
+    """The fragment's ``state_in`` as float32 ``[state_size]`` (None without memory), or why not.
+
+    A policy without memory (``state_size`` 0) ignores any ``state_in``; one with memory needs
+    it: the learner replays the fragment's observations from it.
+    """
+    if state_size == 0:
+        return fragment.state_in, ""
+    if fragment.state_in is None:
+        return None, (
+            f"it has no state_in, and this policy has memory (use_lstm): send each fragment "
+            f"with the [{state_size}] recurrent state before its first step"
+        )
+    try:
+        state = as_float32(np.asarray(fragment.state_in))
+    except (TypeError, ValueError) as exc:
+        return None, f"state_in is not an array ({exc})"
+    if state.shape != (state_size,):
+        return None, f"state_in has shape {list(state.shape)}, expected [{state_size}]"
+    return state, ""
 
 
 @dataclasses.dataclass
@@ -184,6 +214,91 @@ class TrainingBatch:
     steps_logged: int = 0
     steps_dropped_cap: int = 0
     excluded: list[tuple[int, str]] = dataclasses.field(default_factory=list)
+
+
+STEP_COLUMNS = (
+    "obs",
+    "actions",
+    "prox_logp",
+    "weights",
+    "advantages",
+    "returns",
+    "values",
+    "policy",
+    "logged",
+    "log_ratio",
+    "versions",
+)
+"""The per-step columns :func:`fragment_steps` gives for each fragment."""
+
+
+def fragment_steps(
+    f: Fragment,
+    obs_rows: np.ndarray,
+    values: np.ndarray,
+    prox: np.ndarray,
+    cfg: PPOSettings,
+    version: int,
+    reward_divisor: float | None,
+    batch: TrainingBatch,
+) -> tuple[dict[str, np.ndarray], np.ndarray] | None:
+    """One fragment's columns (:data:`STEP_COLUMNS`, ``[T]`` each) and which steps to train on.
+
+    Args:
+        f: A fragment checked by :func:`check_fragment`.
+        obs_rows: ``[T, D]`` its observations as the networks read them (normalised).
+        values: ``[T + 1]`` the value network's estimates, the bootstrap value last.
+        prox: ``[T]`` the proximal policy's log-probabilities of its actions.
+        cfg, version, reward_divisor: As :func:`build_batch`'s.
+        batch: Where a logged step count goes, and the fragment if it must be left out.
+
+    Returns:
+        ``(columns, mask)``, ``mask`` True at the steps that go into the losses (fresh, and not
+        logged steps left out by ``logged_steps``); None when its GAE overflowed float32 (the
+        fragment is recorded in ``batch.excluded``).
+    """
+    steps = len(f)
+    logged = logged_mask(f)
+    if cfg.logged_steps == "on_policy":
+        log_ratio = importance_log_ratio(prox, np.where(logged, prox, f.behaviour_logp))
+        sampled = np.ones(steps, dtype=bool)
+    else:
+        log_ratio = np.where(logged, 0.0, importance_log_ratio(prox, f.behaviour_logp))
+        sampled = ~logged
+    traces: np.ndarray | None = None
+    if cfg.truncated_traces:
+        traces = trace_coefficients(log_ratio)
+    if cfg.logged_steps != "on_policy" and logged.any():
+        traces = np.where(logged, 0.0, 1.0 if traces is None else traces)
+    bootstrap = 0.0 if f.terminated else float(values[steps])
+    rewards = f.rewards
+    if reward_divisor is not None:
+        rewards = scale_rewards(rewards, reward_divisor, cfg.reward_clip)
+    with np.errstate(over="ignore", invalid="ignore"):
+        advantages, returns = gae(
+            rewards, values[:steps], bootstrap, cfg.gamma, cfg.gae_lambda, traces
+        )
+    if not (np.isfinite(advantages).all() and np.isfinite(returns).all()):
+        batch.excluded.append((steps, "its advantages or returns overflowed float32"))
+        return None
+    mask = fresh_mask(f, version, cfg.max_policy_lag)
+    batch.steps_logged += int((logged & mask).sum())
+    if cfg.logged_steps == "exclude":
+        mask = mask & ~logged
+    columns = {
+        "obs": obs_rows,
+        "actions": f.actions,
+        "prox_logp": prox,
+        "weights": importance_weights(log_ratio, cfg.importance_weight_cap),
+        "advantages": advantages,
+        "returns": returns,
+        "values": values[:steps],
+        "policy": sampled,
+        "logged": logged,
+        "log_ratio": log_ratio,
+        "versions": f.weights_version,
+    }
+    return columns, mask
 
 
 def build_batch(
@@ -209,7 +324,6 @@ def build_batch(
     batch = TrainingBatch()
     if not fragments:
         return batch
-    mode = cfg.logged_steps
     obs_np = np.concatenate([f.obs for f in fragments])
     if obs_normalization is not None:
         obs_np = obs_normalization.numpy(obs_np)
@@ -226,9 +340,7 @@ def build_batch(
             obs_all[steps_only], actions_all, features_all[steps_only]
         )
     prox_np = prox_all.cpu().numpy()
-    names = ("obs", "actions", "prox_logp", "weights", "advantages", "returns", "values")
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in (*names, "policy", "logged", "log_ratio")}
-    versions: list[np.ndarray] = []
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in STEP_COLUMNS}
     start = step = 0
     for f in fragments:
         steps = len(f)
@@ -237,59 +349,53 @@ def build_batch(
         prox = prox_np[step : step + steps]
         start += steps + 1
         step += steps
-        logged = logged_mask(f)
-        if mode == "on_policy":
-            log_ratio = importance_log_ratio(prox, np.where(logged, prox, f.behaviour_logp))
-            sampled = np.ones(steps, dtype=bool)
-        else:
-            log_ratio = np.where(logged, 0.0, importance_log_ratio(prox, f.behaviour_logp))
-            sampled = ~logged
-        traces: np.ndarray | None = None
-        if cfg.truncated_traces:
-            traces = trace_coefficients(log_ratio)
-        if mode != "on_policy" and logged.any():
-            traces = np.where(logged, 0.0, 1.0 if traces is None else traces)
-        bootstrap = 0.0 if f.terminated else float(values[steps])
-        rewards = f.rewards
-        if reward_divisor is not None:
-            rewards = scale_rewards(rewards, reward_divisor, cfg.reward_clip)
-        with np.errstate(over="ignore", invalid="ignore"):
-            advantages, returns = gae(
-                rewards, values[:steps], bootstrap, cfg.gamma, cfg.gae_lambda, traces
-            )
-        if not (np.isfinite(advantages).all() and np.isfinite(returns).all()):
-            batch.excluded.append((steps, "its advantages or returns overflowed float32"))
+        found = fragment_steps(f, obs_rows, values, prox, cfg, version, reward_divisor, batch)
+        if found is None:
             continue
-        mask = fresh_mask(f, version, cfg.max_policy_lag)
-        batch.steps_logged += int((logged & mask).sum())
-        if mode == "exclude":
-            mask = mask & ~logged
-        parts["obs"].append(obs_rows[mask])
-        parts["actions"].append(f.actions[mask])
-        parts["prox_logp"].append(prox[mask])
-        parts["weights"].append(importance_weights(log_ratio[mask], cfg.importance_weight_cap))
-        parts["advantages"].append(advantages[mask])
-        parts["returns"].append(returns[mask])
-        parts["values"].append(values[:steps][mask])
-        parts["policy"].append(sampled[mask])
-        parts["logged"].append(logged[mask])
-        parts["log_ratio"].append(log_ratio[mask])
-        versions.append(f.weights_version[mask])
+        columns, mask = found
+        for name, column in columns.items():
+            parts[name].append(column[mask])
     if not parts["obs"]:
         return batch
     arrays = {k: np.concatenate(v) for k, v in parts.items()}
-    version_of = np.concatenate(versions)
-    if version_of.shape[0] > cfg.step_cap:
-        # Keep the newest steps: by weights version, then by arrival.
-        order = np.lexsort((np.arange(version_of.shape[0]), version_of))
-        keep = np.sort(order[-cfg.step_cap :])
+    version_of = arrays.pop("versions")
+    keep = newest_steps(version_of, cfg.step_cap)
+    if keep is not None:
         batch.steps_dropped_cap = version_of.shape[0] - keep.shape[0]
         arrays = {k: v[keep] for k, v in arrays.items()}
         version_of = version_of[keep]
     if version_of.shape[0] == 0:
         return batch
     log_ratio = arrays.pop("log_ratio")
-    sampled = ~arrays["logged"]
+    record_stats(batch, version, version_of, log_ratio, arrays)
+    batch.tensors = {k: torch.as_tensor(v, device=device) for k, v in arrays.items()}
+    return batch
+
+
+def newest_steps(version_of: np.ndarray, cap: int) -> np.ndarray | None:
+    """The positions of the ``cap`` newest steps, in order (None: all of them are kept).
+
+    Newest by weights version, then by arrival.
+    """
+    if version_of.shape[0] <= cap:
+        return None
+    order = np.lexsort((np.arange(version_of.shape[0]), version_of))
+    return np.sort(order[-cap:])
+
+
+def record_stats(
+    batch: TrainingBatch,
+    version: int,
+    version_of: np.ndarray,
+    log_ratio: np.ndarray,
+    columns: dict[str, np.ndarray],
+) -> None:
+    """Put the trained steps' lag histogram, behaviour KL and mean importance weight in ``batch``.
+
+    ``version_of``, ``log_ratio`` and ``columns`` (``logged``, ``weights``, ``policy``) hold
+    the trained steps only.
+    """
+    sampled = ~columns["logged"]
     if sampled.any():
         lag = np.maximum(version - version_of[sampled], 0)
         batch.stats = {
@@ -299,8 +405,6 @@ def build_batch(
             "lag_3plus": float(np.mean(lag >= 3)),
             "behaviour_kl": behaviour_kl(log_ratio[sampled]),
         }
-    policy_weights = arrays["weights"][arrays["policy"]]
+    policy_weights = columns["weights"][columns["policy"]]
     if policy_weights.size:
         batch.stats["importance_weight_mean"] = float(policy_weights.mean())
-    batch.tensors = {k: torch.as_tensor(v, device=device) for k, v in arrays.items()}
-    return batch

@@ -55,6 +55,21 @@ class PPOSettings:
         "The image encoder's convolutions, RLlib's [[filters, kernel, stride], ...] (unset: the "
         "encoder's stack); the hidden MLP follows them.",
     )
+    use_lstm: bool = option(
+        False,
+        "Give the policy memory: one LSTM, shared by actor and critic, between the observation "
+        "(or its image encoding) and the hidden layers; trained on sequences of max_seq_len steps.",
+    )
+    max_seq_len: int = option(
+        20,
+        "use_lstm: steps per training sequence (each fragment is cut into chunks of this many, "
+        "the last one padded); a minibatch holds minibatch_size // max_seq_len chunks (1 at least).",
+    )
+    lstm_cell_size: int = option(
+        64,
+        "use_lstm: the LSTM's cell size N (its state is 2N floats); every acting step costs about "
+        "4N(input + N) multiply-adds, in the client's numpy policy in local mode.",
+    )
     max_policy_lag: int = option(
         1, "Drop steps collected by weights older than this many versions."
     )
@@ -150,5 +165,14 @@ class PPOSettings:
         if self.activation not in ("tanh", "relu"):
             raise ConfigError(f"activation must be tanh or relu, got '{self.activation}'")
         self.conv_filters = check_encoder_settings(self.encoder, self.conv_filters) or None
+        self._check_memory()
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"device must be auto, cpu or cuda[:N], got '{self.device}'")
+
+    def _check_memory(self) -> None:
+        for name in ("max_seq_len", "lstm_cell_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a whole number of 1 or more, got {value!r}")
+        if not isinstance(self.use_lstm, bool):
+            raise ConfigError(f"use_lstm must be true or false, got {self.use_lstm!r}")
