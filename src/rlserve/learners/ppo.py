@@ -87,11 +87,6 @@ from rlserve.learners.normalization import (
 )
 from rlserve.learners.ppo_batch import build_batch, check_fragment, fresh_mask
 from rlserve.learners.ppo_config import PPOSettings
-from rlserve.learners.ppo_sequences import (
-    build_sequence_batch,
-    chunks_per_minibatch,
-    valid_steps,
-)
 from rlserve.learners.ppo_losses import (
     ADVANTAGE_STD_FLOOR,
     UpdateStats,
@@ -100,6 +95,11 @@ from rlserve.learners.ppo_losses import (
     minibatch_indices,
     normalise_advantages,
     value_loss,
+)
+from rlserve.learners.ppo_sequences import (
+    build_sequence_batch,
+    chunks_per_minibatch,
+    valid_steps,
 )
 from rlserve.learners.recurrent_models import RecurrentActorCritic, ppo_model
 from rlserve.learners.running_stats import ReturnScaler

@@ -249,7 +249,9 @@ def fragment_steps(
         obs_rows: ``[T, D]`` its observations as the networks read them (normalised).
         values: ``[T + 1]`` the value network's estimates, the bootstrap value last.
         prox: ``[T]`` the proximal policy's log-probabilities of its actions.
-        cfg, version, reward_divisor: As :func:`build_batch`'s.
+        cfg: The learner's settings.
+        version: The learner's weights version (staleness).
+        reward_divisor: What rewards are divided by before GAE, if any.
         batch: Where a logged step count goes, and the fragment if it must be left out.
 
     Returns:

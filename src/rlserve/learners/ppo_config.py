@@ -63,7 +63,7 @@ class PPOSettings:
     max_seq_len: int = option(
         20,
         "use_lstm: steps per training sequence (each fragment is cut into chunks of this many, "
-        "the last one padded); a minibatch holds minibatch_size // max_seq_len chunks (1 at least).",
+        "the last one padded); a minibatch holds minibatch_size // max_seq_len chunks (1 or more).",
     )
     lstm_cell_size: int = option(
         64,

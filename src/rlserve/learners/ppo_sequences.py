@@ -20,8 +20,6 @@ padded step changes nothing (the LSTM is causal: padding comes after a chunk's v
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
@@ -77,7 +75,10 @@ class _Replay:
             _padded(obs, int(k) * seq_len).reshape(int(k), seq_len, width)
             for obs, k in zip(obs_list, segments, strict=True)
         ]
-        state = torch.as_tensor(np.stack([f.state_in for f in fragments]), device=device)
+        states = [f.state_in for f in fragments]
+        if any(s is None for s in states):
+            raise ValueError("a fragment of a policy with memory has no state_in")
+        state = torch.as_tensor(np.stack(states), device=device)  # type: ignore[arg-type]
         self.starts = state.new_zeros((rows, int(segments.max()), state.shape[1]))
         obs_parts, h_parts, which, position = [], [], [], []
         with torch.no_grad():

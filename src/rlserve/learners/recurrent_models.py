@@ -40,6 +40,8 @@ class RecurrentActorCritic(ActorCritic):
         cell_size: The LSTM's ``N`` (``lstm_cell_size``).
     """
 
+    memory: nn.LSTM
+
     def __init__(
         self,
         observation_space: gym.Space[Any],
@@ -76,7 +78,7 @@ class RecurrentActorCritic(ActorCritic):
 
     def initial_state(self, rows: int) -> torch.Tensor:
         """``[rows, 2N]`` zeros (an episode's start), on the model's device."""
-        return torch.zeros(rows, self.state_size, device=self.memory.weight_hh_l0.device)
+        return torch.zeros(rows, self.state_size, device=self.log_std.device)
 
     def unroll(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The LSTM over ``[B, T, obs_dim]`` observations from ``[B, 2N]`` states.
@@ -112,12 +114,15 @@ class RecurrentActorCritic(ActorCritic):
         ``memory.bias`` is torch's two biases summed (the gates only ever see their sum).
         """
         arrays = super().actor_arrays()
-        lstm = self.memory
+        lstm = dict(self.memory.named_parameters())
         with torch.no_grad():
-            arrays[WEIGHT_IH] = lstm.weight_ih_l0.detach().float().cpu().numpy().copy()
-            arrays[WEIGHT_HH] = lstm.weight_hh_l0.detach().float().cpu().numpy().copy()
-            bias = lstm.bias_ih_l0 + lstm.bias_hh_l0
-            arrays[BIAS] = bias.detach().float().cpu().numpy().copy()
+            bias = lstm["bias_ih_l0"] + lstm["bias_hh_l0"]
+            for name, tensor in (
+                (WEIGHT_IH, lstm["weight_ih_l0"]),
+                (WEIGHT_HH, lstm["weight_hh_l0"]),
+                (BIAS, bias),
+            ):
+                arrays[name] = tensor.detach().float().cpu().numpy().copy()
         return arrays
 
 
