@@ -332,3 +332,83 @@ def test_the_learner_learns_to_repeat_the_cue() -> None:
             break
     assert before < 0.6
     assert best >= 0.95
+
+
+# -- with images, masks and normalisation; on cuda --------------------------------------------
+
+MASKED = spaces.Dict(
+    {"action_mask": spaces.MultiBinary(3), "observations": spaces.Box(-1.0, 1.0, (4,), np.float32)}
+)
+SPACES: dict[str, tuple[spaces.Space[Any], dict[str, Any]]] = {
+    "image": (spaces.Box(0, 255, (7, 7, 3), np.uint8), {}),
+    "mask": (MASKED, {}),
+    "normalised": (spaces.Box(-np.inf, np.inf, (4,), np.float32), {"normalize_observations": True}),
+}
+
+
+def _random_fragment(
+    space: spaces.Space[Any], steps: int, state_size: int, rng: np.random.Generator
+) -> Fragment:
+    space.seed(int(rng.integers(1 << 31)))
+    rows = []
+    for _ in range(steps + 1):
+        sample = space.sample()
+        if isinstance(space, spaces.Dict):
+            sample["action_mask"][:] = 0
+            sample["action_mask"][int(rng.integers(3))] = 1
+        rows.append(spaces.flatten(space, sample).astype(np.float32))
+    obs = np.stack(rows)
+    if isinstance(space, spaces.Dict):
+        actions = obs[:steps, :3].argmax(1).astype(np.int64)  # the legal one
+    else:
+        actions = rng.integers(0, 3, steps).astype(np.int64)
+    return _fragment(steps, rng, state_size, obs=obs, actions=actions)
+
+
+def _trains_and_publishes(space: spaces.Space[Any], **overrides: Any) -> PPOLearner:
+    learner = PPOLearner(space, spaces.Discrete(3), _settings(**overrides))
+    rng = np.random.default_rng(0)
+    fragments = [_random_fragment(space, n, 10, rng) for n in (25, 15)]
+    learner.ingest(fragments)
+    metrics = learner.update()
+    assert learner.version == 1
+    assert all(np.isfinite(v) for k, v in metrics.items() if k != "learner/explained_variance")
+    # The published policy acts as the learner's model: the log-probabilities of a fragment's
+    # actions, stepped from its state_in, are those of a fresh replay.
+    package = learner.weights()
+    policy = NumpyPolicy(package.spec, package.arrays, package.version)
+    fragment = fragments[0]
+    state = fragment.state_in[None]
+    logps = []
+    for t in range(len(fragment)):
+        logps.append(policy.log_prob(fragment.obs[t : t + 1], fragment.actions[t : t + 1], state))
+        state = policy.compute_actions(fragment.obs[t : t + 1], False, state).state
+    learner.ingest([dataclasses.replace(fragment, weights_version=np.ones(25, np.int64))])
+    batch = learner._build_batch()
+    assert batch is not None
+    np.testing.assert_allclose(
+        np.concatenate(logps), batch["prox_logp"][batch["valid"]].cpu().numpy(), atol=1e-5
+    )
+    return learner
+
+
+@pytest.mark.parametrize("name", sorted(SPACES))
+def test_memory_with_images_masks_and_normalised_observations(name: str) -> None:
+    space, overrides = SPACES[name]
+    learner = _trains_and_publishes(space, **overrides)
+    model = learner.model
+    assert isinstance(model, RecurrentActorCritic)
+    assert (model.image is not None) == (name == "image")
+    assert (learner.obs_normalization is not None) == (name == "normalised")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_recurrent_learner_trains_on_cuda_and_resumes_on_the_cpu(tmp_path: Path) -> None:
+    learner = _trains_and_publishes(BOX, device="cuda")
+    assert next(learner.model.parameters()).device.type == "cuda"
+    path = tmp_path / "ckpt.pt"
+    learner.save(path, {})
+    cpu = PPOLearner(BOX, spaces.Discrete(3), _settings(device="cpu"))
+    cpu.load(path)
+    for a, b in zip(learner.model.parameters(), cpu.model.parameters(), strict=True):
+        torch.testing.assert_close(a.cpu(), b)

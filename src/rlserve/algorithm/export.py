@@ -231,7 +231,8 @@ def load_model(
         policy_id: The policy, in a run with several.
 
     Raises:
-        ConfigError: Not a run folder, no such policy in it, or no checkpoint of it.
+        ConfigError: Not a run folder, no such policy in it, no checkpoint of it, or a policy
+            with memory (use_lstm; not exportable yet).
     """
     run = RunFolder.existing(run_dir)
     tables, spaces = run.load()
@@ -244,6 +245,11 @@ def load_model(
         )
     entry = algorithm(spec.algorithm_of(run_algorithm(tables).name))  # the policy's own
     settings = build(entry.settings, spec.settings_table(tables.get(entry.name) or {}), None)
+    if getattr(settings, "use_lstm", False):
+        raise ConfigError(
+            f"policy '{policy_id}' has memory (use_lstm), which rlserve export cannot write yet; "
+            "run it with the numpy policy (local mode) or the server instead"
+        )
     image = settings_encoder(settings, spec.observation_space)
     model: ActorCritic | QNetwork | SquashedGaussianActor
     if isinstance(settings, DQNSettings):
