@@ -322,7 +322,7 @@ def test_a_large_batch_goes_through_small_layers_in_row_blocks_with_the_same_res
     out = serial_matmul(x, w)
     assert out.shape == (rows, 64) and out.dtype == np.float32
     np.testing.assert_allclose(out, x @ w, rtol=1e-5, atol=1e-4)
-    # A layer too large for two rows per block is left to the BLAS whole.
+    # A layer too large for two rows per block runs whole, on one BLAS thread.
     big = rng.normal(0, 1, (512, 512)).astype(np.float32)
     np.testing.assert_allclose(
         serial_matmul(x[:, :1].repeat(512, axis=1), big),

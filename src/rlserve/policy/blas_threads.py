@@ -1,4 +1,4 @@
-"""One BLAS thread for the numpy conv forward pass, whatever the process's default.
+"""One BLAS thread for the numpy forward passes' large products, whatever the process's default.
 
 numpy's OpenBLAS hands each matrix product above a small size to a pool of one thread per core.
 The conv encoders' products (a few hundred rows by a few hundred columns per frame) are just big
@@ -7,7 +7,8 @@ waits for a worker thread to be scheduled, and a frame took 11-45 ms instead of 
 thread (docs/benchmarks.md, "Image throughput"). The pool's size can only be set before numpy
 loads (``OPENBLAS_NUM_THREADS``) or, afterwards, through the BLAS library's own entry point,
 which threadpoolctl finds among the loaded libraries. So :func:`one_blas_thread` limits the pool
-for the duration of one forward pass with threadpoolctl, leaving the rest of the process (a
+for the duration of one conv forward pass (or one product of a layer too large to split into
+row blocks, :mod:`rlserve.policy.matmul`) with threadpoolctl, leaving the rest of the process (a
 simulator's own numpy work) as it was; without threadpoolctl (the client's optional extra
 ``rlserve[images]``) it warns once and names the fix.
 """
