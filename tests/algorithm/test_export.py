@@ -120,13 +120,6 @@ def test_export_needs_a_checkpoint(tmp_path: Path) -> None:
         export_onnx(tmp_path / "missing")
 
 
-def test_a_policy_with_memory_is_refused_before_anything_is_written(tmp_path: Path) -> None:
-    path, _ = make_run(tmp_path, gym.spaces.Box(-1, 1, (2,)), DISCRETE_2, use_lstm=True)
-    with pytest.raises(ConfigError, match=r"has memory \(use_lstm\), which rlserve export cannot"):
-        export_onnx(path)
-    assert not list(path.glob("*.onnx"))
-
-
 def test_the_onnx_file_is_self_contained(tmp_path: Path) -> None:
     run, policy = make_run(tmp_path, gym.spaces.Box(-1.0, 1.0, (3,), np.float32), DISCRETE_2)
     path = export_onnx(run, output=tmp_path / "out" / "policy.onnx")

@@ -54,6 +54,12 @@ A policy over an image observation (``docs/learners.md``, "Image observations") 
 flattened in ``obs`` too, as float32 (a uint8 image's values as they are: the model divides them by
 255); the JSON's ``model`` entry describes its conv ``encoder``.
 
+A PPO policy with memory (``use_lstm``) takes a second input, ``state_in`` ``[N, 2C]`` float32
+(``C`` the JSON model's ``memory.cell_size``; ``concat(h, c)``, zeros at an episode's start),
+and gives ``state_out`` of the same shape as its last output: feed it back as the next step's
+``state_in``, one row per episode (``docs/protocol.md``, the memory section, has the arithmetic).
+The LSTM step is plain matrix products, sigmoids and tanhs, not ONNX's ``LSTM`` operator.
+
 The file is self-contained (the weights are inside it): copy ``policy.onnx`` alone.
 
 The checkpoint is loaded with ``torch.load(weights_only=True)``.
@@ -83,6 +89,7 @@ from rlserve.learners.normalization import (
     load_normalizer,
     with_observation_normalization,
 )
+from rlserve.learners.recurrent_models import RecurrentActorCritic, ppo_model
 from rlserve.learners.registry import algorithm, run_algorithm
 from rlserve.learners.sac_config import SACSettings
 from rlserve.learners.sac_models import SquashedGaussianActor
@@ -138,13 +145,20 @@ class _GreedyPolicy(nn.Module):
             return self.log_std + self.log_scale
         return self.log_std * 1.0
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def _features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x, features)``: the normalised observation and what the first layer reads."""
         x = _normalized(self.normalizer, obs)
-        mask = self.action_mask
-        features = masking.features(x, mask)
+        features = masking.features(x, self.action_mask)
         if self.image is not None:
             features = encode(self.encoder, self.image, features)
-        out = masking.masked(self.actor(features), x, mask)
+        return x, features
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        x, features = self._features(obs)
+        return self._head(masking.masked(self.actor(features), x, self.action_mask))
+
+    def _head(self, out: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The greedy action and the distribution's parameters from the actor's outputs."""
         kind = self.distribution.kind
         if kind == "categorical":
             return out.argmax(dim=1) + int(self.distribution.offsets[0]), out
@@ -175,6 +189,39 @@ class _GreedyPolicy(nn.Module):
         if self.distribution.discrete:
             return (action.to(torch.int64), out)
         return action, torch.cat(params, dim=1), self._log_std()
+
+
+class _RecurrentGreedyPolicy(_GreedyPolicy):
+    """A policy with memory, as exported: the recurrent state is an input and an output.
+
+    The LSTM step is written out as matrix products, sigmoids and tanhs rather than exported as
+    ``nn.LSTM``: ONNX's ``LSTM`` operator is one that engines' runtimes often lack, and the
+    plain operators run everywhere.
+    """
+
+    w_ih: torch.Tensor
+    w_hh: torch.Tensor
+    bias: torch.Tensor
+
+    def __init__(self, model: RecurrentActorCritic, normalizer: ObservationNormalizer | None):
+        super().__init__(model, normalizer)
+        self.cell_size = model.cell_size
+        lstm = dict(model.memory.named_parameters())
+        with torch.no_grad():
+            self.register_buffer("w_ih", lstm["weight_ih_l0"].detach().t().contiguous())
+            self.register_buffer("w_hh", lstm["weight_hh_l0"].detach().t().contiguous())
+            self.register_buffer("bias", (lstm["bias_ih_l0"] + lstm["bias_hh_l0"]).detach())
+
+    def forward(self, obs: torch.Tensor, state_in: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
+        x, features = self._features(obs)
+        n = self.cell_size
+        h, c = state_in[:, :n], state_in[:, n:]
+        gates = features @ self.w_ih + h @ self.w_hh + self.bias
+        i, f, g, o = gates.split(n, dim=1)  # PyTorch's gate order
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        params = masking.masked(self.actor(h), x, self.action_mask)
+        return (*self._head(params), torch.cat((h, c), dim=1))
 
 
 class _GreedyQ(nn.Module):
@@ -231,8 +278,7 @@ def load_model(
         policy_id: The policy, in a run with several.
 
     Raises:
-        ConfigError: Not a run folder, no such policy in it, no checkpoint of it, or a policy
-            with memory (use_lstm; not exportable yet).
+        ConfigError: Not a run folder, no such policy in it, or no checkpoint of it.
     """
     run = RunFolder.existing(run_dir)
     tables, spaces = run.load()
@@ -245,11 +291,6 @@ def load_model(
         )
     entry = algorithm(spec.algorithm_of(run_algorithm(tables).name))  # the policy's own
     settings = build(entry.settings, spec.settings_table(tables.get(entry.name) or {}), None)
-    if getattr(settings, "use_lstm", False):
-        raise ConfigError(
-            f"policy '{policy_id}' has memory (use_lstm), which rlserve export cannot write yet; "
-            "run it with the numpy policy (local mode) or the server instead"
-        )
     image = settings_encoder(settings, spec.observation_space)
     model: ActorCritic | QNetwork | SquashedGaussianActor
     if isinstance(settings, DQNSettings):
@@ -266,13 +307,7 @@ def load_model(
             spec.observation_space, spec.action_space, settings.hidden, settings.activation, image
         )
     else:
-        model = ActorCritic(
-            spec.observation_space,
-            spec.action_space,
-            settings.hidden,
-            settings.activation,
-            image=image,
-        )
+        model = ppo_model(spec.observation_space, spec.action_space, settings)
     if checkpoint is None:
         folder = policy_paths(run.path, policy_id, is_flat(policies)).checkpoints
         files = checkpoints_in(folder)
@@ -332,7 +367,9 @@ def export_onnx(
         outputs = _outputs(dist)
         model_spec = model.spec()
     else:
-        wrapper = _GreedyPolicy(model, normalizer).eval()
+        recurrent = isinstance(model, RecurrentActorCritic)
+        policy = _RecurrentGreedyPolicy if recurrent else _GreedyPolicy
+        wrapper = policy(model, normalizer).eval()  # type: ignore[arg-type]
         dist = model.action_distribution
         outputs = _outputs(dist)
         model_spec = model.spec()
@@ -341,16 +378,21 @@ def export_onnx(
             model_spec, normalizer.mean.numpy(), normalizer.std.numpy(), normalizer.clip
         )
     spec = model_spec.to_wire()
-    example = torch.zeros(2, model.obs_dim)
     batch = torch.export.Dim("batch")
+    inputs: dict[str, dict[str, Any]] = {"obs": {"shape": ["N", model.obs_dim], "dtype": "float32"}}
+    examples: tuple[torch.Tensor, ...] = (torch.zeros(2, model.obs_dim),)
+    if isinstance(model, RecurrentActorCritic):
+        state = {"shape": ["N", model.state_size], "dtype": "float32"}
+        inputs["state_in"] = outputs["state_out"] = state
+        examples += (torch.zeros(2, model.state_size),)
     with _quiet_exporter():
         torch.onnx.export(
             wrapper,
-            (example,),
+            examples,
             str(path),
-            input_names=["obs"],
+            input_names=list(inputs),
             output_names=list(outputs),
-            dynamic_shapes=({0: batch},),
+            dynamic_shapes=tuple({0: batch} for _ in examples),
             dynamo=True,
             # One self-contained file: the weights inside it, no policy.onnx.data beside it.
             external_data=False,
@@ -360,7 +402,7 @@ def export_onnx(
         "format": "onnx",
         "checkpoint": str(source),
         "updates": updates_of(source),
-        "inputs": {"obs": {"shape": ["N", model.obs_dim], "dtype": "float32"}},
+        "inputs": inputs,
         "outputs": outputs,
         "model": spec,
     }
@@ -383,8 +425,9 @@ when torchvision (which rlserve does not use) is not installed."""
 def _quiet_exporter() -> Iterator[None]:
     """Hide torch.onnx's known-harmless notes for the length of one export.
 
-    Its registry's torchvision notes, and a FutureWarning of torch's own pytree code
-    (``LeafSpec``); every other warning still shows.
+    Its registry's torchvision notes, a FutureWarning of torch's own pytree code
+    (``LeafSpec``) and the note that two inputs share the batch axis; every other warning still
+    shows.
     """
     registry = logging.getLogger(EXPORTER_LOGGER)
     level = registry.level
@@ -395,6 +438,10 @@ def _quiet_exporter() -> Iterator[None]:
                 "ignore",
                 message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
                 category=FutureWarning,
+            )
+            # A policy with memory ties its two inputs' batch axes to one dimension, as meant.
+            warnings.filterwarnings(
+                "ignore", message=r"# The axis name: batch will not be used", category=UserWarning
             )
             yield
     finally:
