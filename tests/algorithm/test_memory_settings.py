@@ -7,7 +7,10 @@ from typing import Any
 import pytest
 
 from rlserve import DQNConfig, PPOConfig, SACConfig
+from rlserve.config.fields import build
 from rlserve.errors import ConfigError
+from rlserve.learners.dqn_config import DQNSettings
+from rlserve.learners.sac_config import SACSettings
 
 
 def test_ppo_takes_the_memory_settings_directly_and_in_the_model_dict() -> None:
@@ -65,3 +68,12 @@ def test_a_policy_override_with_memory_is_refused_for_dqn() -> None:
         DQNConfig().multi_agent(
             policies={"red": {"use_lstm": True}}, policy_mapping_fn=lambda a, *_, **__: "red"
         )
+
+
+@pytest.mark.parametrize("settings", [DQNSettings, SACSettings])
+@pytest.mark.parametrize("option", ["use_lstm", "max_seq_len", "lstm_cell_size"])
+def test_a_config_table_with_memory_for_dqn_or_sac_names_the_fix(
+    settings: type, option: str
+) -> None:
+    with pytest.raises(ConfigError, match=r"only PPO trains recurrent .*\[ppo\] use_lstm = true"):
+        build(settings, {option: 20}, None)

@@ -148,13 +148,24 @@ def _type_problem(tp: Any, value: Any) -> str | None:
 def check_table(cls: type, table: dict[str, Any]) -> None:
     """Check that every key of ``table`` is a field of ``cls`` and its value has the field's type.
 
+    A settings class may name options it refuses with the fix (a class attribute
+    ``REFUSED_OPTIONS``: option name to the message's second half), for options another
+    algorithm has.
+
     Raises:
         ConfigError: A key is not a field, or a value has the wrong type (:attr:`ConfigError.key`
             names the key).
     """
     names = {f.name for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
+    refused: dict[str, str] = getattr(cls, "REFUSED_OPTIONS", {})
     for key, value in table.items():
+        if key in refused:
+            error = ConfigError(
+                f"option '{key}' is not supported by {cls.__name__}: {refused[key]}"
+            )
+            error.key = key
+            raise error
         if key not in names:
             close = difflib.get_close_matches(key, names, n=1)
             hint = f"did you mean '{close[0]}'? " if close else ""

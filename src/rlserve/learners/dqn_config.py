@@ -19,6 +19,7 @@ from rlserve.config.fields import option
 from rlserve.errors import ConfigError
 from rlserve.learners.replay import check_warm_up
 from rlserve.policy.encoder_choice import check_encoder_settings
+from rlserve.policy.memory import PPO_ONLY
 
 
 @dataclass
@@ -32,6 +33,8 @@ class DQNSettings:
     adds one gradient step per env step, observation normalisation, a faster target and a
     falling learning rate (:data:`rlserve.cli.demo.TASKS`, docs/benchmarks.md).
     """
+
+    REFUSED_OPTIONS = PPO_ONLY
 
     buffer_size: int = option(100_000, "Transitions the replay buffer holds (oldest dropped).")
     learning_starts: int = option(

@@ -14,6 +14,7 @@ from rlserve.learners.replay import check_warm_up
 from rlserve.policy.action_mask import MASK_KEY
 from rlserve.policy.distribution import ActionDistribution
 from rlserve.policy.encoder_choice import check_encoder_settings
+from rlserve.policy.memory import PPO_ONLY
 from rlserve.policy.space_distribution import check_observations, squashed_gaussian_distribution
 
 
@@ -29,6 +30,8 @@ class SACSettings:
     steps, paid in updates of at most ``train_every * updates_per_step`` gradient steps (one
     update per hand-off of ``train_every`` steps when sampling is synchronous).
     """
+
+    REFUSED_OPTIONS = PPO_ONLY
 
     buffer_size: int = option(1_000_000, "Replay buffer capacity (transitions).")
     learning_starts: int = option(

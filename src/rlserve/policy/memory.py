@@ -34,6 +34,14 @@ weights in ``weight_hh``); a larger one on the wire is refused before any array 
 MEMORY_KINDS = ("lstm",)
 """The recurrent layers a model spec may name."""
 
+PPO_ONLY = {
+    name: "only PPO trains recurrent (LSTM) policies; use PPO for memory ([ppo] use_lstm = true, "
+    "--ppo-use-lstm, or PPOConfig().training(use_lstm=True)), or drop it"
+    for name in ("use_lstm", "max_seq_len", "lstm_cell_size")
+}
+"""The memory settings an algorithm without memory refuses, each with the fix (its settings'
+``REFUSED_OPTIONS``, :func:`rlserve.config.fields.check_table`)."""
+
 WEIGHT_IH, WEIGHT_HH, BIAS = "memory.weight_ih", "memory.weight_hh", "memory.bias"
 """The names of the LSTM's arrays among a policy's weights."""
 
