@@ -420,7 +420,20 @@ def test_memory_with_images_masks_and_normalised_observations(name: str) -> None
     model = learner.model
     assert isinstance(model, RecurrentActorCritic)
     assert (model.image is not None) == (name == "image")
-    assert (learner.obs_normalization is not None) == (name == "normalised")
+    # Memory turns observation normalisation on by default, except for images (raw pixels).
+    assert (learner.obs_normalization is not None) == (name != "image")
+
+
+def test_memory_normalises_observations_and_rewards_unless_told_not_to() -> None:
+    bounded = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    learner = PPOLearner(bounded, spaces.Discrete(2), _settings())
+    assert learner.obs_normalization is not None and learner.return_scaler is not None
+    off = _settings(normalize_observations=False, normalize_rewards=False)
+    learner = PPOLearner(bounded, spaces.Discrete(2), off)
+    assert learner.obs_normalization is None and learner.return_scaler is None
+    plain = dataclasses.replace(_settings(), use_lstm=False)
+    learner = PPOLearner(bounded, spaces.Discrete(2), plain)
+    assert learner.obs_normalization is None and learner.return_scaler is None
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -65,15 +65,20 @@ def unbounded_observations(space: gym.Space[Any]) -> bool:
     return False
 
 
-def normalizes_observations(setting: bool | None, space: gym.Space[Any]) -> bool:
+def normalizes_observations(
+    setting: bool | None, space: gym.Space[Any], memory: bool = False
+) -> bool:
     """``normalize_observations`` resolved for an observation space.
 
-    Explicit True or False wins; None (auto) is :func:`unbounded_observations` of ``space``,
-    for observations no wider than the statistics can travel (:data:`MAX_NORMALIZED_OBS_DIM`),
-    so that the default never refuses a space.
+    Explicit True or False wins; None (auto) is :func:`unbounded_observations` of ``space``, or
+    any space for a policy with ``memory`` (an LSTM tells motion from small differences of its
+    inputs, which raw bounded values such as CartPole's pole angle in +-0.2 hide), for
+    observations no wider than the statistics can travel (:data:`MAX_NORMALIZED_OBS_DIM`), so
+    that the default never refuses a space.
     """
     if setting is None:
-        return unbounded_observations(space) and flat_dim(space) <= MAX_NORMALIZED_OBS_DIM
+        wanted = memory or unbounded_observations(space)
+        return wanted and flat_dim(space) <= MAX_NORMALIZED_OBS_DIM
     return bool(setting)
 
 

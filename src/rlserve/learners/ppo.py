@@ -152,14 +152,18 @@ class PPOLearner(Learner):
         """Observation statistics (``normalize_observations``), frozen per weights version;
         never with an image encoder (it reads raw pixels)."""
         if self.model.image is None and normalizes_observations(
-            config.normalize_observations, observation_space
+            config.normalize_observations, observation_space, memory=config.use_lstm
         ):
             self.obs_normalization = ObservationNormalization(
                 self.model.obs_dim, config.obs_clip, self.model.action_mask
             )
         self.return_scaler: ReturnScaler | None = None
         """Reward scaling by the discounted return's running std (``normalize_rewards``)."""
-        if config.normalize_rewards:
+        # Auto: on with memory. The LSTM is shared by the actor and the critic, so unscaled
+        # returns let the value loss's gradients swamp the policy's in it (StatelessCartPole:
+        # 150-320 and unsteady at 300k env steps without, 500 by 100k with; docs/learners.md).
+        normalize_rewards = config.normalize_rewards
+        if normalize_rewards if normalize_rewards is not None else config.use_lstm:
             self.return_scaler = ReturnScaler(config.gamma, config.reward_clip)
         self._reward_divisor = 1.0
         self._parameters = list(self.model.parameters())

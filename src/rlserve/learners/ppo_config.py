@@ -102,11 +102,13 @@ class PPOSettings:
         None,
         "Normalise observations by running mean and std (RLlib's MeanStdFilter), shipped with "
         "each weights version (unset: auto, on when a Box part of the observation space has an "
-        "infinite bound and it flattens to at most 65,536 values).",
+        "infinite bound, or the policy has memory, and it flattens to at most 65,536 values).",
     )
     obs_clip: float = option(10.0, "Normalised observations are clipped to +-this.")
-    normalize_rewards: bool = option(
-        False, "Divide rewards by the running std of the discounted return (SB3 VecNormalize)."
+    normalize_rewards: bool | None = option(
+        None,
+        "Divide rewards by the running std of the discounted return (SB3 VecNormalize; unset: "
+        "auto, on when the policy has memory).",
     )
     reward_clip: float = option(10.0, "Normalised rewards are clipped to +-this.")
     normalize_actions: bool = option(
