@@ -16,6 +16,7 @@ from rlserve.env.frame_stack import FrameStack, FrameStacker
 from rlserve.env.make import EnvContext, EnvSpec, env_creator, make_env
 from rlserve.env.multi_agent import MultiAgentEnv, MultiAgentSource
 from rlserve.env.pettingzoo import ParallelPettingZooEnv, PettingZooEnv, from_pettingzoo
+from rlserve.env.stateless_cartpole import StatelessCartPole
 from rlserve.env.subprocess import ProcessVectorSource
 from rlserve.env.vector import InProcessVectorSource
 from rlserve.env.versus import VersusOpponent, uniform_legal
@@ -40,6 +41,7 @@ __all__ = [
     "PettingZooEnv",
     "Poll",
     "ProcessVectorSource",
+    "StatelessCartPole",
     "StepBatch",
     "VectorEnvSource",
     "VersusOpponent",
