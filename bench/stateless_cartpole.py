@@ -205,9 +205,11 @@ def run_remote(
                 try:
                     index, taken, episode_return = episodes.get(timeout=5)
                 except queue.Empty:
-                    if not server.alive() or not any(p.is_alive() for p in processes):
+                    if not server.alive():
+                        raise RuntimeError(f"the server exited:\n{server.log()}") from None
+                    if not all(p.is_alive() for p in processes):
                         raise RuntimeError(
-                            f"the server or its clients exited:\n{server.log()}"
+                            "a client exited before the budget (its traceback is above)"
                         ) from None
                     continue
                 latest[index] = taken
