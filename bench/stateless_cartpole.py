@@ -17,8 +17,9 @@ below. RLlib's own example (PPO, ``use_lstm=True``, ``max_seq_len=20``) expects 
 - ``remote``: ``rlserve serve`` (a sub-process) with the same settings (``[ppo]`` of a
   ``--config`` file, the spaces from a ``--spaces-file``) and ``--clients`` client processes
   (4), each stepping its own StatelessCartPole with ``PolicyClient`` over loopback, remote
-  inference (the server acts and keeps each episode's recurrent state). Every server option is
-  the default (``--serve-args`` adds flags).
+  inference (the server acts and keeps each episode's recurrent state; ``--inference local``:
+  each client acts with the numpy policy and keeps the state). Every server option is the
+  default (``--serve-args`` adds flags).
 - ``nomemory``: as ``hosted`` without ``use_lstm``: the MLP sees one observation.
 - ``recurrentppo``: ``RecurrentPPO("MlpLstmPolicy", ...)`` with sb3-contrib's defaults (one
   env, LSTM of 256, 128 steps per update), episodes from its Monitor wrapper.
@@ -126,7 +127,9 @@ def run_hosted(seed: int, steps: int, settings: dict[str, Any]) -> dict[str, Any
     return recorder.timed_result(done)
 
 
-def client_loop(address: str, index: int, seed: int, stop: Any, episodes: Any) -> None:
+def client_loop(
+    address: str, index: int, seed: int, inference: str, stop: Any, episodes: Any
+) -> None:
     """One remote client: step its own StatelessCartPole until ``stop``; report each episode.
 
     Puts ``(index, this client's env steps so far, episode return)`` on ``episodes``.
@@ -139,7 +142,9 @@ def client_loop(address: str, index: int, seed: int, stop: Any, episodes: Any) -
     env = StatelessCartPole()
     steps, episode = 0, 0
     try:
-        with PolicyClient(address, client_name=f"stateless-{index}", timeout=120) as client:
+        with PolicyClient(
+            address, inference_mode=inference, client_name=f"stateless-{index}", timeout=120
+        ) as client:
             while not stop.is_set():
                 obs, _ = env.reset(seed=seed * 1000 + index * 100_000 + episode)
                 episode_id = client.start_episode()
@@ -177,7 +182,12 @@ def _serve_files(folder: Path, settings: dict[str, Any]) -> list[str]:
 
 
 def run_remote(
-    seed: int, steps: int, settings: dict[str, Any], clients: int, serve_args: list[str]
+    seed: int,
+    steps: int,
+    settings: dict[str, Any],
+    clients: int,
+    inference: str,
+    serve_args: list[str],
 ) -> dict[str, Any]:
     """``rlserve serve`` with ``settings`` and ``clients`` client processes over loopback."""
     import multiprocessing as mp
@@ -194,7 +204,9 @@ def run_remote(
         ctx = mp.get_context("spawn")
         stop, episodes = ctx.Event(), ctx.Queue()
         processes = [
-            ctx.Process(target=client_loop, args=(server.address, i, seed, stop, episodes))
+            ctx.Process(
+                target=client_loop, args=(server.address, i, seed, inference, stop, episodes)
+            )
             for i in range(clients)
         ]
         try:
@@ -271,7 +283,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     if row == "hosted":
         result = run_hosted(seed, args.steps, MEMORY)
     elif row == "remote":
-        result = run_remote(seed, args.steps, MEMORY, args.clients, shlex.split(args.serve_args))
+        serve_args = shlex.split(args.serve_args)
+        result = run_remote(seed, args.steps, MEMORY, args.clients, args.inference, serve_args)
     elif row == "nomemory":
         result = run_hosted(seed, args.steps, {})
     else:
@@ -359,6 +372,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one seed, 20,000 steps")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (processes)")
     parser.add_argument("--clients", type=int, default=4, help="client processes (remote)")
+    parser.add_argument(
+        "--inference", choices=["remote", "local"], default="remote", help="remote row's clients"
+    )
     parser.add_argument("--serve-args", default="", help="extra 'rlserve serve' flags (remote)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -371,7 +387,8 @@ def main() -> None:
         raise SystemExit(_no_memory(why))
     print(
         f"StatelessCartPole, {args.steps:,} env steps, seeds {args.seeds}; memory rows: PPO "
-        f"with {MEMORY} over the defaults; remote: {args.clients} clients",
+        f"with {MEMORY} over the defaults; remote: {args.clients} clients, "
+        f"{args.inference} inference",
         flush=True,
     )
     queue = [(seed, row) for seed in args.seeds for row in args.only]
@@ -382,7 +399,7 @@ def main() -> None:
             seed, row = queue.pop(0)
             command = [sys.executable, __file__, "--child", "--only", row, "--seeds", str(seed)]
             command += ["--steps", str(args.steps), "--clients", str(args.clients)]
-            command += [f"--serve-args={args.serve_args}"]
+            command += ["--inference", args.inference, f"--serve-args={args.serve_args}"]
             # A file, not a pipe: a pipe could fill up while other runs are waited on.
             out = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed once the run ends)
             running.append((subprocess.Popen(command, stdout=out, text=True), out, row, seed))
