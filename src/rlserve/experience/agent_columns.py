@@ -56,6 +56,8 @@ class AgentColumns:
         "returns",
         "rewards",
         "size",
+        "state",
+        "state_in",
         "steps",
         "versions",
     )
@@ -90,6 +92,13 @@ class AgentColumns:
         """Row -> step -> the info logged for that step (only rows and steps that have one)."""
         self.pending_info: dict[int, dict[str, Any]] = {}
         """Row -> the info logged for its last action so far."""
+        self.state: np.ndarray | None = None
+        """A policy with memory: ``[rows, S]`` float32, the recurrent state each agent's next
+        step reads (allocated, zeros, at the first step with memory:
+        :mod:`rlserve.experience.recurrent_states`); None without memory."""
+        self.state_in: np.ndarray | None = None
+        """``[rows, S]``: the state each row's unfinished fragment started from (its
+        ``state_in``), with ``state``."""
 
     # -- rows ----------------------------------------------------------------------------------
 
@@ -120,6 +129,8 @@ class AgentColumns:
             self.obs = grown(self.obs)
         if self.actions is not None:
             self.actions = grown(self.actions)
+        if self.state is not None and self.state_in is not None:
+            self.state, self.state_in = grown(self.state), grown(self.state_in)
 
     def _ensure_steps(self, needed: int) -> None:
         """Make room for ``needed`` steps per row (and the observation after them)."""
@@ -220,6 +231,7 @@ class AgentColumns:
         if keep and rows.size:
             assert self.obs is not None and self.actions is not None
             infos = self.infos
+            states = self.state_in
             if bool((steps == steps[0]).all()):
                 # The common case (agents in lockstep): one gather per column for all rows.
                 n = int(steps[0])
@@ -241,6 +253,7 @@ class AgentColumns:
                             terminated,
                             truncated,
                             _step_infos(infos.get(row), n),
+                            None if states is None else states[row].copy(),
                         )
                     )
             else:
@@ -259,6 +272,7 @@ class AgentColumns:
                             terminated,
                             truncated,
                             _step_infos(infos.get(row), n),
+                            None if states is None else states[row].copy(),
                         )
                     )
         self.count[rows] = 0

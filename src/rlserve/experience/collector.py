@@ -32,6 +32,14 @@ from rlserve.experience.agent_groups import AgentGrouper, AskPolicies, assigned
 from rlserve.experience.agent_values import PolicySpaces, PolicyTable
 from rlserve.experience.episode_records import Episode, EpisodeSummary
 from rlserve.experience.episodes import EpisodeTable
+from rlserve.experience.recurrent_states import (
+    advance,
+    advance_rows,
+    log_rows,
+    log_steps,
+    read_rows,
+    read_states,
+)
 from rlserve.experience.vector_rollout import VectorRollout
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.acting import compute_actions, explores, greedy_in_evaluation
@@ -133,7 +141,13 @@ class Collector:
         space = spaces_.observation_space
         batch = np.asarray(observation)[None] if isinstance(space, spaces.Box) else [observation]
         obs = check_batch(space, batch, 1, "observation")
-        out = policy.compute_actions(obs, explores(policy, episode.training_enabled, self.explore))
+        explore = explores(policy, episode.training_enabled, self.explore)
+        state = None
+        if policy.state_size:
+            state = read_states([episode], policy.state_size)
+            out = policy.compute_actions(obs, explore, state)
+        else:
+            out = policy.compute_actions(obs, explore)
         self.table.observe(episode, obs[0], None)
         action = out.actions[0]
         discrete = spaces_.discrete
@@ -144,6 +158,8 @@ class Collector:
             True,
             policy.version,
         )
+        if state is not None:
+            advance([episode], state, out.state)
         sent = policy.to_env_actions(out.actions)
         if discrete:
             return int(sent[0])
@@ -158,14 +174,17 @@ class Collector:
             raise EpisodeError("one get_action may only name episodes of the same policy")
         policy, spaces_ = self._single(episodes[0])
         obs = check_batch(spaces_.observation_space, observations, len(episodes), "observation")
+        state = read_states(episodes, policy.state_size) if policy.state_size else None
         if self.explore and greedy_in_evaluation(policy):
             evaluation = np.asarray([not e.training_enabled for e in episodes], dtype=bool)
-            out = compute_actions(policy, obs, evaluation)
+            out = compute_actions(policy, obs, evaluation, state)
         else:
-            out = policy.compute_actions(obs, self.explore)
+            out = policy.compute_actions(obs, self.explore, state)
         discrete = spaces_.discrete
         actions = out.actions.tolist() if discrete else list(out.actions)
         self.table.observe_act_many(episodes, obs, actions, out.logp.tolist(), policy.version)
+        if state is not None:
+            advance(episodes, state, out.state)
         sent = policy.to_env_actions(out.actions)
         return sent if discrete else actions_to_space(spaces_.action_space, sent)
 
@@ -179,8 +198,12 @@ class Collector:
         value = encode_action(spaces_.action_space, value)
         if not spaces_.discrete:
             value = check_float32(value, "log_action 'action'")
+        # The LSTM reads every observation: a logged step advances the state too.
+        states = log_steps([episode], obs, policy) if policy.state_size else None
         self.table.observe(episode, obs[0], None)
         self.table.act(episode, value, float("nan"), False, policy.version)
+        if states is not None:
+            advance([episode], *states)
 
     def log_returns(
         self, episode_id: str, reward: float, info: dict[str, Any] | None = None
@@ -320,7 +343,13 @@ class Collector:
             ):
                 policy = self._policies[policy_id]
                 explore = explores(policy, episode.training_enabled, self.explore)
-                computed = policy.compute_actions(block, explore)
+                if policy.state_size:
+                    columns, rows = tick.parts[g]
+                    state = read_rows(columns, rows, policy.state_size)
+                    computed = policy.compute_actions(block, explore, state)
+                    advance_rows(columns, rows, computed.state)
+                else:
+                    computed = policy.compute_actions(block, explore)
                 space = self.table_of_policies.policies[policy_id].action_space
                 sent = policy.to_env_actions(computed.actions)
                 self.table.act_agents(
@@ -363,6 +392,10 @@ class Collector:
         )
         for g, (policy_id, idx) in enumerate(grouping.groups):
             positions = idx.tolist()
+            policy = self._policies[policy_id]
+            if policy.state_size:
+                # The LSTM reads every observation: a logged step advances the state too.
+                log_rows(*tick.parts[g], blocks[g], policy)
             self.table.act_agents(
                 episode,
                 tick,

@@ -121,6 +121,9 @@ class AgentTrajectory:
     infos: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Step index (within the fragment) -> the info logged for it; only steps that have one."""
     pending_info: dict[str, Any] | None = None
+    state_in: np.ndarray | None = None
+    """A policy with memory: the recurrent state this fragment's first step read (its
+    ``state_in``, :mod:`rlserve.experience.recurrent_states`); None without memory."""
 
 
 @dataclass(slots=True)
@@ -148,6 +151,9 @@ class Episode:
     mapped: dict[str, str] | None = None
     """Agent id -> policy id of the agents a mapping function assigned in this episode (it is
     asked once per agent per episode: :func:`~rlserve.experience.agent_groups.assigned`)."""
+    state: np.ndarray | None = None
+    """A single-agent episode of a policy with memory: ``[S]`` float32, the recurrent state its
+    next step reads (None: zeros, no step yet; :mod:`rlserve.experience.recurrent_states`)."""
 
 
 class EpisodeMode(ABC):

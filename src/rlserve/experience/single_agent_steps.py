@@ -210,6 +210,7 @@ class SingleAgentSteps(EpisodeMode):
             agent.obs, agent.actions, agent.rewards = [], [], []
             agent.logp, agent.chosen, agent.versions = [], [], []
             agent.infos = {}
+            agent.state_in = None
 
     def policy_returns(self, episode: Episode) -> None:
         """None: a single-agent episode's one policy's return is its ``episode_return``."""
@@ -281,8 +282,10 @@ class SingleAgentSteps(EpisodeMode):
                 infos=[agent.infos.get(i) for i in range(len(agent.actions))]
                 if agent.infos
                 else None,
+                state_in=agent.state_in,
             )
             self._on_fragment(fragment)
         agent.obs, agent.actions, agent.rewards = [], [], []
         agent.logp, agent.chosen, agent.versions = [], [], []
         agent.infos = {}
+        agent.state_in = None

@@ -20,6 +20,7 @@ from rlserve.errors import EpisodeError
 from rlserve.experience.agent_columns import AgentTick
 from rlserve.experience.episode_records import Episode
 from rlserve.experience.episodes import EpisodeTable
+from rlserve.experience.recurrent_states import advance, advance_rows, read_rows, read_states
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.acting import compute_actions, greedy_in_evaluation
 from rlserve.policy.action_mask import LegalMoves
@@ -116,6 +117,35 @@ def _evaluation_rows(pending: list[Pending], parts: list[AgentPart]) -> np.ndarr
     return np.asarray(rows, dtype=bool)
 
 
+def _read_states(pending: list[Pending], parts: list[AgentPart], state_size: int) -> np.ndarray:
+    """The recurrent state each row of a slot's forward pass reads, in the rows' order."""
+    blocks = []
+    if pending:
+        blocks.append(read_states([ep for item in pending for ep in item.episodes], state_size))
+    for part in parts:
+        columns, rows = part.owner.tick.parts[part.group]
+        blocks.append(read_rows(columns, rows, state_size))
+    return blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+
+
+def _advance_states(
+    pending: list[Pending],
+    parts: list[AgentPart],
+    read: np.ndarray,
+    next_states: Any,
+    single_rows: int,
+) -> None:
+    """Write each row's next state back to its episode (the single-agent rows recorded)."""
+    if pending:
+        episodes = [ep for item in pending for ep in item.episodes]
+        advance(episodes, read[:single_rows], next_states[:single_rows])
+    offset = single_rows
+    for part in parts:
+        columns, rows = part.owner.tick.parts[part.group]
+        advance_rows(columns, rows, next_states[offset : offset + len(rows)])
+        offset += len(rows)
+
+
 class Batcher:
     """Answers the ``get_action`` calls waiting in a slot with one forward pass.
 
@@ -139,12 +169,17 @@ class Batcher:
                 0, np.array([ep.agent.obs[-1] for item in pending for ep in item.episodes])
             )
         discrete = isinstance(slot.action_space, gym.spaces.Discrete)
+        state = None
         try:
             obs = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+            if policy.state_size:
+                state = _read_states(pending, parts, policy.state_size)
             if greedy_in_evaluation(policy):
-                out = compute_actions(policy, obs, _evaluation_rows(pending, parts))
-            else:
+                out = compute_actions(policy, obs, _evaluation_rows(pending, parts), state)
+            elif state is None:
                 out = policy.compute_actions(obs)
+            else:
+                out = policy.compute_actions(obs, True, state)
             env_actions = policy.to_env_actions(out.actions)
             if not discrete:
                 # In the space's own form: [N, *shape] arrays, or a list of maps / tuples.
@@ -155,6 +190,9 @@ class Batcher:
         offset = 0
         if pending:
             offset = self._answer_pending(pending, out, env_actions, discrete, policy.version)
+        if state is not None:
+            # After the single-agent steps are recorded (each fragment's first keeps its state).
+            _advance_states(pending, parts, state, out.state, offset)
         for part in parts:
             count = len(part.idx)
             end = offset + count

@@ -17,6 +17,7 @@ import numpy as np
 from rlserve.errors import CapacityError, EpisodeError
 from rlserve.experience.agent_groups import assigned
 from rlserve.experience.episode_records import Episode, EpisodeSummary
+from rlserve.experience.recurrent_states import log_rows
 from rlserve.protocol.messages import EndEpisode, GetAction, LogAction, LogReturns, MapAgents
 from rlserve.protocol.replies import AgentsMapped, actions_reply
 from rlserve.server.batching import AgentPart, AgentsPending
@@ -167,6 +168,9 @@ class MultiAgentCalls(EpisodeCalls):
         )
         for g, (policy_id, idx) in enumerate(grouping.groups):
             slot = self.slots[policy_id]
+            if slot.policy is not None and slot.policy.state_size:
+                # The LSTM reads every observation: a logged step advances the state too.
+                log_rows(*tick.parts[g], blocks[g], slot.policy)
             version = slot.policy.version if slot.policy is not None else 0
             positions = idx.tolist()
             self.episodes.act_agents(

@@ -14,6 +14,7 @@ import numpy as np
 
 from rlserve.errors import EpisodeError
 from rlserve.experience.episode_records import Episode, EpisodeSummary
+from rlserve.experience.recurrent_states import advance, log_steps
 from rlserve.policy.distributions import encode_action
 from rlserve.protocol.messages import EndEpisode, GetAction, LogAction, LogReturns
 from rlserve.protocol.replies import action_reply, actions_reply
@@ -142,9 +143,16 @@ class SingleAgentCalls(EpisodeCalls):
             action = check_float32(encode_action(slot.action_space, action), "log_action 'action'")
         if slot.legal_moves is not None:
             slot.legal_moves.check_actions(obs, np.asarray([action]), "log_action")
+        policy = slot.policy
+        states = None
+        if policy is not None and policy.state_size:
+            # The LSTM reads every observation: a logged step advances the state too.
+            states = log_steps([episode], obs, policy)
         self.episodes.observe(episode, obs[0], request.reward, request.info, "log_action")
-        version = slot.policy.version if slot.policy is not None else 0
+        version = policy.version if policy is not None else 0
         self.episodes.act(episode, action, float("nan"), False, version)
+        if states is not None:
+            advance([episode], *states)
         return 1
 
     def _log_returns(self, request: LogReturns, episode: Episode) -> None:
