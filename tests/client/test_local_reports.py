@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -90,3 +92,52 @@ def test_halving_ends_at_one_step() -> None:
     assert halves is not None
     assert [len(f) for half in halves for f in half[0]] == [2, 3]
     assert halve_report([_fragment(1, 2)], []) is None
+
+
+def _with_state(fragment: Fragment, value: float) -> Fragment:
+    return dataclasses.replace(fragment, state_in=np.full(6, value, np.float32))
+
+
+def test_a_fragment_with_state_in_is_never_split_it_moves_whole_to_the_next_report() -> None:
+    fragments = [_with_state(_fragment(30, 20, f"e{i}"), i) for i in range(4)]
+    one = _encoded_size(fragments[:1], [])
+    reports, too_big = plan_reports(fragments, [], int(1.6 * one) + 2048, 4_000_000, 65_536)
+    assert not too_big and len(reports) == 4
+    shipped = [f for report, _ in reports for f in report]
+    assert [f.episode_id for f in shipped] == ["e0", "e1", "e2", "e3"]
+    for before, after in zip(fragments, shipped, strict=True):
+        assert len(after) == 30 and after.state_in is not None
+        np.testing.assert_array_equal(after.state_in, before.state_in)  # type: ignore[arg-type]
+    assert halve_report(fragments[:1], []) is None  # one fragment with state_in: no halves
+    with pytest.raises(ValueError, match="never split"):
+        split_fragment(fragments[0], 10)
+
+
+def test_a_memory_policys_fragments_are_cut_to_fit_one_report() -> None:
+    from memory_policies import memory_policy
+    from rlserve.client.reports import memory_fragment_length
+    from rlserve.protocol.limits import Limits
+
+    policy = memory_policy(obs_dim=5000)  # 20 kB a step
+    limits = Limits(max_frame_bytes=1_000_000)
+    steps = memory_fragment_length(200, {"default": policy}, limits)
+    assert 30 < steps < 50
+    rng = np.random.default_rng(0)
+    fragment = Fragment(
+        "e" * limits.max_id_length,
+        "agent0",
+        "default",
+        rng.random((steps + 1, 5000), dtype=np.float32),
+        np.zeros(steps, np.int64),
+        np.ones(steps, np.float32),
+        np.zeros(steps, np.float32),
+        np.ones(steps, bool),
+        np.zeros(steps, np.int64),
+        False,
+        False,
+        state_in=np.zeros(policy.state_size, np.float32),
+    )
+    assert _encoded_size([fragment], []) < limits.max_frame_bytes
+    reports, too_big = plan_reports([fragment], [], limits.max_frame_bytes, 4_000_000, 65_536)
+    assert not too_big and [len(r[0]) for r in reports] == [1]
+    assert memory_fragment_length(200, {}, limits) == 200  # no memory: unchanged

@@ -165,3 +165,27 @@ def test_reported_infos_are_kept_and_checked() -> None:
     small = FragmentChecker(OBS, gym.spaces.Discrete(3), "default", Limits(max_info_bytes=16))
     with pytest.raises(LimitExceededError, match=r"r.infos\[0\]: info is"):
         small.check(fragment(infos=[{"a": "x" * 40}, None, None, None]), 2, "r")
+
+
+def test_a_memory_policys_fragment_keeps_its_state_in() -> None:
+    state = np.arange(6, dtype=np.float64) / 10
+    out = checker().check(fragment(state_in=state), 2, "r", state_size=6)
+    assert out.state_in is not None and out.state_in.dtype == np.float32
+    np.testing.assert_allclose(out.state_in, state)
+    assert checker().check(fragment(), 2, "r").state_in is None
+
+
+@pytest.mark.parametrize(
+    ("state_in", "state_size", "message"),
+    [
+        (np.zeros(4), 6, "'state_in' has 4 values; policy 'default' has a recurrent state of 6"),
+        (None, 6, "has memory (a recurrent state of 6 values) but the fragment has no"),
+        (np.zeros(6), 0, "'state_in' has 6 values but policy 'default' has no memory"),
+    ],
+)
+def test_a_state_in_that_does_not_fit_the_policy_is_refused(
+    state_in: Any, state_size: int, message: str
+) -> None:
+    raw = fragment() if state_in is None else fragment(state_in=state_in)
+    with pytest.raises(SpaceError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        checker().check(raw, 2, "r.fragments[0]", state_size=state_size)

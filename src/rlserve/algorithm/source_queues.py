@@ -34,9 +34,16 @@ def split_fragment(fragment: Fragment, steps: int) -> tuple[Fragment, Fragment]:
 
     The head ends in the observation that follows its last action and goes on (neither flag);
     the tail starts from that observation and keeps the fragment's flags.
+
+    Raises:
+        ValueError: ``steps`` is out of range, or the fragment has a ``state_in`` (a policy
+            with memory: the tail would need the recurrent state at the cut, which is not
+            known here; the queues move such fragments whole).
     """
     if not 0 < steps < len(fragment):
         raise ValueError(f"cannot split a fragment of {len(fragment)} steps after {steps}")
+    if fragment.state_in is not None:
+        raise ValueError("a fragment of a policy with memory (state_in) is never split")
     infos = fragment.infos
     head = dataclasses.replace(
         fragment,
@@ -148,10 +155,14 @@ class SourceQueues:
             if size <= excess - dropped:
                 queue.popleft()
                 dropped += size
+            elif head.fragment.state_in is not None:
+                break  # never split (split_fragment): over the limit by less than a fragment
             else:
                 _, tail = split_fragment(head.fragment, excess - dropped)
                 queue[0] = _Queued(tail, head.seq)
                 dropped = excess
+        if not dropped:
+            return
         self._queued[source] -= dropped
         self.dropped_steps_by_source[source] = self.dropped_steps_by_source.get(source, 0) + dropped
         self._stats.steps_queued -= dropped
@@ -195,7 +206,9 @@ class SourceQueues:
         left = steps
         while left > 0 and queue:
             head = queue[0]
-            if len(head.fragment) <= left:
+            if len(head.fragment) <= left or head.fragment.state_in is not None:
+                # A fragment of a policy with memory goes whole (never split): the share may
+                # be exceeded by less than one fragment.
                 queue.popleft()
                 taken.append(head.fragment)
                 left -= len(head.fragment)

@@ -47,7 +47,12 @@ from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.engine import ServerView
 from rlserve.client.exit_flush import forget_closed, track_unclosed
 from rlserve.client.local_config import LocalConfig
-from rlserve.client.reports import halve_report, plan_reports, report_message
+from rlserve.client.reports import (
+    halve_report,
+    memory_fragment_length,
+    plan_reports,
+    report_message,
+)
 from rlserve.errors import (
     ConnectionLostError,
     FrameTooLargeError,
@@ -135,7 +140,7 @@ class LocalInference(Collector):
         super().__init__(
             view.policies,
             first,
-            config.fragment_length,
+            memory_fragment_length(config.fragment_length, first, weights_conn.limits),
             config.max_episodes,
             self._enqueue,
             self._add_summary,

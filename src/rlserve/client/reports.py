@@ -3,6 +3,11 @@
 What is ready to ship is cut into reports that each fit the server's ``max_frame_bytes`` and
 ``max_array_elements`` (a fragment is split by steps when needed); a report the server still
 finds too large is halved.
+
+A fragment of a policy with memory (``state_in``) is never split: its tail would need the
+recurrent state at the cut, which only the acting side knew. It goes whole into the next report
+instead, and the client cuts such fragments short enough to fit one report
+(:func:`memory_fragment_length`), so nothing is lost.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ from collections import deque
 from typing import Any
 
 from rlserve.experience.episode_records import EpisodeSummary, summary_to_wire
+from rlserve.policy import NumpyPolicy
 from rlserve.protocol.fragment import Fragment, report_wire
+from rlserve.protocol.limits import Limits
 from rlserve.protocol.session_requests import ReportSamples
 
 MESSAGE_OVERHEAD = 1024
@@ -74,7 +81,7 @@ def plan_reports(
             current.append(fragment)
             used += _fragment_bytes(fragment, len(fragment))
             continue
-        if fits > 0:
+        if fits > 0 and fragment.state_in is None:
             head, tail = split_fragment(fragment, fits)
             current.append(head)
             queue.appendleft(tail)
@@ -96,6 +103,32 @@ def plan_reports(
     return [r for r in reports if r[0] or r[1]], too_big
 
 
+def memory_fragment_length(
+    fragment_length: int, policies: dict[str, NumpyPolicy], limits: Limits
+) -> int:
+    """Steps per fragment (at most ``fragment_length``) that fit in one report.
+
+    Only when a policy has memory: its fragments are never split to fit (see the module
+    docstring). Estimated as :func:`plan_reports` does (float32 observations and actions, int64
+    choices as wide as two floats, the ``state_in``), with a tenth of the room to spare.
+    """
+    for policy in policies.values():
+        if not policy.state_size:
+            continue
+        obs_dim = policy.spec.obs_dim
+        action_elements = policy.spec.action_distribution().action_width
+        budget = int(limits.max_frame_bytes * 0.95) - MESSAGE_OVERHEAD
+        overhead = FRAGMENT_OVERHEAD + limits.max_id_length + 4 * (obs_dim + policy.state_size)
+        per_step = 4 * obs_dim + 4 * max(2, action_elements) + 4 + 4 + 1 + 8
+        by_bytes = int(0.9 * (budget - overhead)) // per_step
+        by_elements = min(
+            limits.max_array_elements // max(1, obs_dim) - 1,
+            limits.max_array_elements // max(1, action_elements),
+        )
+        fragment_length = max(1, min(fragment_length, by_bytes, by_elements))
+    return fragment_length
+
+
 def _step_bytes(fragment: Fragment) -> int:
     return (
         fragment.obs[0].nbytes
@@ -109,6 +142,8 @@ def _step_bytes(fragment: Fragment) -> int:
 
 def _fragment_bytes(fragment: Fragment, steps: int) -> int:
     overhead = FRAGMENT_OVERHEAD + len(fragment.episode_id) + fragment.obs[0].nbytes
+    if fragment.state_in is not None:
+        overhead += fragment.state_in.nbytes
     return overhead + steps * _step_bytes(fragment)
 
 
@@ -123,7 +158,13 @@ def _steps_fitting(fragment: Fragment, room: int, max_elements: int) -> int:
 
 
 def split_fragment(fragment: Fragment, steps: int) -> tuple[Fragment, Fragment]:
-    """Cut a fragment after ``steps`` steps; the head ends in the tail's first observation."""
+    """Cut a fragment after ``steps`` steps; the head ends in the tail's first observation.
+
+    Raises:
+        ValueError: The fragment has a ``state_in`` (the tail's is not known here).
+    """
+    if fragment.state_in is not None:
+        raise ValueError("a fragment of a policy with memory (state_in) is never split")
     head = Fragment(
         fragment.episode_id,
         fragment.agent_id,
@@ -162,7 +203,7 @@ def halve_report(
     if len(fragments) > 1:
         middle = len(fragments) // 2
         return (fragments[:middle], []), (fragments[middle:], summaries)
-    if fragments and len(fragments[0]) > 1:
+    if fragments and len(fragments[0]) > 1 and fragments[0].state_in is None:
         head, tail = split_fragment(fragments[0], len(fragments[0]) // 2)
         return ([head], []), ([tail], summaries)
     if fragments and summaries:

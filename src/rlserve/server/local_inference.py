@@ -119,8 +119,9 @@ class LocalInference:
             where = f"report_samples '{request.batch_id}'"
             check = slot.fragment_checker.check
             version = slot.package.version
+            state_size = 0 if slot.policy is None else slot.policy.state_size
             fragments = [
-                check(raw, version, f"{where}.fragments[{i}]")
+                check(raw, version, f"{where}.fragments[{i}]", state_size)
                 for i, raw in enumerate(request.fragments)
             ]
             summaries = check_summaries(

@@ -67,8 +67,13 @@ class FragmentChecker:
             self._choices = self._distribution.param_dim
         self._action_width = self._distribution.action_width
 
-    def check(self, raw: dict[str, Any], published_version: int, where: str) -> Fragment:
+    def check(
+        self, raw: dict[str, Any], published_version: int, where: str, state_size: int = 0
+    ) -> Fragment:
         """Validate one reported fragment map and build the :class:`Fragment`.
+
+        ``state_size``: the policy's recurrent state width (0: no memory); a fragment of a
+        policy with memory must carry a ``state_in`` of that length, any other none.
 
         Raises:
             SpaceError: A field is missing, mistyped, of the wrong shape, or out of range.
@@ -114,6 +119,8 @@ class FragmentChecker:
                 f"this server published (0..{published_version}); report the version the client "
                 "acted with"
             )
+        if wire.state_in is not None or state_size:
+            _check_state_in(wire.state_in, state_size, self.policy_id, where)
         return Fragment(
             episode_id=wire.episode_id,
             agent_id=SINGLE_AGENT,
@@ -127,6 +134,7 @@ class FragmentChecker:
             terminated=wire.terminated,
             truncated=wire.truncated,
             infos=wire.infos,
+            state_in=wire.state_in,
         )
 
     def _check_actions(self, actions: np.ndarray, steps: int, where: str) -> np.ndarray:
@@ -149,6 +157,32 @@ class FragmentChecker:
             if problem:
                 raise SpaceError(f"{where}: {problem} (the flat layout of {self.action_space})")
         return check_float32(actions, f"{where}.actions")
+
+
+def _check_state_in(state_in: Any, state_size: int, policy_id: str, where: str) -> None:
+    """Refuse a ``state_in`` that does not fit the policy's memory (or one that has none).
+
+    Raises:
+        SpaceError: Naming the length found, the length expected and the fix.
+    """
+    if state_size and state_in is None:
+        raise SpaceError(
+            f"{where}: policy '{policy_id}' has memory (a recurrent state of {state_size} "
+            "values) but the fragment has no 'state_in'; send the state its first step read "
+            "(zeros at an episode's start; rlserve's PolicyClient does it)"
+        )
+    if state_in is not None and state_in.shape[0] != state_size:
+        if not state_size:
+            raise SpaceError(
+                f"{where}: 'state_in' has {state_in.shape[0]} values but policy '{policy_id}' "
+                "has no memory; send its fragments without 'state_in'"
+            )
+        raise SpaceError(
+            f"{where}: 'state_in' has {state_in.shape[0]} values; policy '{policy_id}' has a "
+            f"recurrent state of {state_size} (2 x its LSTM's cell_size): send the state the "
+            "policy read before the fragment's first step, with the weights the server "
+            "publishes now"
+        )
 
 
 def check_summaries(
