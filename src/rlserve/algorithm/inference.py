@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from rlserve.errors import ConfigError
+from rlserve.errors import ConfigError, SpaceError
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.distributions import actions_to_space
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
@@ -30,14 +30,47 @@ class ActingMixin:
     """The policies, by id."""
 
     def compute_single_action(
-        self, observation: Any, *, explore: bool = False, policy_id: str | None = None
+        self,
+        observation: Any,
+        state: Any = None,
+        *,
+        explore: bool = False,
+        policy_id: str | None = None,
     ) -> Any:
-        """The action of one observation (greedy unless ``explore``), as the env takes it."""
-        spec = self.specs.get(policy_id or self._default_policy)
+        """The action of one observation (greedy unless ``explore``), as the env takes it.
+
+        A policy with memory (``use_lstm``) needs ``state``, the recurrent state of the
+        episode: RLlib's form, a list ``[h, c]`` of ``cell_size`` values each (zeros at an
+        episode's start), or one array of ``2 * cell_size`` values ``concat(h, c)``; the answer
+        is then ``(action, state_out, extra)``, ``state_out`` in the form given (pass it to the
+        episode's next call) and ``extra`` with the action's ``action_logp``. A policy without
+        memory answers the action alone, or ``(action, [], extra)`` for ``state=[]``.
+
+        Raises:
+            ConfigError: Unknown policy.
+            SpaceError: The observation is not in the space; ``state`` is missing for a policy
+                with memory, or does not fit it.
+        """
+        pid = policy_id or self._default_policy
+        spec = self.specs.get(pid)
         if spec is None:
-            raise ConfigError(f"no policy '{policy_id}'; the policies are {sorted(self.specs)}")
+            raise ConfigError(f"no policy '{pid}'; the policies are {sorted(self.specs)}")
         batch = single_batch(spec.observation_space, observation)
-        return self._compute(batch, 1, explore, policy_id)[0]
+        policy = self._acting_policy(pid)
+        checked = observation_batch(spec.observation_space, batch, 1)
+        if state is None and not policy.state_size:
+            return env_actions(policy, spec.action_space, checked, explore)[0]
+        rows = recurrent_state(state, policy.state_size, pid)
+        out = policy.compute_actions(checked, explore, rows)
+        action = to_env(policy, spec.action_space, out.actions)[0]
+        extra = {"action_logp": float(out.logp[0])}
+        if out.state is None:
+            return action, [], extra
+        state_out = out.state[0]
+        if isinstance(state, (list, tuple)):
+            half = policy.state_size // 2
+            return action, [state_out[:half].copy(), state_out[half:].copy()], extra
+        return action, state_out, extra
 
     def compute_actions(
         self, observations: Any, *, explore: bool = False, policy_id: str | None = None
@@ -81,8 +114,43 @@ def env_actions(
     policy: NumpyPolicy, action_space: gym.Space[Any], batch: Any, explore: bool
 ) -> Any:
     """The actions of ``policy`` for a checked batch, as the environment takes them."""
-    out = policy.compute_actions(batch, explore)
-    sent = policy.to_env_actions(out.actions)
+    return to_env(policy, action_space, policy.compute_actions(batch, explore).actions)
+
+
+def recurrent_state(state: Any, state_size: int, policy_id: str) -> np.ndarray | None:
+    """``compute_single_action``'s ``state`` as the ``[1, state_size]`` rows a policy reads.
+
+    Raises:
+        SpaceError: Missing for a policy with memory, given for one without, or another width.
+    """
+    if not state_size:
+        if state is None or (isinstance(state, (list, tuple)) and not state):
+            return None
+        raise SpaceError(
+            f"policy '{policy_id}' has no memory: call compute_single_action without state"
+        )
+    fix = (
+        f"pass state=[h, c] ({state_size // 2} values each; zeros at an episode's start, then "
+        "the state_out of the episode's previous call)"
+    )
+    if state is None:
+        raise SpaceError(f"policy '{policy_id}' has memory (use_lstm): {fix}")
+    try:
+        parts = state if isinstance(state, (list, tuple)) else [state]
+        flat = np.concatenate([np.asarray(p, dtype=np.float32).reshape(-1) for p in parts])
+    except (TypeError, ValueError) as exc:
+        raise SpaceError(f"state is not numbers ({exc}); {fix}") from exc
+    if flat.shape != (state_size,) or not np.isfinite(flat).all():
+        raise SpaceError(
+            f"state has {flat.size} values (finite: {bool(np.isfinite(flat).all())}); policy "
+            f"'{policy_id}' has a recurrent state of {state_size}: {fix}"
+        )
+    return flat[None]
+
+
+def to_env(policy: NumpyPolicy, action_space: gym.Space[Any], actions: np.ndarray) -> Any:
+    """A policy's actions as the environment takes them."""
+    sent = policy.to_env_actions(actions)
     if isinstance(action_space, gym.spaces.Discrete):
         return [int(a) for a in sent]
     return actions_to_space(action_space, sent)
