@@ -18,9 +18,13 @@ CELLS = 3
 
 
 def memory_package(
-    obs_dim: int = 4, actions: int = 2, version: int = 1, seed: int = 0
+    obs_dim: int = 4, actions: int = 2, version: int = 1, seed: int = 0, scale: float = 2.0
 ) -> WeightsPackage:
-    """Weights of an LSTM of :data:`CELLS` cells over ``obs_dim`` values, ``actions`` logits."""
+    """Weights of an LSTM of :data:`CELLS` cells over ``obs_dim`` values, ``actions`` logits.
+
+    ``scale``: of the actor's weights; large, the policy samples its greedy action but for a
+    chance too small to meet in a test.
+    """
     rng = np.random.default_rng(seed)
     spec = ModelSpec(
         obs_dim, ("actor.0",), "tanh", "categorical", actions, memory=LSTMMemory(CELLS, obs_dim)
@@ -29,32 +33,35 @@ def memory_package(
         "memory.weight_ih": rng.normal(0, 0.8, (4 * CELLS, obs_dim)),
         "memory.weight_hh": rng.normal(0, 0.8, (4 * CELLS, CELLS)),
         "memory.bias": rng.normal(0, 0.3, 4 * CELLS),
-        "actor.0.weight": rng.normal(0, 2.0, (actions, CELLS)),
+        "actor.0.weight": rng.normal(0, scale, (actions, CELLS)),
         "actor.0.bias": np.zeros(actions),
     }
     return WeightsPackage(version, spec, {k: v.astype(np.float32) for k, v in arrays.items()})
 
 
 def memory_policy(
-    obs_dim: int = 4, actions: int = 2, version: int = 1, seed: int = 0
+    obs_dim: int = 4, actions: int = 2, version: int = 1, seed: int = 0, scale: float = 2.0
 ) -> NumpyPolicy:
     """:func:`memory_package` as a numpy policy."""
-    package = memory_package(obs_dim, actions, version, seed)
+    package = memory_package(obs_dim, actions, version, seed, scale)
     return NumpyPolicy(package.spec, package.arrays, version, seed=seed)
 
 
-def greedy_run(policy: NumpyPolicy, observations: np.ndarray) -> tuple[list[int], np.ndarray]:
-    """The greedy actions of one episode over ``observations`` ``[T, D]`` from zeros; the states
-    each step read ``[T, S]``."""
+def greedy_run(
+    policy: NumpyPolicy, observations: np.ndarray
+) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """One episode over ``observations`` ``[T, D]`` from zeros: the greedy actions, the states
+    each step read ``[T, S]``, and each greedy action's probability ``[T]``."""
     state = policy.initial_state(1)
-    actions, states = [], []
+    actions, states, probs = [], [], []
     for row in observations:
         states.append(state[0])
         out = policy.compute_actions(row[None].astype(np.float32), False, state)
         actions.append(int(out.actions[0]))
+        probs.append(float(np.exp(out.logp[0])))
         assert out.state is not None
         state = out.state
-    return actions, np.stack(states)
+    return actions, np.stack(states), np.asarray(probs)
 
 
 def replay(policy: NumpyPolicy, fragment: Fragment) -> np.ndarray:

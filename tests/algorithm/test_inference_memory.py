@@ -31,7 +31,7 @@ class _Acting(ActingMixin):
 def test_state_in_state_out_follows_the_episode_in_both_forms() -> None:
     algo = _Acting(memory_policy())
     obs = np.random.default_rng(4).uniform(-2, 2, (6, 4)).astype(np.float32)
-    expected, states = greedy_run(memory_policy(), obs)
+    expected, states, _ = greedy_run(memory_policy(), obs)
     pair: Any = [np.zeros(CELLS, np.float32), np.zeros(CELLS, np.float32)]
     flat: Any = np.zeros(2 * CELLS, np.float32)
     for t, row in enumerate(obs):

@@ -107,7 +107,7 @@ def test_a_fragment_with_state_in_is_never_split_it_moves_whole_to_the_next_repo
     assert [f.episode_id for f in shipped] == ["e0", "e1", "e2", "e3"]
     for before, after in zip(fragments, shipped, strict=True):
         assert len(after) == 30 and after.state_in is not None
-        np.testing.assert_array_equal(after.state_in, before.state_in)  # type: ignore[arg-type]
+        np.testing.assert_array_equal(after.state_in, before.state_in)
     assert halve_report(fragments[:1], []) is None  # one fragment with state_in: no halves
     with pytest.raises(ValueError, match="never split"):
         split_fragment(fragments[0], 10)
