@@ -144,3 +144,32 @@ def test_a_report_whose_state_in_does_not_fit_is_refused_and_the_server_carries_
     assert replies[0]["type"] == "samples_accepted", replies
     (fragment,) = sink.fragments
     np.testing.assert_array_equal(fragment.state_in, np.full(6, 0.25, np.float32))
+
+
+def test_steps_logged_before_the_first_weights_leave_the_state_as_it_was() -> None:
+    sink = _Sink()
+    service = Service(
+        {"default": (OBS, gym.spaces.Discrete(2))}, Limits(), None, 3, sink, ServerStats()
+    )
+    service._loop = _NoLoop()  # type: ignore[assignment]
+    session = Session(authenticated=True)
+    obs = np.random.default_rng(6).uniform(-2, 2, (5, 4)).astype(np.float32)
+    _call(service, session, type="start_episode", episode_id="e")
+    for t in range(2):  # no weights yet: nothing can run the LSTM
+        _call(
+            service,
+            session,
+            type="log_action",
+            episode_id="e",
+            observation=obs[t].tolist(),
+            action=1,
+        )
+    service.set_weights("default", memory_package())
+    for t in range(2, 4):
+        _call(service, session, type="get_action", episode_id="e", observation=obs[t].tolist())
+    _call(service, session, type="end_episode", episode_id="e", observation=obs[4].tolist())
+    first, second = sink.fragments
+    assert len(first) == 3 and first.state_in is not None and not first.state_in.any()
+    _, after = memory_policy().recurrent_forward(obs[2:3], np.zeros((1, 6), np.float32))
+    assert second.state_in is not None
+    np.testing.assert_allclose(second.state_in, after[0], atol=1e-6)

@@ -44,14 +44,15 @@ def read_states(episodes: list[Episode], state_size: int) -> np.ndarray:
 def advance(episodes: list[Episode], read: np.ndarray, next_states: np.ndarray | None) -> None:
     """After each episode recorded a step that read ``read[i]``: it leaves ``next_states[i]``.
 
-    Call after the step is recorded (``EpisodeTable.act`` / ``observe_act_many``): a step that
-    is the first of its fragment keeps ``read[i]`` as that fragment's ``state_in``.
-    ``next_states`` is a policy output's ``state`` (never None with memory).
+    Call after the step is recorded (``EpisodeTable.act`` / ``observe_act_many``): the first
+    step of a fragment keeps ``read[i]`` as that fragment's ``state_in`` (steps before it that
+    could not advance the state, a server's ``log_action`` before the first weights, left it
+    as it was). ``next_states`` is a policy output's ``state`` (never None with memory).
     """
     assert next_states is not None
     for i, episode in enumerate(episodes):
         agent = episode.agent
-        if len(agent.actions) == 1:
+        if agent.state_in is None:
             agent.state_in = read[i].copy()
         episode.state = next_states[i].copy()
 
