@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from memory_policies import greedy_run, memory_package, memory_policy, replay
-from rlserve import PolicyClient
+from rlserve import EpisodeLostError, PolicyClient
 from rlserve.algorithm.serving import AttachedServer
 from rlserve.algorithm.serving_settings import ServingSettings
 from rlserve.protocol.fragment import Fragment
@@ -111,3 +111,51 @@ def test_a_local_client_carries_the_state_and_reports_state_in(server: AttachedS
     fragments, _ = server.take()
     assert all(f.state_in is not None for f in fragments)
     _check_fragments(fragments, 3, {10, 6})
+
+
+@pytest.mark.timeout(180)
+def test_after_a_restart_a_remote_episode_is_lost_and_a_local_one_carries_on(
+    tmp_path: Path,
+) -> None:
+    run = RunFolder.create(str(tmp_path), "run")
+    spaces = single_policy(OBS, gym.spaces.Discrete(2))
+    first = AttachedServer(ServingSettings(), spaces, run, fragment_length=4)
+    first.start()
+    first.publish("default", memory_package(scale=SCALE))
+    obs = np.random.default_rng(7).uniform(-2, 2, (14, 4)).astype(np.float32)
+    taken: list[Fragment] = []
+    remote = PolicyClient(first.address, "remote", reconnect_timeout=60)
+    local = PolicyClient(first.address, "local", seed=4, reconnect_timeout=60)
+    second: AttachedServer | None = None
+    try:
+        lost, kept = remote.start_episode(), local.start_episode()
+        for t in range(6):
+            remote.get_action(lost, obs[t])
+            local.get_action(kept, obs[t])
+        first.stop()  # the server's memory of the remote episode (and its state) is gone
+        taken += first.take()[0]
+        second = AttachedServer(
+            ServingSettings(port=first.server.port), spaces, run, fragment_length=4, resume=True
+        )
+        second.start()
+        second.publish("default", memory_package(version=2, scale=SCALE))
+        with pytest.raises(EpisodeLostError, match="lost: the server restarted"):
+            remote.get_action(lost, obs[6])
+        for t in range(6, 13):  # the local client's episode carries its state on
+            local.get_action(kept, obs[t])
+        local.end_episode(kept, obs[13], truncated=True)
+        fresh = remote.start_episode()  # a new remote episode starts from zeros
+        for t in range(5):
+            remote.get_action(fresh, obs[t])
+        remote.end_episode(fresh, obs[5], truncated=True)
+        local.close()
+        remote.close()
+        taken += second.take()[0]
+    finally:
+        for client in (local, remote):
+            client.close()
+        first.stop()
+        if second is not None:
+            second.stop()
+    mine = [f for f in taken if f.episode_id in (kept, fresh)]
+    _check_fragments(mine, 2, {13, 5})
