@@ -132,3 +132,18 @@ def test_without_memory_episode_fragments_have_no_state_in() -> None:
     collector.end_episode("e", np.zeros(4, np.float32), truncated=False)
     assert len(fragments) == 2 and all(f.state_in is None for f in fragments)
     assert collector.table._active == {}
+
+
+def test_agents_joining_later_start_from_zeros_and_keep_the_others_states() -> None:
+    collector, fragments = _collector(fragment_length=2)
+    rng = np.random.default_rng(6)
+    names = ["a0", "a1", "a2", "a3", "a4", "a5"]  # more than the columns' first rows
+    obs = rng.uniform(-2, 2, (6, len(names), 4)).astype(np.float32)
+    collector.start_episode("m", True)
+    for t in range(5):
+        present = names[:2] if t < 2 else names  # four agents join at the third tick
+        step = {a: obs[t, names.index(a)] for a in present}
+        collector.get_agent_actions("m", step)
+        collector.log_agent_returns("m", dict.fromkeys(present, 0.5), {}, {})
+    collector.end_agent_episode("m", {a: obs[5, i] for i, a in enumerate(names)}, True)
+    _check_chains(fragments, len(names))
