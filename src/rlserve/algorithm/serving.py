@@ -309,7 +309,8 @@ class AttachedServer:
         Args:
             max_steps: At most this many steps (None: all queued), shared max-min fairly
                 between sources; a fragment is cut where a source's share ends (the rest stays
-                queued and is handed on next time).
+                queued and is handed on next time), except a fragment of a policy with memory,
+                which goes whole (a source may then get less than one fragment more).
 
         Returns:
             The fragments (every one is in the experience log), and the summaries of every

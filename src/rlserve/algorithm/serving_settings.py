@@ -53,7 +53,7 @@ class ServingSettings:
     max_queued_steps_per_source: int = option(
         50_000,
         "Steps queued per client identity until the Algorithm takes them; past it that "
-        "client's own oldest steps are dropped.",
+        "client's own oldest steps are dropped (whole fragments for a policy with memory).",
     )
     idle_timeout: float = option(60.0, "Seconds without a call after which an episode is closed.")
     sync_reports: bool = option(
