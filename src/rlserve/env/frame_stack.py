@@ -1,24 +1,8 @@
-"""Frame stacking: an observation made of the last ``n`` frames, for the conv encoder.
+"""Frame stacking of a hosted env: an observation made of its last ``n`` frames.
 
-A policy without memory sees motion when each observation holds the last few frames (the
-Nature-DQN recipe: 4 frames of 84x84). Gymnasium's ``FrameStackObservation`` adds a new first
-axis, so a stacked ``(H, W, C)`` image becomes a rank-4 ``(n, H, W, C)`` Box, which rlserve's
-encoder does not read as an image. Here the frames are concatenated along the channel axis
-instead, oldest first, so the result is an image again and gets a conv stack:
-
-* channels-last ``(H, W, C)`` becomes ``(H, W, n*C)`` (frame ``k``'s channels at
-  ``[k*C, (k+1)*C)``), channels-first ``(C, H, W)`` becomes ``(n*C, H, W)``;
-* a grayscale ``(H, W)`` frame becomes ``(n, H, W)``, channels-first (Atari's 4x84x84);
-* any other Box (a vector) gets a new first axis, ``(n, *shape)``, which the MLP reads flattened.
-
-An image layout is told by its smallest side (``rlserve.policy.encoder_choice``), so a stack
-whose channels outnumber the image's sides would be misread; :func:`stacked_space` refuses it.
-At the start of an episode the stack is filled with copies of the first frame.
-
-:class:`FrameStack` wraps a hosted ``gymnasium.Env``; :class:`FrameStacker` is the same
-stacking for one episode's frames, for an external simulator's client, which must send the
-stacked observation itself (the server runs the policy on what it is sent, one call per step).
-Needs numpy and gymnasium only.
+The layout, the refusals and the first frame's copies are :mod:`rlserve.policy.frame_stacking`'s
+(channels concatenated for an image, oldest first; a new first axis for a vector). The
+``frame_stack`` training setting stacks the same way without a wrapper, for external clients too.
 """
 
 from __future__ import annotations
@@ -27,109 +11,10 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
 
-from rlserve.errors import ConfigError
-from rlserve.policy.encoder_choice import channels_first, is_image_space
+from rlserve.policy.frame_stacking import FrameStacker, stacked_space
 
 __all__ = ["FrameStack", "FrameStacker", "stacked_space"]
-
-
-def _axis(space: spaces.Box) -> int | None:
-    """The axis frames are concatenated along (an image's channels), or None for a new axis."""
-    if is_image_space(space):
-        return 0 if channels_first(tuple(int(s) for s in space.shape)) else 2
-    return None
-
-
-def stacked_space(space: spaces.Space[Any], n: int) -> spaces.Box:
-    """The observation space of ``n`` stacked frames of ``space`` (a Box).
-
-    Raises:
-        ConfigError: ``n`` is not a positive integer, ``space`` is not a Box, or the stacked
-            image's channels would outnumber its sides (it would be read in another layout).
-    """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ConfigError(f"frame_stack must be a positive integer, got {n!r}; e.g. 4")
-    if not isinstance(space, spaces.Box):
-        raise ConfigError(
-            f"frame stacking needs a Box observation space, got {space}; stack the Box part "
-            "yourself (e.g. a Dict's image) or leave frame stacking off"
-        )
-    shape = tuple(int(s) for s in space.shape)
-    if len(shape) == 2:
-        low, high = np.broadcast_to(space.low, shape), np.broadcast_to(space.high, shape)
-        low, high = np.stack([low] * n), np.stack([high] * n)
-    else:
-        axis = _axis(space)
-        if axis is None:
-            low, high = np.stack([space.low] * n), np.stack([space.high] * n)
-        else:
-            low = np.concatenate([space.low] * n, axis=axis)
-            high = np.concatenate([space.high] * n, axis=axis)
-    out = spaces.Box(low, high, dtype=space.dtype)
-    if (len(shape) == 2 or _axis(space) is not None) and _axis(out) != _axis_of(shape):
-        sides = shape if len(shape) == 2 else [s for i, s in enumerate(shape) if i != _axis(space)]
-        raise ConfigError(
-            f"stacking {n} frames of {shape} gives {out.shape}, whose {out.shape[_axis_of(shape)]}"
-            f" channels outnumber the image's smaller side {min(sides)}, so the encoder would "
-            f"read it in another layout; stack at most {_most(shape)} frames"
-        )
-    return out
-
-
-def _axis_of(shape: tuple[int, ...]) -> int:
-    """The stacked image's channel axis for frames of ``shape``."""
-    if len(shape) == 2:
-        return 0
-    return 0 if channels_first(shape) else 2
-
-
-def _most(shape: tuple[int, ...]) -> int:
-    """The most frames of ``shape`` whose stack keeps its layout."""
-    if len(shape) == 2:
-        return min(shape)
-    if channels_first(shape):
-        return max(1, min(shape[1], shape[2]) // shape[0])
-    return max(1, (min(shape[0], shape[1]) - 1) // shape[2])
-
-
-class FrameStacker:
-    """The last ``n`` frames of one episode as one stacked observation (see the module).
-
-    Args:
-        space: One frame's Box.
-        n: Frames per observation.
-
-    Raises:
-        ConfigError: As :func:`stacked_space`.
-    """
-
-    def __init__(self, space: spaces.Space[Any], n: int) -> None:
-        self.space = stacked_space(space, n)
-        assert isinstance(space, spaces.Box)
-        self._n = n
-        shape = tuple(int(s) for s in space.shape)
-        self._axis = 0 if len(shape) == 2 else _axis(space)
-        self._frames: list[np.ndarray] = []
-
-    def reset(self, frame: Any) -> np.ndarray:
-        """Start an episode: the stack of ``n`` copies of its first ``frame``."""
-        first = np.asarray(frame, dtype=self.space.dtype)
-        self._frames = [first] * self._n
-        return self._stacked()
-
-    def push(self, frame: Any) -> np.ndarray:
-        """The stack after the episode's next ``frame`` (the oldest one dropped)."""
-        if not self._frames:
-            raise RuntimeError("FrameStacker.push before reset; call reset(first_frame) first")
-        self._frames = [*self._frames[1:], np.asarray(frame, dtype=self.space.dtype)]
-        return self._stacked()
-
-    def _stacked(self) -> np.ndarray:
-        if self._axis is None or self._frames[0].ndim == 2:
-            return np.stack(self._frames)
-        return np.concatenate(self._frames, axis=self._axis)
 
 
 class FrameStack(gym.Wrapper[np.ndarray, Any, Any, Any]):
