@@ -286,6 +286,11 @@ def _model(model: Any) -> dict[str, Any]:
             fields["activation"] = str(value)
         elif key in MEMORY_SETTINGS:
             fields[key] = value
+        elif key == "framestack":
+            raise ConfigError(
+                f"model framestack={value!r} is not supported (RLlib's old switch for its Atari "
+                "preprocessing); set frame_stack=N, the frames per observation (e.g. 4)"
+            )
         elif key == "conv_filters":
             if value is None:
                 continue  # RLlib's default: the automatic stack

@@ -154,6 +154,10 @@ class Episode:
     state: np.ndarray | None = None
     """A single-agent episode of a policy with memory: ``[S]`` float32, the recurrent state its
     next step reads (None: zeros, no step yet; :mod:`rlserve.experience.recurrent_states`)."""
+    frames: np.ndarray | None = None
+    """A single-agent episode of a policy with ``frame_stack`` N > 1: ``[N*D]`` float32, its last
+    N flattened frames, oldest first (None: no observation yet;
+    :mod:`rlserve.experience.frame_stacks`)."""
 
 
 class EpisodeMode(ABC):

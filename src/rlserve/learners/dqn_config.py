@@ -19,6 +19,7 @@ from rlserve.config.fields import option
 from rlserve.errors import ConfigError
 from rlserve.learners.replay import check_warm_up
 from rlserve.policy.encoder_choice import check_encoder_settings
+from rlserve.policy.frame_stacking import check_frame_stack
 from rlserve.policy.memory import PPO_ONLY
 
 
@@ -101,6 +102,12 @@ class DQNSettings:
         "The image encoder's convolutions, RLlib's [[filters, kernel, stride], ...] (unset: the "
         "encoder's stack); the hidden MLP follows them.",
     )
+    frame_stack: int = option(
+        1,
+        "Frames per observation (1: off): the policy sees the last N frames of each episode, "
+        "stacked along an image's channels (a vector's new first axis) as rlserve.env.FrameStack "
+        "does; clients send single frames and the server (remote) or the client (local) stacks.",
+    )
     normalize_observations: bool = option(
         False,
         "Normalise observations by running mean and std (RLlib's MeanStdFilter), shipped with "
@@ -160,6 +167,7 @@ class DQNSettings:
         if self.activation not in ("tanh", "relu"):
             raise ConfigError(f"activation must be tanh or relu, got '{self.activation}'")
         self.conv_filters = check_encoder_settings(self.encoder, self.conv_filters) or None
+        check_frame_stack(self.frame_stack)
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"device must be auto, cpu or cuda[:N], got '{self.device}'")
 

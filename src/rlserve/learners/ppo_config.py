@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from rlserve.config.fields import option
 from rlserve.errors import ConfigError
 from rlserve.policy.encoder_choice import check_encoder_settings
+from rlserve.policy.frame_stacking import check_frame_stack
 
 LOGGED_STEPS = ("exclude", "value", "bc", "on_policy")
 """The treatments of logged steps (``PPOSettings.logged_steps``)."""
@@ -54,6 +55,12 @@ class PPOSettings:
         None,
         "The image encoder's convolutions, RLlib's [[filters, kernel, stride], ...] (unset: the "
         "encoder's stack); the hidden MLP follows them.",
+    )
+    frame_stack: int = option(
+        1,
+        "Frames per observation (1: off): the policy sees the last N frames of each episode, "
+        "stacked along an image's channels (a vector's new first axis) as rlserve.env.FrameStack "
+        "does; clients send single frames and the server (remote) or the client (local) stacks.",
     )
     use_lstm: bool = option(
         False,
@@ -167,6 +174,7 @@ class PPOSettings:
         if self.activation not in ("tanh", "relu"):
             raise ConfigError(f"activation must be tanh or relu, got '{self.activation}'")
         self.conv_filters = check_encoder_settings(self.encoder, self.conv_filters) or None
+        check_frame_stack(self.frame_stack)
         self._check_memory()
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"device must be auto, cpu or cuda[:N], got '{self.device}'")

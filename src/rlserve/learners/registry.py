@@ -22,6 +22,7 @@ from rlserve.errors import ConfigError, RLServeError, UnsupportedSpaceError
 from rlserve.learners.dqn_config import DQNSettings
 from rlserve.learners.ppo_config import PPOSettings
 from rlserve.learners.sac_config import SACSettings, check_sac_spaces
+from rlserve.policy.frame_stacking import stacked_space
 from rlserve.policy.space_distribution import check_learnable
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class AlgorithmEntry:
     def make_learner(
         self, observation_space: gym.Space[Any], action_space: gym.Space[Any], settings: Any
     ) -> Learner:
-        """A fresh learner for these spaces.
+        """A fresh learner for these spaces (one frame's, stacked by ``settings.frame_stack``).
 
         Raises:
             ConfigError: ``settings`` is not its settings dataclass.
@@ -112,6 +113,10 @@ class AlgorithmEntry:
             raise ConfigError(
                 f"{self.name} takes {self.settings.__name__}, got {type(settings).__name__}"
             )
+        frames = getattr(settings, "frame_stack", 1)
+        if frames > 1:
+            # The policy reads the last frames stacked; its clients send single frames.
+            observation_space = stacked_space(observation_space, frames)
         self.check(observation_space, action_space)
         cls: Any = self.learner_class()  # concrete learners take (spaces, settings)
         learner: Learner = cls(observation_space, action_space, settings)

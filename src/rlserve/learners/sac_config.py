@@ -14,6 +14,7 @@ from rlserve.learners.replay import check_warm_up
 from rlserve.policy.action_mask import MASK_KEY
 from rlserve.policy.distribution import ActionDistribution
 from rlserve.policy.encoder_choice import check_encoder_settings
+from rlserve.policy.frame_stacking import check_frame_stack
 from rlserve.policy.memory import PPO_ONLY
 from rlserve.policy.space_distribution import check_observations, squashed_gaussian_distribution
 
@@ -76,6 +77,12 @@ class SACSettings:
         "The image encoder's convolutions, RLlib's [[filters, kernel, stride], ...] (unset: the "
         "encoder's stack); the hidden MLP follows them.",
     )
+    frame_stack: int = option(
+        1,
+        "Frames per observation (1: off): the policy sees the last N frames of each episode, "
+        "stacked along an image's channels (a vector's new first axis) as rlserve.env.FrameStack "
+        "does; clients send single frames and the server (remote) or the client (local) stacks.",
+    )
     checkpoint_replay: bool = option(
         False, "Save the replay buffer's contents in checkpoints, so a resumed run has them."
     )
@@ -131,6 +138,7 @@ class SACSettings:
         if self.activation not in ("tanh", "relu"):
             raise ConfigError(f"activation must be tanh or relu, got '{self.activation}'")
         self.conv_filters = check_encoder_settings(self.encoder, self.conv_filters) or None
+        check_frame_stack(self.frame_stack)
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"device must be auto, cpu or cuda[:N], got '{self.device}'")
 

@@ -32,7 +32,7 @@ from gymnasium import spaces
 from rlserve.errors import ConfigError
 from rlserve.policy.encoder_choice import channels_first, is_image_space
 
-__all__ = ["MAX_FRAME_STACK", "FrameStacker", "flat_order", "stacked_space"]
+__all__ = ["MAX_FRAME_STACK", "FrameStacker", "check_frame_stack", "flat_order", "stacked_space"]
 
 MAX_FRAME_STACK = 64
 """The most frames one observation may stack (more is a mistake, not a policy)."""
@@ -45,17 +45,29 @@ def _axis(space: spaces.Box) -> int | None:
     return None
 
 
+def check_frame_stack(n: Any) -> int:
+    """``n`` as a number of frames per observation (1: no stacking).
+
+    Raises:
+        ConfigError: Not a whole number from 1 to :data:`MAX_FRAME_STACK`.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_FRAME_STACK:
+        raise ConfigError(
+            f"frame_stack must be a whole number from 1 (off) to {MAX_FRAME_STACK}, got {n!r}; "
+            "e.g. 4"
+        )
+    return n
+
+
 def stacked_space(space: spaces.Space[Any], n: int) -> spaces.Box:
     """The observation space of ``n`` stacked frames of ``space`` (a Box).
 
     Raises:
-        ConfigError: ``n`` is not a whole number from 1 to :data:`MAX_FRAME_STACK`, ``space`` is not a Box, or the stacked
-            image's channels would outnumber its sides (it would be read in another layout).
+        ConfigError: ``n`` is not a whole number from 1 to :data:`MAX_FRAME_STACK`, ``space``
+            is not a Box, or the stacked image's channels would outnumber its sides (it would
+            be read in another layout).
     """
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_FRAME_STACK:
-        raise ConfigError(
-            f"frame_stack must be a whole number from 1 to {MAX_FRAME_STACK}, got {n!r}; e.g. 4"
-        )
+    check_frame_stack(n)
     if not isinstance(space, spaces.Box):
         raise ConfigError(
             f"frame stacking needs a Box observation space, got {space}; stack the Box part "

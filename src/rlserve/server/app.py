@@ -181,6 +181,7 @@ class PolicyServer:
             mapping=self.mapping,
             pace=self.pace,
             mapping_fn=self.mapping_fn,
+            frame_stacks={spec.policy_id: self._frame_stack(spec) for spec in self.specs},
         )
         self._housekeeping = Housekeeping(
             self.config,
@@ -233,6 +234,12 @@ class PolicyServer:
                 table = self._learner_setup(0, spec)["settings"]
                 rounds.append(int(build(entry.settings, table, None).train_every))
         return rounds
+
+    def _frame_stack(self, spec: PolicySpec) -> int:
+        """A policy's ``frame_stack`` setting (its settings table's, checked; 1: off)."""
+        entry = algorithm(self.algorithms[spec.policy_id])
+        table = self._learner_setup(0, spec)["settings"]
+        return int(build(entry.settings, table, None).frame_stack)
 
     def _learner_setup(self, index: int, spec: PolicySpec) -> dict[str, Any]:
         """A policy's plain-value set-up for the learner process (seeded apart by its index).

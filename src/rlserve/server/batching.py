@@ -20,6 +20,7 @@ from rlserve.errors import EpisodeError
 from rlserve.experience.agent_columns import AgentTick
 from rlserve.experience.episode_records import Episode
 from rlserve.experience.episodes import EpisodeTable
+from rlserve.experience.frame_stacks import FrameRule
 from rlserve.experience.recurrent_states import advance, advance_rows, read_rows, read_states
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.acting import compute_actions, greedy_in_evaluation
@@ -52,6 +53,9 @@ class PolicySlot:
     report_waiters: list[tuple[ReportSamples, Session, Respond]] = field(default_factory=list)
     legal_moves: LegalMoves | None = None
     """The policy's legal-move mask: observations with no legal move are refused per call."""
+    frames: FrameRule | None = None
+    """The policy's frame stacking (``frame_stack`` > 1): clients send single frames of
+    ``observation_space``, its episodes record and act on stacks."""
 
 
 @dataclass(slots=True)

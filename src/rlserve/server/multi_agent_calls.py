@@ -85,6 +85,9 @@ class MultiAgentCalls(EpisodeCalls):
             grouping, agent_ids, request.observations, "get_action 'observations'"
         )
         for (policy_id, _), block in zip(grouping.groups, blocks, strict=True):
+            rule = self.slots[policy_id].frames
+            if rule is not None:
+                rule.refuse_agents(policy_id)
             legal_moves = self.slots[policy_id].legal_moves
             if legal_moves is not None:
                 legal_moves.check(block, f"get_action 'observations' of policy '{policy_id}'")
@@ -152,6 +155,9 @@ class MultiAgentCalls(EpisodeCalls):
         )
         actions = self.grouper.actions(grouping, agent_ids, request.action, "log_action 'actions'")
         for (policy_id, idx), block in zip(grouping.groups, blocks, strict=True):
+            rule = self.slots[policy_id].frames
+            if rule is not None:
+                rule.refuse_agents(policy_id)
             legal_moves = self.slots[policy_id].legal_moves
             if legal_moves is not None:
                 taken = np.asarray([actions[i] for i in idx.tolist()])

@@ -43,6 +43,7 @@ from rlserve.config.spaces_file import load_spaces_file, spaces_of_env
 from rlserve.errors import ConfigError, RLServeError
 from rlserve.learners.registry import ALGORITHMS, algorithm
 from rlserve.policy.encoder_choice import settings_encoder
+from rlserve.policy.frame_stacking import stacked_space
 from rlserve.protocol.mapping import PolicyMapping
 from rlserve.protocol.spaces import from_description
 from rlserve.server.policies import PolicySpec, check_policy_id
@@ -269,8 +270,11 @@ def check_policies(
             entry = algorithm(spec.algorithm_of(run_algo))
             base = ppo if entry.name == run_algo else (tables or {}).get(entry.name, {})
             settings = build(entry.settings, spec.settings_table(base), None)
-            entry.check(spec.observation_space, spec.action_space)
-            settings_encoder(settings, spec.observation_space)  # an image encoder that fits
+            space = spec.observation_space
+            if settings.frame_stack > 1:  # the policy reads the stack of frame_stack frames
+                space = stacked_space(space, settings.frame_stack)
+            entry.check(space, spec.action_space)
+            settings_encoder(settings, space)  # an image encoder that fits
         except RLServeError as exc:
             if not label:
                 raise

@@ -26,6 +26,7 @@ from rlserve.errors import AuthenticationError, EpisodeError, RLServeError
 from rlserve.experience.agent_groups import AgentGrouper
 from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.experience.episodes import EpisodeTable
+from rlserve.experience.frame_stacks import FrameRule
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.action_mask import LegalMoves
 from rlserve.policy.weights import WeightsPackage
@@ -85,6 +86,8 @@ class Service:
             (None: never held).
         mapping_fn: RLlib's ``policy_mapping_fn``, asked about the agents no rule of
             ``mapping`` maps (None: the rules alone).
+        frame_stacks: Each policy's ``frame_stack`` (missing: 1): its clients send single frames
+            of its observation space, its episodes are recorded stacked.
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class Service:
         mapping: PolicyMapping | None = None,
         pace: LearnerPace | None = None,
         mapping_fn: MappingFn | None = None,
+        frame_stacks: dict[str, int] | None = None,
     ):
         self.limits = limits
         self.pace = pace
@@ -114,13 +118,7 @@ class Service:
         self._seed = seed
         self.stats = stats
         self.slots = {
-            pid: PolicySlot(
-                pid,
-                obs,
-                act,
-                FragmentChecker(obs, act, pid, limits),
-                legal_moves=LegalMoves.of(obs, act),
-            )
+            pid: _slot(pid, obs, act, limits, (frame_stacks or {}).get(pid, 1))
             for pid, (obs, act) in policies.items()
         }
         self.episodes = EpisodeTable(
@@ -258,6 +256,7 @@ class Service:
                 pid: {
                     "observation_space": describe(slot.observation_space),
                     "action_space": describe(slot.action_space),
+                    **({} if slot.frames is None else {"frame_stack": slot.frames.n}),
                 }
                 for pid, slot in self.slots.items()
             },
@@ -293,3 +292,19 @@ class Service:
             self.stats.record_episode(summary)
         self.stats.episodes_active = len(self.episodes)
         return summaries
+
+
+def _slot(
+    policy_id: str, obs: gym.Space[Any], act: gym.Space[Any], limits: Limits, frame_stack: int
+) -> PolicySlot:
+    """A policy's slot; with ``frame_stack`` > 1 local clients report fragments of stacks."""
+    frames = FrameRule.of(obs, frame_stack)
+    stacked = obs if frames is None else frames.space
+    return PolicySlot(
+        policy_id,
+        obs,
+        act,
+        FragmentChecker(stacked, act, policy_id, limits),
+        legal_moves=LegalMoves.of(obs, act),
+        frames=frames,
+    )

@@ -61,6 +61,8 @@ class SingleAgentCalls(EpisodeCalls):
         # Check every episode before changing any, so a bad batch leaves all of them untouched.
         for i, episode in enumerate(episodes):
             self.episodes.check_observe(episode, None if rewards is None else rewards[i])
+        if slot.frames is not None:
+            obs = slot.frames.stack(episodes, obs)
         for i, episode in enumerate(episodes):
             self.episodes.observe(
                 episode,
@@ -88,6 +90,8 @@ class SingleAgentCalls(EpisodeCalls):
         reward = None if request.rewards is None else request.rewards[0]
         episodes = self.episodes
         episodes.check_observe(episode, reward)
+        if slot.frames is not None:
+            obs = slot.frames.stack([episode], obs)
         episodes.observe(
             episode, obs[0], reward, None if request.infos is None else request.infos[0]
         )
@@ -143,6 +147,9 @@ class SingleAgentCalls(EpisodeCalls):
             action = check_float32(encode_action(slot.action_space, action), "log_action 'action'")
         if slot.legal_moves is not None:
             slot.legal_moves.check_actions(obs, np.asarray([action]), "log_action")
+        rule, frames = slot.frames, None
+        if rule is not None:
+            frames, obs = rule.next([episode], obs)
         policy = slot.policy
         states = None
         if policy is not None and policy.state_size:
@@ -153,6 +160,8 @@ class SingleAgentCalls(EpisodeCalls):
         self.episodes.act(episode, action, float("nan"), False, version)
         if states is not None:
             advance([episode], *states)
+        if rule is not None and frames is not None:
+            rule.keep([episode], frames)
         return 1
 
     def _log_returns(self, request: LogReturns, episode: Episode) -> None:
@@ -161,6 +170,8 @@ class SingleAgentCalls(EpisodeCalls):
     def _end(self, request: EndEpisode, episode: Episode) -> EpisodeSummary:
         slot = self._slot(episode, "end_episode")
         obs = check_one(slot.observation_space, request.observation, "observation")
+        if slot.frames is not None:
+            obs = slot.frames.next([episode], obs)[1]  # the frames end with the episode
         return self.episodes.end(
             episode, obs[0], request.truncated, request.reward, request.seq, request.info
         )
