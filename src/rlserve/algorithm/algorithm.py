@@ -137,7 +137,12 @@ class Algorithm(CheckpointMixin, ActingMixin):
         )
         """The learner loop; the Algorithm publishes each round's new weights itself."""
         self._learner_metrics: dict[str, dict[str, float]] = {pid: {} for pid in self.learners}
-        self.table = policy_table(self.specs, self.mapping)
+        self.frame_stacks = {
+            pid: int(config.policy_settings(self.algorithms[pid], spec.config).frame_stack)
+            for pid, spec in self.specs.items()
+        }
+        """Each policy's ``frame_stack``: its episodes act on and record stacked frames."""
+        self.table = policy_table(self.specs, self.mapping, self.frame_stacks)
         self._packages = {pid: learner.weights() for pid, learner in self.learners.items()}
         self.runners: RunnerGroup | None = None
         """The env-runner processes (with ``num_env_runners`` >= 1)."""
@@ -367,6 +372,7 @@ class Algorithm(CheckpointMixin, ActingMixin):
             seed=self.config.seed,
             resume=resume,
             algo=self.config.algo_name,
+            frame_stacks=self.frame_stacks,
         )
         self.server.start()
         for pid, learner in self.learners.items():

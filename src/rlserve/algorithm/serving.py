@@ -214,6 +214,8 @@ class AttachedServer:
             batch ledger and experience log (:meth:`requeue_after` hands its untrained
             records on again).
         algo: The Algorithm's algorithm, that of the policies that name none (None: PPO).
+        frame_stacks: Each policy's ``frame_stack`` (missing: 1): its clients send single
+            frames, the server stacks them per episode.
     """
 
     def __init__(
@@ -226,6 +228,7 @@ class AttachedServer:
         seed: int = 0,
         resume: bool = False,
         algo: str | None = None,
+        frame_stacks: dict[str, int] | None = None,
     ):
         self.settings = settings
         self.config = settings.server_config(fragment_length, seed)
@@ -243,6 +246,7 @@ class AttachedServer:
             learner_factory=lambda server: AttachedLearner(server, self._queues),
             algo=algorithm(algo).name,
             metrics_folder=ATTACHED_METRICS_FOLDER,
+            frame_stacks=frame_stacks,
         )
         self._thread = ServerThread(self.server, name="rlserve-attached-server")
 

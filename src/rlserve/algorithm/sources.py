@@ -110,13 +110,29 @@ def source_policies(
     return specs, mapping_out
 
 
-def policy_table(specs: dict[str, PolicySpec], mapping: PolicyMapping | None) -> PolicyTable:
-    """The collector's view of the policies (the form a server's ``welcome`` gives a client)."""
+def policy_table(
+    specs: dict[str, PolicySpec],
+    mapping: PolicyMapping | None,
+    frame_stacks: dict[str, int] | None = None,
+) -> PolicyTable:
+    """The collector's view of the policies (the form a server's ``welcome`` gives a client).
+
+    Raises:
+        ConfigError: A policy of a multi-agent source stacks frames (not supported yet).
+    """
+    stacks = {pid: n for pid, n in (frame_stacks or {}).items() if n > 1}
+    if mapping is not None and stacks:
+        raise ConfigError(
+            f"frame_stack={next(iter(stacks.values()))} (policy '{next(iter(stacks))}') is not "
+            "supported with a multi-agent environment yet; wrap each agent's observations in "
+            "the env (rlserve.env.FrameStacker) and leave frame_stack at 1"
+        )
     welcome = {
         "policies": {
             pid: {
                 "observation_space": describe(s.observation_space),
                 "action_space": describe(s.action_space),
+                **({"frame_stack": stacks[pid]} if pid in stacks else {}),
             }
             for pid, s in specs.items()
         },

@@ -19,6 +19,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rlserve.errors import EpisodeError, SpaceError
+from rlserve.experience.frame_stacks import FrameRule
 from rlserve.policy.action_layout import action_from_wire
 from rlserve.protocol.mapping import PolicyMapping
 from rlserve.protocol.spaces import check_batch, check_value, from_description
@@ -31,6 +32,9 @@ class PolicySpaces:
     policy_id: str
     observation_space: spaces.Space[Any]
     action_space: spaces.Space[Any]
+    frames: FrameRule | None = None
+    """The policy's frame stacking (``frame_stack`` > 1 in ``welcome``): episodes send single
+    frames of ``observation_space`` and are recorded and acted on stacked."""
 
     @property
     def discrete(self) -> bool:
@@ -52,6 +56,7 @@ class PolicyTable:
                 pid,
                 from_description(desc["observation_space"]),
                 from_description(desc["action_space"]),
+                _frames(desc),
             )
             for pid, desc in welcome["policies"].items()
         }
@@ -200,3 +205,11 @@ def plain_value(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: plain_value(v) for k, v in value.items()}
     return value
+
+
+def _frames(desc: dict[str, Any]) -> FrameRule | None:
+    """A policy's frame stacking from its ``welcome`` entry (``frame_stack``, absent: 1)."""
+    n = desc.get("frame_stack", 1)
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise SpaceError(f"welcome: frame_stack must be a whole number, got {n!r}")
+    return FrameRule.of(from_description(desc["observation_space"]), n)

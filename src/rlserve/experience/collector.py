@@ -141,6 +141,9 @@ class Collector:
         space = spaces_.observation_space
         batch = np.asarray(observation)[None] if isinstance(space, spaces.Box) else [observation]
         obs = check_batch(space, batch, 1, "observation")
+        rule, frames = spaces_.frames, None
+        if rule is not None:
+            frames, obs = rule.next([episode], obs)
         explore = explores(policy, episode.training_enabled, self.explore)
         state = None
         if policy.state_size:
@@ -160,6 +163,8 @@ class Collector:
         )
         if state is not None:
             advance([episode], state, out.state)
+        if rule is not None and frames is not None:
+            rule.keep([episode], frames)
         sent = policy.to_env_actions(out.actions)
         if discrete:
             return int(sent[0])
@@ -174,6 +179,9 @@ class Collector:
             raise EpisodeError("one get_action may only name episodes of the same policy")
         policy, spaces_ = self._single(episodes[0])
         obs = check_batch(spaces_.observation_space, observations, len(episodes), "observation")
+        rule, frames = spaces_.frames, None
+        if rule is not None:
+            frames, obs = rule.next(episodes, obs)
         state = read_states(episodes, policy.state_size) if policy.state_size else None
         if self.explore and greedy_in_evaluation(policy):
             evaluation = np.asarray([not e.training_enabled for e in episodes], dtype=bool)
@@ -185,6 +193,8 @@ class Collector:
         self.table.observe_act_many(episodes, obs, actions, out.logp.tolist(), policy.version)
         if state is not None:
             advance(episodes, state, out.state)
+        if rule is not None and frames is not None:
+            rule.keep(episodes, frames)
         sent = policy.to_env_actions(out.actions)
         return sent if discrete else actions_to_space(spaces_.action_space, sent)
 
@@ -198,12 +208,17 @@ class Collector:
         value = encode_action(spaces_.action_space, value)
         if not spaces_.discrete:
             value = check_float32(value, "log_action 'action'")
+        rule, frames = spaces_.frames, None
+        if rule is not None:
+            frames, obs = rule.next([episode], obs)
         # The LSTM reads every observation: a logged step advances the state too.
         states = log_steps([episode], obs, policy) if policy.state_size else None
         self.table.observe(episode, obs[0], None)
         self.table.act(episode, value, float("nan"), False, policy.version)
         if states is not None:
             advance([episode], *states)
+        if rule is not None and frames is not None:
+            rule.keep([episode], frames)
 
     def log_returns(
         self, episode_id: str, reward: float, info: dict[str, Any] | None = None
@@ -231,6 +246,8 @@ class Collector:
         episode = self.table.get(episode_id)
         _, spaces_ = self._single(episode)
         obs = check_batch(spaces_.observation_space, [observation], 1, "observation")
+        if spaces_.frames is not None:
+            obs = spaces_.frames.next([episode], obs)[1]  # the frames end with the episode
         summary = self.table.end(episode, obs[0], truncated, None)
         self._on_summary(summary)
 
@@ -257,6 +274,7 @@ class Collector:
             self._sink,
             self._on_summary,
             self.policy.state_size,
+            self.table_of_policies.policies[self.default_policy_id].frames,
         )
 
     def act_vector(self, rollout: VectorRollout, observations: Any) -> Any:
@@ -271,6 +289,8 @@ class Collector:
         if check is None:
             check = self._vector_check(policy_id, rollout.num_envs)
         obs = check(observations)
+        if rollout.frames is not None:
+            obs = rollout.frames.stack(rollout.copy_frames, obs)
         explore = explores(policy, rollout.training_enabled, self.explore)
         if rollout.state is None:
             out = policy.compute_actions(obs, explore)
@@ -289,11 +309,17 @@ class Collector:
         if check is None:
             check = self._vector_check(rollout.policy_id, 1)
         one = np.asarray(observation)[None] if type(check) is StackedBoxCheck else [observation]
-        rollout.end(index, check(one)[0], truncated)
+        obs = check(one)
+        if rollout.frames is not None:
+            obs = rollout.frames.next([rollout.copy_frames[index]], obs)[1]
+        rollout.end(index, obs[0], truncated)
 
     def cut_vector(self, rollout: VectorRollout, observations: Any) -> None:
         """Hand on every copy's steps so far; ``observations`` are the copies' next ones."""
-        rollout.cut(self._vector_check(rollout.policy_id, rollout.num_envs)(observations))
+        obs = self._vector_check(rollout.policy_id, rollout.num_envs)(observations)
+        if rollout.frames is not None:  # the stacks the copies' next steps will read
+            obs = rollout.frames.next(rollout.copy_frames, obs)[1]
+        rollout.cut(obs)
 
     def _vector_check(self, policy_id: str, count: int) -> Callable[[Any], np.ndarray]:
         """The observation check of a stacked batch of ``count`` (made once, used every step)."""
@@ -319,6 +345,13 @@ class Collector:
         limit = DEFAULT_LIMITS.max_agents_per_episode
         return assigned(episode, agent_ids, named, mapping, self.ask_policies, limit)
 
+    def _refuse_stacks(self, groups: list[tuple[str, Any]]) -> None:
+        """Refuse agents of a policy that stacks frames (multi-agent episodes do not, yet)."""
+        for policy_id, _ in groups:
+            rule = self.table_of_policies.policies[policy_id].frames
+            if rule is not None:
+                rule.refuse_agents(policy_id)
+
     def get_agent_actions(self, episode_id: str, observation: Any) -> dict[str, Any]:
         """Record each agent's observation and compute its action, one pass per policy."""
         episode = self.table.get(episode_id)
@@ -332,6 +365,7 @@ class Collector:
         blocks = self._grouper.blocks(
             grouping, agent_ids, list(observation.values()), "observations"
         )
+        self._refuse_stacks(grouping.groups)
         tick = self.table.observe_agents(
             episode, agent_ids, grouping.policy_ids, grouping.groups, blocks, None, None
         )
@@ -380,6 +414,7 @@ class Collector:
         taken = self._grouper.actions(
             grouping, agent_ids, [action[a] for a in agent_ids], "log_action 'actions'"
         )
+        self._refuse_stacks(grouping.groups)
         tick = self.table.observe_agents(
             episode,
             agent_ids,

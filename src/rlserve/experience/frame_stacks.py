@@ -14,19 +14,35 @@ client, the hosted collector):
 * a refused call leaves them as they were: :meth:`FrameRule.next` computes, :meth:`FrameRule.keep`
   stores once the step is recorded.
 
-Multi-agent episodes do not stack frames yet (:meth:`FrameRule.refuse_agents`).
+The hosted vector path keeps a :class:`CopyFrames` per copy instead of an episode record, emptied
+when the copy's episode ends. Multi-agent episodes do not stack frames yet
+(:meth:`FrameRule.refuse_agents`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 from gymnasium import spaces
 
 from rlserve.errors import EpisodeError
-from rlserve.experience.episode_records import Episode
 from rlserve.policy.frame_stacking import flat_order, stacked_space
+
+
+class HoldsFrames(Protocol):
+    """What keeps one episode's frames (an ``Episode``, or a hosted vector copy's)."""
+
+    frames: np.ndarray | None
+
+
+@dataclass(slots=True)
+class CopyFrames:
+    """The frames of a hosted vector copy's current episode (None: its next frame is a first)."""
+
+    frames: np.ndarray | None = None
 
 
 class FrameRule:
@@ -52,7 +68,9 @@ class FrameRule:
         """The rule of ``n`` frames of ``space``; None for ``n == 1`` (no stacking)."""
         return None if n == 1 else cls(space, n)
 
-    def next(self, episodes: list[Episode], obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def next(
+        self, episodes: Sequence[HoldsFrames], obs: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The episodes' frames after ``obs`` (``[B, D]`` checked, flattened frames).
 
         Returns:
@@ -71,12 +89,12 @@ class FrameRule:
         stacked = frames if self._order is None else frames[:, self._order]
         return frames, stacked
 
-    def keep(self, episodes: list[Episode], frames: np.ndarray) -> None:
+    def keep(self, episodes: Sequence[HoldsFrames], frames: np.ndarray) -> None:
         """Store the frames :meth:`next` computed, once their steps are recorded."""
         for i, episode in enumerate(episodes):
             episode.frames = frames[i]
 
-    def stack(self, episodes: list[Episode], obs: np.ndarray) -> np.ndarray:
+    def stack(self, episodes: Sequence[HoldsFrames], obs: np.ndarray) -> np.ndarray:
         """:meth:`next` and :meth:`keep` at once, for a call that cannot be refused after it."""
         frames, stacked = self.next(episodes, obs)
         self.keep(episodes, frames)

@@ -32,6 +32,7 @@ import numpy as np
 
 from rlserve.errors import SpaceError
 from rlserve.experience.episode_records import SINGLE_AGENT, EpisodeSummary
+from rlserve.experience.frame_stacks import CopyFrames, FrameRule
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.values import MAX_ABS_REWARD
 
@@ -54,6 +55,8 @@ class VectorRollout:
         sink: Takes every finished fragment.
         on_summary: Takes every finished episode's summary.
         state_size: The acting policy's recurrent state width (0: no memory).
+        frames: The policy's frame stacking (None: none); each copy's frames start afresh with
+            its episode (:mod:`rlserve.experience.frame_stacks`).
     """
 
     def __init__(
@@ -65,6 +68,7 @@ class VectorRollout:
         sink: Callable[[Fragment], None],
         on_summary: Callable[[EpisodeSummary], None],
         state_size: int = 0,
+        frames: FrameRule | None = None,
     ) -> None:
         self.num_envs = num_envs
         self.fragment_length = fragment_length
@@ -103,6 +107,9 @@ class VectorRollout:
         if state_size:
             self.state = np.zeros((num_envs, state_size), np.float32)
             self._states = np.zeros((self._capacity, num_envs, state_size), np.float32)
+        self.frames = frames
+        self.copy_frames = [CopyFrames() for _ in range(num_envs if frames else 0)]
+        """Each copy's last frames (with ``frames``), recorded observations are their stacks."""
 
     def record(
         self,
@@ -266,6 +273,8 @@ class VectorRollout:
         self._infos[index].clear()
         if self.state is not None:
             self.state[index] = 0.0  # the copy's next episode starts from zeros
+        if self.frames is not None:
+            self.copy_frames[index].frames = None  # its next frame fills the stack
         if oldest:  # only then can the next fill come later
             self._next_full = int(self._frag_start.min()) + self.fragment_length
 

@@ -119,6 +119,9 @@ class PolicyServer:
     """Where in the run folder the server writes its TensorBoard events and ``progress.csv``:
     the run folder itself (``""``), or a sub-folder (an Algorithm's attached server writes to
     ``server/``, beside the Algorithm's own metrics)."""
+    frame_stacks: dict[str, int] | None = None
+    """Each policy's ``frame_stack``, where the server's settings tables do not hold it (an
+    Algorithm's attached server); None: read from them."""
     mapping_fn: Callable[..., Any] | None = None
     """A served Algorithm's ``policy_mapping_fn``, asked about the agents no rule of
     ``mapping`` maps (:mod:`~rlserve.server.mapping_function`)."""
@@ -237,6 +240,8 @@ class PolicyServer:
 
     def _frame_stack(self, spec: PolicySpec) -> int:
         """A policy's ``frame_stack`` setting (its settings table's, checked; 1: off)."""
+        if self.frame_stacks is not None:
+            return self.frame_stacks.get(spec.policy_id, 1)
         entry = algorithm(self.algorithms[spec.policy_id])
         table = self._learner_setup(0, spec)["settings"]
         return int(build(entry.settings, table, None).frame_stack)
