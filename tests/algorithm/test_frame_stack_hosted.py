@@ -1,0 +1,90 @@
+"""frame_stack in hosted training: a policy that sees two frames learns which way a pixel moves,
+one that sees one frame cannot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from rlserve import PPOConfig
+from rlserve.errors import ConfigError
+
+pytestmark = pytest.mark.timeout(300)
+
+STEPS = 8
+"""Steps per episode."""
+
+
+class MovingPixel(gym.Env[np.ndarray, int]):
+    """A 6x6 uint8 image whose one lit pixel moves a column left or right every step (wrapping
+    around); action 0 (left) or 1 (right) pays 1 when it names the way it moves. Only two frames
+    tell the way: a policy seeing one frame is right half the time."""
+
+    observation_space = gym.spaces.Box(0, 255, (6, 6, 1), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, config: Any = None) -> None:
+        self.rng = np.random.default_rng(0)
+
+    def _obs(self) -> np.ndarray:
+        image = np.zeros((6, 6, 1), np.uint8)
+        image[self.row, self.column, 0] = 255
+        return image
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.row, self.column = (int(v) for v in self.rng.integers(0, 6, 2))
+        self.way = int(self.rng.integers(0, 2))
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: int) -> Any:
+        # The first step's stack holds one frame twice: the way shows from the second step on.
+        reward = float(int(action) == self.way)
+        self.column = (self.column + (1 if self.way else -1)) % 6
+        self.t += 1
+        return self._obs(), reward, self.t >= STEPS, False, {}
+
+
+def _train(frame_stack: int) -> float:
+    config = (
+        PPOConfig()
+        .environment(MovingPixel)
+        .debugging(seed=0)
+        .training(
+            train_batch_size=256,
+            minibatch_size=64,
+            num_epochs=4,
+            lr=3e-3,
+            hidden=[32],
+            frame_stack=frame_stack,
+            model={"conv_filters": [[8, 2, 1], [16, 2, 2]]},
+        )
+    )
+    with config.build() as algo:
+        for _ in range(4):
+            result = algo.train()
+        return float(result["episode_return_mean"])
+
+
+def test_two_stacked_frames_tell_the_way_one_frame_does_not() -> None:
+    stacked = _train(2)
+    single = _train(1)
+    # Measured (seed 0): 6.77 of the 7.5 a perfect policy averages (its first step is a guess)
+    # with two frames, 3.67 with one (4 on average: it is right half the time).
+    assert stacked > 5.8, stacked
+    assert single < 5.0, single
+
+
+def test_frame_stack_refusals_name_the_fix() -> None:
+    with pytest.raises(ConfigError, match=r"frame_stack must be a whole number from 1 \(off\)"):
+        PPOConfig().training(frame_stack=0).build()
+    with pytest.raises(ConfigError, match="stack at most 5 frames"):
+        PPOConfig().environment(MovingPixel).training(frame_stack=6).build()
+    with pytest.raises(ConfigError, match="set frame_stack=N"):
+        PPOConfig().environment(MovingPixel).training(model={"framestack": True}).build()
