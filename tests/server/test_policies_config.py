@@ -399,3 +399,12 @@ def test_an_older_run_folder_is_read_as_ppo_policies(tmp_path: Path) -> None:
     }
     policies, _ = policies_from_run(tables, spaces)
     assert (policies["red"].algo, policies["red"].config) == ("ppo", {"lr": 0.001})
+
+
+def test_a_frame_stack_the_image_cannot_hold_is_refused_before_serving() -> None:
+    image = single_policy(gym.spaces.Box(0, 255, (6, 6, 1), np.uint8), gym.spaces.Discrete(2))
+    check_policies(image, {"frame_stack": 4})
+    with pytest.raises(ConfigError, match="stack at most 5 frames"):
+        check_policies(image, {"frame_stack": 6})
+    with pytest.raises(ConfigError, match=r"frame_stack must be a whole number from 1 \(off\)"):
+        check_policies(image, {"frame_stack": 0})
