@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from rlserve import PPOConfig
-from rlserve.errors import ConfigError
+from rlserve.env import FrameStacker
+from rlserve.errors import ConfigError, SpaceError
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -69,7 +70,25 @@ def _train(frame_stack: int) -> float:
     with config.build() as algo:
         for _ in range(4):
             result = algo.train()
+        if frame_stack > 1:
+            _check_single_actions(algo, frame_stack)
         return float(result["episode_return_mean"])
+
+
+def _check_single_actions(algo: Any, frame_stack: int) -> None:
+    """compute_single_action takes the policy's observation, a stack (FrameStacker's)."""
+    env = MovingPixel()
+    stacker = FrameStacker(env.observation_space, frame_stack)
+    first, _ = env.reset(seed=5)
+    stack = stacker.reset(first)
+    hits = 0
+    for _ in range(STEPS - 1):
+        frame, *_ = env.step(0)
+        stack = stacker.push(frame)
+        hits += int(algo.compute_single_action(stack)) == env.way
+    assert hits >= STEPS - 2
+    with pytest.raises(SpaceError):
+        algo.compute_single_action(frame)
 
 
 def test_two_stacked_frames_tell_the_way_one_frame_does_not() -> None:

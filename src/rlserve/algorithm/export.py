@@ -96,6 +96,7 @@ from rlserve.learners.sac_models import SquashedGaussianActor
 from rlserve.policy import ModelSpec
 from rlserve.policy.distribution import ActionDistribution
 from rlserve.policy.encoder_choice import settings_encoder
+from rlserve.policy.frame_stacking import stacked_space
 from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.run.checkpoints import checkpoints_in
 from rlserve.run.run_folder import RunFolder
@@ -291,11 +292,14 @@ def load_model(
         )
     entry = algorithm(spec.algorithm_of(run_algorithm(tables).name))  # the policy's own
     settings = build(entry.settings, spec.settings_table(tables.get(entry.name) or {}), None)
-    image = settings_encoder(settings, spec.observation_space)
+    space = spec.observation_space
+    if settings.frame_stack > 1:  # the model reads the stack
+        space = stacked_space(space, settings.frame_stack)
+    image = settings_encoder(settings, space)
     model: ActorCritic | QNetwork | SquashedGaussianActor
     if isinstance(settings, DQNSettings):
         model = QNetwork(
-            spec.observation_space,
+            space,
             spec.action_space,
             settings.hidden,
             settings.activation,
@@ -304,10 +308,10 @@ def load_model(
         )
     elif isinstance(settings, SACSettings):
         model = SquashedGaussianActor(
-            spec.observation_space, spec.action_space, settings.hidden, settings.activation, image
+            space, spec.action_space, settings.hidden, settings.activation, image
         )
     else:
-        model = ppo_model(spec.observation_space, spec.action_space, settings)
+        model = ppo_model(space, spec.action_space, settings)
     if checkpoint is None:
         folder = policy_paths(run.path, policy_id, is_flat(policies)).checkpoints
         files = checkpoints_in(folder)

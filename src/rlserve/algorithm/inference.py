@@ -16,6 +16,7 @@ import numpy as np
 from rlserve.errors import ConfigError, SpaceError
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.distributions import actions_to_space
+from rlserve.policy.frame_stacking import stacked_space
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
 from rlserve.protocol.spaces import check_batch
 
@@ -28,6 +29,9 @@ class ActingMixin:
 
     specs: dict[str, PolicySpec]
     """The policies, by id."""
+    frame_stacks: dict[str, int] = {}
+    """Each policy's ``frame_stack`` (missing: 1): it acts on that many stacked frames, so its
+    observations here are stacks (``rlserve.env.FrameStacker`` builds them)."""
 
     def compute_single_action(
         self,
@@ -55,9 +59,10 @@ class ActingMixin:
         spec = self.specs.get(pid)
         if spec is None:
             raise ConfigError(f"no policy '{pid}'; the policies are {sorted(self.specs)}")
-        batch = single_batch(spec.observation_space, observation)
+        space = self._observation_space(pid)
+        batch = single_batch(space, observation)
         policy = self._acting_policy(pid)
-        checked = observation_batch(spec.observation_space, batch, 1)
+        checked = observation_batch(space, batch, 1)
         if state is None and not policy.state_size:
             return env_actions(policy, spec.action_space, checked, explore)[0]
         rows = recurrent_state(state, policy.state_size, pid)
@@ -84,8 +89,14 @@ class ActingMixin:
         if pid not in self.specs:
             raise ConfigError(f"no policy '{pid}'; the policies are {sorted(self.specs)}")
         spec = self.specs[pid]
-        checked = observation_batch(spec.observation_space, observations, count)
+        checked = observation_batch(self._observation_space(pid), observations, count)
         return env_actions(self._acting_policy(pid), spec.action_space, checked, explore)
+
+    def _observation_space(self, policy_id: str) -> gym.Space[Any]:
+        """What the policy reads: its space, stacked with ``frame_stack`` > 1."""
+        space = self.specs[policy_id].observation_space
+        frames = self.frame_stacks.get(policy_id, 1)
+        return space if frames == 1 else stacked_space(space, frames)
 
     def _acting_policy(self, policy_id: str) -> NumpyPolicy:
         """The policy copy that computes actions for :meth:`compute_actions`."""

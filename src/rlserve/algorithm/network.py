@@ -91,6 +91,10 @@ class NetworkAlgorithm(Algorithm):
         used = {spec.algorithm_of(algo) for spec in self.specs.values()} - {algo}
         others = {name: to_table(config.policy_settings(name)) for name in sorted(used)}
         check_policies(self.specs, ppo_table, algo, others)
+        self.frame_stacks = {
+            pid: int(config.policy_settings(spec.algorithm_of(algo), spec.config).frame_stack)
+            for pid, spec in self.specs.items()
+        }
         if resume is not None:
             folder = RunFolder.existing(resume).hold(IN_USE_RESUME)
         else:
