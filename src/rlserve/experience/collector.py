@@ -345,13 +345,6 @@ class Collector:
         limit = DEFAULT_LIMITS.max_agents_per_episode
         return assigned(episode, agent_ids, named, mapping, self.ask_policies, limit)
 
-    def _refuse_stacks(self, groups: list[tuple[str, Any]]) -> None:
-        """Refuse agents of a policy that stacks frames (multi-agent episodes do not, yet)."""
-        for policy_id, _ in groups:
-            rule = self.table_of_policies.policies[policy_id].frames
-            if rule is not None:
-                rule.refuse_agents(policy_id)
-
     def get_agent_actions(self, episode_id: str, observation: Any) -> dict[str, Any]:
         """Record each agent's observation and compute its action, one pass per policy."""
         episode = self.table.get(episode_id)
@@ -365,7 +358,7 @@ class Collector:
         blocks = self._grouper.blocks(
             grouping, agent_ids, list(observation.values()), "observations"
         )
-        self._refuse_stacks(grouping.groups)
+        self.table_of_policies.refuse_stacks(grouping.groups)
         tick = self.table.observe_agents(
             episode, agent_ids, grouping.policy_ids, grouping.groups, blocks, None, None
         )
@@ -414,7 +407,7 @@ class Collector:
         taken = self._grouper.actions(
             grouping, agent_ids, [action[a] for a in agent_ids], "log_action 'actions'"
         )
-        self._refuse_stacks(grouping.groups)
+        self.table_of_policies.refuse_stacks(grouping.groups)
         tick = self.table.observe_agents(
             episode,
             agent_ids,
