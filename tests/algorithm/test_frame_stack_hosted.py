@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 
 from rlserve import PPOConfig
+from rlserve.algorithm.sources import policy_table
 from rlserve.env import FrameStacker
 from rlserve.errors import ConfigError, SpaceError
+from rlserve.protocol.mapping import PolicyMapping
+from rlserve.server.policies import PolicySpec
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -107,3 +110,13 @@ def test_frame_stack_refusals_name_the_fix() -> None:
         PPOConfig().environment(MovingPixel).training(frame_stack=6).build()
     with pytest.raises(ConfigError, match="set frame_stack=N"):
         PPOConfig().environment(MovingPixel).training(model={"framestack": True}).build()
+
+
+def test_a_multi_agent_source_with_frame_stack_is_refused_naming_the_fix() -> None:
+    specs = {
+        "default": PolicySpec("default", MovingPixel.observation_space, gym.spaces.Discrete(2))
+    }
+    with pytest.raises(ConfigError, match=r"rlserve.env.FrameStacker\) and leave frame_stack"):
+        policy_table(specs, PolicyMapping([], specs), {"default": 2})
+    table = policy_table(specs, None, {"default": 2})
+    assert table.policies["default"].frames is not None
