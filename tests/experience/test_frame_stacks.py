@@ -8,8 +8,13 @@ from gymnasium import spaces
 
 from rlserve.env import FrameStacker
 from rlserve.errors import ConfigError, EpisodeError
+from rlserve.experience.agent_values import PolicyTable
+from rlserve.experience.collector import Collector
 from rlserve.experience.episode_records import Episode
 from rlserve.experience.frame_stacks import CopyFrames, FrameRule
+from rlserve.policy import ModelSpec, NumpyPolicy
+from rlserve.protocol.fragment import Fragment
+from rlserve.protocol.spaces import describe
 
 FRAME = spaces.Box(0, 255, (6, 6, 2), np.uint8)
 
@@ -53,3 +58,55 @@ def test_one_frame_is_no_rule_and_refusals_name_the_fix() -> None:
         FrameRule(FRAME, 3)
     with pytest.raises(EpisodeError, match=r"serve the policy with frame_stack=1"):
         FrameRule(FRAME, 2).refuse_agents("default")
+
+
+def test_the_hosted_vector_path_stacks_each_copys_episode_afresh() -> None:
+    vector = spaces.Box(-1, 1, (3,), np.float32)
+    welcome = {
+        "policies": {
+            "default": {
+                "observation_space": describe(vector),
+                "action_space": describe(spaces.Discrete(2)),
+                "frame_stack": 2,
+            }
+        },
+        "mapping": None,
+    }
+    spec = ModelSpec(6, ("actor.0",), "tanh", "categorical", 2)
+    rng = np.random.default_rng(1)
+    arrays = {"actor.0.weight": rng.normal(0, 1, (2, 6)), "actor.0.bias": np.zeros(2)}
+    policy = NumpyPolicy(spec, {k: v.astype(np.float32) for k, v in arrays.items()}, 1)
+    fragments: list[Fragment] = []
+    collector = Collector(
+        PolicyTable(welcome), {"default": policy}, 3, 10, fragments.append, lambda s: None
+    )
+    rollout = collector.open_vector(2, True)
+    frames = rng.uniform(-1, 1, (6, 2, 3)).astype(np.float32)
+    stackers = [FrameStacker(vector, 2) for _ in range(2)]
+    seen: list[list[np.ndarray]] = [[], [], []]  # copy 0's two episodes, copy 1's one
+    for t in range(5):
+        for i in range(2):
+            episode = 0 if i == 0 and t <= 2 else (1 if i == 0 else 2)
+            fresh = t == 0 or (i == 0 and t == 3)
+            stack = stackers[i].reset(frames[t, i]) if fresh else stackers[i].push(frames[t, i])
+            seen[episode].append(stack)
+        collector.act_vector(rollout, frames[t])
+        rollout.rewards(np.zeros(2), {})
+        if t == 2:  # copy 0's episode ends in a final frame; its next starts from frames[3]
+            final = rng.uniform(-1, 1, 3).astype(np.float32)
+            seen[0].append(stackers[0].push(final))
+            collector.end_vector(rollout, 0, final, truncated=True)
+    for i, episode in ((0, 1), (1, 2)):
+        seen[episode].append(stackers[i].push(frames[5, i]))
+    collector.cut_vector(rollout, frames[5])
+    by_episode: dict[str, list[np.ndarray]] = {}
+    for fragment in fragments:
+        by_episode.setdefault(fragment.episode_id, []).append(fragment.obs)
+    got = [
+        np.concatenate([obs[:-1] for obs in chain[:-1]] + [chain[-1]])
+        for chain in by_episode.values()
+    ]
+    want = [np.stack(s).reshape(len(s), -1) for s in seen]
+    assert sorted(len(g) for g in got) == sorted(len(w) for w in want)
+    for w in want:
+        assert any(g.shape == w.shape and np.allclose(g, w) for g in got)
