@@ -18,8 +18,11 @@ below. RLlib's own example (PPO, ``use_lstm=True``, ``max_seq_len=20``) expects 
   ``--config`` file, the spaces from a ``--spaces-file``) and ``--clients`` client processes
   (4), each stepping its own StatelessCartPole with ``PolicyClient`` over loopback, remote
   inference (the server acts and keeps each episode's recurrent state; ``--inference local``:
-  each client acts with the numpy policy and keeps the state). Every server option is the
-  default (``--serve-args`` adds flags).
+  each client acts with the numpy policy and keeps the state). The server holds the clients
+  while its learner is 4,096 env steps behind (``--max-learner-lag-steps 4096``, as ``rlserve
+  demo`` does for PPO), so that the learner trains on the budget's steps: by default a PPO
+  server never holds its clients, and 4 fast clients then outran the slower recurrent learner,
+  which trained 43,000 of 300,000 steps. ``--serve-args`` replaces the flags.
 - ``nomemory``: as ``hosted`` without ``use_lstm``: the MLP sees one observation.
 - ``recurrentppo``: ``RecurrentPPO("MlpLstmPolicy", ...)`` with sb3-contrib's defaults (one
   env, LSTM of 256, 128 steps per update), episodes from its Monitor wrapper.
@@ -375,7 +378,11 @@ def main() -> None:
     parser.add_argument(
         "--inference", choices=["remote", "local"], default="remote", help="remote row's clients"
     )
-    parser.add_argument("--serve-args", default="", help="extra 'rlserve serve' flags (remote)")
+    parser.add_argument(
+        "--serve-args",
+        default="--max-learner-lag-steps 4096",
+        help="extra 'rlserve serve' flags (remote; default: %(default)s)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
