@@ -15,7 +15,7 @@ import numpy as np
 
 from rlserve.errors import ConfigError
 from rlserve.policy.action_mask import features, legal, mask_logits, part_sizes, require_legal
-from rlserve.policy.conv_forward import ObservationForward
+from rlserve.policy.conv_onnx import EncoderForward, observation_forward
 from rlserve.policy.gaussian import LOG_2PI
 from rlserve.policy.greedy import epsilon_greedy_choices, epsilon_greedy_log_prob
 from rlserve.policy.matmul import SERIAL_MATMUL_WORK, serial_matmul
@@ -68,9 +68,9 @@ class NumpyPolicy:
         self._tanh = spec.activation == "tanh"
         self._layers: list[tuple[np.ndarray, np.ndarray]] = []
         in_dim = spec.input_dim
-        self._encoder: ObservationForward | None = None
+        self._encoder: EncoderForward | None = None
         if spec.encoder is not None:
-            self._encoder = ObservationForward(spec.encoder, weights)
+            self._encoder = observation_forward(spec.encoder, weights)
             in_dim = spec.encoder.output_dim
             # An instance attribute: the MLP path's forward stays free of a per-call test.
             self.forward = self._image_forward  # type: ignore[method-assign]
