@@ -6,10 +6,12 @@ frames drawn from a seeded generator, ``Discrete(6)`` actions; no ale-py) is ser
 started with ``training_enabled=False``). In one run:
 
 * remote inference: 1 and 8 client processes (:class:`rlserve.PolicyClient`, ``remote``), each
-  stepping its own source; local inference: 1 client computing actions with its numpy policy;
-* the bare forward of the same actor (the server's final checkpoint): torch (one thread) and
-  :meth:`rlserve.policy.NumpyPolicy.compute_actions` at batch 1 and 8, and onnxruntime (one
-  thread) on the ``rlserve export`` ONNX file when ``onnxruntime`` is importable;
+  stepping its own source; local inference: 1 client computing actions with its numpy policy
+  (its conv encoder in onnxruntime when installed; ``RLSERVE_CONV_BACKEND=numpy`` forces numpy);
+* the bare forward of the same actor (the server's final checkpoint): torch (one thread),
+  :meth:`rlserve.policy.NumpyPolicy.compute_actions` at batch 1 and 8 with its numpy conv and
+  with its onnxruntime conv (``numpy+ort``), and onnxruntime (one thread) on the
+  ``rlserve export`` ONNX file when ``onnxruntime`` is importable;
 * one PPO update, timed around ``PPOLearner.update()`` (batch assembly with GAE and one epoch
   of minibatches), on CPU and on ``cuda`` when torch sees one.
 
@@ -24,6 +26,8 @@ server's remote inference and the local client's) tens of times slower on a busy
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -206,13 +210,24 @@ def forward_speeds(run_folder: Path, args: argparse.Namespace) -> dict[str, floa
     import torch
 
     from rlserve.algorithm.export import export_onnx, load_model
+    from rlserve.errors import ConfigError
     from rlserve.learners.models import ActorCritic
     from rlserve.policy import NumpyPolicy
+    from rlserve.policy.conv_onnx import BACKEND_ENV
 
     torch.set_num_threads(1)
     model, _, _ = load_model(run_folder)
     assert isinstance(model, ActorCritic) and model.image is not None
-    policy = NumpyPolicy(model.spec(), model.actor_arrays(), 0)
+    policies = {}
+    chosen = os.environ.get(BACKEND_ENV)
+    for name, backend in (("numpy", "numpy"), ("numpy+ort", "onnxruntime")):
+        os.environ[BACKEND_ENV] = backend
+        with contextlib.suppress(ConfigError):  # onnx or onnxruntime not installed
+            policies[name] = NumpyPolicy(model.spec(), model.actor_arrays(), 0)
+    if chosen is None:
+        del os.environ[BACKEND_ENV]
+    else:
+        os.environ[BACKEND_ENV] = chosen
     session = None
     try:
         import onnxruntime as ort
@@ -233,14 +248,13 @@ def forward_speeds(run_folder: Path, args: argparse.Namespace) -> dict[str, floa
             with torch.no_grad():
                 return model.params(x)
 
-        def numpy_forward(o: np.ndarray = obs) -> object:
-            return policy.compute_actions(o)
-
         def onnx_forward(o: np.ndarray = obs) -> object:
             assert session is not None
             return session.run(None, {"obs": o})
 
-        runs: dict[str, Callable[[], object]] = {"torch": torch_forward, "numpy": numpy_forward}
+        runs: dict[str, Callable[[], object]] = {"torch": torch_forward}
+        for name, policy in policies.items():
+            runs[name] = functools.partial(policy.compute_actions, obs)
         if session is not None:
             runs["onnxruntime"] = onnx_forward
         for name, call in runs.items():
@@ -325,7 +339,7 @@ def main() -> int:
             for key, clients, mode in (
                 ("remote, 1 client", 1, "remote"),
                 ("remote, 8 clients", 8, "remote"),
-                ("local (numpy), 1 client", 1, "local"),
+                ("local, 1 client", 1, "local"),
             ):
                 print(f"running {key} ...", file=sys.stderr, flush=True)
                 served[key] = run_scenario(address, server.process.pid, clients, mode, args, ctx)
@@ -345,6 +359,7 @@ def main() -> int:
     print(f"image throughput, 84x84x4 uint8 frames ({FRAME_BYTES:,} bytes), Discrete({ACTIONS})")
     threads = {name: os.environ.get(name, "unset") for name in BLAS_THREADS}
     print("threads: " + ", ".join(f"{k}={v}" for k, v in threads.items()))
+    print(f"RLSERVE_CONV_BACKEND (local client's conv): {os.environ.get('RLSERVE_CONV_BACKEND')}")
     print("load average at the start: {:.2f} {:.2f} {:.2f}".format(*loads[0]))
     print("load average at the end:   {:.2f} {:.2f} {:.2f}".format(*loads[1]))
     print(f"medians of {args.repeats} windows of {args.window:g} s; learner idle")
@@ -358,7 +373,7 @@ def main() -> int:
             f"  windows {[round(w) for w in res['windows']]}"
         )
     print(f"\n{'bare forward, one thread':<28}{'obs/s b=1':>12}{'obs/s b=8':>12}")
-    for name in ("torch", "numpy", "onnxruntime"):
+    for name in ("torch", "numpy", "numpy+ort", "onnxruntime"):
         if f"{name}-1" in forward:
             print(f"{name:<28}{forward[f'{name}-1']:>12,.0f}{forward[f'{name}-8']:>12,.0f}")
     if "onnxruntime-1" not in forward:
