@@ -9,7 +9,8 @@ import pytest
 from gymnasium import spaces
 
 from rlserve.errors import SpaceError
-from rlserve.protocol.spaces import StackedBoxCheck, check_batch
+from rlserve.protocol.spaces import check_batch
+from rlserve.protocol.stacked_checks import StackedBoxCheck
 
 BOX = spaces.Box(
     np.array([-1.0, -np.inf], np.float32), np.array([1.0, np.inf], np.float32), (2,), np.float32

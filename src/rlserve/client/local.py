@@ -50,7 +50,7 @@ from rlserve.client.local_config import LocalConfig
 from rlserve.client.reports import (
     halve_report,
     memory_fragment_length,
-    plan_reports,
+    plan_policy_reports,
     report_message,
 )
 from rlserve.errors import (
@@ -305,26 +305,11 @@ class LocalInference(Collector):
         while True:
             fragments, summaries = self._take_batch()
             if fragments or summaries:
-                limits = self._ship_conn.limits
-                # One report carries one policy's fragments; the summaries go with the first.
-                by_policy: dict[str, list[Fragment]] = {}
-                for fragment in fragments:
-                    by_policy.setdefault(fragment.policy_id, []).append(fragment)
-                if not by_policy:
-                    by_policy[self.default_policy_id] = []
-                reports = []
-                for policy_id, own in by_policy.items():
-                    batches, too_big = plan_reports(
-                        own,
-                        summaries,
-                        limits.max_frame_bytes,
-                        limits.max_array_elements,
-                        limits.max_container_len,
-                    )
-                    summaries = []
-                    for fragment in too_big:
-                        self._drop_oversized([fragment])
-                    reports += [(policy_id, *part) for part in batches]
+                reports, too_big = plan_policy_reports(
+                    fragments, summaries, self.default_policy_id, self._ship_conn.limits
+                )
+                for fragment in too_big:
+                    self._drop_oversized([fragment])
                 self._in_flight = reports
                 while reports:
                     if not self._ship(*reports[0]):

@@ -49,6 +49,42 @@ def report_message(
     return report.to_wire()
 
 
+def plan_policy_reports(
+    fragments: list[Fragment],
+    summaries: list[EpisodeSummary],
+    default_policy_id: str,
+    limits: Limits,
+) -> tuple[list[tuple[str, list[Fragment], list[EpisodeSummary]]], list[Fragment]]:
+    """:func:`plan_reports` for fragments of several policies: one report carries one policy's.
+
+    The summaries go with the first policy's first report (the default policy's when there are
+    no fragments).
+
+    Returns:
+        The reports as (policy id, fragments, summaries), in order; and the fragments of which
+        not even one step fits in a report (to be dropped).
+    """
+    by_policy: dict[str, list[Fragment]] = {}
+    for fragment in fragments:
+        by_policy.setdefault(fragment.policy_id, []).append(fragment)
+    if not by_policy:
+        by_policy[default_policy_id] = []
+    reports: list[tuple[str, list[Fragment], list[EpisodeSummary]]] = []
+    dropped: list[Fragment] = []
+    for policy_id, own in by_policy.items():
+        batches, too_big = plan_reports(
+            own,
+            summaries,
+            limits.max_frame_bytes,
+            limits.max_array_elements,
+            limits.max_container_len,
+        )
+        summaries = []
+        dropped += too_big
+        reports += [(policy_id, *part) for part in batches]
+    return reports, dropped
+
+
 def plan_reports(
     fragments: list[Fragment],
     summaries: list[EpisodeSummary],

@@ -21,7 +21,6 @@ Needs numpy and gymnasium only (no torch, no network).
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -48,7 +47,8 @@ from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.limits import DEFAULT_LIMITS
 from rlserve.protocol.mapping import ALL_AGENTS
-from rlserve.protocol.spaces import StackedBoxCheck, check_batch, check_value
+from rlserve.protocol.spaces import check_batch, check_value
+from rlserve.protocol.stacked_checks import StackedBoxCheck, stacked_check
 from rlserve.protocol.values import check_float32
 
 OWNER = "local"
@@ -326,10 +326,7 @@ class Collector:
         check = self._checks.get((policy_id, count))
         if check is None:
             space = self.table_of_policies.policies[policy_id].observation_space
-            if isinstance(space, spaces.Box):
-                check = StackedBoxCheck(space, count, "observation")
-            else:
-                check = partial(_check_stacked, space, count)
+            check = stacked_check(space, count)
             self._checks[(policy_id, count)] = check
         return check
 
@@ -481,25 +478,3 @@ class Collector:
             )
         summary = self.table.end_agents(episode, agent_ids, rows, None, None, truncated)
         self._on_summary(summary)
-
-
-def _check_stacked(space: spaces.Space[Any], count: int, observations: Any) -> np.ndarray:
-    """:func:`check_batch` of a vector source's batch of a space other than Box.
-
-    A vector source stacks such observations as Gymnasium's vector environments do (a Dict of
-    stacked arrays, an array of Discrete values...); ``check_batch`` takes them one by one.
-    """
-    if not isinstance(observations, list):
-        observations = _unstack(space, observations, count)
-    return check_batch(space, observations, count, "observation")
-
-
-def _unstack(space: spaces.Space[Any], batch: Any, count: int) -> list[Any]:
-    """The ``count`` single observations of a batch stacked as Gymnasium stacks them."""
-    if isinstance(space, spaces.Dict) and isinstance(batch, dict):
-        parts = {key: _unstack(sub, batch.get(key), count) for key, sub in space.spaces.items()}
-        return [{key: part[i] for key, part in parts.items()} for i in range(count)]
-    if isinstance(space, spaces.Tuple) and isinstance(batch, tuple):
-        columns = [_unstack(sub, b, count) for sub, b in zip(space.spaces, batch, strict=True)]
-        return [tuple(column[i] for column in columns) for i in range(count)]
-    return list(np.asarray(batch))

@@ -17,7 +17,11 @@ from rlserve.errors import ConfigError
 from rlserve.policy.action_mask import features, legal, mask_logits, part_sizes, require_legal
 from rlserve.policy.conv_onnx import EncoderForward, observation_forward
 from rlserve.policy.gaussian import LOG_2PI
-from rlserve.policy.greedy import epsilon_greedy_choices, epsilon_greedy_log_prob
+from rlserve.policy.greedy import (
+    epsilon_greedy_choices,
+    epsilon_greedy_log_prob,
+    epsilon_greedy_one,
+)
 from rlserve.policy.matmul import SERIAL_MATMUL_WORK, serial_matmul
 from rlserve.policy.memory import LSTMForward, check_state
 from rlserve.policy.model_spec import ACTIVATIONS, ModelSpec
@@ -406,17 +410,7 @@ class NumpyPolicy:
         epsilon = self.spec.epsilon
         if values.shape[0] == 1 and values.shape[1] <= _SMALL_CHOICE:
             # One decision (a local client's common case): plain floats, as _sample_one.
-            row = values[0].tolist()
-            action = row.index(max(row))
-            greedy = action
-            if explore:
-                explored = self._rng.random() < epsilon
-                random = int(self._rng.integers(0, len(row)))
-                action = random if explored else greedy
-            n = len(row)
-            logp = (
-                math.log(1.0 - epsilon + epsilon / n) if action == greedy else math.log(epsilon / n)
-            )
+            action, logp = epsilon_greedy_one(values[0].tolist(), epsilon, self._rng, explore)
             return PolicyOutput(
                 np.array([action], dtype=np.int64), np.array([logp], dtype=np.float32)
             )

@@ -276,7 +276,7 @@ def check_value(space: spaces.Space[Any], value: Any, where: str = "value") -> A
 _BOX_BOUNDS: dict[int, tuple[spaces.Box, np.ndarray, np.ndarray]] = {}
 
 
-def _finite_bounds(space: spaces.Box) -> tuple[np.ndarray, np.ndarray]:
+def finite_bounds(space: spaces.Box) -> tuple[np.ndarray, np.ndarray]:
     """The Box's bounds with infinities replaced by the dtype's extremes, cached per space.
 
     With these, one comparison ``low <= x <= high`` also rejects NaN and infinity, so a valid
@@ -301,7 +301,7 @@ def _check_box_values(space: spaces.Box, batch: np.ndarray, where: str, batched:
     otherwise the sender sent one value (``batch`` is it with an axis added) and the index is
     into that value.
     """
-    low, high = _finite_bounds(space)
+    low, high = finite_bounds(space)
     if ((batch >= low) & (batch <= high)).all():
         return
 
@@ -340,7 +340,7 @@ def _lean_box(
 
     The fast path takes float32 Boxes only (the second item); other dtypes take the full check.
     """
-    low, high = _finite_bounds(space)
+    low, high = finite_bounds(space)
     entry = (space, space.dtype == np.float32, space.shape, low, high)
     _LEAN_BOXES[id(space)] = entry
     return entry
@@ -421,73 +421,6 @@ def check_batch(space: spaces.Space[Any], values: Any, count: int, where: str) -
     ]
     # Checked after the cast: a float64 1e39 is finite but becomes infinite in float32.
     return check_float32(np.stack(rows), where)
-
-
-_FLOAT32 = np.dtype(np.float32)
-"""The dtype of native float32 arrays (one object: compared by identity on the fast path)."""
-
-_BROADCAST_BOUNDS = 1 << 14
-"""Values per batch up to which :class:`StackedBoxCheck` keeps bounds of the batch's own shape."""
-
-_ge, _le, _count = np.greater_equal, np.less_equal, np.count_nonzero
-
-
-class StackedBoxCheck:
-    """:func:`check_batch` of a stacked ``[count, *shape]`` batch of one Box, for every step.
-
-    A batch already in the space's dtype and shape and within its bounds costs two comparisons
-    (and, for a small batch, two bytes compares); anything else goes through
-    :func:`check_batch`, which casts it or raises its error.
-
-    Args:
-        space: The observation space.
-        count: How many values each batch holds.
-        where: A path for error messages.
-    """
-
-    def __init__(self, space: spaces.Box, count: int, where: str) -> None:
-        self.space = space
-        self.count = count
-        self.where = where
-        self._shape = (count, *space.shape)
-        self._size = count * int(np.prod(space.shape))
-        low, high = _finite_bounds(space)
-        if self._size <= _BROADCAST_BOUNDS:
-            # Bounds of the whole batch: a comparison that broadcasts costs several times one
-            # that does not, at a small batch's size.
-            low = np.ascontiguousarray(np.broadcast_to(low, self._shape))
-            high = np.ascontiguousarray(np.broadcast_to(high, self._shape))
-            # A comparison's bool array holds bytes 0 and 1: all True is this many 1 bytes.
-            self._all_true: bytes | None = b"\x01" * self._size
-        else:
-            self._all_true = None
-        self._low, self._high = low, high
-        self._fast = space.dtype == np.float32
-
-    def __call__(self, values: Any) -> np.ndarray:
-        """The checked batch flattened to float32 ``[count, D]``.
-
-        Raises:
-            SpaceError: As :func:`check_batch`.
-        """
-        if (
-            self._fast
-            and type(values) is np.ndarray
-            and values.dtype is _FLOAT32
-            and values.shape == self._shape
-        ):
-            # Not .all(): a ufunc reduction costs more than the comparisons at this size. NaN
-            # fails both comparisons.
-            all_true = self._all_true
-            if all_true is not None:
-                if (
-                    _ge(values, self._low).tobytes() == all_true
-                    and _le(values, self._high).tobytes() == all_true
-                ):
-                    return values.reshape(self.count, -1)
-            elif _count(_ge(values, self._low)) + _count(_le(values, self._high)) == 2 * self._size:
-                return values.reshape(self.count, -1)
-        return check_batch(self.space, values, self.count, self.where)
 
 
 def flat_dim(space: spaces.Space[Any]) -> int:
