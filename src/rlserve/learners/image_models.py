@@ -3,6 +3,7 @@
 :func:`encoder_modules` builds one ``torch.nn.Sequential`` per image, in a ``ModuleList`` whose
 parameters are named as the encoders' layers (``encoder.0.0``, ...); :func:`encode` runs them on
 the first layer's input as :class:`~rlserve.policy.conv_forward.ObservationForward` does in numpy.
+:class:`EncodedInput` is the base of every network that reads observations through them.
 """
 
 from __future__ import annotations
@@ -71,3 +72,32 @@ def encode_image(layers: nn.Module, encoder: ImageEncoder, x: torch.Tensor) -> t
         image = image / encoder.divisor
     out: torch.Tensor = layers(image)
     return out
+
+
+class EncodedInput(nn.Module):
+    """A network that reads its input through an optional image encoder of its own.
+
+    Without an encoder there is no ``encoder`` module, so an MLP network's parameters (and its
+    checkpoints) are as they always were.
+    """
+
+    def _set_encoder(self, input_dim: int, image: ObservationEncoder | None) -> int:
+        """Set the encoder of ``input_dim`` inputs; return the first linear layer's width."""
+        self.image = image
+        if image is None:
+            return input_dim
+        self.encoder = encoder_modules(image)
+        return image.output_dim
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """``[N, input_dim]`` inputs as the first linear layer reads them."""
+        return obs if self.image is None else encode(self.encoder, self.image, obs)
+
+    def encoder_arrays(self) -> dict[str, np.ndarray]:
+        """The encoder's parameters as named float32 numpy arrays (none without one)."""
+        if self.image is None:
+            return {}
+        return {
+            f"encoder.{name}": p.detach().float().cpu().numpy().copy()
+            for name, p in self.encoder.named_parameters()
+        }

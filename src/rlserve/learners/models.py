@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from rlserve.learners import masking
-from rlserve.learners.image_models import encode, encoder_modules
+from rlserve.learners.image_models import EncodedInput
 from rlserve.policy import ModelSpec
 from rlserve.policy.action_mask import action_mask_slice
 from rlserve.policy.image_encoder import ObservationEncoder
@@ -47,12 +47,8 @@ def _mlp(sizes: list[int], activation: str, last_gain: float) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-class _Encoded(nn.Module):
-    """What both networks share: the observation without its mask, through the image encoder.
-
-    Without an encoder there is no ``encoder`` module, so an MLP model's parameters (and its
-    checkpoints) are as they always were.
-    """
+class _Encoded(EncodedInput):
+    """What both networks share: the observation without its mask, through the image encoder."""
 
     def _init_encoder(
         self,
@@ -64,25 +60,11 @@ class _Encoded(nn.Module):
         self.obs_dim = flat_dim(observation_space)
         self.action_mask = action_mask_slice(observation_space, action_space)
         self.input_dim = self.obs_dim - (0 if self.action_mask is None else self.action_mask[1])
-        self.image = image
-        if image is None:
-            return self.input_dim
-        self.encoder = encoder_modules(image)
-        return image.output_dim
+        return self._set_encoder(self.input_dim, image)
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         """``[N, obs_dim]`` observations as the first linear layer reads them."""
-        x = masking.features(obs, self.action_mask)
-        return x if self.image is None else encode(self.encoder, self.image, x)
-
-    def encoder_arrays(self) -> dict[str, np.ndarray]:
-        """The encoder's parameters as named float32 numpy arrays (none without one)."""
-        if self.image is None:
-            return {}
-        return {
-            f"encoder.{name}": p.detach().float().cpu().numpy().copy()
-            for name, p in self.encoder.named_parameters()
-        }
+        return super().features(masking.features(obs, self.action_mask))
 
 
 def categorical_log_prob_entropy(

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlserve.learners.image_models import encode, encoder_modules
+from rlserve.learners.image_models import EncodedInput
 from rlserve.policy import ModelSpec
 from rlserve.policy.distribution import ActionDistribution
 from rlserve.policy.gaussian import LOG_2PI, SQUASH_EPS, SQUASHED_LOG_STD_MAX, SQUASHED_LOG_STD_MIN
@@ -50,36 +50,7 @@ def squashed_log_prob(
     return (gauss - torch.log(1.0 - squashed.pow(2) + SQUASH_EPS)).sum(-1)
 
 
-class _Encoded(nn.Module):
-    """A network that reads observations through an optional image encoder of its own.
-
-    Without an encoder there is no ``encoder`` module, so an MLP network's parameters (and its
-    checkpoints) are as they always were.
-    """
-
-    def _init_encoder(self, obs_dim: int, image: ObservationEncoder | None) -> int:
-        """Set the encoder; return the width the first linear layer reads."""
-        self.image = image
-        if image is None:
-            return obs_dim
-        self.encoder = encoder_modules(image)
-        return image.output_dim
-
-    def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """``[N, obs_dim]`` observations as the first linear layer reads them."""
-        return obs if self.image is None else encode(self.encoder, self.image, obs)
-
-    def encoder_arrays(self) -> dict[str, np.ndarray]:
-        """The encoder's parameters as named float32 numpy arrays (none without one)."""
-        if self.image is None:
-            return {}
-        return {
-            f"encoder.{name}": p.detach().float().cpu().numpy().copy()
-            for name, p in self.encoder.named_parameters()
-        }
-
-
-class SquashedGaussianActor(_Encoded):
+class SquashedGaussianActor(EncodedInput):
     """An MLP whose output parameterises a tanh-squashed diagonal Gaussian.
 
     Args:
@@ -106,7 +77,7 @@ class SquashedGaussianActor(_Encoded):
         self.obs_dim = flat_dim(observation_space)
         self.action_dim = self.action_distribution.action_width
         self.activation = activation
-        width = self._init_encoder(self.obs_dim, image)
+        width = self._set_encoder(self.obs_dim, image)
         sizes = [width, *hidden, 2 * self.action_dim]
         layers: list[nn.Module] = []
         for i in range(len(sizes) - 1):
@@ -174,7 +145,7 @@ class SquashedGaussianActor(_Encoded):
         return arrays
 
 
-class EnsembleQ(_Encoded):
+class EnsembleQ(EncodedInput):
     """``n`` independent Q-network MLPs over ``[obs, action]``, evaluated together.
 
     Layer ``i`` holds ``weight_i`` ``[n, in, out]`` and ``bias_i`` ``[n, 1, out]``, initialised
@@ -201,7 +172,7 @@ class EnsembleQ(_Encoded):
     ):
         super().__init__()
         self.n = n
-        sizes = [self._init_encoder(obs_dim, image) + action_dim, *hidden, 1]
+        sizes = [self._set_encoder(obs_dim, image) + action_dim, *hidden, 1]
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
         for i in range(len(sizes) - 1):
