@@ -11,7 +11,7 @@ import pytest
 
 from rlserve import PPOConfig
 from rlserve.algorithm.sources import policy_table
-from rlserve.env import FrameStacker
+from rlserve.env import ALL_AGENTS, FrameStacker, MultiAgentEnv
 from rlserve.errors import ConfigError, SpaceError
 from rlserve.protocol.mapping import PolicyMapping
 from rlserve.server.policies import PolicySpec
@@ -112,11 +112,69 @@ def test_frame_stack_refusals_name_the_fix() -> None:
         PPOConfig().environment(MovingPixel).training(model={"framestack": True}).build()
 
 
-def test_a_multi_agent_source_with_frame_stack_is_refused_naming_the_fix() -> None:
+class MovingPixels(MultiAgentEnv):
+    """Two agents, each watching its own MovingPixel; agent ``b`` joins at the third step."""
+
+    def __init__(self, config: Any = None) -> None:
+        self.possible_agents = ["a", "b"]
+        self.agents = list(self.possible_agents)
+        self.observation_spaces = dict.fromkeys(self.possible_agents, MovingPixel.observation_space)
+        self.action_spaces = dict.fromkeys(self.possible_agents, MovingPixel.action_space)
+        self.pixels = {agent: MovingPixel() for agent in self.possible_agents}
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        self.t = 0
+        first, _ = self.pixels["a"].reset(seed=seed)
+        return {"a": first}, {}
+
+    def step(self, action_dict: dict[str, Any]) -> Any:
+        obs, rewards = {}, {}
+        for agent, action in action_dict.items():
+            obs[agent], rewards[agent], *_ = self.pixels[agent].step(action)
+        self.t += 1
+        if self.t == 2:
+            obs["b"], _ = self.pixels["b"].reset()
+        done = self.t >= STEPS
+        return obs, rewards, {ALL_AGENTS: done}, {ALL_AGENTS: False}, {}
+
+
+def _train_agents(frame_stack: int) -> float:
+    config = (
+        PPOConfig()
+        .environment(MovingPixels)
+        .debugging(seed=0)
+        .training(
+            train_batch_size=256,
+            minibatch_size=64,
+            num_epochs=4,
+            lr=3e-3,
+            hidden=[32],
+            frame_stack=frame_stack,
+            model={"conv_filters": [[8, 2, 1], [16, 2, 2]]},
+        )
+    )
+    with config.build() as algo:
+        for _ in range(4):
+            result = algo.train()
+        return float(result["episode_return_mean"])
+
+
+def test_each_agent_of_a_multi_agent_env_gets_its_own_stack() -> None:
+    """The agents share one policy and each reads the stack of its own frames (``b`` starts
+    its stack when it joins): with two frames both learn the way their pixel moves."""
+    stacked = _train_agents(2)
+    single = _train_agents(1)
+    # An episode pays at most 7.5 (a) + 5.5 (b) on average, 7 to guessing. Measured (seed 0):
+    # 10.84 with two frames, 6.71 with one.
+    assert stacked > 9.0, stacked
+    assert single < 8.0, single
+
+
+def test_a_multi_agent_policy_table_carries_frame_stack() -> None:
     specs = {
         "default": PolicySpec("default", MovingPixel.observation_space, gym.spaces.Discrete(2))
     }
-    with pytest.raises(ConfigError, match=r"rlserve.env.FrameStacker\) and leave frame_stack"):
-        policy_table(specs, PolicyMapping([], specs), {"default": 2})
-    table = policy_table(specs, None, {"default": 2})
-    assert table.policies["default"].frames is not None
+    for mapping in (PolicyMapping([], specs), None):
+        table = policy_table(specs, mapping, {"default": 2})
+        assert table.policies["default"].frames is not None

@@ -7,11 +7,11 @@ import pytest
 from gymnasium import spaces
 
 from rlserve.env import FrameStacker
-from rlserve.errors import ConfigError, EpisodeError
+from rlserve.errors import ConfigError
 from rlserve.experience.agent_values import PolicyTable
 from rlserve.experience.collector import Collector
 from rlserve.experience.episode_records import Episode
-from rlserve.experience.frame_stacks import CopyFrames, FrameRule
+from rlserve.experience.frame_stacks import CopyFrames, FrameRule, stack_agents
 from rlserve.policy import ModelSpec, NumpyPolicy
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.spaces import describe
@@ -56,8 +56,34 @@ def test_one_frame_is_no_rule_and_refusals_name_the_fix() -> None:
     assert FrameRule.of(FRAME, 1) is None
     with pytest.raises(ConfigError, match="stack at most 2 frames"):
         FrameRule(FRAME, 3)
-    with pytest.raises(EpisodeError, match=r"serve the policy with frame_stack=1"):
-        FrameRule(FRAME, 2).refuse_agents("default")
+
+
+def test_each_agent_of_a_multi_agent_episode_stacks_its_own_frames() -> None:
+    """Agents of a stacking policy keep their frames by agent id (a newcomer starts afresh);
+    another policy's block passes as it was; nothing is kept before keep()."""
+    vector = spaces.Box(-10, 10, (2,), np.float32)
+    rules = {"stacked": FrameRule(vector, 3), "plain": None}
+    episode = _episode("e")
+    plain_block = np.array([[9, 9]], np.float32)
+
+    def call(agent_ids: list[str], groups: list[tuple[str, list[int]]], rows: list[list[float]]):
+        by_group = [(pid, np.asarray(idx)) for pid, idx in groups]
+        blocks = [np.asarray([rows[i] for i in idx], np.float32) for _, idx in groups]
+        return stack_agents(rules.get, episode, agent_ids, by_group, blocks)
+
+    first = call(["a", "b", "p"], [("stacked", [0, 1]), ("plain", [2])], [[1, 1], [2, 2], [9, 9]])
+    assert first is not None and episode.agent_frames is None
+    assert first.blocks[0].tolist() == [[1, 1] * 3, [2, 2] * 3]
+    np.testing.assert_array_equal(first.blocks[1], plain_block)
+    first.keep(episode)
+    second = call(["b", "c"], [("stacked", [0, 1])], [[3, 3], [5, 5]])
+    assert second is not None
+    assert second.blocks[0].tolist() == [[2, 2, 2, 2, 3, 3], [5, 5] * 3]
+    second.keep(episode)
+    third = call(["a", "b"], [("stacked", [0, 1])], [[4, 4], [6, 6]])
+    assert third is not None
+    assert third.blocks[0].tolist() == [[1, 1, 1, 1, 4, 4], [2, 2, 3, 3, 6, 6]]
+    assert call(["p"], [("plain", [0])], [[0, 0]]) is None
 
 
 def test_the_hosted_vector_path_stacks_each_copys_episode_afresh() -> None:

@@ -142,3 +142,71 @@ def test_a_local_client_stacks_its_frames_itself(server: AttachedServer) -> None
     with PolicyClient(server.address, "local", seed=3) as client:
         stacks = _play(client, seed=2)
     _check_fragments(server, stacks)
+
+
+def _play_agents(client: PolicyClient, seed: int) -> dict[str, np.ndarray]:
+    """Two agents of one episode, in turns and together (p2 joins at the second turn, p1 logs
+    one action); the stacks each agent saw, its final one included."""
+    rng = np.random.default_rng(seed)
+    frames = {agent: _frames(rng, 9) for agent in ("p1", "p2")}
+    package = _package()
+    policy = NumpyPolicy(package.spec, package.arrays, 1)
+    stackers = {agent: FrameStacker(FRAME, FRAMES) for agent in frames}
+    stacks: dict[str, list[np.ndarray]] = defaultdict(list)
+    seen = {agent: 0 for agent in frames}
+    sure = 0
+
+    def observe(agent: str) -> np.ndarray:
+        frame = frames[agent][seen[agent]]
+        stacker = stackers[agent]
+        stack = stacker.reset(frame) if seen[agent] == 0 else stacker.push(frame)
+        stacks[agent].append(stack)
+        seen[agent] += 1
+        return frame
+
+    episode = client.start_episode()
+    for turn in range(7):
+        acting = ["p1", "p2"] if turn % 3 == 2 else [("p1", "p2")[turn % 2]]
+        observation = {agent: observe(agent) for agent in acting}
+        if turn == 4:
+            client.log_action(episode, observation, dict.fromkeys(acting, 1))
+            continue
+        got = client.get_action(episode, observation)
+        for agent in acting:
+            stack = stacks[agent][-1].reshape(1, -1).astype(np.float32)
+            out = policy.compute_actions(stack, False)
+            if np.exp(out.logp[0]) > 0.999:  # else it may sample the other
+                assert int(got[agent]) == int(out.actions[0]), (agent, turn)
+                sure += 1
+    client.end_episode(episode, {agent: observe(agent) for agent in frames}, truncated=True)
+    assert sure >= 6
+    return {a: np.stack(s).reshape(len(s), -1).astype(np.float32) for a, s in stacks.items()}
+
+
+def _check_agent_fragments(server: AttachedServer, stacks: dict[str, np.ndarray]) -> None:
+    """Each fragment holds consecutive stacks of one agent, and they cover every agent's steps.
+
+    (A local client's report names no agent: its fragments are matched by their stacks.)
+    """
+    fragments, _ = server.take()
+    steps = dict.fromkeys(stacks, 0)
+    for fragment in fragments:
+        owners = [
+            agent
+            for agent, rows in stacks.items()
+            for start in range(len(rows) - len(fragment.obs) + 1)
+            if np.array_equal(rows[start : start + len(fragment.obs)], fragment.obs)
+        ]
+        assert len(owners) == 1, (fragment.agent_id, owners)
+        steps[owners[0]] += len(fragment)
+    assert steps == {agent: len(rows) - 1 for agent, rows in stacks.items()}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["remote", "local"])
+def test_each_agent_of_a_multi_agent_episode_is_acted_on_its_own_stack(
+    server: AttachedServer, mode: str
+) -> None:
+    with PolicyClient(server.address, mode, seed=4, multiagent=True) as client:
+        stacks = _play_agents(client, seed=5)
+    _check_agent_fragments(server, stacks)

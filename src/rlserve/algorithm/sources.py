@@ -115,18 +115,8 @@ def policy_table(
     mapping: PolicyMapping | None,
     frame_stacks: dict[str, int] | None = None,
 ) -> PolicyTable:
-    """The collector's view of the policies (the form a server's ``welcome`` gives a client).
-
-    Raises:
-        ConfigError: A policy of a multi-agent source stacks frames (not supported yet).
-    """
+    """The collector's view of the policies (the form a server's ``welcome`` gives a client)."""
     stacks = {pid: n for pid, n in (frame_stacks or {}).items() if n > 1}
-    if mapping is not None and stacks:
-        raise ConfigError(
-            f"frame_stack={next(iter(stacks.values()))} (policy '{next(iter(stacks))}') is not "
-            "supported with a multi-agent environment yet; wrap each agent's observations in "
-            "the env (rlserve.env.FrameStacker) and leave frame_stack at 1"
-        )
     welcome = {
         "policies": {
             pid: {

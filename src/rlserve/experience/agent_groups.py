@@ -46,6 +46,17 @@ class Grouping:
     groups: list[tuple[str, np.ndarray]]
 
 
+def rows_of(grouping: Grouping, blocks: list[np.ndarray], count: int) -> list[Any]:
+    """One row per agent of the call (``count``), in the call's order: views into ``blocks``."""
+    if len(blocks) == 1:
+        return list(blocks[0])
+    rows: list[Any] = [None] * count
+    for block, (_, idx) in zip(blocks, grouping.groups, strict=True):
+        for j, i in enumerate(idx.tolist()):
+            rows[i] = block[j]
+    return rows
+
+
 AskPolicies = Callable[[str, list[str]], list[str]]
 """Asks the mapping function for the policies of an episode's new agents: ``(episode id,
 agent ids) -> policy ids``."""
@@ -171,13 +182,7 @@ class AgentGrouper:
                 space (naming the agent and the policy).
         """
         blocks = self.blocks(grouping, agent_ids, values, where)
-        if len(blocks) == 1:
-            return blocks, list(blocks[0])
-        rows: list[Any] = [None] * len(agent_ids)
-        for block, (_, idx) in zip(blocks, grouping.groups, strict=True):
-            for j, i in enumerate(idx.tolist()):
-                rows[i] = block[j]
-        return blocks, rows
+        return blocks, rows_of(grouping, blocks, len(agent_ids))
 
     def blocks(
         self, grouping: Grouping, agent_ids: list[str], values: Any, where: str

@@ -97,16 +97,9 @@ class PolicyTable:
             if a not in known and a not in explicit and mapping.policy_for(a) is None
         ]
 
-    def refuse_stacks(self, groups: list[tuple[str, Any]]) -> None:
-        """Refuse a multi-agent call's groups of a policy that stacks frames (not yet supported).
-
-        Raises:
-            EpisodeError: One of the groups' policies has ``frame_stack`` > 1.
-        """
-        for policy_id, _ in groups:
-            rule = self.policies[policy_id].frames
-            if rule is not None:
-                rule.refuse_agents(policy_id)
+    def frame_rule(self, policy_id: str) -> FrameRule | None:
+        """The policy's frame stacking (None: it reads single frames)."""
+        return self.policies[policy_id].frames
 
     def explicit_ids(self, agent_ids: list[str]) -> list[str | None] | None:
         """The wire's ``policy_ids`` for these agents (None when none is chosen explicitly)."""

@@ -31,6 +31,7 @@ from rlserve.experience.agent_groups import AgentGrouper, AskPolicies, assigned
 from rlserve.experience.agent_values import PolicySpaces, PolicyTable
 from rlserve.experience.episode_records import Episode, EpisodeSummary
 from rlserve.experience.episodes import EpisodeTable
+from rlserve.experience.frame_stacks import final_rows, stack_agents
 from rlserve.experience.recurrent_states import (
     advance,
     advance_rows,
@@ -355,10 +356,16 @@ class Collector:
         blocks = self._grouper.blocks(
             grouping, agent_ids, list(observation.values()), "observations"
         )
-        self.table_of_policies.refuse_stacks(grouping.groups)
+        stacks = stack_agents(
+            self.table_of_policies.frame_rule, episode, agent_ids, grouping.groups, blocks
+        )
+        if stacks is not None:
+            blocks = stacks.blocks
         tick = self.table.observe_agents(
             episode, agent_ids, grouping.policy_ids, grouping.groups, blocks, None, None
         )
+        if stacks is not None:
+            stacks.keep(episode)
         single = len(blocks) == 1
         out: dict[str, Any] = {}
         try:
@@ -404,7 +411,11 @@ class Collector:
         taken = self._grouper.actions(
             grouping, agent_ids, [action[a] for a in agent_ids], "log_action 'actions'"
         )
-        self.table_of_policies.refuse_stacks(grouping.groups)
+        stacks = stack_agents(
+            self.table_of_policies.frame_rule, episode, agent_ids, grouping.groups, blocks
+        )
+        if stacks is not None:
+            blocks = stacks.blocks
         tick = self.table.observe_agents(
             episode,
             agent_ids,
@@ -415,6 +426,8 @@ class Collector:
             None,
             "log_action",
         )
+        if stacks is not None:
+            stacks.keep(episode)
         for g, (policy_id, idx) in enumerate(grouping.groups):
             positions = idx.tolist()
             policy = self._policies[policy_id]
@@ -473,8 +486,14 @@ class Collector:
             ]
             explicit = self._explicit(episode, agent_ids, explicit)
             grouping = self._grouper.group(agent_ids, explicit)
-            _, rows = self._grouper.observations(
-                grouping, agent_ids, [observation[a] for a in agent_ids], "observations"
+            rows = final_rows(
+                self._grouper,
+                self.table_of_policies.frame_rule,
+                episode,
+                grouping,
+                agent_ids,
+                [observation[a] for a in agent_ids],
+                "observations",
             )
         summary = self.table.end_agents(episode, agent_ids, rows, None, None, truncated)
         self._on_summary(summary)

@@ -158,6 +158,9 @@ class Episode:
     """A single-agent episode of a policy with ``frame_stack`` N > 1: ``[N*D]`` float32, its last
     N flattened frames, oldest first (None: no observation yet;
     :mod:`rlserve.experience.frame_stacks`)."""
+    agent_frames: dict[str, np.ndarray] | None = None
+    """A multi-agent episode with agents of a policy that stacks frames: each such agent's
+    frames as ``frames`` holds a single-agent episode's, by agent id (None: none yet)."""
 
 
 class EpisodeMode(ABC):

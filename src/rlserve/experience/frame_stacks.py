@@ -15,20 +15,21 @@ client, the hosted collector):
   stores once the step is recorded.
 
 The hosted vector path keeps a :class:`CopyFrames` per copy instead of an episode record, emptied
-when the copy's episode ends. Multi-agent episodes do not stack frames yet
-(:meth:`FrameRule.refuse_agents`).
+when the copy's episode ends. A multi-agent episode keeps each agent's frames under its agent id
+(``Episode.agent_frames``): an agent's first observation fills its stack, and the calls stack
+group by group with :func:`stack_agents` (policies without frame stacking cost nothing).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 from gymnasium import spaces
 
-from rlserve.errors import EpisodeError
+from rlserve.experience.agent_groups import AgentGrouper, Grouping, rows_of
 from rlserve.policy.frame_stacking import flat_order, stacked_space
 
 
@@ -36,6 +37,12 @@ class HoldsFrames(Protocol):
     """What keeps one episode's frames (an ``Episode``, or a hosted vector copy's)."""
 
     frames: np.ndarray | None
+
+
+class HoldsAgentFrames(Protocol):
+    """What keeps a multi-agent episode's frames by agent id (an ``Episode``)."""
+
+    agent_frames: dict[str, np.ndarray] | None
 
 
 @dataclass(slots=True)
@@ -77,10 +84,14 @@ class FrameRule:
             ``(frames, stacked)``: the new frames to :meth:`keep` (``[B, N*D]``, oldest first)
             and the stacked observations to record and act on (``[B, N*D]``).
         """
+        return self._next([episode.frames for episode in episodes], obs)
+
+    def _next(
+        self, previous: Sequence[np.ndarray | None], obs: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         size = self._size
-        frames = np.empty((len(episodes), self.n * size), np.float32)
-        for i, episode in enumerate(episodes):
-            held = episode.frames
+        frames = np.empty((len(previous), self.n * size), np.float32)
+        for i, held in enumerate(previous):
             if held is None:
                 frames[i] = np.tile(obs[i], self.n)
             else:
@@ -100,14 +111,86 @@ class FrameRule:
         self.keep(episodes, frames)
         return stacked
 
-    def refuse_agents(self, policy_id: str) -> None:
-        """Refuse a multi-agent call for this policy.
+    def next_agents(
+        self, held: dict[str, np.ndarray], agent_ids: Sequence[str], obs: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`next` for agents of a multi-agent episode, their frames ``held`` by agent id."""
+        return self._next([held.get(agent_id) for agent_id in agent_ids], obs)
 
-        Raises:
-            EpisodeError: Always; the message names the fix.
-        """
-        raise EpisodeError(
-            f"policy '{policy_id}' stacks {self.n} frames (frame_stack), which multi-agent "
-            "episodes do not support yet; stack the frames in the client "
-            "(rlserve.env.FrameStacker) and serve the policy with frame_stack=1"
-        )
+
+@dataclass(slots=True)
+class AgentStacks:
+    """A multi-agent call's observations stacked group by group, and the frames to keep.
+
+    Attributes:
+        blocks: Each group's ``[k, N*D]`` stacked observations (a group of a policy without
+            frame stacking: its block as it was).
+    """
+
+    blocks: list[np.ndarray]
+    _updates: list[tuple[list[str], np.ndarray]]
+
+    def keep(self, episode: HoldsAgentFrames) -> None:
+        """Store the agents' new frames in the episode, once the call is recorded."""
+        held = episode.agent_frames
+        if held is None:
+            held = episode.agent_frames = {}
+        for agent_ids, frames in self._updates:
+            for i, agent_id in enumerate(agent_ids):
+                held[agent_id] = frames[i]
+
+
+def stack_agents(
+    rules: Callable[[str], FrameRule | None],
+    episode: HoldsAgentFrames,
+    agent_ids: Sequence[str],
+    groups: Sequence[tuple[str, np.ndarray]],
+    blocks: list[np.ndarray],
+) -> AgentStacks | None:
+    """Stack a multi-agent call's observations for the groups whose policy stacks frames.
+
+    Args:
+        rules: A policy id's frame rule (None: no stacking).
+        episode: The episode (its frames by agent id).
+        agent_ids: The call's agents.
+        groups: ``(policy_id, positions in agent_ids)`` per group.
+        blocks: Each group's ``[k, D]`` checked, flattened single frames.
+
+    Returns:
+        The stacked blocks and the frames to :meth:`AgentStacks.keep`; None when no group's
+        policy stacks frames.
+    """
+    stacked: list[np.ndarray] | None = None
+    updates: list[tuple[list[str], np.ndarray]] = []
+    for g, (policy_id, idx) in enumerate(groups):
+        rule = rules(policy_id)
+        if rule is None:
+            continue
+        if stacked is None:
+            stacked = list(blocks)
+        ids = [agent_ids[i] for i in idx.tolist()]
+        frames, stacked[g] = rule.next_agents(episode.agent_frames or {}, ids, blocks[g])
+        updates.append((ids, frames))
+    return None if stacked is None else AgentStacks(stacked, updates)
+
+
+def final_rows(
+    grouper: AgentGrouper,
+    rules: Callable[[str], FrameRule | None],
+    episode: HoldsAgentFrames,
+    grouping: Grouping,
+    agent_ids: list[str],
+    values: Any,
+    where: str,
+) -> list[Any]:
+    """The checked final observations of an ending multi-agent call, one row per agent.
+
+    As :meth:`~rlserve.experience.agent_groups.AgentGrouper.observations`, with the agents of
+    a policy that stacks frames given their stack (nothing is kept: the episode ends).
+
+    Raises:
+        SpaceError: As :meth:`~rlserve.experience.agent_groups.AgentGrouper.observations`.
+    """
+    blocks = grouper.blocks(grouping, agent_ids, values, where)
+    stacks = stack_agents(rules, episode, agent_ids, grouping.groups, blocks)
+    return rows_of(grouping, blocks if stacks is None else stacks.blocks, len(agent_ids))

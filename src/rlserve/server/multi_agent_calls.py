@@ -17,6 +17,7 @@ import numpy as np
 from rlserve.errors import CapacityError, EpisodeError
 from rlserve.experience.agent_groups import assigned
 from rlserve.experience.episode_records import Episode, EpisodeSummary
+from rlserve.experience.frame_stacks import FrameRule, final_rows, stack_agents
 from rlserve.experience.recurrent_states import log_rows
 from rlserve.protocol.messages import EndEpisode, GetAction, LogAction, LogReturns, MapAgents
 from rlserve.protocol.replies import AgentsMapped, actions_reply
@@ -42,6 +43,9 @@ class MultiAgentCalls(EpisodeCalls):
             return named
         limit = self.limits.max_agents_per_episode
         return assigned(episode, agent_ids, named, mapper.mapping, mapper.ask, limit)
+
+    def _frame_rule(self, policy_id: str) -> FrameRule | None:
+        return self.slots[policy_id].frames
 
     def map_agents(self, request: MapAgents, session: Session) -> dict[str, Any]:
         """Answer ``map_agents``: the policy each agent acts for, or would act for, if it joined.
@@ -85,12 +89,12 @@ class MultiAgentCalls(EpisodeCalls):
             grouping, agent_ids, request.observations, "get_action 'observations'"
         )
         for (policy_id, _), block in zip(grouping.groups, blocks, strict=True):
-            rule = self.slots[policy_id].frames
-            if rule is not None:
-                rule.refuse_agents(policy_id)
             legal_moves = self.slots[policy_id].legal_moves
             if legal_moves is not None:
                 legal_moves.check(block, f"get_action 'observations' of policy '{policy_id}'")
+        stacks = stack_agents(self._frame_rule, episode, agent_ids, grouping.groups, blocks)
+        if stacks is not None:
+            blocks = stacks.blocks
         tick = self.episodes.observe_agents(
             episode,
             agent_ids,
@@ -101,6 +105,8 @@ class MultiAgentCalls(EpisodeCalls):
             request.infos,
             "get_action",
         )
+        if stacks is not None:
+            stacks.keep(episode)
         self.episodes.record_seq(episode, seq, "get_action")
         pending = AgentsPending(request, episode, tick, respond, len(grouping.groups))
         if seq is not None:
@@ -155,13 +161,13 @@ class MultiAgentCalls(EpisodeCalls):
         )
         actions = self.grouper.actions(grouping, agent_ids, request.action, "log_action 'actions'")
         for (policy_id, idx), block in zip(grouping.groups, blocks, strict=True):
-            rule = self.slots[policy_id].frames
-            if rule is not None:
-                rule.refuse_agents(policy_id)
             legal_moves = self.slots[policy_id].legal_moves
             if legal_moves is not None:
                 taken = np.asarray([actions[i] for i in idx.tolist()])
                 legal_moves.check_actions(block, taken, f"log_action of policy '{policy_id}'")
+        stacks = stack_agents(self._frame_rule, episode, agent_ids, grouping.groups, blocks)
+        if stacks is not None:
+            blocks = stacks.blocks
         tick = self.episodes.observe_agents(
             episode,
             agent_ids,
@@ -172,6 +178,8 @@ class MultiAgentCalls(EpisodeCalls):
             request.infos,
             "log_action",
         )
+        if stacks is not None:
+            stacks.keep(episode)
         for g, (policy_id, idx) in enumerate(grouping.groups):
             slot = self.slots[policy_id]
             if slot.policy is not None and slot.policy.state_size:
@@ -207,8 +215,14 @@ class MultiAgentCalls(EpisodeCalls):
             ]
             explicit = self._explicit(episode, request.agent_ids, explicit)
             grouping = self.grouper.group(request.agent_ids, explicit)
-            _, rows = self.grouper.observations(
-                grouping, request.agent_ids, request.observation, "end_episode 'observations'"
+            rows = final_rows(
+                self.grouper,
+                self._frame_rule,
+                episode,
+                grouping,
+                request.agent_ids,
+                request.observation,
+                "end_episode 'observations'",
             )
         return self.episodes.end_agents(
             episode,
