@@ -27,7 +27,8 @@ import numpy as np
 from gymnasium import spaces
 
 from rlserve.errors import EpisodeError, SpaceError
-from rlserve.experience.agent_groups import AgentGrouper, AskPolicies, assigned
+from rlserve.experience.agent_columns import AgentTick
+from rlserve.experience.agent_groups import AgentGrouper, AskPolicies, Grouping, assigned
 from rlserve.experience.agent_values import PolicySpaces, PolicyTable
 from rlserve.experience.episode_records import Episode, EpisodeSummary
 from rlserve.experience.episodes import EpisodeTable
@@ -343,6 +344,27 @@ class Collector:
         limit = DEFAULT_LIMITS.max_agents_per_episode
         return assigned(episode, agent_ids, named, mapping, self.ask_policies, limit)
 
+    def _observe_agents(
+        self,
+        episode: Episode,
+        agent_ids: list[str],
+        grouping: Grouping,
+        blocks: list[np.ndarray],
+        call: str,
+    ) -> tuple[AgentTick, list[np.ndarray]]:
+        """Record the agents' observations (stacked for a policy that stacks frames)."""
+        stacks = stack_agents(
+            self.table_of_policies.frame_rule, episode, agent_ids, grouping.groups, blocks
+        )
+        if stacks is not None:
+            blocks = stacks.blocks
+        tick = self.table.observe_agents(
+            episode, agent_ids, grouping.policy_ids, grouping.groups, blocks, None, None, call
+        )
+        if stacks is not None:
+            stacks.keep(episode)
+        return tick, blocks
+
     def get_agent_actions(self, episode_id: str, observation: Any) -> dict[str, Any]:
         """Record each agent's observation and compute its action, one pass per policy."""
         episode = self.table.get(episode_id)
@@ -356,16 +378,7 @@ class Collector:
         blocks = self._grouper.blocks(
             grouping, agent_ids, list(observation.values()), "observations"
         )
-        stacks = stack_agents(
-            self.table_of_policies.frame_rule, episode, agent_ids, grouping.groups, blocks
-        )
-        if stacks is not None:
-            blocks = stacks.blocks
-        tick = self.table.observe_agents(
-            episode, agent_ids, grouping.policy_ids, grouping.groups, blocks, None, None
-        )
-        if stacks is not None:
-            stacks.keep(episode)
+        tick, blocks = self._observe_agents(episode, agent_ids, grouping, blocks, "get_action")
         single = len(blocks) == 1
         out: dict[str, Any] = {}
         try:
@@ -411,23 +424,7 @@ class Collector:
         taken = self._grouper.actions(
             grouping, agent_ids, [action[a] for a in agent_ids], "log_action 'actions'"
         )
-        stacks = stack_agents(
-            self.table_of_policies.frame_rule, episode, agent_ids, grouping.groups, blocks
-        )
-        if stacks is not None:
-            blocks = stacks.blocks
-        tick = self.table.observe_agents(
-            episode,
-            agent_ids,
-            grouping.policy_ids,
-            grouping.groups,
-            blocks,
-            None,
-            None,
-            "log_action",
-        )
-        if stacks is not None:
-            stacks.keep(episode)
+        tick, blocks = self._observe_agents(episode, agent_ids, grouping, blocks, "log_action")
         for g, (policy_id, idx) in enumerate(grouping.groups):
             positions = idx.tolist()
             policy = self._policies[policy_id]
