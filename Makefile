@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit compat wheel-check bench clean system-tools
+.PHONY: demo test lint typecheck unit compat wheel-check cpp-test bench clean system-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,10 +21,18 @@ $(STAMP): $(BIN)/python pyproject.toml
 # (tests/e2e/test_metrics_streams.py). Installed with apt-get only when missing (as root, or
 # through sudo); checked on every run rather than stamped, so that a tool removed since is
 # installed again.
-SYSTEM_TOOLS := chromium:chromium chromedriver:chromium-driver promtool:prometheus
+# The C++ client (clients/cpp) builds with cmake and g++; SYSTEM_PACKAGES are the Debian packages
+# it needs that install no command (headers, CMake package files), checked with dpkg -s instead:
+# msgpack-cxx for the codec, nlohmann-json for the tests' vector reader, OpenSSL for TLS.
+SYSTEM_TOOLS := chromium:chromium chromedriver:chromium-driver promtool:prometheus \
+	cmake:cmake g++:g++ ctest:cmake
+SYSTEM_PACKAGES := libmsgpack-cxx-dev nlohmann-json3-dev libssl-dev
 system-tools:
 	@missing=""; for pair in $(SYSTEM_TOOLS); do \
 		command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair#*:}"; \
+	done; \
+	for pkg in $(SYSTEM_PACKAGES); do \
+		dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
@@ -84,11 +92,19 @@ compat: $(addprefix compat-,$(COMPAT_PYTHONS))
 wheel-check: $(STAMP)
 	$(BIN)/python scripts/wheel_check.py
 
-test: lint typecheck unit compat wheel-check
+# The C++ client: one configure (kept between runs in clients/cpp/build), a build on two cores,
+# then its ctest suite (the protocol vectors, bad input, the C ABI, an installed consumer).
+CPP_BUILD := clients/cpp/build
+cpp-test: system-tools
+	cmake -S clients/cpp -B $(CPP_BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(CPP_BUILD) -j2
+	ctest --test-dir $(CPP_BUILD) --output-on-failure
+
+test: lint typecheck unit compat wheel-check cpp-test
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/remote_inference.py
 
 clean:
-	rm -rf $(VENV) .venv-* build dist src/*.egg-info
+	rm -rf $(VENV) .venv-* build dist src/*.egg-info $(CPP_BUILD)
