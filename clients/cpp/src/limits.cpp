@@ -1,6 +1,7 @@
 #include "rlserve/limits.hpp"
 
 #include <limits>
+#include <type_traits>
 
 #include "rlserve/value.hpp"
 
