@@ -4,20 +4,24 @@ Requests get increasing ids. :meth:`Connection.request` sends one and reads repl
 own arrives. :meth:`Connection.send_nowait` sends one without waiting (it is pipelined: the
 caller goes on, e.g. resets its simulator, while the reply travels). The next call first reads
 the replies of pipelined requests and raises an error among them, naming the request it belongs
-to, before it sends anything: a call that raises has taken no effect. Standard library sockets
-only.
+to, before it sends anything: a call that raises has taken no effect. With several front-ends
+(:mod:`rlserve.client.front_ends`), opening and re-opening move between them. Standard library
+sockets only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlserve.client.dial import Dialer
+from rlserve.client.front_ends import FrontEnds, split_addresses
 from rlserve.errors import (
+    ConfigError,
     ConnectionLostError,
     FrameTooLargeError,
     ProtocolError,
@@ -32,6 +36,8 @@ from rlserve.protocol.limits import DEFAULT_LIMITS, PROTOCOL_VERSION, Limits
 from rlserve.protocol.replies import ErrorReply, Welcome
 from rlserve.protocol.request_frames import RequestFramer
 from rlserve.protocol.session_requests import Hello
+
+logger = logging.getLogger("rlserve.client")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +63,9 @@ class Connection:
     """One binary-carrier connection to an rlserve server, re-opened when it breaks.
 
     Args:
-        address: Where the server listens.
+        address: Where the server listens; or several front-ends of one run (a list, or
+            addresses separated by commas): the connection opens to the first that answers and
+            re-opens to another when its own is lost (see :mod:`rlserve.client.front_ends`).
         token: The server's token, if it has one.
         client_name: Shown in the server's logs and metrics.
         inference_mode: Sent in ``hello``.
@@ -70,7 +78,7 @@ class Connection:
 
     def __init__(
         self,
-        address: str,
+        address: str | Sequence[str],
         token: str | None,
         client_name: str,
         inference_mode: str,
@@ -78,8 +86,10 @@ class Connection:
         tls_ca: str | None = None,
         client_id: str | None = None,
     ):
-        self._dialer = Dialer(address, tls_ca, timeouts.connect)
-        self.host, self.port, self.tls = self._dialer.host, self._dialer.port, self._dialer.tls
+        self._front_ends = FrontEnds(split_addresses(address), tls_ca, timeouts.connect)
+        self._use(0)
+        self.moved_from: str | None = None
+        """The front-end this connection left at its latest (re)opening, if it moved."""
         self._head: bytearray | None = None
         """The first bytes of the connection until its first frame (to name a foreign peer)."""
         self._token = token
@@ -107,18 +117,70 @@ class Connection:
         """Whether a TCP connection to the server was ever established."""
         return self._dialer.tcp_connected
 
+    @property
+    def front_end(self) -> str:
+        """``host:port`` of the front-end in use (or dialled last)."""
+        return f"{self.host}:{self.port}"
+
+    def _use(self, index: int) -> None:
+        self._dialer = self._front_ends.dialers[index]
+        self.host, self.port, self.tls = self._dialer.host, self._dialer.port, self._dialer.tls
+
     # -- lifecycle -------------------------------------------------------------------------
 
     def open(self) -> Welcome:
         """Connect and say hello; return the server's ``welcome``.
 
+        With several front-ends: the one in use first, then the others in turn; the first
+        that answers is used.
+
         Raises:
-            ConnectionLostError: The server cannot be reached.
+            ConnectionLostError: No front-end can be reached (the error names each).
             TLSError: Only one side speaks TLS.
             ConfigError: The address leads to an HTTP port, not a binary one (the message names
-                the binary port when the server's health says it).
+                the binary port when the server's health says it); or a front-end serves other
+                policies or spaces than the first one.
             AuthenticationError, VersionMismatchError: The server refused the hello.
         """
+        return self._open_any(self._front_ends.dial_order())
+
+    def _open_any(self, order: list[int]) -> Welcome:
+        """Open to the first front-end of ``order`` that answers (see :meth:`open`)."""
+        front_ends = self._front_ends
+        failures: list[str] = []
+        for index in order:
+            self._use(index)
+            try:
+                welcome = self._open_one()
+            except TLSError:
+                raise  # a mistake of this client's settings, not an outage
+            except ConnectionLostError as exc:
+                if len(order) == 1:
+                    raise
+                failures.append(str(exc))
+                continue
+            try:
+                left = front_ends.welcomed(index, welcome)
+            except ConfigError:
+                self._drop_socket()
+                raise
+            self.moved_from = left if self.welcome is not None else None
+            if self.moved_from is not None:
+                logger.warning(
+                    "rlserve: front-end %s is unreachable; moved to front-end %s",
+                    self.moved_from,
+                    self.front_end,
+                )
+            self.welcome = welcome
+            self.limits = welcome.limits
+            self._decoder.max_frame_bytes = self.limits.max_frame_bytes
+            return welcome
+        raise ConnectionLostError(
+            f"cannot reach any of the front-ends {front_ends.names}: " + "; ".join(failures)
+        )
+
+    def _open_one(self) -> Welcome:
+        """Connect to the current front-end and say hello; its ``welcome``."""
         sock = self._dialer.connect()
         sock.settimeout(self.timeouts.request)
         self._sock = sock
@@ -144,9 +206,6 @@ class Connection:
             if closed and not self.tls and self._head == b"" and dialer.speaks_tls():
                 raise TLSError(dialer.tls_peer_message()) from exc
             raise
-        self.welcome = welcome
-        self.limits = welcome.limits
-        self._decoder.max_frame_bytes = self.limits.max_frame_bytes
         return welcome
 
     def close(self) -> None:
@@ -167,11 +226,15 @@ class Connection:
     def reconnect(self, deadline: float | None = None) -> Welcome:
         """Re-open the connection with exponential backoff until the reconnect timeout.
 
+        With several front-ends: the same one first, then the others in turn (see
+        :meth:`FrontEnds.reconnect_order`); :attr:`moved_from` says whether it moved.
+
         Args:
             deadline: Give up at this ``time.monotonic()`` instead (e.g. a call's own deadline).
 
         Raises:
-            ConnectionLostError: The server stayed unreachable.
+            ConnectionLostError: The server (every front-end) stayed unreachable.
+            ConfigError: The front-end that answered serves other policies or spaces.
         """
         self._drop_socket()
         if deadline is None:
@@ -179,15 +242,18 @@ class Connection:
         delay = 0.05
         while True:
             try:
-                welcome = self.open()
+                welcome = self._open_any(self._front_ends.reconnect_order(time.monotonic()))
                 self.reconnects += 1
                 return welcome
             except ConnectionLostError:
                 if time.monotonic() + delay > deadline:
+                    others = ""
+                    if self._front_ends.several:
+                        others = f" or to another front-end ({self._front_ends.names})"
                     raise ConnectionLostError(
                         f"lost the connection to {self.host}:{self.port} and could not "
-                        f"reconnect within {self.timeouts.reconnect:.0f} s; start the server "
-                        "or raise the reconnect timeout"
+                        f"reconnect{others} within {self.timeouts.reconnect:.0f} s; start the "
+                        "server or raise the reconnect timeout"
                     ) from None
                 time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
                 delay = min(delay * 2, 2.0)

@@ -12,10 +12,12 @@ connection, keep the network off the caller's path:
 * the *shipper* sends fragments in batches (by step count and by time) with a unique batch id,
   and re-sends the same batch after a lost reply or a server restart; the server trains on each
   batch id once. The server answers a batch when it hands it to the learner, which paces the
-  shipper to the learner. What is ready is cut into reports that each fit the server's
-  ``max_frame_bytes`` and ``max_array_elements`` (a fragment is split by steps when needed), so a
-  backlog after an outage drains report after report; a single step too large for any report is
-  dropped and counted in :attr:`LocalInference.rejected_steps`.
+  shipper to the learner (after a move to another front-end, the unanswered batch goes there
+  with its batch id, and that one's weights are fetched whole). What is ready is cut into
+  reports that each fit the server's ``max_frame_bytes`` and ``max_array_elements`` (a fragment
+  is split by steps when needed), so a backlog after an outage drains report after report; a
+  single step too large for any report is dropped and counted in
+  :attr:`LocalInference.rejected_steps`.
 
 Each client samples actions from its own random stream: a ``SeedSequence`` of the client's seed
 (fresh entropy by default) spawns a child for every policy it swaps in.
@@ -54,6 +56,7 @@ from rlserve.client.reports import (
     report_message,
 )
 from rlserve.errors import (
+    ConfigError,
     ConnectionLostError,
     FrameTooLargeError,
     ServerError,
@@ -135,6 +138,8 @@ class LocalInference(Collector):
         self._weights_lock = threading.Lock()
         self._seeds = np.random.SeedSequence(seed)
         self._policies = {}
+        self._served_by: dict[str, Any] = {}
+        """Policy id -> the ``instance_id`` of the server its acting weights came from."""
         self._view = view
         first = {pid: self._fetch_retrying(pid, None) for pid in view.policies.policies}
         super().__init__(
@@ -162,10 +167,15 @@ class LocalInference(Collector):
 
     def _fetch(self, policy_id: str, have: int | None) -> NumpyPolicy:
         with self._weights_lock:
+            welcome = self._weights_conn.welcome
+            instance = welcome.instance_id if welcome is not None else None
+            if self._served_by.get(policy_id) != instance:
+                have = None  # another server (restarted, or another front-end): the whole set
             raw = self._weights_conn.request(GetWeights(0, policy_id, have).to_wire())
         reply = WeightsReply.from_wire(raw)
         if reply.unchanged:
             return self._policies[policy_id]
+        self._served_by[policy_id] = instance
         assert reply.model is not None and reply.arrays is not None
         with self._weights_lock:
             # Each swapped-in policy samples from its own child of this client's stream.
@@ -241,7 +251,8 @@ class LocalInference(Collector):
                 for policy_id, policy in list(self._policies.items()):
                     self._policies[policy_id] = self._fetch(policy_id, policy.version)
             except ConnectionLostError:
-                self._reconnect(self._weights_conn, self._weights_lock)
+                if self._reconnect(self._weights_conn, self._weights_lock):
+                    self._wake_refresher.set()  # fetch from the server found at once
             except ServerError as exc:
                 logger.warning("rlserve: fetching weights failed: %s", exc)
 
@@ -354,6 +365,8 @@ class LocalInference(Collector):
                 self._ship_error = f"the server could not be reached ({exc})"
                 if not self._reconnect(self._ship_conn, None):
                     return False
+                if self._ship_conn.moved_from is not None and self.update_interval is not None:
+                    self._wake_refresher.set()  # act with the new front-end's weights soon
             except (ServerError, SpaceError) as exc:
                 logger.error("rlserve: the server refused %d steps: %s", steps, exc)
                 self.rejected_steps += steps
@@ -404,6 +417,9 @@ class LocalInference(Collector):
                         self._buffered_steps,
                     )
                     warned = True
+            except ConfigError as exc:  # a front-end of another run: wait for a right one
+                self._warn_dropped("front-end", f"{exc}; {self._buffered_steps} steps buffered")
+                time.sleep(RECONNECT_SLICE)
         return False
 
     @property

@@ -41,7 +41,11 @@ class PolicyClient:
             ``tcp://host:port`` are accepted too; the client speaks the binary carrier whatever
             the scheme, and an HTTP-only port gets a :class:`ConfigError` naming the binary
             port); ``tls://host:port`` or ``https://host:port`` connect with TLS and verify the
-            server's certificate and host name (never falling back to plain text).
+            server's certificate and host name (never falling back to plain text). Or several
+            serving front-ends of one run: a list of addresses, or one string of addresses
+            separated by commas (each checked up front; ``token``, ``tls_ca`` and
+            ``client_id`` apply to all). The client connects to the first that answers, in
+            order, and moves to another when its own is lost (see "Front-ends" below).
         inference_mode: ``local`` (the default, as in RLlib): the client computes actions with
             numpy from weights the server ships and sends its experience in batches from a
             background thread. ``remote``: the server computes actions (one round trip per
@@ -91,6 +95,16 @@ class PolicyClient:
     it around an episode's loop and start a new episode (local mode keeps its episodes, as they
     live in the client).
 
+    Front-ends: with several addresses, a lost connection dials its own front-end again for a
+    second, then the others in turn (round-robin), within ``reconnect_timeout``; the log says
+    which front-end it moved to. To the client another front-end is like a restarted server:
+    remote-mode episodes started on the lost one raise
+    :class:`~rlserve.errors.EpisodeLostError` (naming both front-ends), and new episodes run on
+    the new one; local mode loses nothing: the batches the lost front-end did not acknowledge
+    are re-sent, with their batch ids, to the new one, and its weights are fetched. Every
+    front-end must serve the policies and spaces of the first one reached (else
+    :class:`ConfigError`: it belongs to another run).
+
     Threads: one client may be shared by several threads. Each call holds the client's lock
     for its duration (calls are serialised, never interleaved on the connection); run one
     client per thread for parallel round trips.
@@ -99,12 +113,13 @@ class PolicyClient:
         ConnectionLostError: The server cannot be reached.
         TLSError: The TLS handshake failed (certificate not trusted, or the server has no TLS).
         AuthenticationError: Wrong token.
-        ConfigError: An invalid argument (e.g. ``tls_ca`` with a plain-text address).
+        ConfigError: An invalid argument (e.g. ``tls_ca`` with a plain-text address, or a bad
+            address in a list).
     """
 
     def __init__(
         self,
-        address: str,
+        address: str | Sequence[str],
         inference_mode: str = "local",
         update_interval: float | None = 10.0,
         *,
@@ -420,6 +435,11 @@ class PolicyClient:
     def local(self) -> LocalInference | None:
         """The local-inference engine (buffer and shipping counters), in local mode."""
         return self._local
+
+    @property
+    def front_end(self) -> str:
+        """``host:port`` of the front-end in use (local mode: the one weights come from)."""
+        return self._conn.front_end
 
     @property
     def reconnects(self) -> int:

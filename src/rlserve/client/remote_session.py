@@ -4,7 +4,8 @@ Every episode call carries the episode's next sequence number ``seq`` and every 
 client's random ``client_id``, so a call re-sent after a lost reply or a timeout is answered
 with its first answer and never applied twice (see ``docs/protocol.md``, "Exactly-once calls").
 :class:`RemoteSession` numbers the calls, re-sends them on a fresh connection, and remembers
-which episodes are open, ended or lost (a restarted server no longer knows them).
+which episodes are open, ended or lost (a restarted server, or the front-end the client moved
+to when its own died, does not know them).
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ class RemoteSession:
         self._forget = forget
         self.open: OrderedDict[str, None] = OrderedDict()
         """Episodes this client started and has not ended."""
-        self.lost: OrderedDict[str, None] = OrderedDict()
-        """Episodes a restarted server no longer knows (their calls raise EpisodeLostError)."""
+        self.lost: OrderedDict[str, str] = OrderedDict()
+        """Episodes a restarted server, or another front-end, does not know -> why (their
+        calls raise EpisodeLostError)."""
         self.seq: dict[str, int] = {}
         """Episode id -> the ``seq`` of its last call the server accepted."""
         # The end_episode seq of recently ended episodes: calls after the end take the next
@@ -106,9 +108,13 @@ class RemoteSession:
                     raise
                 if self._welcome(conn.reconnect(deadline)):
                     if replay:
+                        moved_from = conn.moved_from
                         logger.warning(
-                            "rlserve: the server restarted; %d unanswered call(s) for its ended "
-                            "episodes are not re-sent",
+                            "rlserve: %s; %d unanswered call(s) for its ended episodes are not "
+                            "re-sent",
+                            "the server restarted"
+                            if moved_from is None
+                            else f"front-end {moved_from} was lost",
                             len(replay),
                         )
                         replay = []
@@ -123,14 +129,26 @@ class RemoteSession:
         """Take a reconnection's ``welcome``; True when it is a restarted server."""
         restarted = self._view.read(welcome)
         if restarted:
-            # The server restarted: the episodes this client had open are gone there.
+            # The server restarted, or this is another front-end: the episodes this client had
+            # open are unknown here.
+            reason = self._lost_reason()
             for episode_id in [*self.open, *self.seq]:
-                remember(self.lost, episode_id)
+                remember(self.lost, episode_id, reason)
             self.open.clear()
             self.seq.clear()
             self._ended_seq.clear()
             self._forget()
         return restarted
+
+    def _lost_reason(self) -> str:
+        """Why the episodes open before the latest reconnection are unknown now."""
+        moved_from = self.conn.moved_from
+        if moved_from is None:
+            return "the server restarted since it started and no longer knows it"
+        return (
+            f"it was started on front-end {moved_from}, which was lost, and this client moved "
+            f"to front-end {self.conn.front_end}, which does not know it"
+        )
 
     def _undo_refused(self, message: dict[str, Any]) -> None:
         """An ``end_episode`` was refused: the episode goes on, its next call takes the number."""
@@ -153,8 +171,8 @@ class RemoteSession:
         if lost:
             names = ", ".join(f"'{eid}'" for eid in lost)
             raise EpisodeLostError(
-                f"episode {names} is lost: the server restarted since it started and no longer "
-                "knows it; start a new episode (reset your environment) and carry on",
+                f"episode {names} is lost: {self.lost[lost[0]]}; start a new episode (reset "
+                "your environment) and carry on",
                 lost,
             )
 
@@ -199,9 +217,9 @@ def _episodes_of(message: dict[str, Any]) -> list[str]:
     return [episode_id] if isinstance(episode_id, str) else []
 
 
-def remember(ids: OrderedDict[str, None], episode_id: str) -> None:
-    """Add ``episode_id`` to ``ids`` as the newest, forgetting the oldest past the bound."""
-    ids[episode_id] = None
+def remember(ids: OrderedDict[str, Any], episode_id: str, value: Any = None) -> None:
+    """Add ``episode_id`` (with ``value``) to ``ids`` as the newest, dropping the oldest."""
+    ids[episode_id] = value
     ids.move_to_end(episode_id)
     if len(ids) > EPISODES_TRACKED:
         ids.popitem(last=False)
