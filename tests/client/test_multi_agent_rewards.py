@@ -69,10 +69,12 @@ def _bridge(service: Service) -> type:
             self.reconnects = 0
             self.mode = args[3]
             self.client_id = args[6]
+            self.welcome: Welcome | None = None
 
         def open(self) -> Welcome:
             hello = Hello(1, 1, inference_mode=self.mode, client_id=self.client_id)
-            return Welcome.from_wire(self.request(hello.to_wire()))
+            self.welcome = Welcome.from_wire(self.request(hello.to_wire()))
+            return self.welcome
 
         def request(self, message: dict[str, Any]) -> dict[str, Any]:
             replies: list[dict[str, Any]] = []
