@@ -71,7 +71,7 @@ def test_reconnecting_dials_its_own_front_end_first_then_all_in_turn(
     ends.index = 1
     assert ends.reconnect_order(100.0) == [1]
     assert ends.reconnect_order(100.0 + front_ends.SAME_FRONT_END_GRACE / 2) == [1]
-    assert ends.reconnect_order(100.0 + front_ends.SAME_FRONT_END_GRACE) == [1, 2, 0]
+    assert ends.reconnect_order(100.0 + front_ends.SAME_FRONT_END_GRACE) == [2, 0, 1]
 
 
 @pytest.mark.timeout(30)

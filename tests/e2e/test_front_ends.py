@@ -81,9 +81,11 @@ def test_remote_episodes_on_a_killed_front_end_are_lost_and_new_ones_run_on_anot
         assert client.get_action(old, GOOD) in (0, 1)
         first.stop(signal.SIGKILL)
 
-        with caplog.at_level(logging.WARNING, logger="rlserve.client"):
-            with pytest.raises(EpisodeLostError) as lost:
-                client.get_action(old, GOOD)
+        with (
+            caplog.at_level(logging.WARNING, logger="rlserve.client"),
+            pytest.raises(EpisodeLostError) as lost,
+        ):
+            client.get_action(old, GOOD)
         message = str(lost.value)
         for part in (old, first.address, second.address, "start a new episode"):
             assert part in message, message

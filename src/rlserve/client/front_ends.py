@@ -3,8 +3,8 @@
 ``PolicyClient`` takes one address or several (front-ends of one run, each an ordinary rlserve
 server with its own port). It connects to the first that answers, in the order given. When its
 connection breaks it dials the same front-end again for :data:`SAME_FRONT_END_GRACE` seconds (a
-network blip, or a server restarting in place), then every front-end in turn, starting with the
-one after it (round-robin), until the reconnect timeout. Every front-end after the first must
+network blip, or a server restarting in place), then the others in turn from the one after it
+(round-robin, its own last), until the reconnect timeout. Every front-end after the first must
 serve the same policies and spaces as the first one's ``welcome``: a front-end of another run is
 a configuration mistake. Standard library only.
 """
@@ -101,13 +101,15 @@ class FrontEnds:
     def reconnect_order(self, now: float) -> list[int]:
         """The front-ends to dial now that the connection is lost (since the first call).
 
-        The same one for :data:`SAME_FRONT_END_GRACE` seconds, then all of them in turn.
+        The same one for :data:`SAME_FRONT_END_GRACE` seconds, then the others in turn from the
+        one after it, and itself last (a hung front-end costs a request timeout to find out).
         """
         if self._lost_since is None:
             self._lost_since = now
         if now - self._lost_since < SAME_FRONT_END_GRACE:
             return [self.index]
-        return self.dial_order()
+        count = len(self.dialers)
+        return [(self.index + k) % count for k in range(1, count + 1)]
 
     def welcomed(self, index: int, welcome: Welcome) -> str | None:
         """Front-end ``index`` said welcome: use it; the one it replaces, if it is another.
