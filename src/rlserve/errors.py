@@ -112,8 +112,9 @@ class EpisodeError(ServerError):
 class EpisodeLostError(EpisodeError):
     """The server restarted since the episode started, so it is gone: start a new episode.
 
-    Raised by the client, without a round trip, for every later call of such an episode. Catch
-    it around one episode's loop and start the next episode (``docs/protocol.md``, section 9.9).
+    Also when the client moved to another front-end because the episode's died. Raised by the
+    client, without a round trip, for every later call of such an episode. Catch it around one
+    episode's loop and start the next episode (``docs/protocol.md``, section 9.9).
 
     Attributes:
         episode_ids: The lost episodes the call named.
