@@ -40,10 +40,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from typing import Any, TypeVar
-
-import numpy as np
 
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.engine import ServerView
@@ -55,6 +52,7 @@ from rlserve.client.reports import (
     plan_policy_reports,
     report_message,
 )
+from rlserve.client.weights_source import WeightsSource
 from rlserve.errors import (
     ConfigError,
     ConnectionLostError,
@@ -64,11 +62,8 @@ from rlserve.errors import (
 )
 from rlserve.experience.collector import Collector
 from rlserve.experience.episode_records import EpisodeSummary
-from rlserve.policy import ModelSpec, NumpyPolicy
 from rlserve.protocol.fragment import Fragment
-from rlserve.protocol.multi_agent_requests import MapAgents
-from rlserve.protocol.replies import AgentsMapped, SamplesAccepted, WeightsReply
-from rlserve.protocol.session_requests import GetWeights
+from rlserve.protocol.replies import SamplesAccepted
 
 logger = logging.getLogger("rlserve.client")
 
@@ -135,13 +130,11 @@ class LocalInference(Collector):
         """Accepted steps the server's learner dropped unread (it fell behind)."""
         self._warned_at: dict[str, float] = {}
         self._weights_conn = weights_conn
-        self._weights_lock = threading.Lock()
-        self._seeds = np.random.SeedSequence(seed)
+        self._weights = WeightsSource(weights_conn, timeouts, seed)
+        self._weights_lock = self._weights.lock
         self._policies = {}
-        self._served_by: dict[str, Any] = {}
-        """Policy id -> the ``instance_id`` of the server its acting weights came from."""
         self._view = view
-        first = {pid: self._fetch_retrying(pid, None) for pid in view.policies.policies}
+        first = {pid: self._weights.fetch_retrying(pid, None) for pid in view.policies.policies}
         super().__init__(
             view.policies,
             first,
@@ -151,7 +144,7 @@ class LocalInference(Collector):
             self._add_summary,
         )
         if view.policies.map_agents:
-            self.ask_policies = self._map_agents
+            self.ask_policies = self._weights.map_agents
         self._ship_conn: Connection = make_connection()
         self._shipper = threading.Thread(
             target=self._ship_loop, name="rlserve-shipper", daemon=True
@@ -164,61 +157,6 @@ class LocalInference(Collector):
         track_unclosed(self)
 
     # -- weights -----------------------------------------------------------------------------
-
-    def _fetch(self, policy_id: str, have: int | None) -> NumpyPolicy:
-        with self._weights_lock:
-            welcome = self._weights_conn.welcome
-            instance = welcome.instance_id if welcome is not None else None
-            if self._served_by.get(policy_id) != instance:
-                have = None  # another server (restarted, or another front-end): the whole set
-            raw = self._weights_conn.request(GetWeights(0, policy_id, have).to_wire())
-        reply = WeightsReply.from_wire(raw)
-        if reply.unchanged:
-            return self._policies[policy_id]
-        self._served_by[policy_id] = instance
-        assert reply.model is not None and reply.arrays is not None
-        with self._weights_lock:
-            # Each swapped-in policy samples from its own child of this client's stream.
-            child = self._seeds.spawn(1)[0]
-        spec = ModelSpec.from_wire(reply.model)
-        arrays = {str(k): np.asarray(v) for k, v in reply.arrays.items()}
-        seed = int(child.generate_state(1, np.uint64)[0])
-        return NumpyPolicy(spec, arrays, reply.version, seed=seed)
-
-    def _fetch_retrying(self, policy_id: str, have: int | None) -> NumpyPolicy:
-        """:meth:`_fetch`, re-sent after a lost reply or a timeout within the reconnect timeout.
-
-        ``get_weights`` is safe to repeat (e.g. while the server waits for its first weights).
-        """
-        return self._retrying(lambda: self._fetch(policy_id, have))
-
-    def _map_agents(self, episode_id: str, agent_ids: list[str]) -> list[str]:
-        """Ask the server's mapping function which policy acts for new agents of an episode.
-
-        ``map_agents`` is safe to repeat, so it is re-sent like ``get_weights``.
-        """
-
-        def ask() -> list[str]:
-            with self._weights_lock:
-                raw = self._weights_conn.request(MapAgents(0, episode_id, agent_ids).to_wire())
-            return AgentsMapped.from_wire(raw, len(agent_ids)).policy_ids
-
-        return self._retrying(ask)
-
-    def _retrying(self, call: Callable[[], T]) -> T:
-        """``call()`` on the weights connection, again after a reconnection while it is lost."""
-        deadline: float | None = None
-        while True:
-            try:
-                return call()
-            except ConnectionLostError:
-                now = time.monotonic()
-                if deadline is None:
-                    deadline = now + self._timeouts.reconnect
-                if now >= deadline:
-                    raise
-                with self._weights_lock:
-                    self._weights_conn.reconnect(deadline)
 
     @property
     def weights_version(self) -> int | None:
@@ -235,7 +173,7 @@ class LocalInference(Collector):
     def update_weights(self) -> None:
         """Fetch the newest weights of every policy now (a round trip each, or more to retry)."""
         for policy_id, policy in list(self._policies.items()):
-            self._policies[policy_id] = self._fetch_retrying(policy_id, policy.version)
+            self._policies[policy_id] = self._weights.fetch_retrying(policy_id, policy)
 
     def _refresh_loop(self) -> None:
         while not self._stopping:
@@ -249,7 +187,7 @@ class LocalInference(Collector):
                 return
             try:
                 for policy_id, policy in list(self._policies.items()):
-                    self._policies[policy_id] = self._fetch(policy_id, policy.version)
+                    self._policies[policy_id] = self._weights.fetch(policy_id, policy)
             except ConnectionLostError:
                 if self._reconnect(self._weights_conn, self._weights_lock):
                     self._wake_refresher.set()  # fetch from the server found at once
