@@ -13,7 +13,7 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[server,dev,pettingzoo,tracking]'
+	$(BIN)/pip install --quiet -e '.[server,dev,pettingzoo,tracking,ray]'
 	touch $(STAMP)
 
 # System tools the tests drive, from Debian's packages: headless Chromium for the dashboard's

@@ -22,6 +22,7 @@ LAYERS: list[set[str]] = [
     {"learners", "env"},
     {"training"},
     {"server", "client"},
+    {"cluster"},
     {"algorithm"},
     {"cli"},
 ]

@@ -76,6 +76,10 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig):
         self.remote_worker_envs = False
         self.envs_per_process = 1
         self.step_timeout_s = 60.0
+        self.env_runner_backend: str | None = None
+        """``"ray"``, ``"process"``, or None: Ray when ``ray.is_initialized()``, else processes."""
+        self.num_cpus_per_env_runner: float = 1.0
+        self.custom_resources_per_env_runner: dict[str, float] = {}
         self.rollout_fragment_length = 200
         self.min_env_steps_per_iteration = 4000
         self.training_settings: dict[str, Any] = {}
@@ -151,6 +155,9 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig):
         rollout_fragment_length: int | None = None,
         sample_timeout_s: float | None = None,
         observation_filter: str | None = None,
+        backend: str | None = None,
+        num_cpus_per_env_runner: float | None = None,
+        custom_resources_per_env_runner: dict[str, float] | None = None,
     ) -> AlgorithmConfig:
         """How experience is sampled.
 
@@ -172,9 +179,31 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig):
                 sets the algorithm's ``normalize_observations`` (running statistics kept by
                 the learner and shipped with each weights version), ``"NoFilter"`` clears it;
                 unset, the algorithm's default (PPO: on for unbounded Box observations).
+            backend: Where the env runners run: ``"process"`` (forked processes on this
+                machine), ``"ray"`` (Ray actors anywhere in the cluster ``ray.init``
+                connected to; ``pip install 'rlserve[ray]'``) or ``"auto"`` (the default: Ray
+                when this process has called ``ray.init``, else processes).
+            num_cpus_per_env_runner: CPUs each Ray env-runner actor holds (default 1).
+            custom_resources_per_env_runner: Custom resources each Ray env-runner actor holds,
+                e.g. ``{"sim": 1}`` to run only on nodes started with ``--resources``.
         """
         if observation_filter is not None:
             self._observation_filter(observation_filter)
+        if backend is not None:
+            if backend not in ("ray", "process", "auto"):
+                raise ConfigError(f"backend must be 'ray', 'process' or 'auto', got {backend!r}")
+            if backend == "ray":
+                from rlserve.cluster import import_ray
+
+                import_ray()
+            self.env_runner_backend = None if backend == "auto" else backend
+        cpus = num_cpus_per_env_runner
+        if cpus is not None:
+            if not isinstance(cpus, (int, float)) or isinstance(cpus, bool) or cpus < 0:
+                raise ConfigError(f"num_cpus_per_env_runner must be a number >= 0, got {cpus!r}")
+            self.num_cpus_per_env_runner = float(cpus)
+        if custom_resources_per_env_runner is not None:
+            self.custom_resources_per_env_runner = _resources(custom_resources_per_env_runner)
         for name, value in (
             ("num_env_runners", num_env_runners),
             ("num_envs_per_env_runner", num_envs_per_env_runner),
@@ -186,7 +215,11 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig):
                 if not isinstance(value, int) or value < minimum:
                     raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
                 setattr(self, name, value)
-        if self.num_env_runners and "fork" not in mp.get_all_start_methods():
+        if (
+            self.num_env_runners
+            and self.env_runner_backend != "ray"
+            and "fork" not in mp.get_all_start_methods()
+        ):
             requested, self.num_env_runners = self.num_env_runners, 0
             raise ConfigError(
                 f"num_env_runners={requested}: env-runner processes need the 'fork' start "
@@ -425,3 +458,24 @@ def config_for(name: str | None) -> AlgorithmConfig:
     config = AlgorithmConfig()
     config.algo_name = entry.name
     return config
+
+
+def _resources(resources: Any) -> dict[str, float]:
+    """``custom_resources_per_env_runner``, checked: resource name -> amount >= 0."""
+    if not isinstance(resources, dict) or not all(
+        isinstance(name, str)
+        and isinstance(amount, (int, float))
+        and not isinstance(amount, bool)
+        and amount >= 0
+        for name, amount in resources.items()
+    ):
+        raise ConfigError(
+            "custom_resources_per_env_runner must map resource names to amounts >= 0, e.g. "
+            f"{{'sim': 1}}, got {resources!r}"
+        )
+    if "CPU" in resources or "GPU" in resources:
+        raise ConfigError(
+            "custom_resources_per_env_runner takes custom resources only: ask for CPUs with "
+            "num_cpus_per_env_runner"
+        )
+    return {name: float(amount) for name, amount in resources.items()}

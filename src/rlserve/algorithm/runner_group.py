@@ -15,6 +15,13 @@ fails ``max_restarts + 1`` times in a row without a successful round, :meth:`sam
 ``RuntimeError`` naming the environment. Starting, watching, killing and restarting the
 processes is the :class:`~rlserve.processes.supervisor.ProcessSupervisor`'s; this module owns
 the rounds, the runners' seeds and weights versions, and their lost episodes.
+
+With ``env_runners(backend="ray")`` (or by default once ``ray.init`` was called) the runners are
+Ray actors anywhere in the cluster instead, each holding ``num_cpus_per_env_runner`` CPUs and
+``custom_resources_per_env_runner``, supervised by :class:`~rlserve.cluster.RaySupervisor` with
+the same rounds, restarts and counts; each new weights version is put in Ray's object store
+once and read by every runner that needs it (copied once per node). Both backends run the same
+runner body, :class:`~rlserve.algorithm.runner_process.RunnerWorker`.
 """
 
 from __future__ import annotations
@@ -33,8 +40,9 @@ from typing import Any
 import numpy as np
 
 from rlserve.algorithm.config import AlgorithmConfig
-from rlserve.algorithm.runner_process import RunnerSetup, run_runner
+from rlserve.algorithm.runner_process import RunnerSetup, RunnerWorker, run_runner
 from rlserve.algorithm.sources import make_source
+from rlserve.cluster import RaySupervisor, Stamp, use_ray
 from rlserve.env.base import EnvSource
 from rlserve.errors import ConfigError, DecodeError
 from rlserve.experience.agent_values import PolicyTable
@@ -100,7 +108,7 @@ class _Runner:
 
 
 class RunnerGroup:
-    """``config.num_env_runners`` env-runner processes sampling in parallel.
+    """``config.num_env_runners`` env runners (processes or Ray actors) sampling in parallel.
 
     Runner ``k`` (1..N) is the supervisor's child ``k - 1``.
 
@@ -118,7 +126,8 @@ class RunnerGroup:
             in flight in failed runners.
 
     Raises:
-        ConfigError: The environment cannot be made in a runner.
+        ConfigError: The environment cannot be made in a runner; Ray is asked for but not
+            installed or not initialised; no Ray node has the resources a runner asks for.
         RuntimeError: A runner could not be started.
     """
 
@@ -147,26 +156,43 @@ class RunnerGroup:
             self.hang_timeout_s = 2 * config.step_timeout_s + REMOTE_RESTART_ALLOWANCE_S
         env = config.env
         env_name = env if isinstance(env, str) else getattr(env, "__qualname__", repr(env))
-        self._runners = [
-            _Runner(k, ctx.RawValue("d", 0.0)) for k in range(1, config.num_env_runners + 1)
-        ]
-        self._supervisor = ProcessSupervisor(
-            [f"rlserve-env-runner-{r.index}" for r in self._runners],
-            [f"env {env_name} in env runner {r.index}" for r in self._runners],
-            run_runner,
-            what="runner process",
-            wire=CODEC,
-            close_message={"type": "close"},
-            logger=logger,
-            restart_note="the runner",
-            success="sample",
-            max_restarts=max_restarts,
-            close_wait_s=_CLOSE_WAIT_S,
-            context=ctx,
-            # Not a daemon: a runner with remote_worker_envs starts processes of its own, which
-            # a daemon may not. The finaliser (and each runner's parent watch) reaps them instead.
-            daemon=False,
-        )
+        self._ray = use_ray(config.env_runner_backend)
+        if self._ray:
+            self._runners = [_Runner(k, Stamp()) for k in range(1, config.num_env_runners + 1)]
+            self._supervisor: ProcessSupervisor | RaySupervisor = RaySupervisor(
+                [f"env {env_name} in env runner {r.index}" for r in self._runners],
+                RunnerWorker,
+                what="runner actor",
+                logger=logger,
+                restart_note="the runner",
+                success="sample",
+                stamps=[r.stamp for r in self._runners],
+                num_cpus=config.num_cpus_per_env_runner,
+                resources=config.custom_resources_per_env_runner,
+                max_restarts=max_restarts,
+            )
+        else:
+            self._runners = [
+                _Runner(k, ctx.RawValue("d", 0.0)) for k in range(1, config.num_env_runners + 1)
+            ]
+            self._supervisor = ProcessSupervisor(
+                [f"rlserve-env-runner-{r.index}" for r in self._runners],
+                [f"env {env_name} in env runner {r.index}" for r in self._runners],
+                run_runner,
+                what="runner process",
+                wire=CODEC,
+                close_message={"type": "close"},
+                logger=logger,
+                restart_note="the runner",
+                success="sample",
+                max_restarts=max_restarts,
+                close_wait_s=_CLOSE_WAIT_S,
+                context=ctx,
+                # Not a daemon: a runner with remote_worker_envs starts processes of its own,
+                # which a daemon may not. The finaliser (and each runner's parent watch) reaps
+                # them instead.
+                daemon=False,
+            )
         self._finalizer = Finalize(self, self._supervisor.stop, exitpriority=10)
         try:
             for runner in self._runners:
@@ -190,8 +216,22 @@ class RunnerGroup:
 
     @property
     def pids(self) -> list[int | None]:
-        """The runners' process ids, in runner order (None: not running)."""
+        """The runners' process ids (on their node), in runner order (None: not running)."""
         return self._supervisor.pids
+
+    @property
+    def nodes(self) -> list[str | None]:
+        """The address of the Ray node each runner runs on (None: a process of this machine)."""
+        if isinstance(self._supervisor, RaySupervisor):
+            return self._supervisor.nodes
+        return [None] * len(self._runners)
+
+    @property
+    def actors(self) -> list[Any]:
+        """The runners' Ray actor handles, in runner order (empty: processes)."""
+        if isinstance(self._supervisor, RaySupervisor):
+            return self._supervisor.actors
+        return []
 
     @property
     def num_healthy(self) -> int:

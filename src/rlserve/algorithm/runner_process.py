@@ -50,12 +50,12 @@ from rlserve.processes.child import enter_child
 from rlserve.processes.wire import receive, send
 from rlserve.protocol.fragment import Fragment
 
-__all__ = ["RunnerSetup", "run_runner"]
+__all__ = ["RunnerSetup", "RunnerWorker", "run_runner"]
 
 
 @dataclass
 class RunnerSetup:
-    """What a runner process starts from (inherited through ``fork``).
+    """What a runner starts from (inherited through ``fork``; pickled for a Ray actor).
 
     Attributes:
         config: The Algorithm's settings (environment, copies, fragment length).
@@ -63,7 +63,9 @@ class RunnerSetup:
         packages: The weights to act with until the first ``sample`` brings others.
         index: The runner's number, 1..N (its environments' ``worker_index``).
         seed: Seed of its environments' first reset and of its policies' sampling.
-        stamp: Shared ``double``: :func:`time.monotonic` of the runner's last step.
+        stamp: :func:`time.monotonic` of the runner's last step, in ``value``: a shared
+            ``double`` for a process, the actor's own for a Ray actor (whose age the parent
+            asks for).
     """
 
     config: AlgorithmConfig
@@ -103,84 +105,131 @@ def run_runner(conn: Connection, setup: RunnerSetup, inherited: Sequence[Connect
     """The body of a runner process: make the environments, then answer commands until told."""
     enter_child(inherited)
     close_inherited_sockets(keep={0, 1, 2, conn.fileno()})
-    source: EnvSource | None = None
+    worker = RunnerWorker(setup)
     try:
-        try:
-            source = make_source(setup.config, seed=setup.seed, worker_index=setup.index)
-        except ConfigError as exc:
-            send(conn, {"type": "config_error", "reason": str(exc)})
-            return
-        _serve(conn, setup, source)
-    except Exception as exc:
         with contextlib.suppress(OSError, ValueError):
-            send(
-                conn,
-                {
-                    "type": "error",
-                    "reason": f"{type(exc).__name__}: {exc}",
-                    "traceback": traceback.format_exc(),
-                },
-            )
+            send(conn, worker.greeting)
+        if worker.greeting["type"] != "ready":
+            return
+        while True:
+            try:
+                message = receive(conn)
+            except (EOFError, OSError):
+                return
+            if message.get("type") != "sample":
+                return
+            reply = worker.handle(message)
+            with contextlib.suppress(OSError, ValueError):
+                send(conn, reply)
+            if reply["type"] != "sampled":
+                return
     finally:
+        worker.close()
+
+
+class RunnerWorker:
+    """A runner's environments, collector and EnvRunner, answering one message at a time.
+
+    The body every runner backend shares: a runner process drives it over its pipe
+    (:func:`run_runner`), a Ray actor through method calls (:mod:`rlserve.cluster`). It never
+    raises: whatever goes wrong is its answer (``config_error`` or ``error``).
+
+    Attributes:
+        greeting: The first answer: ``ready`` (with ``in_flight``), ``config_error`` (the
+            environment cannot be made) or ``error``.
+    """
+
+    def __init__(self, setup: RunnerSetup) -> None:
+        self._setup = setup
+        self._source: EnvSource | None = None
+        try:
+            try:
+                self._source = make_source(setup.config, seed=setup.seed, worker_index=setup.index)
+            except ConfigError as exc:
+                self.greeting: dict[str, Any] = {"type": "config_error", "reason": str(exc)}
+                return
+            self._open(self._source)
+        except Exception as exc:
+            self.greeting = _error(exc)
+
+    def _open(self, source: EnvSource) -> None:
+        setup = self._setup
+        seeds = np.random.SeedSequence([setup.seed, setup.index])
+
+        def policy(package: WeightsPackage) -> NumpyPolicy:
+            seed = int(seeds.spawn(1)[0].generate_state(1, np.uint64)[0])
+            return NumpyPolicy(package.spec, package.arrays, package.version, seed=seed)
+
+        self._policy = policy
+        self._fragments: list[Fragment] = []
+        self._summaries: list[EpisodeSummary] = []
+        num_envs = int(getattr(source, "num_envs", 1))
+        self._collector = Collector(
+            setup.table,
+            {pid: policy(package) for pid, package in setup.packages.items()},
+            setup.config.rollout_fragment_length,
+            max(1024, 4 * num_envs),
+            self._fragments.append,
+            self._summaries.append,
+        )
+        self._runner = EnvRunner(source, self._collector, seed=setup.seed)
+        # A single-agent vector source's episodes live in the runner's VectorRollout, not in the
+        # collector's table: one open per copy.
+        self._vector_copies = (
+            num_envs if isinstance(source, VectorEnvSource) and not source.multi_agent else 0
+        )
+        # Before its first reset a source has no episode open, but a failure then still loses
+        # one per copy: count those.
+        self.greeting = {"type": "ready", "in_flight": num_envs}
+
+    @property
+    def stamp(self) -> Any:
+        """The clock it stamps after every step (:attr:`RunnerSetup.stamp`)."""
+        return self._setup.stamp
+
+    def handle(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The answer to a ``sample`` message: ``sampled``, or ``error`` (the runner is done)."""
+        try:
+            return self._sample(message)
+        except Exception as exc:
+            return _error(exc)
+
+    def _sample(self, message: dict[str, Any]) -> dict[str, Any]:
+        stamp = self._setup.stamp
+        stamp.value = time.monotonic()
+        for pid, raw in message["weights"].items():
+            self._collector.set_policy(str(pid), self._policy(WeightsPackage.from_wire(raw)))
+        wanted = int(message["steps"])
+        steps = 0
+        while steps < wanted:
+            # One round at a time, so the parent sees progress after every step.
+            steps += self._runner.sample(1)
+            stamp.value = time.monotonic()
+        self._runner.cut()
+        reply = {
+            "type": "sampled",
+            "round": message.get("round"),
+            "env_steps": steps,
+            "episodes_failed": self._runner.episodes_failed,
+            "in_flight": len(self._collector.table) + self._vector_copies,
+            "fragments": [f.to_wire() for f in self._fragments],
+            "summaries": [summary_to_wire(s, with_policy=True) for s in self._summaries],
+        }
+        self._fragments.clear()
+        self._summaries.clear()
+        return reply
+
+    def close(self) -> None:
+        """Close the environments (idempotent)."""
+        source, self._source = self._source, None
         if source is not None:
             with contextlib.suppress(Exception):
                 source.close()
 
 
-def _serve(conn: Connection, setup: RunnerSetup, source: EnvSource) -> None:
-    config = setup.config
-    seeds = np.random.SeedSequence([setup.seed, setup.index])
-
-    def policy(package: WeightsPackage) -> NumpyPolicy:
-        seed = int(seeds.spawn(1)[0].generate_state(1, np.uint64)[0])
-        return NumpyPolicy(package.spec, package.arrays, package.version, seed=seed)
-
-    fragments: list[Fragment] = []
-    summaries: list[EpisodeSummary] = []
-    num_envs = int(getattr(source, "num_envs", 1))
-    collector = Collector(
-        setup.table,
-        {pid: policy(package) for pid, package in setup.packages.items()},
-        config.rollout_fragment_length,
-        max(1024, 4 * num_envs),
-        fragments.append,
-        summaries.append,
-    )
-    runner = EnvRunner(source, collector, seed=setup.seed)
-    # A single-agent vector source's episodes live in the runner's VectorRollout, not in the
-    # collector's table: one open per copy.
-    vector_copies = (
-        num_envs if isinstance(source, VectorEnvSource) and not source.multi_agent else 0
-    )
-    # Before its first reset a source has no episode open, but a failure then still loses one
-    # per copy: count those.
-    send(conn, {"type": "ready", "in_flight": num_envs})
-    while True:
-        try:
-            message = receive(conn)
-        except (EOFError, OSError):
-            return
-        if message.get("type") != "sample":
-            return
-        setup.stamp.value = time.monotonic()
-        for pid, raw in message["weights"].items():
-            collector.set_policy(str(pid), policy(WeightsPackage.from_wire(raw)))
-        wanted = int(message["steps"])
-        steps = 0
-        while steps < wanted:
-            # One round at a time, so the parent sees progress after every step.
-            steps += runner.sample(1)
-            setup.stamp.value = time.monotonic()
-        runner.cut()
-        reply = {
-            "type": "sampled",
-            "round": message.get("round"),
-            "env_steps": steps,
-            "episodes_failed": runner.episodes_failed,
-            "in_flight": len(collector.table) + vector_copies,
-            "fragments": [f.to_wire() for f in fragments],
-            "summaries": [summary_to_wire(s, with_policy=True) for s in summaries],
-        }
-        fragments.clear()
-        summaries.clear()
-        send(conn, reply)
+def _error(exc: Exception) -> dict[str, Any]:
+    return {
+        "type": "error",
+        "reason": f"{type(exc).__name__}: {exc}",
+        "traceback": traceback.format_exc(),
+    }

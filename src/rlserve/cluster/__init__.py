@@ -1,0 +1,20 @@
+"""Running parts of rlserve on a Ray cluster (``pip install 'rlserve[ray]'``).
+
+Only this package imports Ray, and only when a Ray backend is asked for: without Ray installed
+everything else works as before, and asking for it raises a one-line
+:class:`~rlserve.errors.ConfigError` naming the install command.
+
+* :mod:`~rlserve.cluster.ray_import`: importing Ray on demand and choosing the backend.
+* :mod:`~rlserve.cluster.resources`: refusing, before anything starts, a resource no node has.
+* :mod:`~rlserve.cluster.supervisor`: :class:`RaySupervisor`, supervised workers as Ray actors
+  (the Ray twin of :class:`~rlserve.processes.supervisor.ProcessSupervisor`); the env runners
+  of :class:`~rlserve.algorithm.runner_group.RunnerGroup` run in it with ``backend="ray"``.
+"""
+
+from __future__ import annotations
+
+from rlserve.cluster.ray_import import RAY_INSTALL, import_ray, use_ray
+from rlserve.cluster.resources import check_resources
+from rlserve.cluster.supervisor import RaySupervisor, Stamp
+
+__all__ = ["RAY_INSTALL", "RaySupervisor", "Stamp", "check_resources", "import_ray", "use_ray"]

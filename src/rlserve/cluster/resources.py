@@ -1,0 +1,48 @@
+"""Refusing, before anything starts, a resource request that no node of the cluster can meet.
+
+Ray waits forever for an actor whose resources no node has; rlserve checks the live nodes first
+and names the resource and the fix instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rlserve.errors import ConfigError
+
+__all__ = ["check_resources"]
+
+_SETTING = {"CPU": "num_cpus_per_env_runner"}
+"""The setting that asks for a built-in resource (the others: ``custom_resources_per_*``)."""
+
+
+def check_resources(ray: Any, need: Mapping[str, float], what: str = "env runner") -> None:
+    """Raise unless some live node of the cluster has all of ``need`` for one ``what``.
+
+    Args:
+        ray: The ``ray`` module, initialised.
+        need: Resource name -> amount one worker asks for (0: not asked).
+        what: The worker, for the message.
+
+    Raises:
+        ConfigError: No node has enough of a resource (or of all of them together).
+    """
+    wanted = {name: float(amount) for name, amount in need.items() if amount > 0}
+    nodes = [dict(node.get("Resources", {})) for node in ray.nodes() if node.get("Alive")]
+    if any(all(node.get(k, 0.0) >= v for k, v in wanted.items()) for node in nodes):
+        return
+    for name, amount in wanted.items():
+        most = max((node.get(name, 0.0) for node in nodes), default=0.0)
+        if most < amount:
+            setting = _SETTING.get(name, f"custom_resources_per_{what.replace(' ', '_')}")
+            flag = "--num-cpus=N" if name == "CPU" else f"--resources='{{\"{name}\": N}}'"
+            raise ConfigError(
+                f"no node of the Ray cluster has {name}={amount:g} for one {what} ({setting}; "
+                f"the most any node has is {most:g}): start a node with it (ray start "
+                f"--address=HEAD {flag}) or ask for less"
+            )
+    raise ConfigError(
+        f"no node of the Ray cluster has all of {wanted} for one {what}: start a node with "
+        "them all (ray start --address=HEAD ...) or ask for less"
+    )

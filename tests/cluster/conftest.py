@@ -1,0 +1,155 @@
+"""A real two-node Ray cluster on loopback for the tests of ``rlserve.cluster``, per session.
+
+The head node listens on 127.0.0.2 and the second node, which alone has the custom resource
+``sim``, on 127.0.0.3: Ray rewrites 127.0.0.1 to the machine's network address, and no test
+traffic may leave loopback. Each cluster has a temp dir of its own, so parallel test sessions
+do not share one, and it is stopped by killing the processes that name that dir (``ray stop``
+would stop every Ray cluster of the machine, other sessions' too). The tests are skipped when
+Ray is not installed (``pip install 'rlserve[ray]'``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HEAD_IP = "127.0.0.2"
+SECOND_IP = "127.0.0.3"
+OBJECT_STORE_BYTES = 200 * 1024 * 1024
+START_TIMEOUT_S = 120.0
+STOP_GRACE_S = 5.0
+
+
+@dataclass
+class RayCluster:
+    """A running two-node cluster and the ``ray`` module connected to it."""
+
+    ray: Any
+    address: str
+    temp_dir: Path
+    head_ip: str = HEAD_IP
+    second_ip: str = SECOND_IP
+    """The node with the custom resource ``sim``."""
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _ray_command() -> str:
+    script = Path(sys.executable).parent / "ray"
+    return str(script) if script.exists() else "ray"
+
+
+def _cluster_pids(temp_dir: Path) -> list[int]:
+    """The processes whose command line names ``temp_dir``: this cluster's, no other's."""
+    found = []
+    marker = str(temp_dir).encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if marker in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+    return found
+
+
+def _stop(temp_dir: Path) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = _cluster_pids(temp_dir)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while pids and time.monotonic() < deadline:
+            pids = [p for p in pids if Path(f"/proc/{p}").exists() and not _zombie(p)]
+            time.sleep(0.1)
+        if not pids:
+            return
+
+
+def _zombie(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return ") Z " in Path(f"/proc/{pid}/stat").read_text()
+    return True
+
+
+def _start(args: list[str], env: dict[str, str]) -> None:
+    done = subprocess.run(
+        [_ray_command(), "start", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT_S,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"ray start {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[RayCluster]:
+    """Two Ray nodes on 127.0.0.2 (1 CPU) and 127.0.0.3 (1 CPU, ``sim``: 4), connected."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'rlserve[ray]'")
+    temp_dir = Path(tempfile.mkdtemp(prefix="rlray", dir="/tmp"))
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    # The worker processes import rlserve from where this session does (a worktree's src).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    port = _free_port(HEAD_IP)
+    common = [
+        "--num-cpus=1",
+        f"--object-store-memory={OBJECT_STORE_BYTES}",
+        f"--temp-dir={temp_dir}",
+        "--disable-usage-stats",
+    ]
+    address = f"{HEAD_IP}:{port}"
+    try:
+        _start(
+            [
+                "--head",
+                f"--port={port}",
+                f"--node-ip-address={HEAD_IP}",
+                "--include-dashboard=false",
+                *common,
+            ],
+            env,
+        )
+        _start(
+            [
+                f"--address={address}",
+                f"--node-ip-address={SECOND_IP}",
+                '--resources={"sim": 4}',
+                *common,
+            ],
+            env,
+        )
+        os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+        ray.init(address=address, _node_ip_address=HEAD_IP, logging_level="ERROR")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while len([n for n in ray.nodes() if n.get("Alive")]) < 2:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the second Ray node did not join the head")
+            time.sleep(0.2)
+        yield RayCluster(ray, address, temp_dir)
+    finally:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        _stop(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)

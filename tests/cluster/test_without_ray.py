@@ -1,0 +1,52 @@
+"""Without Ray installed: asking for it is a one-line error naming the install, and the env
+runners are processes as before."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from rlserve import PPOConfig
+from rlserve.errors import ConfigError
+
+
+@pytest.fixture
+def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``import ray`` fail, as when it is not installed."""
+    monkeypatch.setitem(sys.modules, "ray", None)
+
+
+def test_asking_for_ray_without_it_names_the_install(no_ray: None) -> None:
+    with pytest.raises(ConfigError, match=r"pip install 'rlserve\[ray\]'") as caught:
+        PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=2, backend="ray")
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.timeout(60)
+def test_without_ray_runners_are_processes(no_ray: None) -> None:
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=2)
+        .training(train_batch_size=128, minibatch_size=64, num_epochs=1)
+        .training(min_env_steps_per_iteration=128, model={"fcnet_hiddens": [16]})
+        .resources(device="cpu")
+    )
+    with config.build() as algo:
+        assert algo.runners is not None
+        assert algo.runners.nodes == [None, None] and algo.runners.actors == []
+        assert all(pid is not None for pid in algo.runners.pids)
+        assert algo.train()["env_runners"]["num_healthy_env_runners"] == 2
+
+
+def test_backend_and_resources_are_checked() -> None:
+    runners = PPOConfig().env_runners
+    with pytest.raises(ConfigError, match="'ray', 'process' or 'auto'"):
+        runners(backend="slurm")
+    with pytest.raises(ConfigError, match="num_cpus_per_env_runner"):
+        runners(num_cpus_per_env_runner=-1)
+    with pytest.raises(ConfigError, match="num_cpus_per_env_runner"):
+        runners(custom_resources_per_env_runner={"CPU": 1})
+    with pytest.raises(ConfigError, match=r"\{'sim': 1\}"):
+        runners(custom_resources_per_env_runner={"sim": -1})
