@@ -30,7 +30,7 @@ HEAD_IP = "127.0.0.2"
 SECOND_IP = "127.0.0.3"
 OBJECT_STORE_BYTES = 200 * 1024 * 1024
 START_TIMEOUT_S = 120.0
-STOP_GRACE_S = 5.0
+STOP_GRACE_S = 2.0
 
 
 @dataclass
@@ -40,9 +40,52 @@ class RayCluster:
     ray: Any
     address: str
     temp_dir: Path
+    env: dict[str, str]
     head_ip: str = HEAD_IP
     second_ip: str = SECOND_IP
     """The node with the custom resource ``sim``."""
+
+    def add_node(self, ip: str, *flags: str) -> None:
+        """Start one more node on the loopback address ``ip`` (127.0.0.4...) and wait for it."""
+        alive = _alive_nodes(self.ray)
+        _start(
+            [
+                f"--address={self.address}",
+                f"--node-ip-address={ip}",
+                *_common(self.temp_dir),
+                *flags,
+            ],
+            self.env,
+        )
+        _wait_for_nodes(self.ray, alive + 1)
+
+    def kill_raylet(self, ip: str) -> None:
+        """SIGKILL the raylet of the node on ``ip``: the node is lost, its actors with it."""
+        for pid in _cluster_pids(self.temp_dir, "raylet", f"--node_ip_address={ip}"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _common(temp_dir: Path) -> list[str]:
+    """The flags of every node: 1 CPU, a small object store, this cluster's temp dir."""
+    return [
+        "--num-cpus=1",
+        f"--object-store-memory={OBJECT_STORE_BYTES}",
+        f"--temp-dir={temp_dir}",
+        "--disable-usage-stats",
+    ]
+
+
+def _alive_nodes(ray: Any) -> int:
+    return len([n for n in ray.nodes() if n.get("Alive")])
+
+
+def _wait_for_nodes(ray: Any, count: int) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while _alive_nodes(ray) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{count} Ray nodes did not come up")
+        time.sleep(0.2)
 
 
 def _free_port(host: str) -> int:
@@ -56,15 +99,16 @@ def _ray_command() -> str:
     return str(script) if script.exists() else "ray"
 
 
-def _cluster_pids(temp_dir: Path) -> list[int]:
-    """The processes whose command line names ``temp_dir``: this cluster's, no other's."""
+def _cluster_pids(temp_dir: Path, *also: str) -> list[int]:
+    """The processes whose command line names ``temp_dir`` (and ``also``): this cluster's."""
     found = []
-    marker = str(temp_dir).encode()
+    markers = [str(temp_dir).encode(), *(a.encode() for a in also)]
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         with contextlib.suppress(OSError):
-            if marker in (entry / "cmdline").read_bytes():
+            cmdline = (entry / "cmdline").read_bytes()
+            if all(m in cmdline for m in markers):
                 found.append(int(entry.name))
     return found
 
@@ -110,15 +154,14 @@ def ray_cluster() -> Iterator[RayCluster]:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env["RAY_USAGE_STATS_ENABLED"] = "0"
+    # A lost node is noticed in about 2 s rather than Ray's default 15 s or more.
+    env["RAY_health_check_period_ms"] = "500"
+    env["RAY_health_check_timeout_ms"] = "500"
+    env["RAY_health_check_failure_threshold"] = "3"
     # The worker processes import rlserve from where this session does (a worktree's src).
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     port = _free_port(HEAD_IP)
-    common = [
-        "--num-cpus=1",
-        f"--object-store-memory={OBJECT_STORE_BYTES}",
-        f"--temp-dir={temp_dir}",
-        "--disable-usage-stats",
-    ]
+    common = _common(temp_dir)
     address = f"{HEAD_IP}:{port}"
     try:
         _start(
@@ -142,12 +185,8 @@ def ray_cluster() -> Iterator[RayCluster]:
         )
         os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
         ray.init(address=address, _node_ip_address=HEAD_IP, logging_level="ERROR")
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while len([n for n in ray.nodes() if n.get("Alive")]) < 2:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the second Ray node did not join the head")
-            time.sleep(0.2)
-        yield RayCluster(ray, address, temp_dir)
+        _wait_for_nodes(ray, 2)
+        yield RayCluster(ray, address, temp_dir, env)
     finally:
         with contextlib.suppress(Exception):
             ray.shutdown()

@@ -118,3 +118,42 @@ def test_a_resource_no_node_has_is_refused_before_sampling(ray_cluster: RayClust
         config.build()
     with pytest.raises(ConfigError, match=r"CPU=8 .*num_cpus_per_env_runner"):
         _config(backend="ray", num_cpus_per_env_runner=8).build()
+
+
+def test_training_goes_on_when_a_node_is_lost(ray_cluster: RayCluster) -> None:
+    ray = ray_cluster.ray
+    # Fill the two nodes' CPUs, so both runners land on a third node, then lose that node.
+    holders = [
+        ray.remote(num_cpus=1)(_Holder).remote(),
+        ray.remote(num_cpus=1, resources={"sim": 1})(_Holder).remote(),
+    ]
+    ray.get([h.ready.remote() for h in holders])
+    ray_cluster.add_node(THIRD_IP)
+    config = _config(SlowCartPole, backend="ray", num_cpus_per_env_runner=0.5)
+    with config.env_runners(sample_timeout_s=20).build() as algo:
+        assert algo.runners is not None
+        assert algo.runners.nodes == [THIRD_IP, THIRD_IP]
+        first = algo.train()
+        for holder in holders:
+            ray.kill(holder)
+        killer = threading.Timer(0.05, ray_cluster.kill_raylet, (THIRD_IP,))
+        killer.start()
+        results = [algo.train() for _ in range(2)]
+        killer.join()
+        survivors = {ray_cluster.head_ip, ray_cluster.second_ip}
+        assert set(algo.runners.nodes) <= survivors
+    assert first["env_runners"]["episodes_failed"] == 0
+    last = results[-1]["env_runners"]
+    assert last["episodes_failed"] == 4 and last["num_env_runner_restarts"] == 2
+    assert last["num_healthy_env_runners"] == 2
+    assert results[-1]["training_iteration"] == 3
+
+
+THIRD_IP = "127.0.0.4"
+
+
+class _Holder:
+    """An actor that only holds its resources."""
+
+    def ready(self) -> bool:
+        return True
