@@ -146,9 +146,17 @@ def _start(args: list[str], env: dict[str, str]) -> None:
         raise RuntimeError(f"ray start {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
 
 
+@dataclass
+class _Nodes:
+    ray: Any
+    address: str
+    temp_dir: Path
+    env: dict[str, str]
+
+
 @pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[RayCluster]:
-    """Two Ray nodes on 127.0.0.2 (1 CPU) and 127.0.0.3 (1 CPU, ``sim``: 4), connected."""
+def _ray_nodes() -> Iterator[_Nodes]:
+    """The two nodes' processes, started once per session and killed at its end."""
     ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'rlserve[ray]'")
     temp_dir = Path(tempfile.mkdtemp(prefix="rlray", dir="/tmp"))
     env = dict(os.environ)
@@ -158,7 +166,7 @@ def ray_cluster() -> Iterator[RayCluster]:
     env["RAY_health_check_period_ms"] = "500"
     env["RAY_health_check_timeout_ms"] = "500"
     env["RAY_health_check_failure_threshold"] = "3"
-    # The worker processes import rlserve from where this session does (a worktree's src).
+    # The worker processes import rlserve (and the tests' envs) from where this session does.
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     port = _free_port(HEAD_IP)
     common = _common(temp_dir)
@@ -183,12 +191,24 @@ def ray_cluster() -> Iterator[RayCluster]:
             ],
             env,
         )
-        os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-        ray.init(address=address, _node_ip_address=HEAD_IP, logging_level="ERROR")
-        _wait_for_nodes(ray, 2)
-        yield RayCluster(ray, address, temp_dir, env)
+        yield _Nodes(ray, address, temp_dir, env)
     finally:
-        with contextlib.suppress(Exception):
-            ray.shutdown()
         _stop(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(_ray_nodes: _Nodes) -> Iterator[RayCluster]:
+    """The session's two-node cluster, connected for one test module (``ray.init``).
+
+    Disconnected after the module, so that the other modules of a test process sample in
+    processes as before (with Ray initialised, env runners default to Ray actors).
+    """
+    ray = _ray_nodes.ray
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    ray.init(address=_ray_nodes.address, _node_ip_address=HEAD_IP, logging_level="ERROR")
+    try:
+        _wait_for_nodes(ray, 2)
+        yield RayCluster(ray, _ray_nodes.address, _ray_nodes.temp_dir, _ray_nodes.env)
+    finally:
+        ray.shutdown()

@@ -3,8 +3,10 @@ and determinism, restarts of a killed actor, and a resource no node has refused 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -110,6 +112,52 @@ def test_a_killed_runner_actor_is_restarted_and_its_episodes_counted(
     assert last["episodes_failed"] == 2 and last["num_env_runner_restarts"] == 1
     assert last["num_healthy_env_runners"] == 2
     assert results[-1]["training_iteration"] == 3
+
+
+class FailsOnce(gym.Wrapper):
+    """CartPole whose copies in runner 1 fail once (the first one to reach step 30 wins)."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self.marker = Path(config["marker"])
+        self.mode = config["mode"]
+        self.mine = config.worker_index == 1
+        self.steps = 0
+
+    def step(self, action: Any) -> Any:
+        self.steps += 1
+        if self.mine and self.steps == 30 and not self.marker.exists():
+            self.marker.touch()
+            if self.mode == "hang":
+                time.sleep(3600)
+            elif self.mode == "exit":
+                os._exit(3)
+            raise ValueError("boom")
+        return self.env.step(action)
+
+
+@pytest.mark.parametrize("mode", ["raise", "exit", "hang"])
+def test_a_failing_runner_actor_is_restarted_and_training_goes_on(
+    ray_cluster: RayCluster, tmp_path: Path, mode: str
+) -> None:
+    marker = tmp_path / "failed"
+    config = (
+        _config(FailsOnce, backend="ray", num_cpus_per_env_runner=0.5)
+        .environment(env_config={"marker": str(marker), "mode": mode})
+        .env_runners(sample_timeout_s=2.0)
+    )
+    with config.build() as algo:
+        assert algo.runners is not None
+        before = list(algo.runners.actors)
+        results = [algo.train() for _ in range(3)]
+        after = algo.runners.actors
+    assert marker.exists()
+    last = results[-1]["env_runners"]
+    assert last["num_env_runner_restarts"] == 1
+    assert last["episodes_failed"] == 2  # the failed runner's two copies' episodes
+    assert last["num_healthy_env_runners"] == 2
+    assert before[0] is not after[0] and before[1] is after[1]
+    assert results[-1]["learners"]["default"]["updates"] >= 2
 
 
 def test_a_resource_no_node_has_is_refused_before_sampling(ray_cluster: RayCluster) -> None:

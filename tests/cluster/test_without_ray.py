@@ -50,3 +50,8 @@ def test_backend_and_resources_are_checked() -> None:
         runners(custom_resources_per_env_runner={"CPU": 1})
     with pytest.raises(ConfigError, match=r"\{'sim': 1\}"):
         runners(custom_resources_per_env_runner={"sim": -1})
+
+
+def test_ray_is_not_left_initialised_for_other_modules() -> None:
+    ray = sys.modules.get("ray")
+    assert ray is None or not ray.is_initialized()
