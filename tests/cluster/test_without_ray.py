@@ -4,10 +4,12 @@ runners are processes as before."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
 from rlserve import PPOConfig
+from rlserve.algorithm.saved_config import load_config, save_config
 from rlserve.errors import ConfigError
 
 
@@ -55,3 +57,23 @@ def test_backend_and_resources_are_checked() -> None:
 def test_ray_is_not_left_initialised_for_other_modules() -> None:
     ray = sys.modules.get("ray")
     assert ray is None or not ray.is_initialized()
+
+
+def test_placement_settings_are_saved_with_a_checkpoint(tmp_path: Path) -> None:
+    config = PPOConfig().environment("CartPole-v1")
+    config.env_runners(
+        backend="process", num_cpus_per_env_runner=0.5, custom_resources_per_env_runner={"sim": 1}
+    )
+    save_config(config, tmp_path)
+    loaded = load_config(tmp_path)
+    assert loaded.env_runner_backend == "process"
+    assert loaded.num_cpus_per_env_runner == 0.5
+    assert loaded.custom_resources_per_env_runner == {"sim": 1.0}
+
+
+def test_backend_ray_before_ray_init_names_the_fix() -> None:
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'rlserve[ray]'")
+    assert not ray.is_initialized()
+    config = PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=1, backend="ray")
+    with pytest.raises(ConfigError, match=r"call ray.init\(address=\.\.\.\) first"):
+        config.build()

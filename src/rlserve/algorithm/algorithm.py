@@ -71,7 +71,9 @@ RESULT_KEYS = {
         "episodes lost to crashed or hung sub-environments or env-runner processes, lifetime "
         "(without environments: episodes the server closed for silence)"
     ),
-    "env_runners/num_healthy_env_runners": "env-runner processes alive (0: sampling in-process)",
+    "env_runners/num_healthy_env_runners": (
+        "env-runner processes or Ray actors alive (0: sampling in-process)"
+    ),
     "env_runners/num_env_runner_restarts": (
         "env-runner processes restarted after a failure since this Algorithm was built or restored"
     ),
