@@ -160,6 +160,30 @@ def test_a_failing_runner_actor_is_restarted_and_training_goes_on(
     assert results[-1]["learners"]["default"]["updates"] >= 2
 
 
+class NotesClose(gym.Wrapper):
+    """CartPole that leaves a file named after its runner when it is closed."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self.note = Path(config["folder"]) / f"{config.worker_index}-{config.vector_index}"
+
+    def close(self) -> None:
+        self.note.touch()
+        super().close()
+
+
+def test_stop_closes_every_runner_actors_environments(
+    ray_cluster: RayCluster, tmp_path: Path
+) -> None:
+    config = _config(NotesClose, backend="ray", num_cpus_per_env_runner=0.5).environment(
+        env_config={"folder": str(tmp_path)}
+    )
+    with config.build() as algo:
+        algo.train()
+    runner_notes = {n.name for n in tmp_path.iterdir() if not n.name.startswith("0-")}
+    assert runner_notes == {"1-0", "1-1", "2-0", "2-1"}
+
+
 def test_a_resource_no_node_has_is_refused_before_sampling(ray_cluster: RayCluster) -> None:
     config = _config(backend="ray", custom_resources_per_env_runner={"tpu": 1})
     with pytest.raises(ConfigError, match=r"tpu=1 .*ray start --address=HEAD"):

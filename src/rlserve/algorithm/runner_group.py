@@ -170,6 +170,7 @@ class RunnerGroup:
                 num_cpus=config.num_cpus_per_env_runner,
                 resources=config.custom_resources_per_env_runner,
                 max_restarts=max_restarts,
+                close_wait_s=_CLOSE_WAIT_S,
             )
         else:
             self._runners = [

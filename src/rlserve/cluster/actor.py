@@ -40,8 +40,9 @@ class WorkerActor:
         return time.monotonic() - float(self._worker.stamp.value)
 
     def close(self) -> None:
-        """Let the worker release what it holds."""
-        self._worker.close()
+        """Let the worker release what it holds (after the call in progress, if any)."""
+        with self._lock:
+            self._worker.close()
 
 
 _ACTOR_CLASS: Any = None

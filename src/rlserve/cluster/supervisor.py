@@ -79,6 +79,7 @@ class RaySupervisor:
         num_cpus: CPUs each actor holds.
         resources: Custom resources each actor holds.
         max_restarts: Restarts in a row of one worker, without a success, before giving up.
+        close_wait_s: How long :meth:`stop` waits for the actors to close their workers.
 
     Raises:
         ConfigError: Ray is not installed, or no node has the resources asked for.
@@ -97,6 +98,7 @@ class RaySupervisor:
         num_cpus: float = 1.0,
         resources: Mapping[str, float] | None = None,
         max_restarts: int | None = 3,
+        close_wait_s: float = 2.0,
     ) -> None:
         self._ray = import_ray()
         self._resources = dict(resources or {})
@@ -109,6 +111,7 @@ class RaySupervisor:
         self._restart_note = restart_note
         self._success = success
         self._stamps = list(stamps)
+        self._close_wait_s = close_wait_s
         self.policy = RestartPolicy(max_restarts)
         """The restart policy: failures in a row per worker, lifetime counters."""
 
@@ -304,7 +307,18 @@ class RaySupervisor:
         s.actor, s.pending, s.age = None, None, None
 
     def stop(self) -> None:
-        """Kill every actor (idempotent; their environments die with them)."""
+        """Let every actor close its worker, then kill them all (idempotent).
+
+        An actor that does not close within ``close_wait_s`` (a hung step) is killed anyway.
+        """
+        closing = []
+        for s in self._slots:
+            if s.actor is not None:
+                with contextlib.suppress(Exception):
+                    closing.append(s.actor.close.remote())
+        if closing:
+            with contextlib.suppress(Exception):
+                self._ray.wait(closing, num_returns=len(closing), timeout=self._close_wait_s)
         for slot in range(len(self._slots)):
             self._kill(slot)
 
