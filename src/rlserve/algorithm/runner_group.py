@@ -156,8 +156,7 @@ class RunnerGroup:
             self.hang_timeout_s = 2 * config.step_timeout_s + REMOTE_RESTART_ALLOWANCE_S
         env = config.env
         env_name = env if isinstance(env, str) else getattr(env, "__qualname__", repr(env))
-        self._ray = use_ray(config.env_runner_backend)
-        if self._ray:
+        if use_ray(config.env_runner_backend):
             self._runners = [_Runner(k, Stamp()) for k in range(1, config.num_env_runners + 1)]
             self._supervisor: ProcessSupervisor | RaySupervisor = RaySupervisor(
                 [f"env {env_name} in env runner {r.index}" for r in self._runners],

@@ -2,7 +2,9 @@
 
 Only this package imports Ray, and only when a Ray backend is asked for: without Ray installed
 everything else works as before, and asking for it raises a one-line
-:class:`~rlserve.errors.ConfigError` naming the install command.
+:class:`~rlserve.errors.ConfigError` naming the install command. Unlike rlserve's own wire,
+Ray pickles what it moves between nodes (a worker's setup, its messages and answers): a Ray
+cluster is one trusted machine spread over a private network.
 
 * :mod:`~rlserve.cluster.ray_import`: importing Ray on demand and choosing the backend.
 * :mod:`~rlserve.cluster.resources`: refusing, before anything starts, a resource no node has.
