@@ -4,6 +4,7 @@ and determinism, restarts of a killed actor, and a resource no node has refused 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -182,6 +183,25 @@ def test_stop_closes_every_runner_actors_environments(
         algo.train()
     runner_notes = {n.name for n in tmp_path.iterdir() if not n.name.startswith("0-")}
     assert runner_notes == {"1-0", "1-1", "2-0", "2-1"}
+
+
+def test_an_env_the_nodes_cannot_import_names_the_fix(
+    ray_cluster: RayCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A module only this process can import (the nodes' workers do not have tmp_path).
+    (tmp_path / "driver_only_envs.py").write_text(
+        "import gymnasium as gym\n\n\n"
+        "class DriverOnly(gym.Wrapper):\n"
+        "    def __init__(self, config=None):\n"
+        "        super().__init__(gym.make('CartPole-v1'))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "driver_only_envs", raising=False)
+    from driver_only_envs import DriverOnly  # type: ignore[import-not-found]
+
+    config = _config(DriverOnly, runners=1, backend="ray", num_cpus_per_env_runner=0.5)
+    with pytest.raises(RuntimeError, match=r"No module named 'driver_only_envs'.*py_modules"):
+        config.build()
 
 
 def test_a_resource_no_node_has_is_refused_before_sampling(ray_cluster: RayCluster) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -220,7 +221,7 @@ class RaySupervisor:
         try:
             value = self._ray.get(ref)
         except Exception as exc:
-            return Failure(f"{self._what} died: {_first_line(exc)}")
+            return Failure(f"{self._what} died: {_reason(exc)}")
         if s.greeting:
             s.pid, s.node, value = value["pid"], value["node"], value["greeting"]
         answer = judge(slot, value)
@@ -323,6 +324,23 @@ class RaySupervisor:
             self._kill(slot)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_ROOT = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.*)$")
+
+_IMPORT_FIX = (
+    "every node must be able to import what the runners run: install it on every node, or "
+    "ray.init(runtime_env={'py_modules': [...]}) (Ray ships them)"
+)
+
+
+def _reason(exc: BaseException) -> str:
+    """One line for Ray's error ``exc``: its first line, and the error at the root of it."""
+    lines = [line.strip() for line in _ANSI.sub("", str(exc)).splitlines() if line.strip()]
+    reason = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    roots = [m for line in lines[1:] if (m := _ROOT.match(line))]
+    if roots:
+        name, text = roots[-1].groups()
+        reason += f" ({name}: {text})"
+        if name == "ModuleNotFoundError":
+            reason += f"; {_IMPORT_FIX}"
+    return reason
