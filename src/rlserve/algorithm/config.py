@@ -162,9 +162,9 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig):
         """How experience is sampled.
 
         Args:
-            num_env_runners: Env-runner processes that sample in parallel (each with its own
-                copies of the environment and numpy policy copies; see
-                :mod:`rlserve.algorithm.runner_group`). 0 (the default) samples in this
+            num_env_runners: Env runners (processes, or Ray actors: ``backend``) that sample in
+                parallel, each with its own copies of the environment and numpy policy copies
+                (see :mod:`rlserve.algorithm.runner_group`). 0 (the default) samples in this
                 process; with N >= 1 this process only learns, and each ``train()`` round
                 each runner samples ``train_batch_size / N`` steps.
             num_envs_per_env_runner: Copies of the environment per runner, acted on in one
@@ -173,8 +173,8 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig):
                 environments); a copy that crashes or hangs is restarted.
             envs_per_process: Copies per sub-process when ``remote_worker_envs``.
             rollout_fragment_length: Steps of an episode per fragment.
-            sample_timeout_s: Seconds a sub-process copy (or an env-runner process) may take
-                for one step before it is counted as hung and restarted.
+            sample_timeout_s: Seconds a sub-process copy (or an env runner) may take for one
+                step before it is counted as hung and restarted.
             observation_filter: RLlib's name for observation normalisation: ``"MeanStdFilter"``
                 sets the algorithm's ``normalize_observations`` (running statistics kept by
                 the learner and shipped with each weights version), ``"NoFilter"`` clears it;
