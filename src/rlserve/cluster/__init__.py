@@ -11,12 +11,23 @@ cluster is one trusted machine spread over a private network.
 * :mod:`~rlserve.cluster.supervisor`: :class:`RaySupervisor`, supervised workers as Ray actors
   (the Ray twin of :class:`~rlserve.processes.supervisor.ProcessSupervisor`); the env runners
   of :class:`~rlserve.algorithm.runner_group.RunnerGroup` run in it with ``backend="ray"``.
+* :mod:`~rlserve.cluster.actor`: the actor around a :class:`Worker` (what a part must offer
+  to run as a supervised actor: a greeting, ``handle(message)``, a progress stamp, ``close``).
 """
 
 from __future__ import annotations
 
+from rlserve.cluster.actor import Worker
 from rlserve.cluster.ray_import import RAY_INSTALL, import_ray, use_ray
 from rlserve.cluster.resources import check_resources
 from rlserve.cluster.supervisor import RaySupervisor, Stamp
 
-__all__ = ["RAY_INSTALL", "RaySupervisor", "Stamp", "check_resources", "import_ray", "use_ray"]
+__all__ = [
+    "RAY_INSTALL",
+    "RaySupervisor",
+    "Stamp",
+    "Worker",
+    "check_resources",
+    "import_ray",
+    "use_ray",
+]

@@ -6,15 +6,39 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["WorkerActor", "actor_class"]
+__all__ = ["Worker", "WorkerActor", "actor_class"]
+
+
+class Worker(Protocol):
+    """What runs inside a supervised actor: made from the arguments of ``start``, then called.
+
+    :class:`~rlserve.algorithm.runner_process.RunnerWorker` (an env runner) is one; an env
+    copy, a learner or a serving front-end as an actor would be others.
+    """
+
+    greeting: Any
+    """The first answer, once made (e.g. ``{"type": "ready"}``); judged like any answer."""
+
+    @property
+    def stamp(self) -> Any:
+        """An object whose ``value`` is :func:`time.monotonic` of the worker's last progress."""
+        ...
+
+    def handle(self, message: Any) -> Any:
+        """The answer to one message; never raises (a failure is an answer)."""
+        ...
+
+    def close(self) -> None:
+        """Release what it holds."""
+        ...
 
 
 class WorkerActor:
     """The actor around one worker (made a Ray actor class by :func:`actor_class`)."""
 
-    def __init__(self, factory: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    def __init__(self, factory: Callable[..., Worker], args: tuple[Any, ...]) -> None:
         self._worker = factory(*args)
         # Calls to the worker one at a time even if a caller abandoned one (Ctrl-C) and sent
         # the next: the second thread is for age() only.

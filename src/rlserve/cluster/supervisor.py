@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlserve.cluster.actor import actor_class
+from rlserve.cluster.actor import Worker, actor_class
 from rlserve.cluster.ray_import import import_ray
 from rlserve.cluster.resources import check_resources
 from rlserve.processes.restarts import Failure, RestartPolicy
@@ -70,8 +70,8 @@ class RaySupervisor:
 
     Args:
         labels: What each worker is, for errors ("env CartPole-v1 in env runner 2").
-        factory: Makes a worker in its actor from :meth:`start`'s arguments (importable by name
-            on every node): it has ``greeting``, ``handle(message)``, ``stamp`` and ``close()``.
+        factory: Makes a :class:`~rlserve.cluster.actor.Worker` in its actor from
+            :meth:`start`'s arguments (importable by name on every node).
         what: What a worker is ("runner actor"), for failures.
         logger: Where restarts are logged.
         restart_note: What a restart log line says is restarted.
@@ -89,7 +89,7 @@ class RaySupervisor:
     def __init__(
         self,
         labels: Sequence[str],
-        factory: Callable[..., Any],
+        factory: Callable[..., Worker],
         *,
         what: str,
         logger: logging.Logger,
