@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rlserve.cluster.actor import Worker, actor_class
+from rlserve.cluster.failures import actor_failure
 from rlserve.cluster.ray_import import import_ray
 from rlserve.cluster.resources import check_resources
 from rlserve.processes.restarts import Failure, RestartPolicy
@@ -221,7 +221,7 @@ class RaySupervisor:
         try:
             value = self._ray.get(ref)
         except Exception as exc:
-            return Failure(f"{self._what} died: {_reason(exc)}")
+            return Failure(f"{self._what} died: {actor_failure(exc)}")
         if s.greeting:
             s.pid, s.node, value = value["pid"], value["node"], value["greeting"]
         answer = judge(slot, value)
@@ -322,25 +322,3 @@ class RaySupervisor:
                 self._ray.wait(closing, num_returns=len(closing), timeout=self._close_wait_s)
         for slot in range(len(self._slots)):
             self._kill(slot)
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_ROOT = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.*)$")
-
-_IMPORT_FIX = (
-    "every node must be able to import what the runners run: install it on every node, or "
-    "ray.init(runtime_env={'py_modules': [...]}) (Ray ships them)"
-)
-
-
-def _reason(exc: BaseException) -> str:
-    """One line for Ray's error ``exc``: its first line, and the error at the root of it."""
-    lines = [line.strip() for line in _ANSI.sub("", str(exc)).splitlines() if line.strip()]
-    reason = f"{type(exc).__name__}: {lines[0] if lines else ''}"
-    roots = [m for line in lines[1:] if (m := _ROOT.match(line))]
-    if roots:
-        name, text = roots[-1].groups()
-        reason += f" ({name}: {text})"
-        if name == "ModuleNotFoundError":
-            reason += f"; {_IMPORT_FIX}"
-    return reason
