@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from rlserve.learners.registry import DEFAULT_ALGORITHM
 from rlserve.policy import NumpyPolicy
 from rlserve.run.run_folder import IN_USE_NEW, IN_USE_RESUME, RunFolder
 from rlserve.server.app import PolicyServer, install_uvloop, serve_forever
+from rlserve.server.learner_link import LearnerLink
 from rlserve.server.policies import check_same_algorithms, run_folder_form
 from rlserve.server.policies_config import check_policies
 
@@ -72,6 +74,8 @@ class NetworkAlgorithm(Algorithm):
         resume: A run folder of an earlier run to continue (``rlserve serve --resume``).
         background: Serve at once from a background thread (a script's ``build()``); False:
             the caller runs :meth:`serve_forever` on its own thread (``rlserve serve``).
+        learner_link: Makes the server's learner link (None: a learner process; ``rlserve
+            serve --ray``: a Ray actor, ``rlserve.cluster.learner_link.RayLearnerLink``).
     """
 
     def __init__(
@@ -80,7 +84,9 @@ class NetworkAlgorithm(Algorithm):
         *,
         resume: str | Path | None = None,
         background: bool = True,
+        learner_link: Callable[..., Any] | None = None,
     ):
+        self._learner_link = learner_link
         self.config = config
         self.iteration = 0
         self.time_total_s = 0.0
@@ -142,6 +148,7 @@ class NetworkAlgorithm(Algorithm):
             algo=algo,
             algo_tables=others,
             mapping_fn=config.policy_mapping_fn,
+            learner_link=self._learner_link or LearnerLink,
         )
         self.server = None  # no attached in-process server: the policy server is the source
         self._thread: ServerThread | None = None

@@ -197,6 +197,7 @@ def serve_command(args: argparse.Namespace) -> int:
         {name: to_table(one) for name, one in settings.items()},
     )
     _check_ports_free(server_config)
+    learner_link = _ray_learner_link(args)
     created = not args.resume and not _run_exists(server_config)
     # The Algorithm API with a server attached and no environment: its run folder is created
     # (or, resuming, reopened) here; it serves on this thread until SIGINT/SIGTERM.
@@ -204,6 +205,7 @@ def serve_command(args: argparse.Namespace) -> int:
         serving_config(server_config, ppo_config, policies, mapping, settings, mapping_fn),
         resume=run.path if args.resume else None,
         background=False,
+        learner_link=learner_link,
     )
     run = algo.folder
     log_to_run_folder(run.path)
@@ -231,6 +233,29 @@ def serve_command(args: argparse.Namespace) -> int:
     else:
         print(f"stopped; final checkpoint: {checkpoint}")
     return 0
+
+
+def _ray_learner_link(args: argparse.Namespace) -> Any:
+    """With ``--ray``: connect, check the learner's resources, and make its link (else None).
+
+    Raises:
+        ConfigError: A Ray flag without ``--ray``, Ray not installed, a cluster that does not
+            answer, or learner resources no node has (each before anything starts).
+    """
+    if args.ray is None:
+        given = [f for f in ("ray_node_ip", "ray_learner_resources") if getattr(args, f, None)]
+        if given:
+            flags = ", ".join(f"--{f.replace('_', '-')}" for f in given)
+            raise ConfigError(f"{flags} apply to a server on Ray: add --ray ADDRESS, or drop them")
+        return None
+    import functools
+
+    from rlserve.cluster.connect import LearnerPlacement, connect
+    from rlserve.cluster.learner_link import RayLearnerLink
+
+    placement = LearnerPlacement.parse(args.ray_learner_resources)
+    placement.check(connect(args.ray, args.ray_node_ip))
+    return functools.partial(RayLearnerLink, placement=placement)
 
 
 RESUME_KEEPS = ("config", "spaces_from", "spaces_file", "run_dir", "name")

@@ -109,3 +109,31 @@ def add_server_arguments(serve: argparse.ArgumentParser) -> None:
             f"{entry.name.upper()} (--algo {entry.name}; also the [{entry.name}] table of --config)"
         )
         FullHelp.hide(add_arguments(group, entry.settings, prefix=f"{entry.name}_"))  # type: ignore[arg-type]
+    add_ray_arguments(serve)
+
+
+def add_ray_arguments(serve: argparse.ArgumentParser) -> None:
+    """Add the flags that run the server on a Ray cluster (all but ``--ray`` in --help-all)."""
+    group = serve.add_argument_group("Ray cluster (pip install 'rlserve[ray]'; docs/scaling.md)")
+    group.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        default=None,
+        help="run the learner as an actor on the Ray cluster at ADDRESS (HOST:PORT or auto)",
+    )
+    hidden = [
+        group.add_argument(
+            "--ray-node-ip",
+            metavar="IP",
+            default=None,
+            help="this machine's address as the cluster knows it (ray.init's _node_ip_address)",
+        ),
+        group.add_argument(
+            "--ray-learner-resources",
+            metavar="JSON",
+            default=None,
+            help="what the learner actor holds, which picks its node, e.g. '{\"GPU\": 1}' (CPU, "
+            "GPU and custom resources; default 1 CPU)",
+        ),
+    ]
+    FullHelp.hide(hidden)

@@ -17,13 +17,17 @@ _SETTING = {"CPU": "num_cpus_per_env_runner"}
 """The setting that asks for a built-in resource (the others: ``custom_resources_per_*``)."""
 
 
-def check_resources(ray: Any, need: Mapping[str, float], what: str = "env runner") -> None:
+def check_resources(
+    ray: Any, need: Mapping[str, float], what: str = "env runner", setting: str | None = None
+) -> None:
     """Raise unless some live node of the cluster has all of ``need`` for one ``what``.
 
     Args:
         ray: The ``ray`` module, initialised.
         need: Resource name -> amount one worker asks for (0: not asked).
         what: The worker, for the message.
+        setting: The setting or flag that asked for them, for the message (None: the
+            Algorithm API's ``*_per_<what>`` names).
 
     Raises:
         ConfigError: No node has enough of a resource (or of all of them together).
@@ -35,10 +39,12 @@ def check_resources(ray: Any, need: Mapping[str, float], what: str = "env runner
     for name, amount in wanted.items():
         most = max((node.get(name, 0.0) for node in nodes), default=0.0)
         if most < amount:
-            setting = _SETTING.get(name, f"custom_resources_per_{what.replace(' ', '_')}")
-            flag = "--num-cpus=N" if name == "CPU" else f"--resources='{{\"{name}\": N}}'"
+            asked = setting or _SETTING.get(name, f"custom_resources_per_{what.replace(' ', '_')}")
+            flag = {"CPU": "--num-cpus=N", "GPU": "--num-gpus=N"}.get(
+                name, f"--resources='{{\"{name}\": N}}'"
+            )
             raise ConfigError(
-                f"no node of the Ray cluster has {name}={amount:g} for one {what} ({setting}; "
+                f"no node of the Ray cluster has {name}={amount:g} for one {what} ({asked}; "
                 f"the most any node has is {most:g}): start a node with it (ray start "
                 f"--address=HEAD {flag}) or ask for less"
             )

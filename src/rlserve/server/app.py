@@ -111,6 +111,10 @@ class PolicyServer:
     learner_factory: Callable[[PolicyServer], LearnerSide] | None = None
     """Builds the learner side from the server (its config, stats, store and opened-later log);
     None: a :class:`LearnerLink` with a supervised learner process (``rlserve serve``)."""
+    learner_link: Callable[..., LearnerLink] = LearnerLink
+    """Makes the learner side when ``learner_factory`` is None, from :class:`LearnerLink`'s
+    arguments: a learner process, or with ``rlserve serve --ray`` a Ray actor
+    (``rlserve.cluster.learner_link.RayLearnerLink``)."""
     algo: str = DEFAULT_ALGORITHM
     """The algorithm the learner process trains (``--algo``) for the policies that name none."""
     algo_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -204,8 +208,8 @@ class PolicyServer:
         """What the dashboard (``GET /``) shows."""
 
     def _learner_link(self) -> LearnerLink:
-        """The learner side of ``rlserve serve``: a supervised learner process."""
-        return LearnerLink(
+        """The learner side of ``rlserve serve``: a supervised learner process (or actor)."""
+        return self.learner_link(
             {
                 "policies": [self._learner_setup(i, spec) for i, spec in enumerate(self.specs)],
                 "run_dir": str(self.run.path),

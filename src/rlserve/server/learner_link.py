@@ -126,21 +126,7 @@ class LearnerLink:
         self._published_versions = published_versions
         self._loop: asyncio.AbstractEventLoop | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._children = ProcessSupervisor(
-            ["rlserve-learner"],
-            ["the learner process"],
-            InterpreterLauncher(LEARNER_MODULE),
-            what="the learner process",
-            wire=None,  # the link reads the learner's socket itself, with asyncio
-            close_message=None,
-            logger=logger,
-            restart_note="it",
-            success="run",
-            max_restarts=None,  # serving goes on without a learner: it is never given up
-            close_wait_s=EXIT_GRACE_S,
-            back_off=RESTART_DELAYS,
-            log_level=logging.ERROR,
-        )
+        self._children = self._supervisor_of_learner()
         self._supervisor: asyncio.Task[None] | None = None
         self._syncer: asyncio.Task[None] | None = None
         self._sync_executor = ThreadPoolExecutor(1, thread_name_prefix="rlserve-log-sync")
@@ -161,6 +147,24 @@ class LearnerLink:
         self.device = "unknown"
         self.checkpoints = LearnerCheckpoints(self._policy_ids, stats, on_checkpointed)
         """The checkpoints the learner process wrote while this server runs."""
+
+    def _supervisor_of_learner(self) -> Any:
+        """What starts, kills and restarts the learner (a :class:`ProcessSupervisor` here)."""
+        return ProcessSupervisor(
+            ["rlserve-learner"],
+            ["the learner process"],
+            InterpreterLauncher(LEARNER_MODULE),
+            what="the learner process",
+            wire=None,  # the link reads the learner's socket itself, with asyncio
+            close_message=None,
+            logger=logger,
+            restart_note="it",
+            success="run",
+            max_restarts=None,  # serving goes on without a learner: it is never given up
+            close_wait_s=EXIT_GRACE_S,
+            back_off=RESTART_DELAYS,
+            log_level=logging.ERROR,
+        )
 
     @property
     def last_checkpoints(self) -> dict[str, str]:
@@ -250,6 +254,15 @@ class LearnerLink:
         if self._writer is not None and not self._writer.is_closing():
             self._writer.write(frame(encode(message)))
 
+    def _connected(self) -> bool:
+        """Whether a learner is there to talk to."""
+        return self._writer is not None
+
+    def _close_channel(self) -> None:
+        """Close the channel to the learner (it ends when it sees that)."""
+        if self._writer is not None:
+            self._writer.close()
+
     async def _sync_loop(self) -> None:
         await sync_log_forever(
             self.log,
@@ -314,12 +327,16 @@ class LearnerLink:
             f"experience log; serving goes on with weights {self._versions_text()}"
         )
 
-    async def _run_learner(self) -> None:
-        setup = {
+    def _setup_now(self) -> dict[str, Any]:
+        """The learner's set-up for a start now (with the versions served now)."""
+        return {
             **self._setup,
             "published_versions": self._published_versions(),
             "log_level": logging.getLogger("rlserve").getEffectiveLevel(),
         }
+
+    async def _run_learner(self) -> None:
+        setup = self._setup_now()
         self._children.start(0)
         reader, writer = await asyncio.open_connection(sock=self._children.channel(0))
         self._writer = writer
@@ -449,13 +466,12 @@ class LearnerLink:
         if self._notify_handle is not None:
             self._notify_handle.cancel()
             self._notify()  # the learner hears of every record before its final checkpoint
-        if self._writer is not None:
+        if self._connected():
             self.checkpoints.expect_final()
             self._send({"type": "stop"})
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.checkpoints.final_in.wait(), timeout)
-        if self._writer is not None:
-            self._writer.close()
+        self._close_channel()
         if self._supervisor is not None:
             # Its finally-block joins (and if needed kills) the process.
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):

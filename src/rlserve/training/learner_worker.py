@@ -34,8 +34,9 @@ import sys
 import threading
 import traceback
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rlserve.errors import ProtocolError
 from rlserve.protocol.codec import decode, encode
@@ -43,7 +44,7 @@ from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.framing import FrameDecoder, frame
 from rlserve.protocol.limits import Limits
 from rlserve.run.checkpoints import checkpoints_in, trained_through_of
-from rlserve.run.experience_log import LogCorruptError, LogReader
+from rlserve.run.experience_log import LogCorruptError, LogReader, LogRecord
 from rlserve.training.driver import TrainingDriver
 from rlserve.training.learner_logs import send_logs_to
 from rlserve.training.policy_learner import PolicyLearner, restore_newest
@@ -51,7 +52,10 @@ from rlserve.training.policy_learner import PolicyLearner, restore_newest
 __all__ = [
     "IPC_LIMITS",
     "LearnerPipe",
+    "Pipe",
+    "Records",
     "checkpoint_files",
+    "learn",
     "restore_newest",
     "run_learner",
     "trained_through_of",
@@ -61,6 +65,26 @@ __all__ = [
 IPC_LIMITS = Limits(max_frame_bytes=1 << 30, max_array_elements=1 << 28, max_container_len=1 << 20)
 
 logger = logging.getLogger("rlserve.learner")
+
+
+class Pipe(Protocol):
+    """The learner's end of its channel to the server (:class:`LearnerPipe`, or an actor's)."""
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Queue one message for the server."""
+
+    def receive(self, block: bool = True) -> dict[str, Any] | None:
+        """One message from the server; None when ``block`` is False and none is waiting."""
+
+
+class Records(Protocol):
+    """Where the learner reads the records the server announced (:class:`LogReader`'s API)."""
+
+    def records(self, after: int, through: int) -> Iterator[LogRecord]:
+        """The records with ``after < seq <= through``, in order."""
+
+    def close(self) -> None:
+        """Release what it holds; the next read starts afresh."""
 
 
 def checkpoint_files(run_dir: Path) -> list[Path]:
@@ -170,12 +194,11 @@ def run_learner(sock: socket.socket, setup: dict[str, Any] | None = None) -> Non
             if first is None or first.get("type") != "setup":
                 raise ProtocolError("the server's first message to the learner must be its setup")
             setup = dict(first["setup"])
-        send_logs_to(pipe.send, int(setup.get("log_level", logging.INFO)))
         niceness = int(setup.get("niceness", 0))
         if niceness and hasattr(os, "nice"):
             # Serving first: a reply waiting behind a gradient step is latency every client sees.
             os.nice(niceness)
-        _LearnerLoop(pipe, setup).run()
+        learn(pipe, setup)
     except (EOFError, BrokenPipeError, ConnectionResetError) as exc:
         # The server went away: nothing is left to report to, but say so for the operator.
         print(f"rlserve learner: lost the server ({exc!r}); exiting", file=sys.stderr)
@@ -186,6 +209,28 @@ def run_learner(sock: socket.socket, setup: dict[str, Any] | None = None) -> Non
         pipe.close()
 
 
+def learn(pipe: Pipe, setup: dict[str, Any], reader: Records | None = None) -> None:
+    """Train on what the server announces until it says stop; a failure is sent as ``failed``.
+
+    Args:
+        pipe: The learner's end of its channel to the server.
+        setup: See :func:`run_learner`.
+        reader: Where the announced records are read (None: the run's experience log on this
+            machine's disk; a Ray learner actor is handed them by its server instead).
+
+    Raises:
+        EOFError, BrokenPipeError, ConnectionResetError: The server went away.
+    """
+    try:
+        send_logs_to(pipe.send, int(setup.get("log_level", logging.INFO)))
+        _LearnerLoop(pipe, setup, reader).run()
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        raise
+    except Exception:
+        with contextlib.suppress(OSError):
+            pipe.send({"type": "failed", "message": traceback.format_exc()})
+
+
 class _LearnerLoop:
     """Reads the log as the server announces it; a :class:`TrainingDriver` trains the policies.
 
@@ -193,11 +238,11 @@ class _LearnerLoop:
     ``checkpointed``, and the ``owed`` steps when they change.
     """
 
-    def __init__(self, pipe: LearnerPipe, setup: dict[str, Any]):
+    def __init__(self, pipe: Pipe, setup: dict[str, Any], reader: Records | None = None):
         self.pipe = pipe
         self.setup = setup
         self.run_dir = Path(setup["run_dir"])
-        self.reader = LogReader(self.run_dir / "experience")
+        self.reader = reader if reader is not None else LogReader(self.run_dir / "experience")
         self.available = 0
         self.stop_requested = False
         self.checkpoint_requested = False
@@ -226,6 +271,7 @@ class _LearnerLoop:
                 "pid": os.getpid(),
                 "device": str(getattr(first, "device", "cpu")),
                 "steps_consumed": self.driver.log_steps,
+                "position": self.driver.position,
                 "owed_steps": self.owed_steps(),
                 "policies": {pid: p.ready_info() for pid, p in policies.items()},
             }

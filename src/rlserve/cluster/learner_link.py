@@ -1,0 +1,218 @@
+"""The serving process's learner as a Ray actor, placed by resources (``rlserve serve --ray``).
+
+:class:`RayLearnerLink` is the process link (:class:`~rlserve.server.learner_link.LearnerLink`)
+with its child process replaced by a learner actor
+(:class:`~rlserve.cluster.learner_actor.LearnerActorWorker`) anywhere in the cluster that has
+the resources asked for (the GPU node). The log appends, acknowledgement tickets, pacing,
+checkpoints and the restart policy are the process link's. What changes is the channel: the
+learner cannot read this node's experience log, so each exchange (one actor call at a time)
+carries the records appended since the last one, read back from the log, with the server's
+messages; its answer carries the learner's. A restarted learner says from which position it
+reads (``ready``), and is sent the records after it. See ``docs/scaling.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from rlserve.cluster.actor import actor_class
+from rlserve.cluster.connect import LearnerPlacement
+from rlserve.cluster.failures import actor_failure
+from rlserve.cluster.learner_actor import LearnerActorWorker
+from rlserve.cluster.ray_import import import_ray
+from rlserve.processes.restarts import Failure, RestartPolicy
+from rlserve.run.experience_log import LogCorruptError, LogReader
+from rlserve.server.learner_link import RESTART_DELAYS, LearnerLink
+
+__all__ = ["RayLearnerLink"]
+
+logger = logging.getLogger("rlserve.server")
+
+Shipped = tuple[int, str, int, "str | None", bytes]
+"""One shipped record: ``(seq, kind, steps, batch_id, payload)``."""
+
+
+class RayLearnerLink(LearnerLink):
+    """A :class:`LearnerLink` whose learner is a Ray actor (the arguments are the link's).
+
+    Args:
+        placement: The resources the learner actor holds (where it lands).
+
+    Raises:
+        ConfigError: Ray is not installed, or no node has the resources.
+    """
+
+    def __init__(
+        self, *args: Any, placement: LearnerPlacement | None = None, **kwargs: Any
+    ) -> None:
+        self._ray = import_ray("--ray")
+        self._placement = placement or LearnerPlacement()
+        self._placement.check(self._ray)
+        self._actor: Any = None
+        self._outgoing: list[dict[str, Any]] = []
+        self._announced = 0
+        self._shipped_through: int | None = None
+        """The position through which the learner has the records (None: not known yet)."""
+        self._reader: LogReader | None = None
+        self._node: str | None = None
+        super().__init__(*args, **kwargs)
+
+    def _supervisor_of_learner(self) -> _LearnerActor:
+        return _LearnerActor(self._ray, self._placement)
+
+    @property
+    def pid(self) -> int | None:
+        """The learner actor's process id (on its node; None until it is ready)."""
+        return self._children.pid
+
+    @property
+    def node(self) -> str | None:
+        """The address of the learner actor's node (None until it is ready)."""
+        return self._node
+
+    def _connected(self) -> bool:
+        return self._actor is not None
+
+    def _close_channel(self) -> None:
+        """Nothing: the exchange loop ends when the learner does, and the actor is killed."""
+
+    def _send(self, message: dict[str, Any]) -> None:
+        if self._actor is None:
+            return
+        if message["type"] == "available":
+            if self._shipped_through is None:
+                return  # its ``ready`` says where it reads from; the answer to it announces all
+            self._announced = max(self._announced, int(message["through"]))
+        self._outgoing.append(message)
+
+    async def _dispatch(self, message: dict[str, Any]) -> None:
+        if message["type"] == "ready":
+            self._shipped_through = int(message.get("position", 0))
+            self._announced = self._shipped_through
+            self._children.pid = message.get("pid")
+            logger.info(
+                "rlserve: the learner actor is ready on %s (device %s, reads from seq %d)",
+                self._children.node or "its node",
+                message.get("device"),
+                self._shipped_through,
+            )
+        await super()._dispatch(message)
+
+    def _take_records(self) -> list[Shipped]:
+        """The logged records the learner was told of and does not have yet."""
+        after, through = self._shipped_through, self._announced
+        if after is None or through <= after:
+            return []
+        if self._reader is None:
+            self._reader = LogReader(self.log.directory)
+        try:
+            shipped = [
+                (r.seq, r.kind, r.steps, r.batch_id, r.payload)
+                for r in self._reader.records(after, through)
+            ]
+        except (LogCorruptError, OSError) as exc:
+            logger.warning(
+                "rlserve: cannot read the experience log from seq %d to %d for the learner "
+                "actor (%s)",
+                after,
+                through,
+                exc,
+            )
+            self._reader.close()
+            shipped = []
+        self._shipped_through = through
+        return shipped
+
+    async def _run_learner(self) -> None:
+        actor = self._actor = self._children.start(self._setup_now())
+        self._shipped_through, self._announced, self._outgoing = None, 0, []
+        try:
+            while True:
+                exchange = {"messages": self._outgoing, "records": self._take_records()}
+                self._outgoing = []
+                answer = await asyncio.wrap_future(actor.handle.remote(exchange).future())
+                for message in answer["messages"]:
+                    await self._dispatch(message)
+                if self._node is None:
+                    self._node = self._children.node
+                if not answer["running"]:
+                    break
+        except Exception as exc:  # Ray's error for a lost actor or node
+            self.failure = f"the learner actor died: {actor_failure(exc)}"
+        finally:
+            self._actor = None
+            self._shipped_through = None
+            self._outgoing = []
+            self._waiting_budget = 0  # nothing more is handed to a learner that is gone
+            if self._pace is not None:
+                self._pace.update(connected=False)
+            self.checkpoints.final_in.set()  # nobody may wait for a checkpoint that cannot come
+
+    async def stop(self, timeout: float = 6.0) -> dict[str, str]:
+        """As the process link's; the log reader is closed too."""
+        try:
+            return await super().stop(timeout)
+        finally:
+            if self._reader is not None:
+                self._reader.close()
+
+
+class _LearnerActor:
+    """Starts, kills and restarts the one learner actor (the process supervisor's calls)."""
+
+    def __init__(self, ray: Any, placement: LearnerPlacement) -> None:
+        self._ray = ray
+        self._placement = placement
+        self._actor: Any = None
+        self.pid: int | None = None
+        self.node: str | None = None
+        self.policy = RestartPolicy(None)  # serving goes on without a learner: never given up
+
+    def start(self, setup: dict[str, Any]) -> Any:
+        """Create the learner actor where its resources are; its handle."""
+        options = self._placement.options()
+        self._actor = actor_class(self._ray).options(**options).remote(LearnerActorWorker, (setup,))
+        self.pid, self.node = None, None
+        self._actor.greet.remote().future().add_done_callback(self._greeted)
+        return self._actor
+
+    def _greeted(self, future: Any) -> None:
+        with contextlib.suppress(Exception):
+            self.node = str(future.result()["node"])
+
+    def reap(self, slot: int, grace_s: float) -> str:
+        """Kill the actor (Ray ends it at once); why it ended."""
+        self._kill()
+        return "the learner actor ended"
+
+    def succeeded(self, slot: int) -> None:
+        """It ran long enough: its failures in a row start again."""
+        self.policy.succeeded(slot)
+
+    def fail(
+        self, slot: int, failure: Failure, during: str, note: Callable[[], str] | None = None
+    ) -> None:
+        """Count a failure, kill the actor, log it."""
+        self.policy.failed(slot)
+        self._kill()
+        logger.error(
+            "rlserve: the learner actor failed during %s: %s; restarting %s",
+            during,
+            failure.reason,
+            "it" if note is None else note(),
+        )
+
+    def restart_delay(self, slot: int) -> float:
+        """Seconds before the next start, backing off by failures in a row."""
+        in_a_row = self.policy.in_a_row(slot)
+        return RESTART_DELAYS[min(in_a_row, len(RESTART_DELAYS)) - 1] if in_a_row else 0.0
+
+    def _kill(self) -> None:
+        if self._actor is not None:
+            with contextlib.suppress(Exception):
+                self._ray.kill(self._actor, no_restart=True)
+        self._actor = None

@@ -1,0 +1,97 @@
+"""``rlserve serve --ray``: the server's learner as a Ray actor on the node with its resources.
+
+A real server process (the driver) connects to the session's two-node cluster; the learner
+actor is pinned to the second node by its pretend GPU, and is fed the server's log records
+through Ray. Every step the clients were acknowledged must reach it, once.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from serving_players import LocalPlayer, RemotePlayer
+
+from conftest import HEAD_IP, SECOND_IP, RayCluster
+from rlserve.cluster.connect import LearnerPlacement
+from rlserve.errors import ConfigError
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+SMALL_PPO = (
+    "--ppo-train-batch-size",
+    "256",
+    "--ppo-minibatch-size",
+    "128",
+    "--ppo-num-epochs",
+    "1",
+    "--fragment-length",
+    "16",
+    "--max-sample-queue-steps",
+    "1000000",
+)
+
+
+def settled(server: Any) -> dict[str, Any]:
+    """Metrics once the learner has read everything the server logged."""
+    return server.wait_until(
+        lambda m: (
+            m.get("learner/steps_consumed") == m["samples/steps_logged"]
+            and m["samples/steps_queued"] == 0
+        ),
+        timeout=60,
+        what="the learner actor to take the whole experience log",
+    )
+
+
+def test_the_learner_on_the_gpu_node_gets_every_acknowledged_step(
+    ray_cluster: RayCluster, launch_server: Any
+) -> None:
+    server = launch_server(
+        *SMALL_PPO,
+        "--ray",
+        ray_cluster.address,
+        "--ray-node-ip",
+        HEAD_IP,
+        "--ray-learner-resources",
+        json.dumps({"GPU": 1}),
+    )
+    server.wait_for_weights(0)
+    local = LocalPlayer(server.address, seed=0)
+    remote = RemotePlayer(server.address, seed=10_000)
+    local.start()
+    remote.start()
+    try:
+        server.wait_until(
+            lambda m: m.get("learner/updates", 0) >= 2 and m["samples/steps_reported"] > 600,
+            timeout=90,
+            what="updates from both kinds of clients",
+        )
+    finally:
+        local.finish()
+        remote.finish()
+    assert local.client.local is not None
+    assert local.client.local.buffered_steps == local.client.local.dropped_steps == 0
+    metrics = settled(server)
+    # Each step the local client took was acknowledged once, and every logged step (remote
+    # fragments too) reached the learner actor: none lost on the way through Ray.
+    assert metrics["samples/steps_reported"] == local.steps
+    assert metrics["learner/steps_consumed"] == metrics["samples/steps_logged"]
+    assert metrics["samples/steps_dropped_queue_full"] == 0
+    assert metrics["server/weights_version"] >= 2
+    assert remote.errors == []
+    log = server.log()
+    assert f"the learner actor is ready on {SECOND_IP}" in log, log
+    assert "Traceback" not in log
+    assert server.stop() == 0
+    # Its checkpoints are where --resume finds them.
+    assert server.checkpoints
+
+
+def test_a_learner_resource_no_node_has_is_refused(ray_cluster: RayCluster) -> None:
+    placement = LearnerPlacement.parse('{"TPU": 1}')
+    with pytest.raises(ConfigError, match=r"TPU=1 for one learner \(--ray-learner-resources") as e:
+        placement.check(ray_cluster.ray)
+    assert "ray start --address=HEAD" in str(e.value) and "\n" not in str(e.value)
+    LearnerPlacement.parse('{"GPU": 1, "sim": 1}').check(ray_cluster.ray)  # the second node
