@@ -100,6 +100,12 @@ def test_host_and_origin_checks_apply(token_server: Any) -> None:
         assert login.status_code == 403
         rebound = http.get("/", headers={"Host": f"evil.example:{token_server.http_port}"})
         assert rebound.status_code == 421
+        # Any loopback address written out is no rebinding (a server bound to 127.0.0.3).
+        literal = http.get(
+            "/dashboard/state", headers={"Host": "127.0.0.3", "Authorization": f"Bearer {TOKEN}"}
+        )
+        assert literal.status_code == 200
+        assert http.get("/", headers={"Host": "127.0.0.3.evil.example"}).status_code == 421
         own = f"http://127.0.0.1:{token_server.http_port}"
         assert http.get("/dashboard/state", headers={"Origin": own}).status_code == 200
 

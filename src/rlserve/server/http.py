@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -110,10 +111,21 @@ def _host_name(host: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
+def _names_loopback(name: str) -> bool:
+    """Whether a Host name is a loopback one: a name of :data:`LOOPBACK_HOSTS`, or any loopback
+    address written out (127.0.0.3 for a server bound there; DNS rebinding needs a name)."""
+    if name.lower() in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(name.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def _refusal(request: HTTPRequest, policy: BrowserPolicy) -> Response | None:
     """A 421/403 response when the request's Host or Origin is not acceptable, else None."""
     host = request.headers.get("host", "")
-    if policy.loopback_only and _host_name(host).lower() not in LOOPBACK_HOSTS:
+    if policy.loopback_only and not _names_loopback(_host_name(host)):
         return _json(
             ErrorReply(
                 None,
