@@ -11,11 +11,14 @@ from rlserve import PolicyClient
 from rlserve.client.local import LocalConfig
 from rlserve.errors import EpisodeLostError, RLServeError
 
+STEP_S = 0.002
+"""A simulator's time per step: a few hundred steps a second per client, not tens of thousands."""
+
 
 class LocalPlayer(threading.Thread):
     """Plays CartPole through a local-inference client and counts every step it took."""
 
-    def __init__(self, address: str, seed: int):
+    def __init__(self, address: str | list[str], seed: int):
         super().__init__(daemon=True)
         patient = LocalConfig(
             batch_steps=64, batch_interval=0.05, max_buffered_steps=50_000, when_full="block"
@@ -44,6 +47,7 @@ class LocalPlayer(threading.Thread):
                 self.client.log_returns(eid, float(reward))
                 self.steps += 1
                 done = terminated or truncated
+                time.sleep(STEP_S)
             self.client.end_episode(eid, obs, truncated=truncated and not terminated)
             episode += 1
 
@@ -57,7 +61,7 @@ class LocalPlayer(threading.Thread):
 class RemotePlayer(threading.Thread):
     """Plays CartPole through a remote-inference client, starting over after a lost episode."""
 
-    def __init__(self, address: str, seed: int):
+    def __init__(self, address: str | list[str], seed: int):
         super().__init__(daemon=True)
         self.client = PolicyClient(
             address, inference_mode="remote", timeout=30, reconnect_timeout=60

@@ -221,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "?"
     try:
         args = build_parser().parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)  # front-ends on Ray reuse it
         command = args.command
         with configured_logging(args.log_level):
             return _run_command(args)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rlserve.cli.logs import log_to_run_folder
+from rlserve.cli.serve_ray import ray_serving
 from rlserve.config.fields import build, load_config_file, to_table
 from rlserve.errors import ConfigError
 
@@ -196,8 +197,9 @@ def serve_command(args: argparse.Namespace) -> int:
         algo_name,
         {name: to_table(one) for name, one in settings.items()},
     )
+    on_ray = ray_serving(args, server_config)
+    server_config = on_ray.server_config
     _check_ports_free(server_config)
-    learner_link = _ray_learner_link(args)
     created = not args.resume and not _run_exists(server_config)
     # The Algorithm API with a server attached and no environment: its run folder is created
     # (or, resuming, reopened) here; it serves on this thread until SIGINT/SIGTERM.
@@ -205,13 +207,15 @@ def serve_command(args: argparse.Namespace) -> int:
         serving_config(server_config, ppo_config, policies, mapping, settings, mapping_fn),
         resume=run.path if args.resume else None,
         background=False,
-        learner_link=learner_link,
+        learner_link=on_ray.learner_link,
     )
     run = algo.folder
     log_to_run_folder(run.path)
     warning = server_config.plaintext_warning()
     if warning:
         logger.warning(warning.removeprefix("WARNING: "))
+    if on_ray.replicas is not None:
+        on_ray.replicas.start(run.path)
     try:
         checkpoint = algo.serve_forever()
     except BaseException as exc:
@@ -226,6 +230,9 @@ def serve_command(args: argparse.Namespace) -> int:
             f"cannot listen on {server_config.host} ({exc.strerror or exc}); pass other ports "
             "with --port N --http-port N (0 picks free ones)"
         ) from None
+    finally:
+        if on_ray.replicas is not None:
+            on_ray.replicas.close()
     finals = algo.policy_server.final_checkpoints
     if len(policies) > 1:
         shown = ", ".join(f"{pid}: {finals.get(pid)}" for pid in policies)
@@ -233,29 +240,6 @@ def serve_command(args: argparse.Namespace) -> int:
     else:
         print(f"stopped; final checkpoint: {checkpoint}")
     return 0
-
-
-def _ray_learner_link(args: argparse.Namespace) -> Any:
-    """With ``--ray``: connect, check the learner's resources, and make its link (else None).
-
-    Raises:
-        ConfigError: A Ray flag without ``--ray``, Ray not installed, a cluster that does not
-            answer, or learner resources no node has (each before anything starts).
-    """
-    if args.ray is None:
-        given = [f for f in ("ray_node_ip", "ray_learner_resources") if getattr(args, f, None)]
-        if given:
-            flags = ", ".join(f"--{f.replace('_', '-')}" for f in given)
-            raise ConfigError(f"{flags} apply to a server on Ray: add --ray ADDRESS, or drop them")
-        return None
-    import functools
-
-    from rlserve.cluster.connect import LearnerPlacement, connect
-    from rlserve.cluster.learner_link import RayLearnerLink
-
-    placement = LearnerPlacement.parse(args.ray_learner_resources)
-    placement.check(connect(args.ray, args.ray_node_ip))
-    return functools.partial(RayLearnerLink, placement=placement)
 
 
 RESUME_KEEPS = ("config", "spaces_from", "spaces_file", "run_dir", "name")

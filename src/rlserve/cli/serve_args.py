@@ -121,6 +121,13 @@ def add_ray_arguments(serve: argparse.ArgumentParser) -> None:
         default=None,
         help="run the learner as an actor on the Ray cluster at ADDRESS (HOST:PORT or auto)",
     )
+    group.add_argument(
+        "--replicas",
+        metavar="N",
+        type=int,
+        default=None,
+        help="with --ray: N serving front-ends, one per node, on the same --port",
+    )
     hidden = [
         group.add_argument(
             "--ray-node-ip",
@@ -136,4 +143,12 @@ def add_ray_arguments(serve: argparse.ArgumentParser) -> None:
             "GPU and custom resources; default 1 CPU)",
         ),
     ]
+    hidden.append(
+        group.add_argument(
+            "--front-end-of",
+            metavar="NAME",
+            default=None,
+            help="(set by --replicas) serve as a front-end of the learner actor NAME",
+        )
+    )
     FullHelp.hide(hidden)

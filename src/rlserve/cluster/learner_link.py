@@ -28,7 +28,7 @@ from rlserve.processes.restarts import Failure, RestartPolicy
 from rlserve.run.experience_log import LogCorruptError, LogReader
 from rlserve.server.learner_link import RESTART_DELAYS, LearnerLink
 
-__all__ = ["RayLearnerLink"]
+__all__ = ["LearnerActorSlot", "RayLearnerLink"]
 
 logger = logging.getLogger("rlserve.server")
 
@@ -61,8 +61,8 @@ class RayLearnerLink(LearnerLink):
         self._node: str | None = None
         super().__init__(*args, **kwargs)
 
-    def _supervisor_of_learner(self) -> _LearnerActor:
-        return _LearnerActor(self._ray, self._placement)
+    def _supervisor_of_learner(self) -> LearnerActorSlot:
+        return LearnerActorSlot(self._ray, self._placement)
 
     @property
     def pid(self) -> int | None:
@@ -161,7 +161,7 @@ class RayLearnerLink(LearnerLink):
                 self._reader.close()
 
 
-class _LearnerActor:
+class LearnerActorSlot:
     """Starts, kills and restarts the one learner actor (the process supervisor's calls)."""
 
     def __init__(self, ray: Any, placement: LearnerPlacement) -> None:
@@ -174,11 +174,15 @@ class _LearnerActor:
 
     def start(self, setup: dict[str, Any]) -> Any:
         """Create the learner actor where its resources are; its handle."""
-        options = self._placement.options()
-        self._actor = actor_class(self._ray).options(**options).remote(LearnerActorWorker, (setup,))
+        self._actor = self._create(setup)
         self.pid, self.node = None, None
         self._actor.greet.remote().future().add_done_callback(self._greeted)
         return self._actor
+
+    def _create(self, setup: dict[str, Any]) -> Any:
+        """A new learner actor with ``setup``."""
+        options = self._placement.options()
+        return actor_class(self._ray).options(**options).remote(LearnerActorWorker, (setup,))
 
     def _greeted(self, future: Any) -> None:
         with contextlib.suppress(Exception):

@@ -112,8 +112,11 @@ def _host_name(host: str) -> str:
 
 
 def _names_loopback(name: str) -> bool:
-    """Whether a Host name is a loopback one: a name of :data:`LOOPBACK_HOSTS`, or any loopback
-    address written out (127.0.0.3 for a server bound there; DNS rebinding needs a name)."""
+    """Whether a Host name is a loopback one (one of :data:`LOOPBACK_HOSTS`, or an address).
+
+    Any loopback address written out is (127.0.0.3 for a server bound there): DNS rebinding
+    needs a name.
+    """
     if name.lower() in LOOPBACK_HOSTS:
         return True
     try:

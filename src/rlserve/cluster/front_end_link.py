@@ -1,0 +1,197 @@
+"""A serving front-end's link to the one learner of several (``rlserve serve --replicas N``).
+
+Every front-end is a serving process with its own experience log. Its link ships the records
+the learner has not merged (read back from its log) in each exchange with the
+:class:`~rlserve.cluster.shared_learner.SharedLearner` actor, and a reported batch is
+acknowledged once it is on this front-end's disk and merged into the learner's log (on the
+learner's disk), which the exchange's answer says (``merged_through``). A restarted front-end
+reopens its log and ships what the learner has not merged: its replay.
+
+The first front-end (the ``rlserve serve`` driver) owns the learner: it creates the actor, by
+name, where its resources are, restarts it when it dies, and stops it at the end. The others
+find it by name (``--front-end-of NAME``) and wait while it is away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+from rlserve.cluster.connect import LearnerPlacement
+from rlserve.cluster.failures import actor_failure
+from rlserve.cluster.learner_link import LearnerActorSlot, RayLearnerLink, Shipped
+from rlserve.cluster.shared_learner import SharedLearner
+from rlserve.processes.restarts import Failure
+from rlserve.run.experience_log import LogCorruptError, LogReader
+from rlserve.server.learner_link import LearnerLink
+
+__all__ = ["NAMESPACE", "FrontEndLink"]
+
+logger = logging.getLogger("rlserve.server")
+
+NAMESPACE = "rlserve"
+"""The Ray namespace the learner actor's name is found in."""
+
+MAX_RECORDS_PER_EXCHANGE = 256
+"""Records shipped in one exchange at most (a long replay goes in several)."""
+
+ATTACH_RETRY_S = 0.5
+"""Seconds between looks for a learner that is away (its owner restarts it)."""
+
+
+class FrontEndLink(RayLearnerLink):
+    """The learner side of one front-end (the link's arguments, and these).
+
+    Args:
+        front_end: This front-end's name (its node address), the same after a restart.
+        learner_name: The learner actor's name.
+        owner: Whether this front-end creates, restarts and stops the learner.
+        placement: The learner's resources (the owner's).
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        front_end: str,
+        learner_name: str,
+        owner: bool,
+        placement: LearnerPlacement | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._front_end = front_end
+        self._learner_name = learner_name
+        self._owner = owner
+        self._merged_through: int | None = None
+        self._life = uuid.uuid4().hex
+        self.duplicate_steps = 0
+        """Steps the learner skipped as copies of batches merged from another front-end."""
+        super().__init__(*args, placement=placement, **kwargs)
+
+    def _supervisor_of_learner(self) -> LearnerActorSlot:
+        if self._owner:
+            return _OwnedLearner(self._ray, self._placement, self._learner_name)
+        return _FoundLearner(self._ray, self._placement, self._learner_name)
+
+    def _setup_now(self) -> dict[str, Any]:
+        setup = super()._setup_now()
+        # The merged log is the learner's own, beside (not in) the owner's experience log.
+        return {**setup, "run_dir": str(self.log.directory.parent / "learner")}
+
+    def _connected(self) -> bool:
+        # Only the owner waits for the learner's final checkpoints when it stops.
+        return self._owner and self._actor is not None
+
+    def _send(self, message: dict[str, Any]) -> None:
+        if self._actor is None or message["type"] == "available":
+            return  # every exchange ships what is not merged: no announcements needed
+        if message["type"] == "stop" and not self._owner:
+            return
+        self._outgoing.append(message)
+
+    async def _dispatch(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind == "checkpointed":
+            # This log is needed only through what the learner has merged (on its disk).
+            message = {**message, "log_needed_after": self._merged_through or 0}
+        elif kind == "ready":
+            logger.info(
+                "rlserve: front-end %s joined the learner (%s; device %s)",
+                self._front_end,
+                self._learner_name,
+                message.get("device"),
+            )
+        await LearnerLink._dispatch(self, message)
+
+    def _unmerged(self) -> list[Shipped]:
+        """The records of this front-end's log the learner has not merged (some of them)."""
+        after = self._merged_through
+        through = min(self.log.last_seq, (after or 0) + MAX_RECORDS_PER_EXCHANGE)
+        if after is None or through <= after:
+            return []
+        if self._reader is None:
+            self._reader = LogReader(self.log.directory)
+        try:
+            return [
+                (r.seq, r.kind, r.steps, r.batch_id, r.payload)
+                for r in self._reader.records(after, through)
+            ]
+        except (LogCorruptError, OSError) as exc:
+            logger.warning(
+                "rlserve: cannot read the experience log after seq %d for the learner (%s)",
+                after,
+                exc,
+            )
+            self._reader.close()
+            return []
+
+    async def _run_learner(self) -> None:
+        actor = self._actor = self._children.start(self._setup_now())
+        self._merged_through, self._outgoing = None, []
+        try:
+            while True:
+                records = self._unmerged()
+                messages, self._outgoing = self._outgoing, []
+                call = actor.exchange.remote(self._front_end, self._life, records, messages)
+                answer = await asyncio.wrap_future(call.future())
+                self._merged_through = int(answer["merged_through"])
+                self.duplicate_steps = int(answer["duplicate_steps"])
+                self._consumed(self._merged_through, [])
+                for message in answer["messages"]:
+                    await self._dispatch(message)
+                self._stats.learner["learner/steps_consumed"] = float(answer["steps_consumed"])
+                if not answer["running"] or (self._stopping and not self._owner):
+                    break
+        except Exception as exc:  # Ray's error for a lost actor or node
+            self.failure = f"the learner actor is away: {actor_failure(exc)}"
+        finally:
+            self._actor = None
+            self._merged_through = None
+            self._outgoing = []
+            if self._pace is not None:
+                self._pace.update(connected=False)
+            self.checkpoints.final_in.set()
+
+
+class _OwnedLearner(LearnerActorSlot):
+    """The learner actor, named, created (and killed) by the owning front-end."""
+
+    def __init__(self, ray: Any, placement: LearnerPlacement, name: str) -> None:
+        super().__init__(ray, placement)
+        self._name = name
+
+    def _create(self, setup: dict[str, Any]) -> Any:
+        cls = self._ray.remote(max_restarts=0, max_concurrency=64)(SharedLearner)
+        options = {**self._placement.options(), "name": self._name, "namespace": NAMESPACE}
+        return cls.options(**options).remote(setup)
+
+
+class _FoundLearner(LearnerActorSlot):
+    """The learner actor as another front-end finds it by name; never killed from here."""
+
+    def __init__(self, ray: Any, placement: LearnerPlacement, name: str) -> None:
+        super().__init__(ray, placement)
+        self._name = name
+
+    def _create(self, setup: dict[str, Any]) -> Any:
+        try:
+            return self._ray.get_actor(self._name, namespace=NAMESPACE)
+        except ValueError:
+            raise RuntimeError(f"the learner {self._name} is not running (yet)") from None
+
+    def _kill(self) -> None:
+        self._actor = None  # the owner's: it restarts or stops it
+
+    def fail(self, slot: int, failure: Failure, during: str, note: Any = None) -> None:
+        """Count it and say so once per absence (the owner restarts the learner)."""
+        if not self.policy.in_a_row(slot):
+            logger.warning(
+                "rlserve: front-end lost the learner (%s); waiting for it", failure.reason
+            )
+        self.policy.failed(slot)
+        self._kill()
+
+    def restart_delay(self, slot: int) -> float:
+        """Look again soon."""
+        return ATTACH_RETRY_S
