@@ -90,11 +90,12 @@ def _merged(run: Path) -> list[Any]:
     return records
 
 
-def _wait(condition: Any, what: str, timeout: float = 60.0) -> None:
+def _wait(condition: Any, what: str, timeout: float = 60.0, logs: tuple[Path, ...] = ()) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            tails = "\n".join(p.read_text(errors="replace")[-3000:] for p in logs if p.exists())
+            raise AssertionError(f"timed out waiting for {what}\n{tails}")
         time.sleep(0.2)
 
 
@@ -121,19 +122,22 @@ def test_two_front_ends_lose_nothing_when_one_is_killed(
     on_first = LocalPlayer([a, b], seed=1_000)
     remote = RemotePlayer([b, a], seed=10_000)
     players = (on_second, on_first, remote)
+    logs = (server.log_path, server.run_folder / "front_ends" / f"{SECOND_IP}.log")
+
+    def wait(condition: Any, what: str) -> None:
+        _wait(condition, what, logs=logs)
+
     for player in players:
         player.start()
     try:
-        _wait(
-            lambda: _metrics(second).get("samples/steps_reported", 0) > 300, "steps on the second"
-        )
+        wait(lambda: _metrics(second).get("samples/steps_reported", 0) > 300, "steps on the second")
         os.kill(int(second["pid"]), signal.SIGKILL)
         steps = on_second.steps
-        _wait(lambda: on_second.steps > steps + 300, "the moved client to go on")
-        _wait(lambda: remote.lost >= 1 and remote.episodes > 3, "the remote client to go on")
+        wait(lambda: on_second.steps > steps + 300, "the moved client to go on")
+        wait(lambda: remote.lost >= 1 and remote.episodes > 3, "the remote client to go on")
         restarted = _front_ends(server.run_folder, restarts=1)[1]
         assert restarted["pid"] != second["pid"] and restarted["port"] == port
-        _wait(lambda: _metrics(restarted).get("learner/steps_consumed", 0) > 0, "its return")
+        wait(lambda: _metrics(restarted).get("learner/steps_consumed", 0) > 0, "its return")
     finally:
         for player in players:
             player.finish()
@@ -149,13 +153,18 @@ def test_two_front_ends_lose_nothing_when_one_is_killed(
 
     # Every step the local clients took reached the learner's log once: none lost with the
     # killed front-end, none doubled by its replay or the clients' re-sends.
-    _wait(lambda: reported() >= local_steps, "every reported step to be merged")
+    wait(lambda: reported() >= local_steps, "every reported step to be merged")
     records = _merged(server.run_folder)
     copies = Counter(r.batch_id for r in records if r.batch_id is not None)
     assert [batch for batch, n in copies.items() if n > 1] == []
     assert reported() == local_steps
-    total = sum(r.steps for r in records)
-    _wait(lambda: server.metrics()["learner/steps_consumed"] == total, "the learner to read it")
+
+    def everything_read() -> bool:
+        total = sum(r.steps for r in _merged(server.run_folder))
+        return bool(server.metrics()["learner/steps_consumed"] == total)
+
+    # The learner read every merged step (front-ends still replaying are waited for).
+    wait(everything_read, "the learner to read the whole merged log")
     assert server.metrics()["learner/updates"] >= 1
     log = server.log()
     assert "Traceback" not in log, log

@@ -8,6 +8,7 @@ through Ray. Every step the clients were acknowledged must reach it, once.
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from serving_players import LocalPlayer, RemotePlayer
 
 from conftest import HEAD_IP, SECOND_IP, RayCluster
 from rlserve.cluster.connect import LearnerPlacement
+from rlserve.cluster.front_ends import check_ports, front_end_nodes
 from rlserve.errors import ConfigError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -95,3 +97,17 @@ def test_a_learner_resource_no_node_has_is_refused(ray_cluster: RayCluster) -> N
         placement.check(ray_cluster.ray)
     assert "ray start --address=HEAD" in str(e.value) and "\n" not in str(e.value)
     LearnerPlacement.parse('{"GPU": 1, "sim": 1}').check(ray_cluster.ray)  # the second node
+
+
+def test_a_port_taken_on_a_node_and_too_few_nodes_are_refused(ray_cluster: RayCluster) -> None:
+    ray = ray_cluster.ray
+    with socket.socket() as taken:
+        taken.bind((SECOND_IP, 0))
+        taken.listen()
+        port = int(taken.getsockname()[1])
+        with pytest.raises(ConfigError, match=rf"port {port} on node {SECOND_IP} is taken") as e:
+            check_ports(ray, [HEAD_IP, SECOND_IP], port)
+        assert "pass --port with a port free on every node" in str(e.value)
+    assert front_end_nodes(ray, 2, SECOND_IP) == [SECOND_IP, HEAD_IP]
+    with pytest.raises(ConfigError, match=r"--replicas 3: the Ray cluster has 2 live node"):
+        front_end_nodes(ray, 3, HEAD_IP)

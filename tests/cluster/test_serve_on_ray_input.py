@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import socket
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from rlserve.cli.serve_ray import ray_serving
 from rlserve.cluster.connect import LearnerPlacement, connect
 from rlserve.errors import ConfigError
 
@@ -74,3 +76,9 @@ def test_ray_flags_without_ray_are_refused(run_rlserve: Any) -> None:
     )
     assert done.returncode != 0
     assert "--ray-learner-resources apply to a server on Ray: add --ray ADDRESS" in done.stderr
+
+
+def test_replicas_without_ray_are_refused() -> None:
+    args = argparse.Namespace(ray=None, replicas=2, ray_node_ip=None, front_end_of=None)
+    with pytest.raises(ConfigError, match=r"--replicas apply to a server on Ray: add --ray"):
+        ray_serving(args, object())

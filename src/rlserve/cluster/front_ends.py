@@ -133,18 +133,20 @@ class FrontEndLauncher:
     """On its node, keeps one front-end (an ``rlserve serve`` process) running.
 
     Args:
-        first: The command of its first start (a new run folder).
+        first: The command of its first start (a new run folder, ``folder``).
         again: The command of a restart, to which ``--resume RUN_FOLDER`` is added.
+        folder: Its run folder (resumed at once when it exists).
         log_path: Where the front-end's stderr goes (appended).
     """
 
-    def __init__(self, first: list[str], again: list[str], log_path: str) -> None:
+    def __init__(self, first: list[str], again: list[str], folder: str, log_path: str) -> None:
         self._first, self._again = first, again
         self._log_path = Path(log_path)
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         self._process: subprocess.Popen[str] | None = None
         self._listening: dict[str, Any] | None = None
-        self._run_folder: str | None = None
+        # A driver resumed (--resume) finds each front-end's folder on its node: resume it too.
+        self._run_folder: str | None = folder if Path(folder).is_dir() else None
         self._closing = threading.Event()
         self._changed = threading.Condition()
         self.restarts = 0

@@ -79,8 +79,9 @@ class Replicas:
         for ip in self.nodes:
             first, again = self._commands(ip, run)
             log = str(run / "front_ends" / f"{ip}.log")
+            folder = str(run / "front_ends" / ip)
             self._launchers.append(
-                launcher.options(**on_node(self._ray, ip)).remote(first, again, log)
+                launcher.options(**on_node(self._ray, ip)).remote(first, again, folder, log)
             )
         self._publisher = threading.Thread(
             target=self._publish_forever, args=(run,), name="rlserve-front-ends", daemon=True
