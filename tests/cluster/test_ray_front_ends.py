@@ -138,6 +138,12 @@ def test_two_front_ends_lose_nothing_when_one_is_killed(
         restarted = _front_ends(server.run_folder, restarts=1)[1]
         assert restarted["pid"] != second["pid"] and restarted["port"] == port
         wait(lambda: _metrics(restarted).get("learner/steps_consumed", 0) > 0, "its return")
+        # It serves the newest weights the learner published (each put in Ray's store once).
+        version = server.metrics()["server/weights_version"]
+        wait(
+            lambda: _metrics(restarted).get("server/weights_version", -1) >= version,
+            "the restarted front-end to serve the newest weights",
+        )
     finally:
         for player in players:
             player.finish()

@@ -51,6 +51,9 @@ def ray_serving(args: argparse.Namespace, server_config: Any) -> RayServing:
     ray = connect(args.ray, args.ray_node_ip)
     own_ip = args.ray_node_ip or ray.util.get_node_ip_address()
     if args.front_end_of:
+        from rlserve.cluster.front_ends import die_with_launcher
+
+        die_with_launcher()
         link = functools.partial(
             FrontEndLink, front_end=own_ip, learner_name=args.front_end_of, owner=False
         )

@@ -139,6 +139,10 @@ class FrontEndLink(RayLearnerLink):
                 self.duplicate_steps = int(answer["duplicate_steps"])
                 self._consumed(self._merged_through, [])
                 for message in answer["messages"]:
+                    if message["type"] == "weights":
+                        ref = message["package_ref"][0]
+                        package = await asyncio.wrap_future(ref.future())
+                        message = {**message, "package": package}
                     await self._dispatch(message)
                 self._stats.learner["learner/steps_consumed"] = float(answer["steps_consumed"])
                 if not answer["running"] or (self._stopping and not self._owner):

@@ -30,6 +30,7 @@ __all__ = [
     "LISTENING",
     "FrontEndLauncher",
     "check_ports",
+    "die_with_launcher",
     "front_end_nodes",
     "on_node",
     "port_taken",
@@ -123,10 +124,18 @@ def without_flags(argv: Sequence[str], flags: Sequence[str]) -> list[str]:
     return kept
 
 
-def _die_with_parent() -> None:
-    """In the child: SIGTERM when the launcher's process dies (Linux's PR_SET_PDEATHSIG)."""
+def die_with_launcher() -> None:
+    """In a front-end started by a launcher: SIGTERM when the launcher's process dies.
+
+    Linux's ``PR_SET_PDEATHSIG``, set by the front-end itself (a ``preexec_fn`` in a Ray
+    worker, a process of many threads, could deadlock); elsewhere nothing.
+    """
+    if sys.platform != "linux":
+        return
     with contextlib.suppress(Exception):
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)
+    if os.getppid() == 1:  # the launcher was gone before that
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 class FrontEndLauncher:
@@ -168,7 +177,6 @@ class FrontEndLauncher:
                     stdin=subprocess.DEVNULL,
                     text=True,
                     env=env,
-                    preexec_fn=_die_with_parent if sys.platform == "linux" else None,
                 )
             with self._changed:
                 self._process = process

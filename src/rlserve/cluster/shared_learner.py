@@ -19,10 +19,11 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlserve.cluster.ray_import import import_ray
 from rlserve.run.experience_log import ExperienceLog
 from rlserve.training.learner_worker import learn
 
@@ -88,9 +89,13 @@ class MergedLog:
 
 
 class _FanOut:
-    """The learner loop's channel: its messages copied to every front-end's outbox."""
+    """The learner loop's channel: its messages copied to every front-end's outbox.
 
-    def __init__(self) -> None:
+    A ``weights`` message's package is put in Ray's object store once (``package_ref``).
+    """
+
+    def __init__(self, put: Callable[[Any], Any]) -> None:
+        self._put = put
         self.inbox: deque[dict[str, Any]] = deque()
         self._arrived = threading.Condition()
         self._outboxes: dict[str, deque[dict[str, Any]]] = {}
@@ -106,6 +111,9 @@ class _FanOut:
             self.steps_consumed = float(message["steps_consumed"])
         if kind in _PER_FRONT_END:
             return
+        if kind == "weights":
+            # Put in the object store once, fetched by each front-end (once per node).
+            message = {**message, "package": None, "package_ref": [self._put(message["package"])]}
         with self._ready:
             if kind in ("ready", "weights", "metrics"):
                 self._latest[f"{kind}:{message.get('policy_id', '')}"] = message
@@ -164,7 +172,7 @@ class SharedLearner:
     def __init__(self, setup: dict[str, Any]) -> None:
         self._merged = MergedLog(Path(setup["run_dir"]) / "experience")
         self._lock = threading.Lock()
-        self._pipe = _FanOut()
+        self._pipe = _FanOut(import_ray("the shared learner").put)
         self._done = threading.Event()
         # What a restarted learner merged before: read from its checkpoint's position on.
         self._pipe.put([{"type": "available", "through": self._merged.log.last_seq}])
