@@ -82,7 +82,7 @@ def weights_bytes(env: Any, settings: dict[str, Any]) -> int:
     """Bytes of the arrays of one weights version."""
     with config(env, settings, False).build() as algo:
         arrays = algo.learners["default"].weights().arrays
-        return sum(np.asarray(a).nbytes for a in arrays)
+        return sum(np.asarray(a).nbytes for a in arrays.values())
 
 
 def first_result_seconds(ray: Any, address: str, actor: bool) -> float:
