@@ -10,10 +10,13 @@ measures, for PPO sampling in this process (``num_env_runners=0``):
   ``train()`` result, with the learner an actor (``.learners(num_learners=1)``); and the same
   Algorithm's build and first ``train()`` with the learner in process, for comparison;
 * the per-``train()`` overhead of the learner actor, for a small MLP (CartPole, ``[64, 64]``)
-  and an 84x84x4 CNN (``image_throughput.ImageSource``, the automatic Nature encoder): the
-  median ``train()`` time with the learner in an actor minus the median with it in process,
-  both in this run. What the difference pays for: the round's fragments sent to the actor, the
-  update's state back, and the new weights fetched once per version (their size is printed).
+  and an 84x84x4 CNN (``image_throughput.ImageSource``, the automatic Nature encoder), two
+  ways. Transport: the same :class:`~rlserve.cluster.learner.LearnerHost` calls a round makes
+  (``ingest`` of one round's fragments, ``update``'s round trip, approximated by ``state``, and
+  ``weights`` once per version) timed on an actor and on an instance in this process; the
+  overhead is the sum of the differences (medians of ``--rounds``). End to end: the median
+  ``train()`` with the learner in an actor and in process, both in this run (on a loaded
+  machine the noise of the update's own time hides the transport; the first figure does not).
 
 torch runs with one thread in this process, as Ray gives a one-CPU actor, so both placements
 learn at the same speed and the difference is the transport.
@@ -32,6 +35,7 @@ import torch
 from image_throughput import ImageSource
 from ray_runners import ray_on_loopback
 from rlserve import PPOConfig
+from rlserve.cluster.learner import LearnerHost
 
 
 def image_env(config: Any = None) -> ImageSource:
@@ -85,6 +89,44 @@ def weights_bytes(env: Any, settings: dict[str, Any]) -> int:
         return sum(np.asarray(a).nbytes for a in arrays.values())
 
 
+def median_ms(call: Any, rounds: int) -> float:
+    """Median milliseconds of ``call()`` (after one untimed call)."""
+    call()
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1e3
+
+
+def transport_ms(ray: Any, env: Any, settings: dict[str, Any], rounds: int) -> dict[str, float]:
+    """Each per-round call's milliseconds on an actor minus in this process, and their sum."""
+    with config(env, settings, False).build() as algo:
+        algo.train()
+        spec, name = algo.specs["default"], algo.algorithms["default"]
+        args = (name, spec.observation_space, spec.action_space,
+                algo.config.policy_settings(name, spec.config))  # fmt: skip
+        packages = {pid: learner.weights() for pid, learner in algo.learners.items()}
+        fragments = algo.samplers[0].sample(settings["train_batch_size"], packages).fragments
+    local = LearnerHost(*args)
+    remote = ray.remote(LearnerHost).options(num_cpus=1).remote(*args)
+    try:
+        calls = {
+            "ingest": (lambda: local.ingest(fragments), lambda: remote.ingest.remote(fragments)),
+            "update round trip": (local.state, remote.state.remote),
+            "weights": (local.weights, remote.weights.remote),
+        }
+        out = {
+            what: median_ms(lambda r=r: ray.get(r()), rounds) - median_ms(here, rounds)
+            for what, (here, r) in calls.items()
+        }
+    finally:
+        ray.kill(remote)
+    out["total"] = sum(out.values())
+    return out
+
+
 def first_result_seconds(ray: Any, address: str, actor: bool) -> float:
     """Seconds from ``ray.init`` to the first ``train()`` result of the MLP case."""
     env, settings = CASES["MLP [64, 64], CartPole"]
@@ -112,7 +154,13 @@ def main() -> None:
         print("from ray.init to the first train() result (MLP case, 512 steps):")
         for name, seconds in startup.items():
             print(f"  {name:20s} {seconds:6.2f} s")
-        print(f"per-train() overhead of the learner actor (median of {rounds}):")
+        print(f"per-train() transport overhead of the learner actor (median of {rounds}):")
+        for name, (env, settings) in CASES.items():
+            parts = transport_ms(ray, env, settings, rounds)
+            size = weights_bytes(env, settings)
+            text = ", ".join(f"{what} {ms:+.2f} ms" for what, ms in parts.items())
+            print(f"  {name:24s} {text} (weights {size / 1e6:.2f} MB)")
+        print(f"end to end: median train() of {rounds}, learner in process and in an actor:")
         for name, (env, settings) in CASES.items():
             local = train_seconds(env, settings, False, rounds)
             remote = train_seconds(env, settings, True, rounds)
