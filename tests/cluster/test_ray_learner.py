@@ -98,6 +98,14 @@ def test_checkpoints_go_through_the_learner_actor(ray_cluster: RayCluster, tmp_p
         restored.stop()
 
 
+def test_a_dead_learner_actor_names_the_fix(ray_cluster: RayCluster) -> None:
+    with _config(num_learners=1, num_cpus_per_learner=0.25).build() as algo:
+        algo.train()
+        ray_cluster.ray.kill(algo.learners["default"]._actor)
+        with pytest.raises(RuntimeError, match=r"learner actor .* died .*restore that checkpoint"):
+            algo.train()
+
+
 @pytest.mark.parametrize(
     ("learners", "named"),
     [
