@@ -95,8 +95,8 @@ wheel-check: $(STAMP)
 # The C++ client: one configure (kept between runs in clients/cpp/build), a build on two cores,
 # then its ctest suite (the protocol vectors, bad input, the C ABI, an installed consumer).
 CPP_BUILD := clients/cpp/build
-cpp-test: system-tools
-	cmake -S clients/cpp -B $(CPP_BUILD) -DCMAKE_BUILD_TYPE=Release
+cpp-test: system-tools $(STAMP)
+	cmake -S clients/cpp -B $(CPP_BUILD) -DCMAKE_BUILD_TYPE=Release -DRLSERVE_PYTHON_BIN=$(abspath $(BIN))
 	cmake --build $(CPP_BUILD) -j2
 	ctest --test-dir $(CPP_BUILD) --output-on-failure
 
