@@ -50,6 +50,8 @@ class Client {
   /// hello. An empty options.client_id is replaced by a random one (32 hex characters), kept
   /// for every reconnection so that the client keeps its episodes.
   static Result<std::unique_ptr<Client>> connect(const std::string& address, ClientOptions options = {});
+  /// Drops the connection without reading pending replies: call close() first to learn whether
+  /// a pipelined end_episode was refused.
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;

@@ -1,7 +1,7 @@
 // End to end against a real `rlserve serve` (CartPole-v1 spaces, a token, 127.0.0.1, port 0):
-// CartPole episodes stepped in C++ with remote inference (single and batched), the examples,
-// a wrong-shape observation, a bad token, exactly-once after lost replies, and a server killed
-// with SIGKILL and resumed on the same port.
+// CartPole episodes stepped in C++ with remote inference (single, batched, from four threads on
+// one client, multi-agent), the examples, a wrong-shape observation, a bad token, exactly-once
+// after lost replies, and a server killed with SIGKILL and resumed on the same port.
 // Usage: test_e2e_remote <python bin dir> <hello> <hello_c>
 #include <nlohmann/json.hpp>
 
@@ -131,6 +131,24 @@ void episodes(const Context& ctx) {
         "every step recorded once: " + std::to_string(total + 10));
 }
 
+void threads(const Context& ctx) {
+  auto client = connect(ctx);
+  const auto before = metrics(ctx);
+  std::vector<std::thread> players;
+  std::vector<int> lengths(4, 0);
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    players.emplace_back([&, i] { lengths[i] = play(*client, 20 + i); });
+  }
+  for (auto& t : players) t.join();
+  int total = 0;
+  for (int n : lengths) total += n;
+  CHECK(client->close().ok(), "close");
+  const double completed = metric(before, "episodes/completed") + 4;
+  const auto after = wait_metrics(ctx, [&](const nlohmann::json& m) { return metric(m, "episodes/completed") >= completed; });
+  CHECK(metric(after, "samples/env_steps") - metric(before, "samples/env_steps") == total,
+        "4 threads on one client: every step once");
+}
+
 void wrong_shape(const Context& ctx) {
   auto client = connect(ctx);
   auto id = client->start_episode();
@@ -181,6 +199,27 @@ void exactly_once(const Context& ctx) {
   const auto after = wait_metrics(ctx, [&](const nlohmann::json& m) { return metric(m, "episodes/completed") >= done; });
   CHECK(metric(after, "samples/env_steps") - metric(before, "samples/env_steps") == 3,
         "3 steps, not 4 or 5: " + std::to_string(metric(after, "samples/env_steps") - metric(before, "samples/env_steps")));
+}
+
+void multi_agent(const Context& ctx) {
+  auto client = connect(ctx);
+  const auto before = metrics(ctx);
+  rlserve::Value obs = *client->observation_value({0.01f, -0.02f, 0.03f, 0.04f});
+  auto id = client->start_episode();
+  auto both = client->get_agent_actions(*id, {{"a", obs}, {"b", obs}});
+  CHECK(both.ok() && both->size() == 2, "two agents act: " + (both ? "" : both.error().message));
+  if (both) CHECK(both->at("b").discrete() == 0 || both->at("b").discrete() == 1, "agent b's Discrete(2) action");
+  auto done = client->log_agent_returns(*id, {{"a", 1.0}, {"b", 0.5}}, {{"b", true}});
+  CHECK(done.ok(), "rewards, and b terminated: " + (done ? "" : done.error().message));
+  auto named_again = client->get_agent_actions(*id, {{"b", obs}});
+  CHECK(!named_again && named_again.error().code == rlserve::ErrorCode::episode_error, "a done agent may not act");
+  auto one = client->get_agent_actions(*id, {{"a", obs}});
+  CHECK(one.ok() && one->count("a") == 1, "agent a acts on");
+  CHECK(client->end_agent_episode(*id, {{"a", obs}}).ok(), "end");
+  CHECK(client->close().ok(), "close");
+  const double completed = metric(before, "episodes/completed") + 1;
+  const auto after = wait_metrics(ctx, [&](const nlohmann::json& m) { return metric(m, "episodes/completed") >= completed; });
+  CHECK(metric(after, "episodes/completed") == completed, "the multi-agent episode completed");
 }
 
 void examples(const Context& ctx) {
@@ -241,9 +280,14 @@ int main(int argc, char** argv) {
                                  "--http-port", "0", "--no-progress", "--ppo-device", "cpu", "--seed", "1"},
         std::vector<std::string>{std::string("RLSERVE_TOKEN=") + kToken}, ctx.work + "/server-1.log");
     const std::pair<const char*, std::function<void()>> cases[] = {
-        {"bad_token", [&] { bad_token(ctx); }},       {"episodes", [&] { episodes(ctx); }},
-        {"wrong_shape", [&] { wrong_shape(ctx); }},   {"exactly_once", [&] { exactly_once(ctx); }},
-        {"examples", [&] { examples(ctx); }},         {"restart", [&] { restart(ctx); }},
+        {"bad_token", [&] { bad_token(ctx); }},
+        {"episodes", [&] { episodes(ctx); }},
+        {"threads", [&] { threads(ctx); }},
+        {"wrong_shape", [&] { wrong_shape(ctx); }},
+        {"exactly_once", [&] { exactly_once(ctx); }},
+        {"multi_agent", [&] { multi_agent(ctx); }},
+        {"examples", [&] { examples(ctx); }},
+        {"restart", [&] { restart(ctx); }},
     };
     for (const auto& [name, run] : cases) {
       const int failures = check::failures();
