@@ -100,6 +100,24 @@ void bad_token(const Context& ctx) {
   }
 }
 
+/// Right after the start the first get_action waits for the learner's first weights, longer
+/// than this client's 0.5 s reply timeout: it reconnects and re-sends, and the re-sent call
+/// joins the waiting one.
+void short_timeout(const Context& ctx) {
+  rlserve::ClientOptions o;
+  o.token = kToken;
+  o.timeouts.request = 0.5;
+  o.timeouts.reconnect = 60;
+  auto client = rlserve::Client::connect(ctx.server->address(), o);
+  CHECK(client.ok(), "connect");
+  if (!client) return;
+  const std::vector<float> obs{0.01f, -0.02f, 0.03f, 0.04f};
+  auto id = (*client)->start_episode();
+  auto a = (*client)->get_action(*id, obs);
+  CHECK(a.ok(), "the first action despite the short timeout: " + (a ? "" : a.error().message));
+  CHECK((*client)->end_episode(*id, obs).ok() && (*client)->close().ok(), "end");
+}
+
 void episodes(const Context& ctx) {
   auto client = connect(ctx);
   const auto before = metrics(ctx);
@@ -281,6 +299,7 @@ int main(int argc, char** argv) {
         std::vector<std::string>{std::string("RLSERVE_TOKEN=") + kToken}, ctx.work + "/server-1.log");
     const std::pair<const char*, std::function<void()>> cases[] = {
         {"bad_token", [&] { bad_token(ctx); }},
+        {"short_timeout", [&] { short_timeout(ctx); }},
         {"episodes", [&] { episodes(ctx); }},
         {"threads", [&] { threads(ctx); }},
         {"wrong_shape", [&] { wrong_shape(ctx); }},
