@@ -93,12 +93,13 @@ wheel-check: $(STAMP)
 	$(BIN)/python scripts/wheel_check.py
 
 # The C++ client: one configure (kept between runs in clients/cpp/build), a build on two cores,
-# then its ctest suite (the protocol vectors, bad input, the C ABI, an installed consumer).
+# then its ctest suite (the protocol vectors, bad input, the C ABI, an installed consumer, and
+# end-to-end tests against a real server from .venv: two at once, as they mostly wait on it).
 CPP_BUILD := clients/cpp/build
-cpp-test: system-tools
-	cmake -S clients/cpp -B $(CPP_BUILD) -DCMAKE_BUILD_TYPE=Release
+cpp-test: system-tools $(STAMP)
+	cmake -S clients/cpp -B $(CPP_BUILD) -DCMAKE_BUILD_TYPE=Release -DRLSERVE_PYTHON_BIN=$(abspath $(BIN))
 	cmake --build $(CPP_BUILD) -j2
-	ctest --test-dir $(CPP_BUILD) --output-on-failure
+	ctest --test-dir $(CPP_BUILD) --output-on-failure --parallel 2
 
 test: lint typecheck unit compat wheel-check cpp-test
 

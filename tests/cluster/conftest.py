@@ -1,11 +1,12 @@
 """A real two-node Ray cluster on loopback for the tests of ``rlserve.cluster``, per session.
 
 The head node listens on 127.0.0.2 and the second node, which alone has the custom resource
-``sim`` and one (pretend) GPU, on 127.0.0.3: Ray rewrites 127.0.0.1 to the machine's network
-address, and no test traffic may leave loopback. Each cluster has a temp dir of its own, so
-parallel test sessions do not share one, and it is stopped by killing the processes that name
-that dir (``ray stop`` would stop every Ray cluster of the machine, other sessions' too). The
-tests are skipped when Ray is not installed (``pip install 'rlserve[ray]'``).
+``sim`` and one GPU (fake: Ray takes ``--num-gpus`` on trust), on 127.0.0.3: Ray rewrites
+127.0.0.1 to the machine's network address, and no test traffic may leave loopback. Each
+cluster has a temp dir of its own, so parallel test sessions do not share one, and it is stopped
+by killing the processes that name that dir (``ray stop`` would stop every Ray cluster of the
+machine, other sessions' too). The tests are skipped when Ray is not installed (``pip install
+'rlserve[ray]'``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class RayCluster:
     env: dict[str, str]
     head_ip: str = HEAD_IP
     second_ip: str = SECOND_IP
-    """The node with the custom resource ``sim`` and ``GPU``."""
+    """The node with the custom resource ``sim`` and a (fake) GPU."""
 
     def add_node(self, ip: str, *flags: str) -> None:
         """Start one more node on the loopback address ``ip`` (127.0.0.4...) and wait for it."""
@@ -187,7 +188,7 @@ def _ray_nodes() -> Iterator[_Nodes]:
                 f"--address={address}",
                 f"--node-ip-address={SECOND_IP}",
                 '--resources={"sim": 4}',
-                "--num-gpus=1",  # nothing uses it: it only places the learner actor
+                "--num-gpus=1",
                 *common,
             ],
             env,

@@ -64,7 +64,8 @@ def _strip_times(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _weights(algo: Algorithm) -> list[list[float]]:
-    return [np.asarray(a).ravel().tolist() for a in algo.learners["default"].weights().arrays]
+    arrays = algo.learners["default"].weights().arrays
+    return [np.asarray(arrays[name]).ravel().tolist() for name in sorted(arrays)]
 
 
 def test_runners_are_placed_by_resource_over_both_nodes(ray_cluster: RayCluster) -> None:

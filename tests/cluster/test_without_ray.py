@@ -77,3 +77,25 @@ def test_backend_ray_before_ray_init_names_the_fix() -> None:
     config = PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=1, backend="ray")
     with pytest.raises(ConfigError, match=r"call ray.init\(address=\.\.\.\) first"):
         config.build()
+
+
+@pytest.mark.timeout(60)
+def test_without_ray_learner_and_sub_environments_stay_on_this_machine(no_ray: None) -> None:
+    from rlserve.env.subprocess import ProcessVectorSource
+    from rlserve.processes.supervisor import ProcessSupervisor
+
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_envs_per_env_runner=2, remote_worker_envs=True)
+        .learners(num_gpus_per_learner=1, custom_resources_per_learner={"trainer": 1})
+        .training(train_batch_size=128, minibatch_size=64, num_epochs=1)
+        .training(min_env_steps_per_iteration=128, model={"fcnet_hiddens": [16]})
+        .resources(device="cpu")
+    )
+    with config.build() as algo:
+        assert type(algo.learners["default"]).__name__ == "PPOLearner"
+        assert isinstance(algo.source, ProcessVectorSource)
+        assert isinstance(algo.source._supervisor, ProcessSupervisor)
+        algo.train()
+        assert algo.learners["default"].version == 1

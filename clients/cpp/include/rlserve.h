@@ -1,6 +1,6 @@
 /* rlserve's C ABI: opaque handles, plain arrays, status codes with a message. No C++ exception
- * crosses it. So far it covers local inference from a `weights` reply (docs/protocol.md
- * section 14); the network client comes next. */
+ * crosses it. It covers the network client with remote inference (rlserve_client_*) and local
+ * inference from a `weights` reply (rlserve_policy_*, docs/protocol.md section 14). */
 #ifndef RLSERVE_H
 #define RLSERVE_H
 
@@ -21,7 +21,19 @@ typedef enum rlserve_status {
   RLSERVE_BAD_VALUE = 4,         /* a value that does not fit (e.g. no legal action) */
   RLSERVE_UNSUPPORTED_MODEL = 5, /* a model kind this library does not implement */
   RLSERVE_INVALID_ARGUMENT = 6,  /* a null pointer, a wrong size */
-  RLSERVE_INTERNAL = 7           /* a bug in this library */
+  RLSERVE_INTERNAL = 7,          /* a bug in this library */
+  /* The network client's (the server's error codes of section 8 among them). */
+  RLSERVE_CONNECTION_LOST = 8,   /* unreachable, or not again within the reconnect timeout */
+  RLSERVE_TIMEOUT = 9,           /* no reply in time */
+  RLSERVE_UNAUTHORIZED = 10,     /* a wrong or missing token */
+  RLSERVE_VERSION_MISMATCH = 11, /* another protocol version or inference mode */
+  RLSERVE_EPISODE_ERROR = 12,    /* unknown, ended or another client's episode; out of order */
+  RLSERVE_EPISODE_LOST = 13,     /* the server restarted since the episode started: start anew */
+  RLSERVE_CAPACITY = 14,         /* too many open episodes or connections */
+  RLSERVE_UNSUPPORTED_SPACE = 15,
+  RLSERVE_FORBIDDEN = 16,
+  RLSERVE_SERVER_INTERNAL = 17,  /* the server failed because of its own fault */
+  RLSERVE_TLS_ERROR = 18         /* a TLS handshake or certificate failure */
 } rlserve_status;
 
 /* The message of the last failed call on this thread (empty after a success); valid until the
@@ -65,6 +77,51 @@ rlserve_status rlserve_policy_compute_actions(rlserve_policy* policy, size_t cou
                                               const float* observations, float* states,
                                               int explore, double* actions, double* rows,
                                               double* logps);
+
+/* A network client with remote inference: the server computes each action. Thread-safe (calls
+ * on one handle are serialised). Episode calls carry sequence numbers and are re-sent over a new
+ * connection when one breaks (applied once); after a server restart the episodes that were open
+ * fail with RLSERVE_EPISODE_LOST: start a new episode and carry on. */
+typedef struct rlserve_client rlserve_client;
+
+/* Optional settings of rlserve_client_connect; zero/NULL fields take the defaults. */
+typedef struct rlserve_client_options {
+  const char* client_name;   /* shown in the server's logs ("cpp-client") */
+  const char* client_id;     /* the client identity; NULL: a random one, kept across reconnections */
+  const char* tls_ca;        /* CA file (PEM) for a tls:// address; NULL: the system's trust store */
+  double connect_timeout;    /* seconds (10) */
+  double request_timeout;    /* seconds for a reply (60) */
+  double reconnect_timeout;  /* seconds a call keeps reconnecting after a break (30) */
+  int no_observation_check;  /* nonzero: do not check observations before sending */
+} rlserve_client_options;
+
+/* Connects to `address` ("host:port" or "tls://host:port") and says hello with `token` (NULL:
+ * none) and `inference_mode` (NULL or "remote"; "local" is not available in this version).
+ * `options` may be NULL. A refused hello is RLSERVE_UNAUTHORIZED (or ...) with the server's
+ * message. */
+rlserve_status rlserve_client_connect(const char* address, const char* token, const char* inference_mode,
+                                      const rlserve_client_options* options, rlserve_client** out);
+/* Starts an episode (`episode_id` NULL: a random id) and writes its id, NUL-terminated, to
+ * `id_out` (`id_capacity` bytes; 129 always suffice). */
+rlserve_status rlserve_client_start_episode(rlserve_client* client, const char* episode_id, int training_enabled,
+                                            char* id_out, size_t id_capacity);
+/* The action for an observation of a Box (or Discrete) observation space given as `size`
+ * floats, row-major; the reward logged since the last call travels with it. The action's
+ * numbers go to `action` (at most `action_capacity`; their count to `action_size`): a
+ * Discrete action is one number, a Box action its elements row-major (see ServerAction::values). */
+rlserve_status rlserve_client_get_action(rlserve_client* client, const char* episode_id, const float* observation,
+                                         size_t size, double* action, size_t action_capacity, size_t* action_size);
+/* Adds `reward` to the episode's previous action (sent with its next call). */
+rlserve_status rlserve_client_log_returns(rlserve_client* client, const char* episode_id, double reward);
+/* Ends the episode with its final observation (`truncated` nonzero: cut short, e.g. a time
+ * limit). Pipelined: a refusal is returned by the next call. */
+rlserve_status rlserve_client_end_episode(rlserve_client* client, const char* episode_id, const float* observation,
+                                          size_t size, int truncated);
+/* Successful reconnections so far. */
+int rlserve_client_reconnects(const rlserve_client* client);
+/* Reads the pipelined replies, disconnects and frees the client (NULL is allowed); the status of
+ * a deferred error, the client is freed either way. */
+rlserve_status rlserve_client_close(rlserve_client* client);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,8 @@
 // The C ABI (include/rlserve.h) over the C++ library; every entry point catches everything.
 #include "rlserve.h"
 
+#include "c_api_support.hpp"
+
 #include <mutex>
 #include <new>
 #include <string>
@@ -16,46 +18,26 @@ struct rlserve_policy {
   std::mutex lock;
 };
 
-namespace {
+namespace rlserve::c_api {
 
-thread_local std::string last_error;
-
-rlserve_status fail(rlserve_status status, std::string message) {
-  last_error = std::move(message);
-  return status;
+std::string& last_error() {
+  thread_local std::string message;
+  return message;
 }
 
-rlserve_status fail(const rlserve::Error& e) {
-  return fail(static_cast<rlserve_status>(e.code), e.message);
-}
+}  // namespace rlserve::c_api
 
-rlserve_status succeed() {
-  last_error.clear();
-  return RLSERVE_OK;
-}
-
-template <class F>
-rlserve_status guarded(F&& f) noexcept {
-  try {
-    return f();
-  } catch (const std::bad_alloc&) {
-    return fail(RLSERVE_INTERNAL, "out of memory");
-  } catch (const std::exception& e) {
-    return fail(RLSERVE_INTERNAL, std::string("internal error: ") + e.what());
-  } catch (...) {
-    return fail(RLSERVE_INTERNAL, "internal error");
-  }
-}
-
-}  // namespace
+using rlserve::c_api::fail;
+using rlserve::c_api::guarded;
+using rlserve::c_api::succeed;
 
 extern "C" {
 
-const char* rlserve_last_error(void) { return last_error.c_str(); }
+const char* rlserve_last_error(void) { return rlserve::c_api::last_error().c_str(); }
 
 const char* rlserve_status_name(rlserve_status status) {
   if (status == RLSERVE_OK) return "ok";
-  if (status < RLSERVE_OK || status > RLSERVE_INTERNAL) return "unknown";
+  if (status < RLSERVE_OK || status > RLSERVE_TLS_ERROR) return "unknown";
   return rlserve::error_code_name(static_cast<rlserve::ErrorCode>(status));
 }
 

@@ -1,4 +1,5 @@
-/* The C ABI from C: a policy from the server's CartPole `weights` body, actions, and errors. */
+/* The C ABI from C: a policy from the server's CartPole `weights` body, actions, and errors;
+ * the network client's argument and connection errors. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +107,27 @@ int main(int argc, char** argv) {
   CHECK(strstr(rlserve_last_error(), "observation 2") != NULL, "the message names the observation");
   st = rlserve_policy_compute_actions(NULL, 1, obs, NULL, 1, actions, NULL, NULL);
   CHECK(st == RLSERVE_INVALID_ARGUMENT, "policy == NULL");
+
+  /* The network client's arguments (no server needed): a code and a message, no handle. */
+  {
+    rlserve_client* client = (rlserve_client*)&failures; /* overwritten with NULL on failure */
+    rlserve_client_options options;
+    memset(&options, 0, sizeof options);
+    options.connect_timeout = 2.0;
+    st = rlserve_client_connect(NULL, NULL, NULL, NULL, &client);
+    CHECK(st == RLSERVE_INVALID_ARGUMENT && client == NULL, "address NULL");
+    st = rlserve_client_connect("no-port", NULL, NULL, NULL, &client);
+    CHECK(st == RLSERVE_INVALID_ARGUMENT && strstr(rlserve_last_error(), "host:port") != NULL, "an address without a port");
+    st = rlserve_client_connect("127.0.0.1:9900", NULL, "local", NULL, &client);
+    CHECK(st == RLSERVE_INVALID_ARGUMENT && strstr(rlserve_last_error(), "remote") != NULL, "local mode is not here yet");
+    st = rlserve_client_connect("127.0.0.1:1", NULL, "remote", &options, &client);
+    CHECK(st == RLSERVE_CONNECTION_LOST && client == NULL, "nothing listens on port 1");
+    CHECK(strstr(rlserve_last_error(), "127.0.0.1:1") != NULL, "the message names the address");
+    CHECK(strcmp(rlserve_status_name(st), "connection_lost") == 0, "connection_lost's name");
+    CHECK(strcmp(rlserve_status_name(RLSERVE_EPISODE_LOST), "episode_lost") == 0, "episode_lost's name");
+    CHECK(rlserve_client_close(NULL) == RLSERVE_OK, "close(NULL)");
+    CHECK(rlserve_client_get_action(NULL, "e", obs, 4, actions, 1, NULL) == RLSERVE_INVALID_ARGUMENT, "client NULL");
+  }
 
   rlserve_policy_destroy(policy);
   rlserve_policy_destroy(twin);

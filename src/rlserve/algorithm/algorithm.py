@@ -39,6 +39,7 @@ from rlserve.algorithm.evaluation import Evaluator
 from rlserve.algorithm.inference import ActingMixin
 from rlserve.algorithm.local_sampler import LocalSampler
 from rlserve.algorithm.network_config import run_folder_config
+from rlserve.algorithm.placement import close_learners, make_learners
 from rlserve.algorithm.results import RETURN_WINDOW, episode_stats, iteration_result, report
 from rlserve.algorithm.runner_group import RunnerGroup, local_source
 from rlserve.algorithm.saved_config import load_config
@@ -46,7 +47,6 @@ from rlserve.algorithm.sources import make_source, policy_table, source_policies
 from rlserve.env.base import EnvSource
 from rlserve.experience.collector import Collector
 from rlserve.experience.episode_records import EpisodeSummary
-from rlserve.learners.registry import algorithm
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.weights import WeightsPackage
 from rlserve.run.metrics import MetricsWriter, ProgressLine
@@ -122,16 +122,13 @@ class Algorithm(CheckpointMixin, ActingMixin):
             pid: spec.algorithm_of(config.algo_name) for pid, spec in self.specs.items()
         }
         """Each policy's algorithm, by id."""
-        self.learners = {
-            pid: algorithm(self.algorithms[pid]).make_learner(
-                spec.observation_space,
-                spec.action_space,
-                config.policy_settings(
-                    self.algorithms[pid], {**spec.config, "seed": config.seed + index}
-                ),
-            )
-            for index, (pid, spec) in enumerate(self.specs.items())
-        }
+        try:
+            self.learners = make_learners(config, self.specs, self.algorithms)
+        except BaseException:
+            self.source.close()
+            raise
+        """Each policy's learner, by id: in this process, or a Ray actor's proxy
+        (``.learners(num_gpus_per_learner=...)``: :mod:`rlserve.algorithm.placement`)."""
         self.driver = TrainingDriver(
             {pid: PolicyLearner.in_process(pid, learner) for pid, learner in self.learners.items()},
             self._updated,
@@ -152,6 +149,7 @@ class Algorithm(CheckpointMixin, ActingMixin):
             self._start_sampling(config.seed)
         except BaseException:
             self.source.close()
+            close_learners(self.learners)
             raise
         self._eval: Evaluator | None = None
         self.run: RunFolder | None = None
@@ -392,6 +390,7 @@ class Algorithm(CheckpointMixin, ActingMixin):
                 sampler.stop()
             self.server = self.runners = None
             self.source.close()
+            close_learners(self.learners)
             if self._eval is not None:
                 self._eval.close()
                 self._eval = None

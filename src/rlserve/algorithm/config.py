@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlserve.algorithm.callbacks import CallbacksConfig
+from rlserve.algorithm.placement import LearnersConfig, amount, resource_map
 from rlserve.algorithm.policy_entries import MultiAgentConfig
 from rlserve.algorithm.training_settings import (
     HOSTED_DEFAULTS,
@@ -61,7 +62,7 @@ def assemble(config: AlgorithmConfig, resume: Path | None = None) -> Algorithm:
     return _assembler(config, resume)
 
 
-class AlgorithmConfig(MultiAgentConfig, CallbacksConfig):
+class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig):
     """Settings of an :class:`~rlserve.algorithm.Algorithm`, built by chained method calls."""
 
     algo_name = "ppo"
@@ -80,6 +81,12 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig):
         """``"ray"``, ``"process"``, or None: Ray when ``ray.is_initialized()``, else processes."""
         self.num_cpus_per_env_runner: float = 1.0
         self.custom_resources_per_env_runner: dict[str, float] = {}
+        self.num_cpus_per_remote_env: float = 1.0
+        self.custom_resources_per_remote_env: dict[str, float] = {}
+        self.num_learners = 0
+        self.num_cpus_per_learner: float = 1.0
+        self.num_gpus_per_learner: float = 0.0
+        self.custom_resources_per_learner: dict[str, float] = {}
         self.rollout_fragment_length = 200
         self.min_env_steps_per_iteration = 4000
         self.training_settings: dict[str, Any] = {}
@@ -158,6 +165,8 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig):
         backend: str | None = None,
         num_cpus_per_env_runner: float | None = None,
         custom_resources_per_env_runner: dict[str, float] | None = None,
+        num_cpus_per_remote_env: float | None = None,
+        custom_resources_per_remote_env: dict[str, float] | None = None,
     ) -> AlgorithmConfig:
         """How experience is sampled.
 
@@ -186,6 +195,9 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig):
             num_cpus_per_env_runner: CPUs each Ray env-runner actor holds (default 1).
             custom_resources_per_env_runner: Custom resources each Ray env-runner actor holds,
                 e.g. ``{"sim": 1}`` to run only on nodes started with ``--resources``.
+            num_cpus_per_remote_env: With Ray and ``remote_worker_envs``: CPUs each
+                sub-environment actor (``envs_per_process`` copies) holds (default 1).
+            custom_resources_per_remote_env: Custom resources each sub-environment actor holds.
         """
         if observation_filter is not None:
             self._observation_filter(observation_filter)
@@ -197,13 +209,26 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig):
 
                 import_ray()
             self.env_runner_backend = None if backend == "auto" else backend
-        cpus = num_cpus_per_env_runner
-        if cpus is not None:
-            if not isinstance(cpus, (int, float)) or isinstance(cpus, bool) or cpus < 0:
-                raise ConfigError(f"num_cpus_per_env_runner must be a number >= 0, got {cpus!r}")
-            self.num_cpus_per_env_runner = float(cpus)
+        if num_cpus_per_env_runner is not None:
+            self.num_cpus_per_env_runner = amount(
+                num_cpus_per_env_runner, "num_cpus_per_env_runner"
+            )
         if custom_resources_per_env_runner is not None:
-            self.custom_resources_per_env_runner = _resources(custom_resources_per_env_runner)
+            self.custom_resources_per_env_runner = resource_map(
+                custom_resources_per_env_runner,
+                "custom_resources_per_env_runner",
+                "num_cpus_per_env_runner",
+            )
+        if num_cpus_per_remote_env is not None:
+            self.num_cpus_per_remote_env = amount(
+                num_cpus_per_remote_env, "num_cpus_per_remote_env"
+            )
+        if custom_resources_per_remote_env is not None:
+            self.custom_resources_per_remote_env = resource_map(
+                custom_resources_per_remote_env,
+                "custom_resources_per_remote_env",
+                "num_cpus_per_remote_env",
+            )
         for name, value in (
             ("num_env_runners", num_env_runners),
             ("num_envs_per_env_runner", num_envs_per_env_runner),
@@ -458,24 +483,3 @@ def config_for(name: str | None) -> AlgorithmConfig:
     config = AlgorithmConfig()
     config.algo_name = entry.name
     return config
-
-
-def _resources(resources: Any) -> dict[str, float]:
-    """``custom_resources_per_env_runner``, checked: resource name -> amount >= 0."""
-    if not isinstance(resources, dict) or not all(
-        isinstance(name, str)
-        and isinstance(amount, (int, float))
-        and not isinstance(amount, bool)
-        and amount >= 0
-        for name, amount in resources.items()
-    ):
-        raise ConfigError(
-            "custom_resources_per_env_runner must map resource names to amounts >= 0, e.g. "
-            f"{{'sim': 1}}, got {resources!r}"
-        )
-    if "CPU" in resources or "GPU" in resources:
-        raise ConfigError(
-            "custom_resources_per_env_runner takes custom resources only: ask for CPUs with "
-            "num_cpus_per_env_runner"
-        )
-    return {name: float(amount) for name, amount in resources.items()}

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from rlserve.algorithm.config import AlgorithmConfig
+from rlserve.cluster import use_ray
+from rlserve.cluster.envs import ray_env_group
 from rlserve.env.base import SINGLE_AGENT, EnvSource
 from rlserve.env.convert import to_source
 from rlserve.errors import ConfigError, RLServeError
@@ -22,13 +24,19 @@ def make_source(
     """The environments of one runner (one copy in process for evaluation).
 
     ``worker_index`` is the runner's number in the copies' :class:`~rlserve.env.EnvContext`
-    (0: the Algorithm's own process, 1..N: env-runner processes, as in RLlib).
+    (0: the Algorithm's own process, 1..N: env-runner processes, as in RLlib). With
+    ``remote_worker_envs`` the copies run in sub-processes, or in Ray actors when Ray is the
+    backend (:mod:`rlserve.cluster.envs`), here or inside a Ray env runner.
     """
     options: dict[str, Any] = {}
     remote = config.remote_worker_envs and not evaluation
     if remote:
         options["step_timeout"] = config.step_timeout_s
         options["envs_per_process"] = config.envs_per_process
+        if use_ray(config.env_runner_backend):
+            options["supervise"] = ray_env_group(
+                config.num_cpus_per_remote_env, config.custom_resources_per_remote_env
+            )
     return to_source(
         config.env,
         config.env_config,

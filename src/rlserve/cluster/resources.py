@@ -13,7 +13,9 @@ from rlserve.errors import ConfigError
 
 __all__ = ["check_resources"]
 
-_SETTING = {"CPU": "num_cpus_per_env_runner"}
+_FLAG = {"CPU": "--num-cpus=N", "GPU": "--num-gpus=N"}
+
+_SETTING = {"CPU": "num_cpus_per_{what}", "GPU": "num_gpus_per_{what}"}
 """The setting that asks for a built-in resource (the others: ``custom_resources_per_*``)."""
 
 
@@ -39,10 +41,10 @@ def check_resources(
     for name, amount in wanted.items():
         most = max((node.get(name, 0.0) for node in nodes), default=0.0)
         if most < amount:
-            asked = setting or _SETTING.get(name, f"custom_resources_per_{what.replace(' ', '_')}")
-            flag = {"CPU": "--num-cpus=N", "GPU": "--num-gpus=N"}.get(
-                name, f"--resources='{{\"{name}\": N}}'"
+            asked = setting or _SETTING.get(name, "custom_resources_per_{what}").format(
+                what=what.replace(" ", "_")
             )
+            flag = _FLAG.get(name, f"--resources='{{\"{name}\": N}}'")
             raise ConfigError(
                 f"no node of the Ray cluster has {name}={amount:g} for one {what} ({asked}; "
                 f"the most any node has is {most:g}): start a node with it (ray start "

@@ -81,6 +81,8 @@ class RaySupervisor:
         resources: Custom resources each actor holds.
         max_restarts: Restarts in a row of one worker, without a success, before giving up.
         close_wait_s: How long :meth:`stop` waits for the actors to close their workers.
+        placed: What the resources are asked for by ("env runner": the settings
+            ``num_cpus_per_env_runner``...), for the error naming a resource no node has.
 
     Raises:
         ConfigError: Ray is not installed, or no node has the resources asked for.
@@ -100,10 +102,11 @@ class RaySupervisor:
         resources: Mapping[str, float] | None = None,
         max_restarts: int | None = 3,
         close_wait_s: float = 2.0,
+        placed: str = "env runner",
     ) -> None:
         self._ray = import_ray()
         self._resources = dict(resources or {})
-        check_resources(self._ray, {"CPU": num_cpus, **self._resources})
+        check_resources(self._ray, {"CPU": num_cpus, **self._resources}, placed)
         self._num_cpus = num_cpus
         self._slots = [_Slot(label) for label in labels]
         self._factory = factory

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -35,16 +34,22 @@ from typing import Any
 import numpy as np
 
 from rlserve.env.base import StepBatch, VectorEnvSource
+from rlserve.env.copies import EnvCopies
 from rlserve.env.make import EnvContext, EnvSpec, env_creator
 from rlserve.env.stacking import ObsStacker
-from rlserve.env.vector import step_copies
 from rlserve.errors import ConfigError
 from rlserve.processes.child import enter_child
 from rlserve.processes.restarts import Failure
-from rlserve.processes.supervisor import ProcessSupervisor
+from rlserve.processes.supervisor import ProcessSupervisor, SupervisedGroup
 from rlserve.processes.wire import PICKLE
 
-__all__ = ["ProcessVectorSource"]
+__all__ = ["ProcessVectorSource", "Supervise", "run_copies"]
+
+Supervise = Callable[[list[str], int], SupervisedGroup]
+"""``supervise(labels, max_restarts)``: the group that runs the workers of copies instead of
+sub-processes (Ray actors: :func:`rlserve.cluster.envs.ray_env_group`). Its ``start(w,
+creators)`` must make an :class:`~rlserve.env.copies.EnvCopies` from ``creators`` and answer
+each message with its ``handle``; its first answer is the ``greeting``."""
 
 logger = logging.getLogger("rlserve.env")
 
@@ -52,49 +57,29 @@ _CLOSE_WAIT_S = 2.0
 """How long ``close`` waits for a child to exit by itself before killing it."""
 
 
-def _worker(
+def run_copies(
     conn: Connection,
     creators: Sequence[Callable[[], Any]],
     inherited: Sequence[Connection],
 ) -> None:
     """The loop of one sub-process: make its copies, then answer ``reset``/``step`` commands."""
     enter_child(inherited)
-    envs: list[Any] = []
+    copies = EnvCopies(creators)
     try:
-        try:
-            envs = [create() for create in creators]
-        except ConfigError as e:  # not a gymnasium.Env, bad env_config: no point restarting
-            conn.send({"type": "config_error", "reason": str(e)})
-            return
-        conn.send({"type": "ok", "result": (envs[0].observation_space, envs[0].action_space)})
-        stacker = ObsStacker(envs[0].observation_space)
-        while True:
+        with contextlib.suppress(OSError, ValueError):
+            conn.send(copies.greeting)
+        while not copies.done:
             try:
                 message = conn.recv()
             except (EOFError, OSError):
                 return
-            kind = message["type"]
-            if kind == "step":
-                result: Any = step_copies(envs, message["actions"], stacker)
-            elif kind == "reset":
-                seeds = message["seeds"]
-                result = [env.reset(seed=seed) for env, seed in zip(envs, seeds, strict=True)]
-            else:
+            answer = copies.handle(message)
+            if answer["type"] == "closed":
                 return
-            conn.send({"type": "ok", "result": result})
-    except Exception as e:
-        with contextlib.suppress(OSError, ValueError):
-            conn.send(
-                {
-                    "type": "error",
-                    "reason": f"{type(e).__name__}: {e}",
-                    "traceback": traceback.format_exc(),
-                }
-            )
+            with contextlib.suppress(OSError, ValueError):
+                conn.send(answer)
     finally:
-        for env in envs:
-            with contextlib.suppress(Exception):
-                env.close()
+        copies.close()
 
 
 def _judge(slot: int, message: Any) -> Any:
@@ -145,6 +130,8 @@ class ProcessVectorSource(VectorEnvSource):
         mp_context: The ``multiprocessing`` start method (``"fork"``, ``"spawn"``,
             ``"forkserver"``) or context; default ``fork`` where it exists. With ``spawn``
             the env and its config must be picklable.
+        supervise: Run the workers elsewhere than in sub-processes (:data:`Supervise`): Ray
+            actors, with the same parallel steps, timeouts, restarts and failed episodes.
 
     Attributes:
         restarts: How many times a sub-process was restarted.
@@ -168,6 +155,7 @@ class ProcessVectorSource(VectorEnvSource):
         reset_timeout: float = 60.0,
         max_restarts: int = 3,
         mp_context: str | BaseContext | None = None,
+        supervise: Supervise | None = None,
     ) -> None:
         if num_envs < 1 or envs_per_process < 1:
             raise ConfigError(
@@ -193,20 +181,25 @@ class ProcessVectorSource(VectorEnvSource):
             ]
             creators = [env_creator(env, c, render_mode=render_mode) for c in ctxs]
             self._workers.append(_Worker(copies, creators))
-        self._supervisor = ProcessSupervisor(
-            [f"rlserve-env-{w}" for w in range(len(self._workers))],
-            [f"env {self._env_name} ({_copies_text(w.copies)})" for w in self._workers],
-            _worker,
-            what="sub-process",
-            wire=PICKLE,
-            close_message={"type": "close"},
-            logger=logger,
-            restart_note="its sub-process",
-            success="step",
-            max_restarts=max_restarts,
-            close_wait_s=_CLOSE_WAIT_S,
-            context=mp_context,
-        )
+        labels = [f"env {self._env_name} ({_copies_text(w.copies)})" for w in self._workers]
+        self._supervisor: SupervisedGroup
+        if supervise is not None:
+            self._supervisor = supervise(labels, max_restarts)
+        else:
+            self._supervisor = ProcessSupervisor(
+                [f"rlserve-env-{w}" for w in range(len(self._workers))],
+                labels,
+                run_copies,
+                what="sub-process",
+                wire=PICKLE,
+                close_message={"type": "close"},
+                logger=logger,
+                restart_note="its sub-process",
+                success="step",
+                max_restarts=max_restarts,
+                close_wait_s=_CLOSE_WAIT_S,
+                context=mp_context,
+            )
         try:
             for w, worker in enumerate(self._workers):
                 self._supervisor.start(w, worker.creators)

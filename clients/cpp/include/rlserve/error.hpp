@@ -18,10 +18,26 @@ enum class ErrorCode : int {
   unsupported_model = 5,  ///< a model description this library does not implement
   invalid_argument = 6,   ///< a caller's mistake (null pointer, wrong buffer size)
   internal = 7,           ///< a bug in this library
+  // The network client's: a connection that broke, and the server's error codes (section 8).
+  connection_lost = 8,    ///< the server could not be reached, or not again within the reconnect timeout
+  timeout = 9,            ///< no reply in time (or the server's `timeout`)
+  unauthorized = 10,      ///< a wrong or missing token
+  version_mismatch = 11,  ///< the server speaks another protocol version or inference mode
+  episode_error = 12,     ///< an unknown, ended or another client's episode; a call out of order
+  episode_lost = 13,      ///< the server restarted since the episode started: start a new one
+  capacity = 14,          ///< too many open episodes (or connections)
+  unsupported_space = 15, ///< a space the server cannot carry
+  forbidden = 16,         ///< refused by the server's origin or host rules
+  server_internal = 17,   ///< the server failed because of its own fault
+  tls_error = 18,         ///< a TLS handshake or certificate failure
 };
 
 /// The protocol-style name of a code, e.g. "decode_error".
 const char* error_code_name(ErrorCode code) noexcept;
+
+/// The ErrorCode of a server `error` reply's `code` (section 8); an unknown code reads as
+/// decode_error.
+ErrorCode error_code_from_server(const std::string& code) noexcept;
 
 /// A failure: its code and a message that names the fix.
 struct Error {

@@ -1,0 +1,113 @@
+// One binary-carrier connection (docs/protocol.md section 3): hello/welcome, request ids,
+// pipelined requests, typed server errors, and re-opening with back-off.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rlserve/error.hpp"
+#include "rlserve/framing.hpp"
+#include "rlserve/messages.hpp"
+#include "rlserve/transport.hpp"
+
+namespace rlserve {
+
+/// Client timeouts, in seconds.
+struct Timeouts {
+  double connect = 10.0;    ///< to open the connection (TCP and TLS)
+  double request = 60.0;    ///< for a reply (a first get_action waits for the learner's first weights)
+  double reconnect = 30.0;  ///< how long a call keeps re-connecting and re-sending after a break
+};
+
+/// What a connection says in its `hello` and how it reaches the server.
+struct ConnectionOptions {
+  std::string token;                  ///< the server's token; empty: none
+  std::string client_name = "cpp-client";
+  std::string inference_mode = "remote";
+  std::string client_id;              ///< the client identity sent in every hello; empty: none
+  std::string tls_ca;                 ///< CA file (PEM) a tls:// server's certificate must chain to
+  Timeouts timeouts;
+};
+
+/// A connection to one server, re-opened by reconnect(). Not thread-safe: the Client that owns
+/// it serialises the calls.
+class Connection {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Connection(Address address, ConnectionOptions options);
+
+  /// Connects and says hello; the server's welcome. The server's refusal arrives typed
+  /// (unauthorized, version_mismatch, ...) with its message; a peer that is not an rlserve
+  /// binary port is a decode_error saying so.
+  Result<Welcome> open();
+  /// Re-opens with exponential back-off (50 ms doubling to 2 s) until `deadline`;
+  /// connection_lost naming the address when the server stayed unreachable.
+  Result<Welcome> reconnect(Clock::time_point deadline);
+
+  /// Sends `message` (its `id` is set here) and returns the reply; an `error` reply is returned
+  /// as its typed Error. The replies of pipelined requests are read first: an error among them
+  /// is returned before anything is sent (failed_message() names that request).
+  Result<Value> request(Value message);
+  /// Sends `message` without waiting for its reply (the next call reads it).
+  Status send_nowait(Value message);
+  /// Reads the replies of pipelined requests; the first error among them.
+  Status settle();
+  /// The pipelined requests whose replies never came (the connection broke), oldest first;
+  /// forgotten here.
+  std::vector<Value> take_unanswered();
+  /// How many pipelined requests wait for their reply.
+  std::size_t unanswered() const noexcept { return unanswered_.size(); }
+  /// The pipelined request whose error was returned last, if any (cleared by clear_failed).
+  const std::optional<Value>& failed_message() const noexcept { return failed_; }
+  void clear_failed() noexcept { failed_.reset(); }
+
+  /// Settles pipelined requests and closes the connection.
+  Status close();
+  /// Shuts the socket down (a blocked read returns); the next call reconnects.
+  void drop() noexcept;
+
+  /// Testing aid, what a network fault does: the next reply is read and thrown away and the
+  /// connection shut down, so that the call reconnects and re-sends it.
+  void drop_next_reply() noexcept { drop_next_reply_ = true; }
+
+  /// The latest welcome (valid after a successful open).
+  const Welcome& welcome() const noexcept { return welcome_; }
+  /// Successful reconnections so far.
+  int reconnects() const noexcept { return reconnects_; }
+  const Address& address() const noexcept { return address_; }
+  const ConnectionOptions& options() const noexcept { return options_; }
+
+ private:
+  Result<std::uint64_t> send(Value& message);
+  Result<Value> read_until(std::uint64_t id);
+  Status receive_some();
+  Error lost(Error why);
+
+  Address address_;
+  ConnectionOptions options_;
+  std::unique_ptr<Transport> transport_;
+  FrameReader reader_;
+  Limits limits_;
+  Welcome welcome_;
+  bool welcomed_ = false;
+  bool drop_next_reply_ = false;
+  std::uint64_t next_id_ = 1;
+  int reconnects_ = 0;
+  std::map<std::uint64_t, Value> unanswered_;
+  std::map<std::uint64_t, Value> replies_;
+  std::optional<Error> deferred_;
+  std::optional<Value> deferred_message_;
+  std::optional<Value> failed_;
+};
+
+/// The episode ids a request names: `episode_id`, or `episode_ids` of a batch; none for
+/// start_episode and session requests.
+std::vector<std::string> episodes_of(const Value& message);
+
+}  // namespace rlserve

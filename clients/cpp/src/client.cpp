@@ -1,0 +1,305 @@
+// Client: remote inference's calls (single-agent and batched); the multi-agent forms are in
+// client_agents.cpp.
+#include "rlserve/client.hpp"
+
+#include <cmath>
+#include <random>
+
+#include "actions.hpp"
+#include "remote_session.hpp"
+#include "rlserve/requests.hpp"
+
+namespace rlserve {
+namespace {
+
+constexpr double kMaxAbsReward = 1e9;
+
+}  // namespace
+
+std::string random_hex_id() {
+  static thread_local std::mt19937_64 gen{std::random_device{}() ^
+                                          (static_cast<std::uint64_t>(std::random_device{}()) << 32)};
+  static const char* digits = "0123456789abcdef";
+  std::string out(32, '0');
+  for (int half = 0; half < 2; ++half) {
+    std::uint64_t bits = gen();
+    for (int i = 0; i < 16; ++i, bits >>= 4) out[static_cast<std::size_t>(half * 16 + i)] = digits[bits & 15];
+  }
+  return out;
+}
+
+Client::Client(Address address, ClientOptions options) : options_(std::move(options)) {
+  conn_ = std::make_unique<Connection>(std::move(address), options_);
+}
+
+Client::~Client() {
+  if (conn_) conn_->drop();
+}
+
+Result<std::unique_ptr<Client>> Client::connect(const std::string& address, ClientOptions options) {
+  auto parsed = parse_address(address);
+  if (!parsed) return parsed.error();
+  if (options.client_id.empty()) options.client_id = random_hex_id();
+  std::unique_ptr<Client> client(new Client(*parsed, std::move(options)));
+  auto welcome = client->conn_->open();
+  if (!welcome) return welcome.error();
+  if (auto s = client->read_spaces(); !s) return s.error();
+  Client* self = client.get();
+  client->session_ = std::make_unique<RemoteSession>(*client->conn_, [self] { self->forget(); });
+  return client;
+}
+
+Status Client::read_spaces() {
+  const Welcome& w = conn_->welcome();
+  const Value* policy = w.policies.present("default");
+  if (policy == nullptr && w.policies.as_map() && !w.policies.as_map()->empty()) policy = &w.policies.as_map()->front().second;
+  const Value* obs = policy ? policy->present("observation_space") : nullptr;
+  if (obs == nullptr) return make_error(ErrorCode::decode_error, "the server's welcome has no observation_space");
+  auto space = parse_space(*obs);
+  if (!space) return space.error();
+  observation_space_ = std::move(*space);
+  instance_id_ = w.instance_id;
+  return ok_status();
+}
+
+void Client::forget() {
+  pending_reward_.clear();
+  pending_info_.clear();
+}
+
+Status Client::check(const Value& observation, const std::string& where) const {
+  if (!options_.check_observations) return ok_status();
+  std::vector<float> flat;
+  return flatten(observation_space_, observation, flat, where);
+}
+
+std::optional<double> Client::take_reward(const std::string& id) const {
+  auto it = pending_reward_.find(id);
+  if (it == pending_reward_.end()) return std::nullopt;
+  return it->second;
+}
+
+Result<Value> Client::observation_value(const std::vector<float>& observation) const {
+  const Space& space = observation_space_;
+  if (space.type == Space::Type::discrete && observation.size() == 1) {
+    return Value(static_cast<std::int64_t>(std::llround(observation[0])));
+  }
+  if (space.type != Space::Type::box) {
+    return make_error(ErrorCode::invalid_argument, "the server's observation space is " + space.describe() +
+                                                       ": pass the observation as a Value of that space, not plain numbers");
+  }
+  if (observation.size() != space.elements()) {
+    return make_error(ErrorCode::bad_value, "observation: " + std::to_string(observation.size()) +
+                                                " numbers do not fit " + space.describe() + "; expected " +
+                                                std::to_string(space.elements()) + " (shape " + shape_text(space.shape) + ")");
+  }
+  NDArray array(space.dtype, space.shape);
+  for (std::size_t i = 0; i < observation.size(); ++i) array.set_double(i, observation[i]);
+  return Value(std::move(array));
+}
+
+Result<std::string> Client::start_episode(const std::string& episode_id, bool training_enabled,
+                                          const std::string& policy_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const std::string id = episode_id.empty() ? random_hex_id() : episode_id;
+  auto reply = session_->request(start_episode_request(0, id, training_enabled,
+                                                       policy_id.empty() ? std::optional<std::string>("default") : policy_id));
+  if (!reply) return reply.error();
+  const Value* started = reply->present("episode_id");
+  if (started == nullptr || started->as_string() == nullptr) {
+    return make_error(ErrorCode::decode_error, "episode_started without an episode_id");
+  }
+  session_->started(*started->as_string());
+  return *started->as_string();
+}
+
+Result<ServerAction> Client::get_action(const std::string& episode_id, const std::vector<float>& observation) {
+  Result<Value> value = [&] {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return observation_value(observation);
+  }();
+  if (!value) return value.error();
+  return get_action(episode_id, *value);
+}
+
+Result<ServerAction> Client::get_action(const std::string& episode_id, const Value& observation) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto s = session_->check_not_lost({episode_id}); !s) return s.error();
+  if (instance_id_ != conn_->welcome().instance_id) read_spaces();
+  if (auto s = check(observation, "observation"); !s) {
+    return make_error(s.error().code, "get_action for episode '" + episode_id + "': " + s.error().message);
+  }
+  const std::uint64_t seq = session_->next_seq(episode_id);
+  StepExtras extras;
+  extras.reward = take_reward(episode_id);
+  if (auto it = pending_info_.find(episode_id); it != pending_info_.end()) extras.info = it->second;
+  extras.seq = seq;
+  auto reply = session_->request(get_action_request(0, episode_id, observation, extras));
+  if (!reply) return reply.error();
+  pending_reward_.erase(episode_id);
+  pending_info_.erase(episode_id);
+  session_->accepted(episode_id, seq);
+  const Value* action = reply->find("action");
+  if (action == nullptr) return make_error(ErrorCode::decode_error, "the server's action reply has no 'action'");
+  return action_of(*action);
+}
+
+Result<std::vector<ServerAction>> Client::get_actions(const std::vector<std::string>& episode_ids,
+                                                const std::vector<Value>& observations) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (episode_ids.empty() || episode_ids.size() != observations.size()) {
+    return make_error(ErrorCode::invalid_argument, "get_actions needs one observation per episode (got " +
+                                                       std::to_string(episode_ids.size()) + " episodes and " +
+                                                       std::to_string(observations.size()) + " observations)");
+  }
+  if (auto s = session_->check_not_lost(episode_ids); !s) return s.error();
+  if (instance_id_ != conn_->welcome().instance_id) read_spaces();
+  for (std::size_t i = 0; i < observations.size(); ++i) {
+    if (auto s = check(observations[i], "observations[" + std::to_string(i) + "]"); !s) {
+      return make_error(s.error().code, "get_action for episode '" + episode_ids[i] + "': " + s.error().message);
+    }
+  }
+  auto stacked = stack_observations(observation_space_, observations);
+  if (!stacked) return stacked.error();
+  std::vector<double> rewards;
+  std::vector<std::uint64_t> seqs;
+  for (const auto& id : episode_ids) {
+    rewards.push_back(take_reward(id).value_or(0.0));
+    seqs.push_back(session_->next_seq(id));
+  }
+  Value message = get_action_batch_request(0, episode_ids, std::move(*stacked), rewards, seqs);
+  bool any_info = false;
+  Value::Array infos;
+  for (const auto& id : episode_ids) {
+    auto it = pending_info_.find(id);
+    any_info = any_info || it != pending_info_.end();
+    infos.push_back(it != pending_info_.end() ? it->second : Value());
+  }
+  if (any_info) message.as_map()->emplace_back("infos", Value(std::move(infos)));
+  auto reply = session_->request(std::move(message));
+  if (!reply) return reply.error();
+  for (std::size_t i = 0; i < episode_ids.size(); ++i) {
+    pending_reward_.erase(episode_ids[i]);
+    pending_info_.erase(episode_ids[i]);
+    session_->accepted(episode_ids[i], seqs[i]);
+  }
+  const Value* actions = reply->find("actions");
+  if (actions == nullptr) return make_error(ErrorCode::decode_error, "the server's batched reply has no 'actions'");
+  return actions_of(*actions, episode_ids.size());
+}
+
+Status Client::log_action(const std::string& episode_id, const Value& observation, const Value& action) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto s = session_->check_not_lost({episode_id}); !s) return s;
+  if (auto s = check(observation, "observation"); !s) {
+    return make_error(s.error().code, "log_action for episode '" + episode_id + "': " + s.error().message);
+  }
+  const std::uint64_t seq = session_->next_seq(episode_id);
+  StepExtras extras;
+  extras.reward = take_reward(episode_id);
+  if (auto it = pending_info_.find(episode_id); it != pending_info_.end()) extras.info = it->second;
+  extras.seq = seq;
+  auto reply = session_->request(log_action_request(0, episode_id, observation, action, extras));
+  if (!reply) return reply.error();
+  pending_reward_.erase(episode_id);
+  pending_info_.erase(episode_id);
+  session_->accepted(episode_id, seq);
+  return ok_status();
+}
+
+Status Client::log_returns(const std::string& episode_id, double reward, const std::optional<Value>& info) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto s = session_->check_not_lost({episode_id}); !s) return s;
+  const double total = take_reward(episode_id).value_or(0.0) + reward;
+  if (!std::isfinite(reward) || !(std::fabs(total) <= kMaxAbsReward)) {
+    return make_error(ErrorCode::bad_value, "log_returns for episode '" + episode_id + "': reward " + std::to_string(reward) +
+                                                " makes the rewards logged since the last action add up to " +
+                                                std::to_string(total) + "; a step's reward must be finite and within -1e9..1e9");
+  }
+  Value merged = info.value_or(Value());
+  if (auto it = pending_info_.find(episode_id); it != pending_info_.end() && info && info->as_map()) {
+    Value::Map m = it->second.as_map() ? *it->second.as_map() : Value::Map{};
+    for (const auto& [k, v] : *info->as_map()) {
+      bool replaced = false;
+      for (auto& [mk, mv] : m) {
+        if (mk == k) {
+          mv = v;
+          replaced = true;
+        }
+      }
+      if (!replaced) m.emplace_back(k, v);
+    }
+    merged = Value(std::move(m));
+  } else if (it != pending_info_.end() && !info) {
+    merged = it->second;
+  }
+  if (!session_->is_open(episode_id)) {  // not started here: sent now, so an unknown id is reported now
+    const std::uint64_t seq = session_->next_seq(episode_id);
+    auto reply = session_->request(log_returns_request(0, episode_id, total,
+                                                       merged.is_nil() ? std::nullopt : std::optional<Value>(merged), seq));
+    if (!reply) return reply.error();
+    pending_reward_.erase(episode_id);
+    pending_info_.erase(episode_id);
+    session_->accepted(episode_id, seq);
+    return ok_status();
+  }
+  pending_reward_[episode_id] = total;
+  if (!merged.is_nil()) pending_info_[episode_id] = merged;
+  return ok_status();
+}
+
+Status Client::end_episode(const std::string& episode_id, const std::vector<float>& observation, bool truncated) {
+  Result<Value> value = [&] {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return observation_value(observation);
+  }();
+  if (!value) return value.error();
+  return end_episode(episode_id, *value, truncated);
+}
+
+Status Client::end_episode(const std::string& episode_id, const Value& observation, bool truncated) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto s = session_->check_not_lost({episode_id}); !s) return s;
+  if (auto s = check(observation, "observation"); !s) {
+    return make_error(s.error().code, "end_episode for episode '" + episode_id + "': " + s.error().message);
+  }
+  const std::uint64_t seq = session_->next_seq(episode_id);
+  StepExtras extras;
+  extras.reward = take_reward(episode_id);
+  if (auto it = pending_info_.find(episode_id); it != pending_info_.end()) extras.info = it->second;
+  extras.seq = seq;
+  if (auto s = session_->send_nowait(end_episode_request(0, episode_id, observation, truncated, extras)); !s) return s;
+  pending_reward_.erase(episode_id);
+  pending_info_.erase(episode_id);
+  session_->ended(episode_id, seq);
+  return ok_status();
+}
+
+Status Client::close() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return session_->close();
+}
+
+Welcome Client::welcome() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return conn_->welcome();
+}
+
+Space Client::observation_space() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return observation_space_;
+}
+
+int Client::reconnects() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return conn_->reconnects();
+}
+
+std::string Client::client_id() const { return options_.client_id; }
+
+void Client::drop_next_reply() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  conn_->drop_next_reply();
+}
+
+}  // namespace rlserve

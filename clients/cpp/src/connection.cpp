@@ -1,0 +1,265 @@
+// Connection: one binary-carrier connection, its requests and replies.
+#include "rlserve/connection.hpp"
+
+#include <algorithm>
+#include <thread>
+
+#include "rlserve/codec.hpp"
+#include "rlserve/requests.hpp"
+
+namespace rlserve {
+namespace {
+
+void set_id(Value& message, std::uint64_t id) {
+  if (auto* m = message.as_map()) {
+    for (auto& [key, value] : *m) {
+      if (key == "id") {
+        value = Value(id);
+        return;
+      }
+    }
+    m->emplace(m->begin() + (m->empty() ? 0 : 1), "id", Value(id));
+  }
+}
+
+std::string type_of(const Value& message) {
+  const Value* t = message.present("type");
+  return t != nullptr && t->as_string() != nullptr ? *t->as_string() : "request";
+}
+
+bool is_connection_failure(const Error& e) {
+  return e.code == ErrorCode::connection_lost || e.code == ErrorCode::timeout;
+}
+
+}  // namespace
+
+std::vector<std::string> episodes_of(const Value& message) {
+  std::vector<std::string> out;
+  if (type_of(message) == "start_episode") return out;
+  if (const Value* ids = message.present("episode_ids"); ids && ids->as_array()) {
+    for (const Value& v : *ids->as_array()) {
+      if (v.as_string()) out.push_back(*v.as_string());
+    }
+  } else if (const Value* id = message.present("episode_id"); id && id->as_string()) {
+    out.push_back(*id->as_string());
+  }
+  return out;
+}
+
+Connection::Connection(Address address, ConnectionOptions options)
+    : address_(std::move(address)), options_(std::move(options)) {}
+
+Error Connection::lost(Error why) {
+  transport_.reset();
+  return why;
+}
+
+void Connection::drop() noexcept {
+  if (transport_) transport_->shutdown();
+  transport_.reset();
+}
+
+Result<Welcome> Connection::open() {
+  drop();
+  auto t = dial(address_, options_.timeouts.connect, options_.tls_ca);
+  if (!t) return t.error();
+  transport_ = std::move(*t);
+  reader_ = FrameReader(Limits{}.max_frame_bytes);
+  limits_ = Limits{};
+  unanswered_.clear();
+  replies_.clear();
+  Hello h;
+  h.client_name = options_.client_name;
+  if (!options_.token.empty()) h.token = options_.token;
+  h.inference_mode = options_.inference_mode;
+  if (!options_.client_id.empty()) h.client_id = options_.client_id;
+  Value hello = hello_request(0, h);
+  auto reply = request(std::move(hello));
+  if (!reply) {
+    const Error& e = reply.error();
+    if (e.code == ErrorCode::decode_error || e.code == ErrorCode::frame_too_large || e.code == ErrorCode::limit_exceeded) {
+      drop();
+      return make_error(ErrorCode::decode_error,
+                        "the peer at " + address_.text() + " did not answer hello as an rlserve server (" + e.message +
+                            "); check the address: it must be the server's binary port");
+    }
+    if (e.code == ErrorCode::connection_lost && !address_.tls) {
+      return make_error(ErrorCode::connection_lost, e.message + " (if the server serves TLS, connect to tls://" +
+                                                        address_.host + ":" + std::to_string(address_.port) + ")");
+    }
+    if (!is_connection_failure(e)) drop();  // the server closes after a refused hello
+    return reply.error();
+  }
+  auto welcome = read_welcome(*reply);
+  if (!welcome) {
+    drop();
+    return make_error(ErrorCode::decode_error, "the server's welcome is malformed: " + welcome.error().message);
+  }
+  if (welcome->protocol_version != kProtocolVersion) {
+    drop();
+    return make_error(ErrorCode::version_mismatch, "the server speaks protocol version " +
+                                                       std::to_string(welcome->protocol_version) + ", this client " +
+                                                       std::to_string(kProtocolVersion) + "; use matching versions");
+  }
+  welcome_ = *welcome;
+  welcomed_ = true;
+  limits_ = welcome_.limits;
+  reader_.set_max_frame_bytes(limits_.max_frame_bytes);
+  return welcome_;
+}
+
+Result<Welcome> Connection::reconnect(Clock::time_point deadline) {
+  drop();
+  double delay = 0.05;
+  for (;;) {
+    auto w = open();
+    if (w) {
+      ++reconnects_;
+      return w;
+    }
+    if (!is_connection_failure(w.error())) return w.error();
+    const auto now = Clock::now();
+    if (now + std::chrono::duration<double>(delay) > deadline) {
+      return make_error(ErrorCode::connection_lost,
+                        "lost the connection to " + address_.text() + " and could not reconnect within " +
+                            std::to_string(static_cast<int>(options_.timeouts.reconnect)) + " s (" + w.error().message +
+                            "); start the server or raise the reconnect timeout");
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    delay = std::min(delay * 2, 2.0);
+  }
+}
+
+Result<std::uint64_t> Connection::send(Value& message) {
+  if (!transport_) return make_error(ErrorCode::connection_lost, "the connection to " + address_.text() + " is closed");
+  const std::uint64_t id = next_id_;
+  set_id(message, id);
+  const auto body = encode(message);
+  if (body.size() > limits_.max_frame_bytes) {
+    return make_error(ErrorCode::frame_too_large, "a " + type_of(message) + " of " + std::to_string(body.size()) +
+                                                      " bytes is over the server's frame limit of " +
+                                                      std::to_string(limits_.max_frame_bytes) + " bytes; send less per call");
+  }
+  auto frame = frame_body(body, limits_.max_frame_bytes);
+  if (!frame) return frame.error();
+  ++next_id_;
+  if (auto s = transport_->send_all(frame->data(), frame->size()); !s) {
+    return lost(make_error(ErrorCode::connection_lost, "sending to " + address_.text() + " failed: " + s.error().message));
+  }
+  return id;
+}
+
+Status Connection::receive_some() {
+  if (!transport_) return make_error(ErrorCode::connection_lost, "the connection to " + address_.text() + " is closed");
+  std::uint8_t buffer[1 << 16];
+  auto n = transport_->receive(buffer, sizeof buffer, options_.timeouts.request);
+  if (!n) {
+    if (n.error().code == ErrorCode::timeout) {
+      return lost(make_error(ErrorCode::timeout, "no reply from " + address_.text() + " within " +
+                                                     std::to_string(options_.timeouts.request) + " s"));
+    }
+    return lost(n.error());
+  }
+  if (*n == 0) {
+    return lost(make_error(ErrorCode::connection_lost, "the server at " + address_.text() + " closed the connection"));
+  }
+  reader_.feed(buffer, *n);
+  for (;;) {
+    auto body = reader_.next();
+    if (!body) return lost(body.error());
+    if (!body->has_value()) return ok_status();
+    auto message = decode_body((*body)->data(), (*body)->size(), limits_);
+    if (!message) return lost(message.error());
+    auto env = read_envelope(*message);
+    if (!env) return lost(env.error());
+    if (!env->id) {  // an error about no request (a frame it could not read, a timeout): fatal
+      auto e = read_error(*message);
+      if (!e) return lost(e.error());
+      return lost(make_error(error_code_from_server(e->code), "the server closed the session: " + e->message));
+    }
+    const std::uint64_t id = *env->id;
+    if (auto it = unanswered_.find(id); it != unanswered_.end()) {
+      if (env->type == MessageType::error && !deferred_) {
+        auto e = read_error(*message);
+        const std::string what = e ? e->message : "malformed error";
+        const auto eps = episodes_of(it->second);
+        deferred_ = make_error(e ? error_code_from_server(e->code) : ErrorCode::decode_error,
+                               type_of(it->second) + (eps.empty() ? "" : " of episode '" + eps[0] + "'") + " failed: " + what);
+        deferred_message_ = it->second;
+      }
+      unanswered_.erase(it);
+    } else {
+      replies_[id] = std::move(*message);
+    }
+  }
+}
+
+Result<Value> Connection::read_until(std::uint64_t id) {
+  while (replies_.find(id) == replies_.end()) {
+    if (auto s = receive_some(); !s) return s.error();
+  }
+  Value reply = std::move(replies_[id]);
+  replies_.erase(id);
+  if (drop_next_reply_) {
+    drop_next_reply_ = false;
+    drop();
+    return make_error(ErrorCode::connection_lost, "the reply was dropped (testing aid)");
+  }
+  return reply;
+}
+
+Status Connection::settle() {
+  while (transport_ && !unanswered_.empty()) {
+    if (auto s = receive_some(); !s) return s.error();
+  }
+  if (deferred_) {
+    Error e = *deferred_;
+    failed_ = deferred_message_;
+    deferred_.reset();
+    deferred_message_.reset();
+    return e;
+  }
+  return ok_status();
+}
+
+Result<Value> Connection::request(Value message) {
+  if (!unanswered_.empty() || deferred_) {
+    if (auto s = settle(); !s) return s.error();
+  }
+  auto id = send(message);
+  if (!id) return id.error();
+  auto reply = read_until(*id);
+  if (!reply) return reply.error();
+  auto env = read_envelope(*reply);
+  if (!env) return lost(env.error());
+  if (env->type == MessageType::error) {
+    auto e = read_error(*reply);
+    if (!e) return lost(e.error());
+    return make_error(error_code_from_server(e->code), e->message);
+  }
+  return reply;
+}
+
+Status Connection::send_nowait(Value message) {
+  if (auto s = settle(); !s) return s;
+  Value kept = message;
+  auto id = send(message);
+  if (!id) return id.error();
+  unanswered_[*id] = std::move(kept);
+  return ok_status();
+}
+
+std::vector<Value> Connection::take_unanswered() {
+  std::vector<Value> out;
+  for (auto& [id, message] : unanswered_) out.push_back(std::move(message));
+  unanswered_.clear();
+  return out;
+}
+
+Status Connection::close() {
+  Status s = settle();
+  drop();
+  return s;
+}
+
+}  // namespace rlserve

@@ -1,0 +1,326 @@
+// End to end against a real `rlserve serve` (CartPole-v1 spaces, a token, 127.0.0.1, port 0):
+// CartPole episodes stepped in C++ with remote inference (single, batched, from four threads on
+// one client, multi-agent), the examples, a wrong-shape observation, a bad token, exactly-once
+// after lost replies, and a server killed with SIGKILL and resumed on the same port.
+// Usage: test_e2e_remote <python bin dir> <hello> <hello_c>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "../../examples/cartpole.hpp"
+#include "../check.hpp"
+#include "rlserve/client.hpp"
+#include "server_process.hpp"
+
+namespace {
+
+const char* kToken = "cpp-e2e-secret";
+
+struct Context {
+  std::string bin_dir, hello, hello_c, work;
+  std::unique_ptr<e2e::ServerProcess> server;
+};
+
+std::unique_ptr<rlserve::Client> connect(const Context& ctx, bool check_observations = true) {
+  rlserve::ClientOptions o;
+  o.token = kToken;
+  o.client_name = "cpp-e2e";
+  o.timeouts.request = 30;
+  o.timeouts.reconnect = 60;
+  o.check_observations = check_observations;
+  auto c = rlserve::Client::connect(ctx.server->address(), o);
+  if (!c) throw std::runtime_error("connect failed: " + c.error().message);
+  return std::move(*c);
+}
+
+nlohmann::json metrics(const Context& ctx) {
+  const std::string body = e2e::http_get(ctx.server->port(), "/v1/metrics", kToken);
+  if (body.empty()) return nlohmann::json::object();
+  return nlohmann::json::parse(body, nullptr, false);
+}
+
+double metric(const nlohmann::json& m, const char* name) {
+  return m.is_object() && m.contains(name) && m[name].is_number() ? m[name].get<double>() : -1.0;
+}
+
+/// Polls the metrics until `ready` holds (20 s at most); the last metrics read.
+nlohmann::json wait_metrics(const Context& ctx, const std::function<bool(const nlohmann::json&)>& ready) {
+  nlohmann::json m;
+  for (int i = 0; i < 200; ++i) {
+    m = metrics(ctx);
+    if (ready(m)) return m;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return m;
+}
+
+std::vector<float> vec(const std::array<float, 4>& a) { return {a.begin(), a.end()}; }
+
+/// Plays one CartPole episode through `client`; its length (-1 on an error, recorded).
+int play(rlserve::Client& client, std::uint64_t seed) {
+  cartpole::CartPole env(seed);
+  auto obs = env.reset();
+  auto id = client.start_episode();
+  CHECK(id.ok(), "start_episode: " + (id ? std::string() : id.error().message));
+  if (!id) return -1;
+  for (int steps = 1;; ++steps) {
+    auto a = client.get_action(*id, vec(obs));
+    CHECK(a.ok(), "get_action: " + (a ? std::string() : a.error().message));
+    if (!a) return -1;
+    CHECK(a->discrete() == 0 || a->discrete() == 1, "a Discrete(2) action");
+    auto step = env.step(static_cast<int>(a->discrete()));
+    obs = step.observation;
+    CHECK(client.log_returns(*id, step.reward).ok(), "log_returns");
+    if (step.terminated || step.truncated) {
+      auto s = client.end_episode(*id, vec(obs), step.truncated);
+      CHECK(s.ok(), "end_episode: " + (s ? std::string() : s.error().message));
+      return steps;
+    }
+  }
+}
+
+void bad_token(const Context& ctx) {
+  for (const std::string token : {"wrong-token", ""}) {
+    rlserve::ClientOptions o;
+    o.token = token;
+    auto c = rlserve::Client::connect(ctx.server->address(), o);
+    CHECK(!c.ok(), "a bad token is refused");
+    if (c) continue;
+    CHECK(c.error().code == rlserve::ErrorCode::unauthorized, "unauthorized, got " + c.error().message);
+    CHECK(c.error().message.find("token") != std::string::npos, "the server's message names the token: " + c.error().message);
+  }
+}
+
+/// Right after the start the first get_action waits for the learner's first weights, longer
+/// than this client's 0.5 s reply timeout: it reconnects and re-sends, and the re-sent call
+/// joins the waiting one.
+void short_timeout(const Context& ctx) {
+  rlserve::ClientOptions o;
+  o.token = kToken;
+  o.timeouts.request = 0.5;
+  o.timeouts.reconnect = 60;
+  auto client = rlserve::Client::connect(ctx.server->address(), o);
+  CHECK(client.ok(), "connect");
+  if (!client) return;
+  const std::vector<float> obs{0.01f, -0.02f, 0.03f, 0.04f};
+  auto id = (*client)->start_episode();
+  auto a = (*client)->get_action(*id, obs);
+  CHECK(a.ok(), "the first action despite the short timeout: " + (a ? "" : a.error().message));
+  CHECK((*client)->end_episode(*id, obs).ok() && (*client)->close().ok(), "end");
+}
+
+void episodes(const Context& ctx) {
+  auto client = connect(ctx);
+  const auto before = metrics(ctx);
+  int total = 0;
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) total += play(*client, seed);
+  // Batched: two CartPoles stepped together, one round trip per step.
+  cartpole::CartPole a(11), b(12);
+  std::vector<std::array<float, 4>> obs{a.reset(), b.reset()};
+  auto first = client->start_episode(), second = client->start_episode();
+  CHECK(first.ok() && second.ok(), "two episodes for a batch");
+  if (!first || !second) return;
+  std::vector<std::string> ids{*first, *second};
+  for (int t = 0; t < 5; ++t) {
+    std::vector<rlserve::Value> values;
+    for (const auto& o : obs) values.push_back(*client->observation_value(vec(o)));
+    auto actions = client->get_actions(ids, values);
+    CHECK(actions.ok() && actions->size() == 2, "batched get_action: " + (actions ? "" : actions.error().message));
+    if (!actions) return;
+    obs = {a.step(static_cast<int>((*actions)[0].discrete())).observation,
+           b.step(static_cast<int>((*actions)[1].discrete())).observation};
+    for (const auto& id : ids) client->log_returns(id, 1.0);
+  }
+  for (std::size_t i = 0; i < 2; ++i) CHECK(client->end_episode(ids[i], vec(obs[i]), true).ok(), "end batched");
+  CHECK(client->close().ok(), "close settles the pipelined end_episode");
+  const double done = metric(before, "episodes/completed") + 5;
+  const auto after = wait_metrics(ctx, [&](const nlohmann::json& m) { return metric(m, "episodes/completed") >= done; });
+  CHECK(metric(after, "episodes/completed") == done, "5 episodes completed");
+  CHECK(metric(after, "samples/env_steps") - metric(before, "samples/env_steps") == total + 10,
+        "every step recorded once: " + std::to_string(total + 10));
+}
+
+void threads(const Context& ctx) {
+  auto client = connect(ctx);
+  const auto before = metrics(ctx);
+  std::vector<std::thread> players;
+  std::vector<int> lengths(4, 0);
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    players.emplace_back([&, i] { lengths[i] = play(*client, 20 + i); });
+  }
+  for (auto& t : players) t.join();
+  int total = 0;
+  for (int n : lengths) total += n;
+  CHECK(client->close().ok(), "close");
+  const double completed = metric(before, "episodes/completed") + 4;
+  const auto after = wait_metrics(ctx, [&](const nlohmann::json& m) { return metric(m, "episodes/completed") >= completed; });
+  CHECK(metric(after, "samples/env_steps") - metric(before, "samples/env_steps") == total,
+        "4 threads on one client: every step once");
+}
+
+void wrong_shape(const Context& ctx) {
+  auto client = connect(ctx);
+  auto id = client->start_episode();
+  CHECK(id.ok(), "start");
+  auto short_obs = client->get_action(*id, std::vector<float>{0.0f, 0.1f, 0.2f});
+  CHECK(!short_obs && short_obs.error().code == rlserve::ErrorCode::bad_value, "3 numbers for Box(4,) is bad_value");
+  if (!short_obs) CHECK(short_obs.error().message.find("Box") != std::string::npos, short_obs.error().message);
+  float three[3] = {0, 0, 0};
+  rlserve::Value wrong(rlserve::NDArray::from_floats(three, {3}));
+  auto checked = client->get_action(*id, wrong);
+  CHECK(!checked && checked.error().code == rlserve::ErrorCode::bad_value, "a (3,) array is bad_value");
+  if (!checked) {
+    CHECK(checked.error().message.find("episode '" + *id + "'") != std::string::npos, checked.error().message);
+    CHECK(checked.error().message.find("(4,)") != std::string::npos, "names the expected shape: " + checked.error().message);
+  }
+  // Unchecked, the server refuses it with its own message; the episode carries on.
+  auto raw = connect(ctx, false);
+  auto rid = raw->start_episode();
+  auto server_says = raw->get_action(*rid, wrong);
+  CHECK(!server_says && server_says.error().code == rlserve::ErrorCode::bad_value, "the server's bad_value");
+  if (!server_says) CHECK(server_says.error().message.find("(4,)") != std::string::npos, server_says.error().message);
+  for (auto* c : {client.get(), raw.get()}) {
+    const std::string& eid = c == client.get() ? *id : *rid;
+    auto good = c->get_action(eid, std::vector<float>{0.01f, 0.0f, 0.02f, 0.0f});
+    CHECK(good.ok(), "the episode carries on after a refused observation");
+    CHECK(c->end_episode(eid, std::vector<float>{0.01f, 0.0f, 0.02f, 0.0f}).ok(), "end");
+    CHECK(c->close().ok(), "close");
+  }
+}
+
+void exactly_once(const Context& ctx) {
+  auto client = connect(ctx);
+  const auto before = metrics(ctx);
+  const std::vector<float> obs{0.01f, -0.02f, 0.03f, 0.04f};
+  auto id = client->start_episode();
+  CHECK(client->get_action(*id, obs).ok(), "first get_action");
+  client->log_returns(*id, 5.0);
+  client->drop_next_reply();
+  auto second = client->get_action(*id, obs);  // applied, its reply lost, re-sent: answered once
+  CHECK(second.ok(), "the re-sent get_action is answered: " + (second ? "" : second.error().message));
+  client->drop_next_reply();
+  auto logged = client->log_action(*id, *client->observation_value(obs), rlserve::Value(std::int64_t{1}));
+  CHECK(logged.ok(), "the re-sent log_action is answered");
+  CHECK(client->end_episode(*id, obs).ok(), "end");
+  CHECK(client->close().ok(), "close");
+  CHECK(client->reconnects() == 2, "reconnected twice, got " + std::to_string(client->reconnects()));
+  const double done = metric(before, "episodes/completed") + 1;
+  const auto after = wait_metrics(ctx, [&](const nlohmann::json& m) { return metric(m, "episodes/completed") >= done; });
+  CHECK(metric(after, "samples/env_steps") - metric(before, "samples/env_steps") == 3,
+        "3 steps, not 4 or 5: " + std::to_string(metric(after, "samples/env_steps") - metric(before, "samples/env_steps")));
+}
+
+void multi_agent(const Context& ctx) {
+  auto client = connect(ctx);
+  const auto before = metrics(ctx);
+  rlserve::Value obs = *client->observation_value({0.01f, -0.02f, 0.03f, 0.04f});
+  auto id = client->start_episode();
+  auto both = client->get_agent_actions(*id, {{"a", obs}, {"b", obs}});
+  CHECK(both.ok() && both->size() == 2, "two agents act: " + (both ? "" : both.error().message));
+  if (both) CHECK(both->at("b").discrete() == 0 || both->at("b").discrete() == 1, "agent b's Discrete(2) action");
+  auto done = client->log_agent_returns(*id, {{"a", 1.0}, {"b", 0.5}}, {{"b", true}});
+  CHECK(done.ok(), "rewards, and b terminated: " + (done ? "" : done.error().message));
+  auto named_again = client->get_agent_actions(*id, {{"b", obs}});
+  CHECK(!named_again && named_again.error().code == rlserve::ErrorCode::episode_error, "a done agent may not act");
+  auto one = client->get_agent_actions(*id, {{"a", obs}});
+  CHECK(one.ok() && one->count("a") == 1, "agent a acts on");
+  CHECK(client->end_agent_episode(*id, {{"a", obs}}).ok(), "end");
+  CHECK(client->close().ok(), "close");
+  const double completed = metric(before, "episodes/completed") + 1;
+  const auto after = wait_metrics(ctx, [&](const nlohmann::json& m) { return metric(m, "episodes/completed") >= completed; });
+  CHECK(metric(after, "episodes/completed") == completed, "the multi-agent episode completed");
+}
+
+void examples(const Context& ctx) {
+  for (const std::string& program : {ctx.hello, ctx.hello_c}) {
+    for (const bool with_token : {true, false}) {  // without it the server refuses them, clearly
+      const std::string out = ctx.work + "/example.out";
+      const std::string command = (with_token ? std::string("RLSERVE_TOKEN=") + kToken : std::string("RLSERVE_TOKEN=")) +
+                                  " " + program + " " + ctx.server->address() + " > " + out + " 2>&1";
+      const int rc = std::system(command.c_str());
+      std::ifstream in(out);
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (with_token) {
+        CHECK(rc == 0 && text.find("episode return: ") != std::string::npos, program + ": " + text);
+      } else {
+        CHECK(rc != 0 && text.find("token") != std::string::npos, program + " without the token: " + text);
+      }
+    }
+  }
+}
+
+void restart(Context& ctx) {
+  auto client = connect(ctx);
+  auto old = client->start_episode();
+  const std::vector<float> obs{0.01f, -0.02f, 0.03f, 0.04f};
+  CHECK(client->get_action(*old, obs).ok(), "before the kill");
+  const int port = ctx.server->port();
+  const std::string run = ctx.server->run_folder();
+  ctx.server->kill9();
+  ctx.server.reset();
+  ctx.server = std::make_unique<e2e::ServerProcess>(
+      ctx.bin_dir,
+      std::vector<std::string>{"--resume", run, "--port", std::to_string(port), "--http-port", "0", "--no-progress",
+                               "--ppo-device", "cpu"},
+      std::vector<std::string>{std::string("RLSERVE_TOKEN=") + kToken}, ctx.work + "/server-2.log");
+  CHECK(ctx.server->port() == port, "resumed on the same port");
+  auto lost = client->get_action(*old, obs);
+  CHECK(!lost && lost.error().code == rlserve::ErrorCode::episode_lost, "the open episode is lost");
+  if (!lost) CHECK(lost.error().message.find("start a new episode") != std::string::npos, lost.error().message);
+  CHECK(client->reconnects() == 1, "reconnected once, got " + std::to_string(client->reconnects()));
+  CHECK(play(*client, 7) > 0, "a new episode runs on the resumed server");
+  CHECK(client->close().ok(), "close");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: %s <python bin dir> <hello> <hello_c>\n", argv[0]);
+    return 2;
+  }
+  char tmpl[] = "/tmp/rlserve-cpp-e2e-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) return 2;
+  Context ctx{argv[1], argv[2], argv[3], tmpl, nullptr};
+  try {
+    ctx.server = std::make_unique<e2e::ServerProcess>(
+        ctx.bin_dir,
+        std::vector<std::string>{"--spaces-from", "CartPole-v1", "--run-dir", ctx.work, "--name", "run", "--port", "0",
+                                 "--http-port", "0", "--no-progress", "--ppo-device", "cpu", "--seed", "1"},
+        std::vector<std::string>{std::string("RLSERVE_TOKEN=") + kToken}, ctx.work + "/server-1.log");
+    const std::pair<const char*, std::function<void()>> cases[] = {
+        {"bad_token", [&] { bad_token(ctx); }},
+        {"short_timeout", [&] { short_timeout(ctx); }},
+        {"episodes", [&] { episodes(ctx); }},
+        {"threads", [&] { threads(ctx); }},
+        {"wrong_shape", [&] { wrong_shape(ctx); }},
+        {"exactly_once", [&] { exactly_once(ctx); }},
+        {"multi_agent", [&] { multi_agent(ctx); }},
+        {"examples", [&] { examples(ctx); }},
+        {"restart", [&] { restart(ctx); }},
+    };
+    for (const auto& [name, run] : cases) {
+      const int failures = check::failures();
+      const auto start = std::chrono::steady_clock::now();
+      run();
+      std::printf("%s: %s (%.1f s)\n", name, check::failures() == failures ? "ok" : "FAILED",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      std::fflush(stdout);
+    }
+  } catch (const std::exception& e) {
+    check::fail(__FILE__, __LINE__, e.what());
+  }
+  if (check::failures() != 0 && ctx.server) std::fprintf(stderr, "server log:\n%s\n", ctx.server->log().c_str());
+  ctx.server.reset();  // killed, its whole process group
+  if (check::failures() == 0) std::filesystem::remove_all(ctx.work);
+  return check::finish("e2e_remote");
+}

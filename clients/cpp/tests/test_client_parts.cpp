@@ -1,0 +1,107 @@
+// The network client's parts that need no server: addresses, client ids, actions out of
+// replies, observation batches, and a peer that is not an rlserve server.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "../src/actions.hpp"
+#include "check.hpp"
+#include "rlserve/client.hpp"
+#include "rlserve/transport.hpp"
+
+using namespace rlserve;
+
+namespace {
+
+void addresses() {
+  auto a = parse_address("127.0.0.1:9900");
+  CHECK(a.ok() && a->host == "127.0.0.1" && a->port == 9900 && !a->tls, "host:port");
+  auto t = parse_address("tls://localhost:443");
+  CHECK(t.ok() && t->host == "localhost" && t->port == 443 && t->tls && t->text() == "tls://localhost:443", "tls://");
+  auto v6 = parse_address("[::1]:80");
+  CHECK(v6.ok() && v6->host == "::1", "a bracketed IPv6 host");
+  for (const char* bad : {"", "localhost", ":80", "host:", "host:0", "host:65536", "host:80x"}) {
+    auto r = parse_address(bad);
+    CHECK(!r && r.error().code == ErrorCode::invalid_argument, std::string("refused: '") + bad + "'");
+  }
+}
+
+void ids() {
+  const std::string a = random_hex_id(), b = random_hex_id();
+  CHECK(a.size() == 32 && a.find_first_not_of("0123456789abcdef") == std::string::npos, "32 hex characters");
+  CHECK(a != b, "random");
+}
+
+void actions() {
+  NDArray discrete(DType::int64, {3});
+  for (std::size_t i = 0; i < 3; ++i) discrete.set_int64(i, static_cast<std::int64_t>(i % 2));
+  auto d = actions_of(Value(discrete), 3);
+  CHECK(d.ok() && d->size() == 3 && (*d)[1].discrete() == 1 && (*d)[1].value.as_int(), "stacked Discrete");
+  float box[4] = {0.5f, -0.5f, 1.0f, 2.0f};
+  auto b = actions_of(Value(NDArray::from_floats(box, {2, 2})), 2);
+  CHECK(b.ok() && (*b)[1].values == std::vector<double>({1.0, 2.0}), "stacked Box rows");
+  CHECK(b.ok() && (*b)[1].value.as_ndarray() && (*b)[1].value.as_ndarray()->shape() == std::vector<std::uint32_t>{2},
+        "each row an array of the space's shape");
+  auto wrong = actions_of(Value(discrete), 2);
+  CHECK(!wrong && wrong.error().code == ErrorCode::decode_error, "a count that does not match");
+  Value::Map dict{{"b", Value(std::int64_t{2})}, {"a", Value(Value::Array{Value(1.5), Value(2.5)})}};
+  CHECK(action_of(Value(dict)).values == std::vector<double>({1.5, 2.5, 2.0}), "a Dict's numbers in key order");
+}
+
+void batches() {
+  Space box;
+  box.type = Space::Type::box;
+  box.shape = {2};
+  box.dtype = DType::float64;
+  float one[2] = {1, 2}, two[2] = {3, 4};
+  auto s = stack_observations(box, {Value(NDArray::from_floats(one, {2})), Value(NDArray::from_floats(two, {2}))});
+  CHECK(s.ok() && s->as_ndarray() && s->as_ndarray()->shape() == std::vector<std::uint32_t>({2, 2}) &&
+            s->as_ndarray()->dtype() == DType::float64 && s->as_ndarray()->get_double(3) == 4.0,
+        "a Box batch is one [N, *shape] array of the space's dtype");
+  Space discrete;
+  discrete.type = Space::Type::discrete;
+  discrete.n = 3;
+  auto l = stack_observations(discrete, {Value(std::int64_t{0}), Value(std::int64_t{2})});
+  CHECK(l.ok() && l->as_array() && l->as_array()->size() == 2, "other spaces: a list");
+}
+
+void not_rlserve() {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  ::listen(listener, 1);
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::thread peer([listener] {  // an HTTP server, say
+    const int fd = ::accept(listener, nullptr, nullptr);
+    char buffer[512];
+    (void)::recv(fd, buffer, sizeof buffer, 0);
+    const char* reply = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+    (void)::send(fd, reply, std::strlen(reply), MSG_NOSIGNAL);
+    ::close(fd);
+  });
+  ClientOptions o;
+  o.timeouts.request = 10;
+  auto c = Client::connect("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), o);
+  peer.join();
+  ::close(listener);
+  CHECK(!c && c.error().code == ErrorCode::decode_error, "a peer that is not rlserve is a decode_error");
+  if (!c) CHECK(c.error().message.find("binary port") != std::string::npos, c.error().message);
+}
+
+}  // namespace
+
+int main() {
+  addresses();
+  ids();
+  actions();
+  batches();
+  not_rlserve();
+  return check::finish("client_parts");
+}

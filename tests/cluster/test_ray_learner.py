@@ -1,0 +1,129 @@
+"""The learner as a Ray actor on the node that has the (fake) GPU: it trains as the in-process
+learner does, its weights come back, checkpoints go through it, and a resource no node has is
+refused before anything starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+
+from rlserve import PPOConfig
+from rlserve.algorithm.algorithm import Algorithm
+from rlserve.cluster.learner import RemoteLearner
+from rlserve.errors import ConfigError
+
+if TYPE_CHECKING:
+    from conftest import RayCluster
+
+pytestmark = pytest.mark.timeout(180)
+
+SMALL = {
+    "train_batch_size": 128,
+    "minibatch_size": 64,
+    "num_epochs": 2,
+    "min_env_steps_per_iteration": 128,
+    "model": {"fcnet_hiddens": [16]},
+}
+
+
+def _config(**learners: Any) -> Any:
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(backend="ray", num_env_runners=0, num_envs_per_env_runner=2)
+        .training(**SMALL)
+        .debugging(seed=3)
+    )
+    return config.learners(**learners) if learners else config
+
+
+def _strip(result: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in result.items() if k not in ("time_this_iter_s", "time_total_s")}
+    out["learners"] = {
+        pid: {k: v for k, v in m.items() if k != "update_seconds"}
+        for pid, m in result["learners"].items()
+    }
+    return out
+
+
+def _weights(algo: Algorithm) -> list[np.ndarray]:
+    arrays = algo.learners["default"].weights().arrays
+    return [np.asarray(arrays[name]) for name in sorted(arrays)]
+
+
+def test_the_learner_on_the_gpu_node_trains_as_the_in_process_one(
+    ray_cluster: RayCluster,
+) -> None:
+    with _config(num_gpus_per_learner=1, num_cpus_per_learner=0.25).build() as algo:
+        learner = algo.learners["default"]
+        assert isinstance(learner, RemoteLearner)
+        # Placed on the only node with a GPU; torch finds no CUDA there: "auto" took the CPU.
+        assert learner.node == ray_cluster.second_ip
+        assert learner.device == "cpu"
+        remote = [_strip(algo.train()) for _ in range(3)]
+        remote_weights = _weights(algo)
+        assert algo.learners["default"].version == 3
+    with _config().build() as algo:
+        assert not isinstance(algo.learners["default"], RemoteLearner)
+        local = [_strip(algo.train()) for _ in range(3)]
+        local_weights = _weights(algo)
+    # The same sampling and the same maths on CPU: the same run.
+    assert remote == local
+    assert len(remote_weights) == len(local_weights) > 0
+    for a, b in zip(remote_weights, local_weights, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_checkpoints_go_through_the_learner_actor(ray_cluster: RayCluster, tmp_path: Path) -> None:
+    config = _config(custom_resources_per_learner={"sim": 1}, num_cpus_per_learner=0)
+    with config.build() as algo:
+        algo.train()
+        folder = algo.save(tmp_path / "ckpt")
+        saved = _weights(algo)
+        assert saved
+        version = algo.learners["default"].version
+    restored = Algorithm.from_checkpoint(folder, config)
+    try:
+        learner = restored.learners["default"]
+        assert isinstance(learner, RemoteLearner) and learner.node == ray_cluster.second_ip
+        assert learner.version == version
+        for a, b in zip(_weights(restored), saved, strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert restored.train()["training_iteration"] == 2
+        assert restored.learners["default"].version == version + 1
+    finally:
+        restored.stop()
+
+
+def test_a_dead_learner_actor_names_the_fix(ray_cluster: RayCluster) -> None:
+    with _config(num_learners=1, num_cpus_per_learner=0.25).build() as algo:
+        algo.train()
+        ray_cluster.ray.kill(algo.learners["default"]._actor)
+        with pytest.raises(RuntimeError, match=r"learner actor .* died .*restore that checkpoint"):
+            algo.train()
+
+
+@pytest.mark.parametrize(
+    ("learners", "named"),
+    [
+        ({"num_gpus_per_learner": 2}, "num_gpus_per_learner"),
+        ({"custom_resources_per_learner": {"nowhere": 1}}, "custom_resources_per_learner"),
+    ],
+)
+def test_a_resource_no_node_has_for_the_learner_is_refused_up_front(
+    ray_cluster: RayCluster, learners: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(ConfigError, match=named):
+        _config(**learners).build()
+
+
+def test_learner_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match="num_learners must be 0"):
+        PPOConfig().learners(num_learners=2)
+    with pytest.raises(ConfigError, match="num_gpus_per_learner must be a number"):
+        PPOConfig().learners(num_gpus_per_learner=-1)
+    with pytest.raises(ConfigError, match="custom resources only"):
+        PPOConfig().learners(custom_resources_per_learner={"GPU": 1})
