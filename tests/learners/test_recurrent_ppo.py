@@ -337,6 +337,9 @@ def test_the_learner_learns_to_repeat_the_cue() -> None:
         num_epochs=4,
         lr=1e-3,
         device="cpu",
+        # act() feeds the model raw observations: the learner must read them raw too, or the
+        # policy acting (and measured) is not the one trained.
+        normalize_observations=False,
     )
     learner = PPOLearner(OBS_SPACE, ACTIONS, cfg)
     model = learner.model

@@ -2,10 +2,12 @@
 
 A policy with memory acts from a recurrent state that depends on every earlier observation of
 the episode; each fragment carries the state its first step was taken from (``state_in``).
-:func:`build_sequence_batch` replays every fragment once, without gradients, from ``state_in``
-over ``obs[0..T]`` with the learner's weights at the start of the update: that pass gives the
-values (and the bootstrap value at ``obs[T]``), the proximal log-probabilities of decoupled PPO
-and the state at the start of every chunk. Each fragment is then cut into chunks of
+:func:`build_sequence_batch` replays every fragment once, without gradients, over ``obs[0..T]``
+with the learner's weights at the start of the update: that pass gives the values (and the
+bootstrap value at ``obs[T]``), the proximal log-probabilities of decoupled PPO and the state at
+the start of every chunk. A fragment starts from ``state_in``, unless it continues an earlier
+fragment of the same batch (:mod:`rlserve.learners.fragment_chains`): then from the state that
+one's replay ended in, the learner's own, not the older acting weights'. Each fragment is then cut into chunks of
 ``max_seq_len`` steps from its first step, the last one padded; a step's ``valid`` flag says
 whether it is trained on (not padding, fresh, not a logged step left out, within
 ``max_steps_per_update``). Steps that are not trained on still advance the state, as they did
@@ -23,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from rlserve.learners.fragment_chains import continued_fragments, replay_rounds
 from rlserve.learners.normalization import ObservationNormalization
 from rlserve.learners.ppo_batch import (
     TrainingBatch,
@@ -48,7 +51,10 @@ def _padded(column: np.ndarray, length: int) -> np.ndarray:
 
 
 class _Replay:
-    """The no-grad pass over every fragment from its ``state_in`` (see the module doc).
+    """The no-grad pass over every fragment from its start state (see the module doc).
+
+    A fragment that continues an earlier one of the batch (:mod:`rlserve.learners.fragment_chains`)
+    starts from the state the replay of that one ended in; any other from its ``state_in``.
 
     Attributes:
         values: ``[rows, K * L]`` the value at each observation (``obs[T]``'s included).
@@ -56,6 +62,8 @@ class _Replay:
         chunk_obs: Per fragment, ``[K_i, L, D]`` its observations as read (``obs[0..T]``), cut
             into chunks of ``L`` and padded with zeros.
         starts: ``[rows, K, 2N]`` the state at the start of each chunk (zeros past the end).
+        ends: ``[rows, 2N]`` the state after each fragment's last step (before ``obs[T]``).
+        continued: How many fragments started from their predecessor's end state.
     """
 
     def __init__(
@@ -67,42 +75,40 @@ class _Replay:
         device: torch.device,
     ):
         rows = len(fragments)
-        lengths = np.array([len(f) for f in fragments])
-        segments = -(-(lengths + 1) // seq_len)  # chunks covering obs[0..T]
+        self.lengths = np.array([len(f) for f in fragments])
+        self.segments = -(-(self.lengths + 1) // seq_len)  # chunks covering obs[0..T]
+        self.seq_len = seq_len
+        self.device = device
         width = obs_list[0].shape[1]
-        total = int(segments.max()) * seq_len
+        total = int(self.segments.max()) * seq_len
         self.chunk_obs = [
             _padded(obs, int(k) * seq_len).reshape(int(k), seq_len, width)
-            for obs, k in zip(obs_list, segments, strict=True)
+            for obs, k in zip(obs_list, self.segments, strict=True)
         ]
         states = [f.state_in for f in fragments]
         if any(s is None for s in states):
             raise ValueError("a fragment of a policy with memory has no state_in")
-        state = torch.as_tensor(np.stack(states), device=device)  # type: ignore[arg-type]
-        self.starts = state.new_zeros((rows, int(segments.max()), state.shape[1]))
-        obs_parts, h_parts, which, position = [], [], [], []
+        stored = torch.as_tensor(np.stack(states), device=device)  # type: ignore[arg-type]
+        self.starts = stored.new_zeros((rows, int(self.segments.max()), stored.shape[1]))
+        self.ends = stored.clone()
+        predecessor = continued_fragments(fragments)
+        self.continued = int((predecessor >= 0).sum())
+        self._parts: tuple[list[torch.Tensor], list[torch.Tensor], list[np.ndarray], list[np.ndarray]]
+        self._parts = ([], [], [], [])
         with torch.no_grad():
-            # Chunk k of every fragment that has one, as one batch: memory stays that of the
-            # observations themselves, whatever the spread of the fragments' lengths.
-            for k in range(int(segments.max())):
-                active = np.nonzero(segments > k)[0]
-                chunk = torch.as_tensor(
-                    np.stack([self.chunk_obs[i][k] for i in active]), device=device
-                )
-                index = torch.as_tensor(active, device=device)
-                begin = state[index]
-                self.starts[index, k] = begin
-                out, state_k = model.unroll(chunk, begin)
-                state[index] = state_k
-                obs_parts.append(chunk.reshape(-1, width))
-                h_parts.append(out.reshape(-1, out.shape[-1]))
-                which.append(np.repeat(active, seq_len))
-                position.append(np.tile(k * seq_len + np.arange(seq_len), len(active)))
+            for group in replay_rounds(predecessor):
+                begin = stored[torch.as_tensor(group, device=device)]
+                linked = predecessor[group] >= 0
+                if linked.any():
+                    after = torch.as_tensor(predecessor[group][linked], device=device)
+                    begin[torch.as_tensor(linked, device=device)] = self.ends[after]
+                self._unroll(group, begin, model)
+            obs_parts, h_parts, which, position = self._parts
             obs_all, h_all = torch.cat(obs_parts), torch.cat(h_parts)
             fragment_of, at = np.concatenate(which), np.concatenate(position)
             self.values = np.zeros((rows, total), dtype=np.float32)
             self.values[fragment_of, at] = model.value(obs_all, h_all).cpu().numpy()
-            steps = at < lengths[fragment_of]
+            steps = at < self.lengths[fragment_of]
             actions = np.stack([_padded(f.actions, total) for f in fragments])
             selected = torch.as_tensor(steps, device=device)
             prox, _ = model.log_prob_entropy(
@@ -112,6 +118,43 @@ class _Replay:
             )
         self.prox = np.zeros((rows, total), dtype=np.float32)
         self.prox[fragment_of[steps], at[steps]] = prox.cpu().numpy()
+
+    def _unroll(self, group: np.ndarray, state: torch.Tensor, model: RecurrentActorCritic) -> None:
+        """Replay the fragments ``group`` from ``state`` (``[len(group), 2N]``), chunk by chunk.
+
+        Chunk ``k`` of every fragment that has one goes as one batch: memory stays that of the
+        observations themselves, whatever the spread of the fragments' lengths. Notes each
+        chunk's start state, each fragment's end state and the outputs the heads read.
+        """
+        seq_len, device = self.seq_len, self.device
+        obs_parts, h_parts, which, position = self._parts
+        segments = self.segments[group]
+        for k in range(int(segments.max())):
+            local = np.nonzero(segments > k)[0]
+            active = group[local]
+            chunk = torch.as_tensor(np.stack([self.chunk_obs[i][k] for i in active]), device=device)
+            index = torch.as_tensor(local, device=device)
+            begin = state[index]
+            self.starts[torch.as_tensor(active, device=device), k] = begin
+            out, state_k = model.unroll(chunk, begin)
+            state[index] = state_k
+            # The state after a fragment's last step, when that step is in this chunk: the
+            # chunk's end state when it is the chunk's last, else a replay stopped there.
+            left = self.lengths[active] - k * seq_len
+            full = left == seq_len
+            self.ends[torch.as_tensor(active[full], device=device)] = state_k[
+                torch.as_tensor(full, device=device)
+            ]
+            part = (left >= 1) & (left < seq_len)
+            if part.any():
+                rows = torch.as_tensor(part, device=device)
+                self.ends[torch.as_tensor(active[part], device=device)] = model.state_after(
+                    chunk[rows], begin[rows], torch.as_tensor(left[part])
+                )
+            obs_parts.append(chunk.reshape(-1, chunk.shape[-1]))
+            h_parts.append(out.reshape(-1, out.shape[-1]))
+            which.append(np.repeat(active, seq_len))
+            position.append(np.tile(k * seq_len + np.arange(seq_len), len(active)))
 
 
 SEQUENCE_COLUMNS = (

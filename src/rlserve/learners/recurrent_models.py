@@ -95,6 +95,25 @@ class RecurrentActorCritic(ActorCritic):
         out, (h, c) = self.memory(x, (h0, c0))
         return out, torch.cat((h[0], c[0]), dim=1)
 
+    def state_after(
+        self, obs: torch.Tensor, state: torch.Tensor, steps: torch.Tensor
+    ) -> torch.Tensor:
+        """``[B, 2N]``: the state after each row's first ``steps[b]`` (1 to ``T``) observations.
+
+        As :meth:`unroll` from ``state`` over ``[B, T, obs_dim]`` observations, stopping each
+        row at its own length (what follows, padding, is not read).
+        """
+        rows, width = obs.shape[0], obs.shape[1]
+        x = self.features(obs.reshape(rows * width, -1)).reshape(rows, width, -1)
+        n = self.cell_size
+        h0 = state[:, :n].unsqueeze(0).contiguous()
+        c0 = state[:, n:].unsqueeze(0).contiguous()
+        packed = nn.utils.rnn.pack_padded_sequence(
+            x, steps.cpu(), batch_first=True, enforce_sorted=False
+        )
+        _, (h, c) = self.memory(packed, (h0, c0))
+        return torch.cat((h[0], c[0]), dim=1)
+
     def step(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One step: ``[B, obs_dim]`` observations and ``[B, 2N]`` states -> ``(h, next_state)``.
 
