@@ -7,9 +7,9 @@ with the learner's weights at the start of the update: that pass gives the value
 bootstrap value at ``obs[T]``), the proximal log-probabilities of decoupled PPO and the state at
 the start of every chunk. A fragment starts from ``state_in``, unless it continues an earlier
 fragment of the same batch (:mod:`rlserve.learners.fragment_chains`): then from the state that
-one's replay ended in, the learner's own, not the older acting weights'. Each fragment is then cut into chunks of
-``max_seq_len`` steps from its first step, the last one padded; a step's ``valid`` flag says
-whether it is trained on (not padding, fresh, not a logged step left out, within
+one's replay ended in, the learner's own, not the older acting weights'. Each fragment is then
+cut into chunks of ``max_seq_len`` steps from its first step, the last one padded; a step's
+``valid`` flag says whether it is trained on (not padding, fresh, not a logged step left out, within
 ``max_steps_per_update``). Steps that are not trained on still advance the state, as they did
 when acting. The rest (importance weights, GAE with its bootstrapping, logged steps, the step
 cap, the statistics) is :mod:`rlserve.learners.ppo_batch`'s, step for step.
@@ -50,6 +50,10 @@ def _padded(column: np.ndarray, length: int) -> np.ndarray:
     return out
 
 
+_Outputs = tuple[list[torch.Tensor], list[torch.Tensor], list[np.ndarray], list[np.ndarray]]
+"""What the replay's chunks gave, per chunk: observations, LSTM outputs, fragment, position."""
+
+
 class _Replay:
     """The no-grad pass over every fragment from its start state (see the module doc).
 
@@ -63,7 +67,6 @@ class _Replay:
             into chunks of ``L`` and padded with zeros.
         starts: ``[rows, K, 2N]`` the state at the start of each chunk (zeros past the end).
         ends: ``[rows, 2N]`` the state after each fragment's last step (before ``obs[T]``).
-        continued: How many fragments started from their predecessor's end state.
     """
 
     def __init__(
@@ -92,9 +95,7 @@ class _Replay:
         self.starts = stored.new_zeros((rows, int(self.segments.max()), stored.shape[1]))
         self.ends = stored.clone()
         predecessor = continued_fragments(fragments)
-        self.continued = int((predecessor >= 0).sum())
-        self._parts: tuple[list[torch.Tensor], list[torch.Tensor], list[np.ndarray], list[np.ndarray]]
-        self._parts = ([], [], [], [])
+        self._parts: _Outputs = ([], [], [], [])
         with torch.no_grad():
             for group in replay_rounds(predecessor):
                 begin = stored[torch.as_tensor(group, device=device)]
