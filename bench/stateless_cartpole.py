@@ -19,10 +19,12 @@ below. RLlib's own example (PPO, ``use_lstm=True``, ``max_seq_len=20``) expects 
   (4), each stepping its own StatelessCartPole with ``PolicyClient`` over loopback, remote
   inference (the server acts and keeps each episode's recurrent state; ``--inference local``:
   each client acts with the numpy policy and keeps the state). The server holds the clients
-  while its learner is 4,096 env steps behind (``--max-learner-lag-steps 4096``, as ``rlserve
-  demo`` does for PPO), so that the learner trains on the budget's steps: by default a PPO
-  server never holds its clients, and 4 fast clients then outran the slower recurrent learner,
-  which trained 43,000 of 300,000 steps. ``--serve-args`` replaces the flags.
+  while its learner is 256 env steps behind (``--max-learner-lag-steps 256``), so that the
+  learner trains on the budget's steps and nearly on-policy: by default a PPO server never
+  holds its clients, and 4 fast clients then outran the slower recurrent learner, which trained
+  43,000 of 300,000 steps; held at 4,096 steps (as ``rlserve demo`` does for PPO) every step it
+  trained on was one weights version old, and the recurrent policy crossed 350 but did not hold
+  it (docs/benchmarks.md). ``--serve-args`` replaces the flags.
 - ``nomemory``: as ``hosted`` without ``use_lstm``: the MLP sees one observation.
 - ``recurrentppo``: ``RecurrentPPO("MlpLstmPolicy", ...)`` with sb3-contrib's defaults (one
   env, LSTM of 256, 128 steps per update), episodes from its Monitor wrapper.
@@ -380,7 +382,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--serve-args",
-        default="--max-learner-lag-steps 4096",
+        default="--max-learner-lag-steps 256",
         help="extra 'rlserve serve' flags (remote; default: %(default)s)",
     )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
