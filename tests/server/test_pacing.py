@@ -9,7 +9,12 @@ import pytest
 
 from rlserve.errors import ConfigError
 from rlserve.server.config import ServerConfig
-from rlserve.server.pacing import LearnerPace, max_lag_steps, paced_fragment_length
+from rlserve.server.pacing import (
+    RECURRENT_LAG_STEPS,
+    LearnerPace,
+    max_lag_steps,
+    paced_fragment_length,
+)
 
 
 def _sent() -> tuple[list[dict[str, Any]], Any]:
@@ -114,6 +119,13 @@ def test_the_bound_defaults_to_one_training_round_and_is_never_below_one() -> No
     assert max_lag_steps(500, [64]) == 500
     with pytest.raises(ConfigError, match="at least 64"):
         max_lag_steps(32, [64])
+
+
+def test_a_recurrent_ppo_policy_is_held_near_on_policy_by_default() -> None:
+    assert max_lag_steps(None, [], recurrent=True) == RECURRENT_LAG_STEPS
+    assert max_lag_steps(None, [1000], recurrent=True) == 1000  # a longer round wins
+    assert max_lag_steps(0, [], recurrent=True) == 0  # set: as set
+    assert max_lag_steps(4096, [], recurrent=True) == 4096
 
 
 def test_fragments_are_cut_at_half_the_bound_while_pacing() -> None:

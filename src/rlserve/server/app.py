@@ -170,7 +170,9 @@ class PolicyServer:
         self.log = ExperienceLog(self.run.path / "experience")
         # Off-policy learners among the policies (mixed runs: any of them) pace the clients of
         # a learner process; an in-process learner side (an Algorithm's) paces itself.
-        bound = max_lag_steps(self.config.max_learner_lag_steps, self._training_rounds())
+        bound = max_lag_steps(
+            self.config.max_learner_lag_steps, self._training_rounds(), self._recurrent()
+        )
         self.pace = LearnerPace(bound if self.learner_factory is None else 0)
         """Holds clients while the learner process is too far behind (off-policy learners)."""
         self.stats.metric_sources.append(self.pace.metrics)
@@ -241,6 +243,16 @@ class PolicyServer:
                 table = self._learner_setup(0, spec)["settings"]
                 rounds.append(int(build(entry.settings, table, None).train_every))
         return rounds
+
+    def _recurrent(self) -> bool:
+        """Whether a trained on-policy policy has memory (pacing then holds it near on-policy)."""
+        for spec in self.policies.values():
+            entry = algorithm(self.algorithms[spec.policy_id])
+            if not entry.off_policy and not spec.frozen:
+                settings = self._learner_setup(0, spec)["settings"]
+                if bool(getattr(build(entry.settings, settings, None), "use_lstm", False)):
+                    return True
+        return False
 
     def _frame_stack(self, spec: PolicySpec) -> int:
         """A policy's ``frame_stack`` setting (its settings table's, checked; 1: off)."""

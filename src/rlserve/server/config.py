@@ -60,7 +60,8 @@ class ServerConfig:
         None,
         "Hold the clients' next steps while the learner is this many env steps behind (unread "
         "plus owed training; fragments are cut at half of it); 0: never hold; default: an "
-        "off-policy policy's train_every (DQN, SAC), 0 for PPO.",
+        "off-policy policy's train_every (DQN, SAC), 256 for PPO with memory (use_lstm), 0 for "
+        "other PPO.",
     )
     learner_niceness: int = option(
         0,

@@ -31,18 +31,29 @@ DEFAULT_MAX_HOLD_SECONDS = 10.0
 """Longest time a reply is held; well under the reference client's 60 s reply timeout."""
 
 
-def max_lag_steps(configured: int | None, rounds: list[int]) -> int:
+RECURRENT_LAG_STEPS = 256
+"""The default bound when a trained PPO policy has memory (``use_lstm``) and no off-policy
+policy sets a longer one. A recurrent PPO learner replays each fragment from the state its
+acting weights left; further behind, every step it trained on came from weights a version old and
+StatelessCartPole through 4 remote clients crossed 350 and fell back (226, 288 and 55 at 300,000
+steps, docs/benchmarks.md "Remote memory"), while at 256 it held (474, 378 and 357 without
+fragment chaining, 484, 412 and 465 with it)."""
+
+
+def max_lag_steps(configured: int | None, rounds: list[int], recurrent: bool = False) -> int:
     """The lag bound in env steps (0: never hold).
 
     Args:
         configured: The server option (None: the default).
         rounds: The ``train_every`` of each trained off-policy policy: the env steps its learner
             waits for before a training round (empty: no off-policy policy).
+        recurrent: A trained on-policy policy has memory (``use_lstm``).
 
     Returns:
         ``configured`` when set; else the longest round (the learner stays within one training
-        round of its clients, as in a hosted run), or 0 without off-policy policies (an
-        on-policy learner drops the oldest backlog instead, ``max_sample_queue_steps``).
+        round of its clients, as in a hosted run), else :data:`RECURRENT_LAG_STEPS` with a
+        recurrent on-policy policy, else 0 (an on-policy learner drops the oldest backlog
+        instead, ``max_sample_queue_steps``).
 
     Raises:
         ConfigError: ``configured`` is below a round: that learner would wait for steps its
@@ -50,7 +61,7 @@ def max_lag_steps(configured: int | None, rounds: list[int]) -> int:
     """
     longest = max(rounds, default=0)
     if configured is None:
-        return longest
+        return longest or (RECURRENT_LAG_STEPS if recurrent else 0)
     if 0 < configured < longest:
         raise ConfigError(
             f"max_learner_lag_steps {configured} is below an off-policy policy's train_every "
@@ -181,6 +192,7 @@ class LearnerPace:
         """The pacing metrics (``samples/...``) for the server's metrics."""
         return {
             "samples/learner_lag_steps": float(self.lag_steps),
+            "samples/learner_lag_bound": float(self.max_lag_steps),
             "samples/replies_held": float(self.replies_held),
             "samples/replies_waiting": float(self.waiting),
             "samples/held_seconds": self.held_seconds,
