@@ -124,3 +124,40 @@ def test_hosted_ppo_never_takes_an_illegal_move() -> None:
             algo.train()
     assert sum(env.games for env in envs) > 500
     assert sum(env.illegal_moves for env in envs) == 0
+
+
+@pytest.mark.timeout(300)
+def test_hosted_ppo_learns_to_beat_a_random_player_at_a_reduced_budget() -> None:
+    """Issue 23's mask target at a fifth of its budget (the bench's settings and game): the
+    greedy player wins or draws most games against a uniformly random legal opponent and never
+    took an illegal move. Measured (seed 0): 93.5% of the 200 games at 40,000 steps, 51% before
+    training; bench/tictactoe.py reaches 95% at ~78,000 steps."""
+    from rlserve import PPOConfig
+
+    envs: list[VersusOpponent] = []
+
+    def creator(config: Any) -> VersusOpponent:
+        envs.append(VersusOpponent(tictactoe_v3.env()))
+        return envs[-1]
+
+    config = (
+        PPOConfig()
+        .environment(creator)
+        .debugging(seed=0)
+        .training(train_batch_size=512, device="cpu")
+    )
+    with config.build() as algo:
+        while algo.env_steps_sampled < 40_000:
+            algo.train()
+        judge = VersusOpponent(tictactoe_v3.env())
+        won_or_drawn = 0
+        for game in range(200):
+            obs, _ = judge.reset(seed=10_000 + game)
+            done, reward = False, 0.0
+            while not done:
+                action = algo.compute_single_action(obs, explore=False)
+                obs, reward, terminated, truncated, _ = judge.step(action)
+                done = terminated or truncated
+            won_or_drawn += reward >= 0
+    assert sum(env.illegal_moves for env in envs) + judge.illegal_moves == 0
+    assert won_or_drawn / 200 >= 0.85, won_or_drawn
