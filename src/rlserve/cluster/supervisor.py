@@ -32,7 +32,7 @@ from rlserve.cluster.actor import Worker, actor_class
 from rlserve.cluster.failures import actor_failure
 from rlserve.cluster.ray_import import import_ray
 from rlserve.cluster.resources import check_resources
-from rlserve.processes.restarts import Failure, RestartPolicy
+from rlserve.processes.restarts import Failure, Restarting
 from rlserve.processes.supervisor import KEEP_WAITING, Judge, Stalled
 
 __all__ = ["RaySupervisor", "Stamp"]
@@ -65,7 +65,7 @@ class _Slot:
     node: str | None = None
 
 
-class RaySupervisor:
+class RaySupervisor(Restarting):
     """Workers as Ray actors, each with the resources given, restarted when they fail.
 
     Args:
@@ -111,28 +111,14 @@ class RaySupervisor:
         self._slots = [_Slot(label) for label in labels]
         self._factory = factory
         self._what = what
-        self._logger = logger
-        self._restart_note = restart_note
-        self._success = success
         self._stamps = list(stamps)
         self._close_wait_s = close_wait_s
-        self.policy = RestartPolicy(max_restarts)
-        """The restart policy: failures in a row per worker, lifetime counters."""
+        super().__init__(logger, restart_note, success, max_restarts)
 
     @property
     def size(self) -> int:
         """How many workers."""
         return len(self._slots)
-
-    @property
-    def restarts(self) -> int:
-        """Workers restarted, lifetime (a failed restart counts too)."""
-        return self.policy.restarts
-
-    @property
-    def failures(self) -> int:
-        """Worker failures, lifetime."""
-        return self.policy.failures
 
     @property
     def num_alive(self) -> int:
@@ -247,53 +233,6 @@ class RaySupervisor:
         if s.age is None and now - s.asked >= _AGE_EVERY_S:
             s.age, s.asked = s.actor.age.remote(), now
 
-    def succeeded(self, slot: int) -> None:
-        """Worker ``slot`` did its work: its failures in a row start again."""
-        self.policy.succeeded(slot)
-
-    def fail(
-        self,
-        slot: int,
-        failure: Failure,
-        during: str,
-        note: Callable[[], str] | None = None,
-    ) -> None:
-        """Count a failure, kill the actor, log it.
-
-        Raises:
-            RuntimeError: The worker failed ``max_restarts + 1`` times in a row: it is given up.
-        """
-        given_up = self.policy.failed(slot)
-        self._kill(slot)
-        label = self._slots[slot].label
-        if given_up:
-            raise RuntimeError(
-                f"{label} failed {self.policy.in_a_row(slot)} times in a row without a "
-                f"successful {self._success}; last error during {during}: {failure.reason}"
-                + failure.details_suffix
-            )
-        self._logger.warning(
-            "%s failed during %s: %s; restarting %s%s",
-            label,
-            during,
-            failure.reason,
-            self._restart_note if note is None else note(),
-            failure.details_suffix,
-        )
-
-    def restart(self, slot: int, bring_up: Callable[[], Any]) -> Any:
-        """Call ``bring_up`` until it returns no failure, failing the worker after each that does.
-
-        Raises:
-            RuntimeError: The worker is given up (see :meth:`fail`).
-        """
-        while True:
-            self.policy.restarting()
-            answer = bring_up()
-            if not isinstance(answer, Failure):
-                return answer
-            self.fail(slot, answer, "restart")
-
     def reap(self, slot: int, grace_s: float) -> str:
         """Kill worker ``slot``'s actor (Ray ends it at once); why it ended."""
         self._kill(slot)
@@ -302,6 +241,9 @@ class RaySupervisor:
     def restart_delay(self, slot: int) -> float:
         """No back-off: a restarted actor may land on another node."""
         return 0.0
+
+    def _label(self, slot: int) -> str:
+        return self._slots[slot].label
 
     def _kill(self, slot: int) -> None:
         s = self._slots[slot]

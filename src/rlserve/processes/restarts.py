@@ -9,11 +9,14 @@ what giving up does, is the supervisor's business (:mod:`~rlserve.processes.supe
 
 from __future__ import annotations
 
+import logging
 import signal
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Failure", "RestartPolicy", "death_reason", "exit_reason"]
+__all__ = ["Failure", "RestartPolicy", "Restarting", "death_reason", "exit_reason"]
 
 
 @dataclass
@@ -69,6 +72,113 @@ class RestartPolicy:
     def restarting(self) -> None:
         """Count a restart (a failed restart counts too)."""
         self.restarts += 1
+
+
+class Restarting(ABC):
+    """What every supervisor of a group does with failures: count, log, restart or give up.
+
+    A subclass (:class:`~rlserve.processes.supervisor.ProcessSupervisor`, the Ray actors'
+    :class:`~rlserve.cluster.supervisor.RaySupervisor`) says how a member is named and killed.
+
+    Args:
+        logger: Where failures are logged (one line each).
+        restart_note: What the log line says is restarted ("its sub-process").
+        success: What a member does that resets its failures in a row ("step").
+        max_restarts: Restarts in a row of one member, without a success, before giving up
+            (None: never given up).
+        log_level: The level failures are logged at.
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        restart_note: str,
+        success: str,
+        max_restarts: int | None,
+        log_level: int = logging.WARNING,
+    ) -> None:
+        self._logger = logger
+        self._restart_note = restart_note
+        self._success = success
+        self._log_level = log_level
+        self.policy = RestartPolicy(max_restarts)
+        """The restart policy: failures in a row per member, lifetime counters."""
+
+    @abstractmethod
+    def _label(self, slot: int) -> str:
+        """How errors and logs name member ``slot``."""
+
+    @abstractmethod
+    def _kill(self, slot: int) -> None:
+        """Make sure member ``slot`` is not running."""
+
+    @property
+    def restarts(self) -> int:
+        """Members restarted, lifetime (a failed restart counts too)."""
+        return self.policy.restarts
+
+    @property
+    def failures(self) -> int:
+        """Member failures, lifetime."""
+        return self.policy.failures
+
+    def succeeded(self, slot: int) -> None:
+        """Member ``slot`` did its work: its failures in a row start again."""
+        self.policy.succeeded(slot)
+
+    def fail(
+        self,
+        slot: int,
+        failure: Failure,
+        during: str,
+        note: Callable[[], str] | None = None,
+    ) -> None:
+        """Count a failure, kill the member, log it.
+
+        ``note`` says what the log line says is restarted, asked after the failure is counted
+        (so it may name a restart delay); None: ``restart_note``.
+
+        Raises:
+            RuntimeError: The member failed ``max_restarts + 1`` times in a row: given up.
+        """
+        given_up = self.policy.failed(slot)
+        self._kill(slot)
+        label = self._label(slot)
+        if given_up:
+            raise RuntimeError(
+                f"{label} failed {self.policy.in_a_row(slot)} times in a row without a "
+                f"successful {self._success}; last error during {during}: {failure.reason}"
+                + failure.details_suffix
+            )
+        self._logger.log(
+            self._log_level,
+            "%s failed during %s: %s; restarting %s%s",
+            label,
+            during,
+            failure.reason,
+            self._restart_note if note is None else note(),
+            failure.details_suffix,
+        )
+
+    def restart(self, slot: int, bring_up: Callable[[], Any]) -> Any:
+        """Call ``bring_up`` until it returns no failure, failing the member after each that does.
+
+        Args:
+            slot: The member, killed.
+            bring_up: Starts the member and awaits it (its first answer): that, or a failure.
+
+        Returns:
+            What ``bring_up`` returned.
+
+        Raises:
+            RuntimeError: The member is given up (see :meth:`fail`).
+        """
+        while True:
+            self.policy.restarting()
+            answer = bring_up()
+            if not isinstance(answer, Failure):
+                return answer
+            self.fail(slot, answer, "restart")
 
 
 def exit_reason(code: int | None, what: str) -> str:

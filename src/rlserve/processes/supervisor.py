@@ -40,7 +40,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 from rlserve.errors import DecodeError
 from rlserve.processes.launchers import ChildProcess, ForkLauncher, Launcher
-from rlserve.processes.restarts import Failure, RestartPolicy, death_reason, exit_reason
+from rlserve.processes.restarts import Failure, Restarting, death_reason, exit_reason
 from rlserve.processes.wire import Wire
 
 __all__ = ["KEEP_WAITING", "Judge", "ProcessSupervisor", "Stalled", "SupervisedGroup"]
@@ -147,7 +147,7 @@ class _Child:
     conn: Any = None  # the parent's end: a Connection (forked) or a socket (an interpreter)
 
 
-class ProcessSupervisor:
+class ProcessSupervisor(Restarting):
     """A :class:`SupervisedGroup` of child processes, each serving one channel.
 
     A forked child runs ``target(conn, *args, inherited)``: ``args`` are :meth:`start`'s,
@@ -203,30 +203,15 @@ class ProcessSupervisor:
         self._what = what
         self._wire = wire
         self._close_message = close_message
-        self._logger = logger
-        self._restart_note = restart_note
-        self._success = success
         self._close_wait_s = close_wait_s
         self._check_s = check_s
         self._back_off = tuple(back_off)
-        self._log_level = log_level
-        self.policy = RestartPolicy(max_restarts)
-        """The restart policy: failures in a row per child, lifetime counters."""
+        super().__init__(logger, restart_note, success, max_restarts, log_level)
 
     @property
     def size(self) -> int:
         """How many children."""
         return len(self._children)
-
-    @property
-    def restarts(self) -> int:
-        """Children restarted, lifetime (a failed restart counts too)."""
-        return self.policy.restarts
-
-    @property
-    def failures(self) -> int:
-        """Child failures, lifetime."""
-        return self.policy.failures
 
     @property
     def num_alive(self) -> int:
@@ -322,10 +307,6 @@ class ProcessSupervisor:
                     answers[slot] = Failure(f"{self._what} {limit} and was killed")
         return answers
 
-    def succeeded(self, slot: int) -> None:
-        """Child ``slot`` did its work: its failures in a row start again."""
-        self.policy.succeeded(slot)
-
     def _messages(self) -> Wire:
         if self._wire is None:
             raise RuntimeError(f"a {self._what}'s user talks to it itself: it has no wire")
@@ -350,62 +331,11 @@ class ProcessSupervisor:
         self._kill(slot)
         return reason
 
-    def fail(
-        self,
-        slot: int,
-        failure: Failure,
-        during: str,
-        note: Callable[[], str] | None = None,
-    ) -> None:
-        """Count a failure, kill the child, log it.
-
-        ``note`` says what the log line says is restarted, asked after the failure is counted
-        (so it may name :meth:`restart_delay`); None: ``restart_note``.
-
-        Raises:
-            RuntimeError: The child failed ``max_restarts + 1`` times in a row: it is given up.
-        """
-        given_up = self.policy.failed(slot)
-        self._kill(slot)
-        label = self._children[slot].label
-        if given_up:
-            raise RuntimeError(
-                f"{label} failed {self.policy.in_a_row(slot)} times in a row without a "
-                f"successful {self._success}; last error during {during}: {failure.reason}"
-                + failure.details_suffix
-            )
-        self._logger.log(
-            self._log_level,
-            "%s failed during %s: %s; restarting %s%s",
-            label,
-            during,
-            failure.reason,
-            self._restart_note if note is None else note(),
-            failure.details_suffix,
-        )
-
-    def restart(self, slot: int, bring_up: Callable[[], Any]) -> Any:
-        """Call ``bring_up`` until it returns no failure, failing the child after each that does.
-
-        Args:
-            slot: The child, killed.
-            bring_up: Starts the child and awaits it (its first answer): that, or a failure.
-
-        Returns:
-            What ``bring_up`` returned.
-
-        Raises:
-            RuntimeError: The child is given up (see :meth:`fail`).
-        """
-        while True:
-            self.policy.restarting()
-            answer = bring_up()
-            if not isinstance(answer, Failure):
-                return answer
-            self.fail(slot, answer, "restart")
-
     def _died(self, slot: int) -> str:
         return death_reason(self._children[slot].process, self._what)
+
+    def _label(self, slot: int) -> str:
+        return self._children[slot].label
 
     def _kill(self, slot: int) -> None:
         child = self._children[slot]
