@@ -85,8 +85,10 @@ Result<std::uint64_t> LocalClient::fetch_weights(double reconnect_s) {
   if (!reply && connection_failure(reply.error())) {  // fetching is idempotent: ask again
     auto w = weights_conn_->reconnect(after(reconnect_s));
     if (!w) return w.error();
+    if (w->instance_id != weights_instance_) have.reset();  // another server: the whole model
     reply = weights_conn_->request(get_weights_request(0, options_.policy_id, have));
   }
+  weights_instance_ = weights_conn_->welcome().instance_id;
   if (!reply) return reply.error();
   const Value* unchanged = reply->present("unchanged");
   if (unchanged != nullptr && unchanged->as_bool() && *unchanged->as_bool()) return *have;

@@ -148,6 +148,7 @@ class LocalClient {
 
   std::mutex weights_mutex_;  // the weights connection
   std::unique_ptr<Connection> weights_conn_;
+  std::string weights_instance_;  // the instance_id of the server the held weights came from
   std::unique_ptr<Connection> report_conn_;  // the shipper thread's only
   std::thread shipper_, refresher_;
 };

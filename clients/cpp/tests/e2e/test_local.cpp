@@ -1,0 +1,228 @@
+// End to end against a real `rlserve serve` (CartPole-v1 spaces, PPO with a small train batch,
+// 127.0.0.1, port 0) with local inference: every step taken reaches the server once (counted
+// by its samples/steps_reported), a re-sent batch after a lost reply counts once, the weights
+// refresh picks up the learner's newer versions (fetching only changed ones), and a server
+// killed with SIGKILL and resumed on the same port while batches wait loses no step.
+// Usage: test_e2e_local <python bin dir>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "../../examples/cartpole.hpp"
+#include "../check.hpp"
+#include "rlserve/local_client.hpp"
+#include "server_process.hpp"
+
+namespace {
+
+const char* kToken = "cpp-e2e-local";
+
+struct Context {
+  std::string bin_dir, work;
+  std::unique_ptr<e2e::ServerProcess> server;
+};
+
+std::unique_ptr<rlserve::LocalClient> connect(const Context& ctx, rlserve::LocalOptions o) {
+  o.token = kToken;
+  o.client_name = "cpp-e2e-local";
+  o.timeouts.request = 30;
+  o.timeouts.reconnect = 60;
+  o.seed = 7;
+  auto c = rlserve::LocalClient::connect(ctx.server->address(), o);
+  if (!c) throw std::runtime_error("connect failed: " + c.error().message);
+  return std::move(*c);
+}
+
+nlohmann::json metrics(const Context& ctx) {
+  const std::string body = e2e::http_get(ctx.server->port(), "/v1/metrics", kToken);
+  if (body.empty()) return nlohmann::json::object();
+  return nlohmann::json::parse(body, nullptr, false);
+}
+
+double metric(const nlohmann::json& m, const char* name) {
+  return m.is_object() && m.contains(name) && m[name].is_number() ? m[name].get<double>() : -1.0;
+}
+
+/// Polls the metrics until `ready` holds (30 s at most); the last metrics read.
+nlohmann::json wait_metrics(const Context& ctx, const std::function<bool(const nlohmann::json&)>& ready) {
+  nlohmann::json m;
+  for (int i = 0; i < 300; ++i) {
+    m = metrics(ctx);
+    if (ready(m)) return m;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return m;
+}
+
+std::vector<float> vec(const std::array<float, 4>& a) { return {a.begin(), a.end()}; }
+
+/// Plays one CartPole episode with local inference; its length (-1 on an error, recorded).
+int play(rlserve::LocalClient& client, std::uint64_t seed) {
+  cartpole::CartPole env(seed);
+  auto obs = env.reset();
+  auto id = client.start_episode();
+  CHECK(id.ok(), "start_episode: " + (id ? std::string() : id.error().message));
+  if (!id) return -1;
+  for (int steps = 1;; ++steps) {
+    auto a = client.get_action(*id, vec(obs));
+    CHECK(a.ok(), "get_action: " + (a ? std::string() : a.error().message));
+    if (!a) return -1;
+    CHECK(a->discrete() == 0 || a->discrete() == 1, "a Discrete(2) action");
+    auto step = env.step(static_cast<int>(a->discrete()));
+    obs = step.observation;
+    CHECK(client.log_returns(*id, step.reward).ok(), "log_returns");
+    if (step.terminated || step.truncated) {
+      auto s = client.end_episode(*id, vec(obs), step.truncated);
+      CHECK(s.ok(), "end_episode: " + (s ? std::string() : s.error().message));
+      return steps;
+    }
+  }
+}
+
+double reported(const nlohmann::json& m) { return metric(m, "samples/steps_reported"); }
+
+/// Episodes cut into fragments of 16 steps and batches of 64: every step counted once.
+void steps_counted(const Context& ctx) {
+  rlserve::LocalOptions o;
+  o.fragment_length = 16;
+  o.batch_steps = 64;
+  o.flush_interval = 0.2;
+  auto client = connect(ctx, o);
+  const auto before = metrics(ctx);
+  int total = 0;
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) total += play(*client, seed);
+  // One more that never trains: it acts, and records nothing.
+  auto quiet = client->start_episode("", false);
+  CHECK(quiet.ok() && client->get_action(*quiet, std::vector<float>{0.01f, 0, 0, 0}).ok(), "a non-training episode acts");
+  CHECK(client->end_episode(*quiet, std::vector<float>{0.01f, 0, 0, 0}).ok(), "and ends");
+  CHECK(client->counts().steps_taken == static_cast<std::uint64_t>(total), "steps taken");
+  auto closed = client->close();
+  CHECK(closed.ok(), "close ships everything: " + (closed ? "" : closed.error().message));
+  const auto c = client->counts();
+  CHECK(c.steps_shipped == static_cast<std::uint64_t>(total), "shipped " + std::to_string(c.steps_shipped) + " of " + std::to_string(total));
+  CHECK(c.batches_sent >= 2 && c.duplicates == 0, "several batches, none a duplicate");
+  const double want = reported(before) + total;
+  const auto after = wait_metrics(ctx, [&](const nlohmann::json& m) { return reported(m) >= want; });
+  CHECK(reported(after) == want, "the server counts every step once: " + std::to_string(reported(after) - reported(before)) +
+                                     " of " + std::to_string(total));
+}
+
+/// The reply to a report is lost: the batch goes again under its batch_id and counts once.
+void lost_reply(const Context& ctx) {
+  rlserve::LocalOptions o;
+  o.flush_interval = 1000;  // shipped at close
+  auto client = connect(ctx, o);
+  const auto before = metrics(ctx);
+  const int total = play(*client, 31) + play(*client, 32);
+  client->drop_next_report_reply();
+  auto closed = client->close();
+  CHECK(closed.ok(), "close: " + (closed ? "" : closed.error().message));
+  CHECK(client->counts().duplicates == 1, "the re-sent batch is answered as a duplicate, got " +
+                                              std::to_string(client->counts().duplicates));
+  const double want = reported(before) + total;
+  const auto after = wait_metrics(ctx, [&](const nlohmann::json& m) { return reported(m) >= want; });
+  CHECK(reported(after) == want, "trained once: " + std::to_string(reported(after) - reported(before)) + " of " +
+                                     std::to_string(total));
+}
+
+/// The learner trains on the shipped steps (train batch 256) and publishes newer weights,
+/// which the refresher fetches; an unchanged version is never fetched again.
+void refresh(const Context& ctx) {
+  rlserve::LocalOptions o;
+  o.fragment_length = 32;
+  o.batch_steps = 64;
+  o.flush_interval = 0.2;
+  o.update_interval = 0.2;
+  auto client = connect(ctx, o);
+  const std::uint64_t first = client->weights_version();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  std::uint64_t seed = 100;
+  while (client->weights_version() < first + 2 && std::chrono::steady_clock::now() < deadline) {
+    if (play(*client, seed++) < 0) break;
+  }
+  const std::uint64_t now = client->weights_version();
+  CHECK(now >= first + 2, "newer weights in use: " + std::to_string(first) + " -> " + std::to_string(now));
+  const auto c = client->counts();
+  CHECK(c.weights_fetches >= 2 && c.weights_fetches <= 1 + (now - first),
+        "one full fetch per new version, got " + std::to_string(c.weights_fetches) + " for versions " +
+            std::to_string(first) + ".." + std::to_string(now));
+  auto closed = client->close();
+  CHECK(closed.ok(), "close: " + (closed ? "" : closed.error().message));
+}
+
+/// Steps taken before and while the server is down (killed with SIGKILL) reach the server
+/// resumed on the same port, each once.
+void restart(Context& ctx) {
+  rlserve::LocalOptions o;
+  o.flush_interval = 1000;  // nothing ships on its own: every step below waits in the buffer
+  o.batch_steps = 100000;
+  o.update_interval = 0.5;
+  auto client = connect(ctx, o);
+  int total = play(*client, 51) + play(*client, 52);
+  const int port = ctx.server->port();
+  const std::string run = ctx.server->run_folder();
+  ctx.server->kill9();
+  ctx.server.reset();
+  total += play(*client, 53) + play(*client, 54);  // acting goes on without the server
+  CHECK(client->buffered_steps() == static_cast<std::uint64_t>(total), "every step buffered: " +
+                                                                          std::to_string(client->buffered_steps()));
+  ctx.server = std::make_unique<e2e::ServerProcess>(
+      ctx.bin_dir,
+      std::vector<std::string>{"--resume", run, "--port", std::to_string(port), "--http-port", "0", "--no-progress",
+                               "--ppo-device", "cpu"},
+      std::vector<std::string>{std::string("RLSERVE_TOKEN=") + kToken}, ctx.work + "/server-2.log");
+  CHECK(ctx.server->port() == port, "resumed on the same port");
+  const auto before = wait_metrics(ctx, [](const nlohmann::json& m) { return reported(m) >= 0; });
+  auto closed = client->close();
+  CHECK(closed.ok(), "close ships the buffered steps to the resumed server: " + (closed ? "" : closed.error().message));
+  const double want = reported(before) + total;
+  const auto after = wait_metrics(ctx, [&](const nlohmann::json& m) { return reported(m) >= want; });
+  CHECK(reported(after) == want, "no step lost or doubled: " + std::to_string(reported(after) - reported(before)) + " of " +
+                                     std::to_string(total));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s <python bin dir>\n", argv[0]);
+    return 2;
+  }
+  char tmpl[] = "/tmp/rlserve-cpp-e2e-local-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) return 2;
+  Context ctx{argv[1], tmpl, nullptr};
+  try {
+    ctx.server = std::make_unique<e2e::ServerProcess>(
+        ctx.bin_dir,
+        std::vector<std::string>{"--spaces-from", "CartPole-v1", "--run-dir", ctx.work, "--name", "run", "--port", "0",
+                                 "--http-port", "0", "--no-progress", "--ppo-device", "cpu", "--seed", "1",
+                                 "--ppo-train-batch-size", "256", "--ppo-minibatch-size", "64", "--ppo-num-epochs", "1"},
+        std::vector<std::string>{std::string("RLSERVE_TOKEN=") + kToken}, ctx.work + "/server-1.log");
+    const std::pair<const char*, std::function<void()>> cases[] = {
+        {"steps_counted", [&] { steps_counted(ctx); }},
+        {"lost_reply", [&] { lost_reply(ctx); }},
+        {"refresh", [&] { refresh(ctx); }},
+        {"restart", [&] { restart(ctx); }},
+    };
+    for (const auto& [name, run] : cases) {
+      const int failures = check::failures();
+      const auto start = std::chrono::steady_clock::now();
+      run();
+      std::printf("%s: %s (%.1f s)\n", name, check::failures() == failures ? "ok" : "FAILED",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      std::fflush(stdout);
+    }
+  } catch (const std::exception& e) {
+    check::fail(__FILE__, __LINE__, e.what());
+  }
+  if (check::failures() != 0 && ctx.server) std::fprintf(stderr, "server log:\n%s\n", ctx.server->log().c_str());
+  ctx.server.reset();  // killed, its whole process group
+  if (check::failures() == 0) std::filesystem::remove_all(ctx.work);
+  return check::finish("e2e_local");
+}
