@@ -39,6 +39,10 @@ Client::~Client() {
 Result<std::unique_ptr<Client>> Client::connect(const std::string& address, ClientOptions options) {
   auto parsed = parse_address(address);
   if (!parsed) return parsed.error();
+  if (options.inference_mode != "remote") {
+    return make_error(ErrorCode::invalid_argument, "a Client infers remotely (inference_mode \"remote\"); for local "
+                                                   "inference connect an rlserve::LocalClient (rlserve/local_client.hpp)");
+  }
   if (options.client_id.empty()) options.client_id = random_hex_id();
   std::unique_ptr<Client> client(new Client(*parsed, std::move(options)));
   auto welcome = client->conn_->open();
