@@ -143,10 +143,16 @@ void refresh(const Context& ctx) {
   const std::uint64_t first = client->weights_version();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
   std::uint64_t seed = 100;
+  int steps = 0;
   while (client->weights_version() < first + 2 && std::chrono::steady_clock::now() < deadline) {
-    if (play(*client, seed++) < 0) break;
+    const int n = play(*client, seed++);
+    if (n < 0 || steps > 200000) break;
+    steps += n;
+    client->flush(30);  // at the learner's pace: a report is answered when the learner took it
   }
   const std::uint64_t now = client->weights_version();
+  std::printf("refresh: weights v%llu -> v%llu after %d steps\n", static_cast<unsigned long long>(first),
+              static_cast<unsigned long long>(now), steps);
   CHECK(now >= first + 2, "newer weights in use: " + std::to_string(first) + " -> " + std::to_string(now));
   const auto c = client->counts();
   CHECK(c.weights_fetches >= 2 && c.weights_fetches <= 1 + (now - first),
@@ -183,6 +189,8 @@ void restart(Context& ctx) {
   CHECK(closed.ok(), "close ships the buffered steps to the resumed server: " + (closed ? "" : closed.error().message));
   const double want = reported(before) + total;
   const auto after = wait_metrics(ctx, [&](const nlohmann::json& m) { return reported(m) >= want; });
+  std::printf("restart: %d steps buffered across the kill; the resumed server: steps_reported %.0f, env_steps %.0f\n", total,
+              reported(after), metric(after, "samples/env_steps"));
   CHECK(reported(after) == want, "no step lost or doubled: " + std::to_string(reported(after) - reported(before)) + " of " +
                                      std::to_string(total));
 }
