@@ -266,14 +266,15 @@ Status LocalClient::close() {
   }
   if (report_conn_) report_conn_->drop();
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!flushed) return flushed;
-  if (refused_) return *refused_;
-  if (counts_.steps_dropped > 0) {
-    return make_error(ErrorCode::limit_exceeded, std::to_string(counts_.steps_dropped) +
-                                                     " steps were dropped because the buffer was full (max_buffered_steps " +
-                                                     std::to_string(options_.max_buffered_steps) +
-                                                     "); raise it or keep the server reachable");
+  const std::string dropped = std::to_string(counts_.steps_dropped) +
+                              " steps were dropped because the buffer was full (max_buffered_steps " +
+                              std::to_string(options_.max_buffered_steps) + "); raise it or keep the server reachable";
+  if (!flushed) {
+    if (counts_.steps_dropped == 0) return flushed;
+    return make_error(flushed.error().code, flushed.error().message + "; " + dropped);
   }
+  if (refused_) return *refused_;
+  if (counts_.steps_dropped > 0) return make_error(ErrorCode::limit_exceeded, dropped);
   return ok_status();
 }
 

@@ -32,7 +32,7 @@ std::unique_ptr<rlserve::LocalClient> connect(const Context& ctx, rlserve::Local
   o.token = kToken;
   o.client_name = "cpp-e2e-local";
   o.timeouts.request = 30;
-  o.timeouts.reconnect = 60;
+  if (o.timeouts.reconnect == rlserve::Timeouts{}.reconnect) o.timeouts.reconnect = 60;
   o.seed = 7;
   auto c = rlserve::LocalClient::connect(ctx.server->address(), o);
   if (!c) throw std::runtime_error("connect failed: " + c.error().message);
@@ -163,19 +163,40 @@ void refresh(const Context& ctx) {
 }
 
 /// Steps taken before and while the server is down (killed with SIGKILL) reach the server
-/// resumed on the same port, each once.
+/// resumed on the same port, each once; a client with a small buffer drops its oldest batches
+/// meanwhile, and says so.
 void restart(Context& ctx) {
   rlserve::LocalOptions o;
   o.flush_interval = 1000;  // nothing ships on its own: every step below waits in the buffer
   o.batch_steps = 100000;
   o.update_interval = 0.5;
   auto client = connect(ctx, o);
+  rlserve::LocalOptions small;  // a second client whose buffer holds 40 steps
+  small.fragment_length = 10;
+  small.batch_steps = 20;
+  small.max_buffered_steps = 40;
+  small.timeouts.reconnect = 1;  // its close() gives up at once
+  auto bounded = connect(ctx, small);
   int total = play(*client, 51) + play(*client, 52);
   const int port = ctx.server->port();
   const std::string run = ctx.server->run_folder();
   ctx.server->kill9();
   ctx.server.reset();
   total += play(*client, 53) + play(*client, 54);  // acting goes on without the server
+  for (std::uint64_t seed = 60; seed < 66; ++seed) play(*bounded, seed);
+  const auto taken = bounded->counts().steps_taken;
+  CHECK(bounded->counts().steps_dropped > 0 && bounded->buffered_steps() <= 40 + 20,
+        "past max_buffered_steps the oldest batches go: " + std::to_string(bounded->counts().steps_dropped) + " dropped, " +
+            std::to_string(bounded->buffered_steps()) + " kept");
+  auto lossy = bounded->close();  // the server is down: what is left is lost, and close() says so
+  CHECK(!lossy && lossy.error().code == rlserve::ErrorCode::timeout, "close times out while the server is down");
+  if (!lossy) {
+    CHECK(lossy.error().message.find("still buffered") != std::string::npos &&
+              lossy.error().message.find("max_buffered_steps") != std::string::npos,
+          "names what is buffered and what was dropped: " + lossy.error().message);
+  }
+  CHECK(bounded->counts().steps_shipped + bounded->counts().steps_dropped + bounded->buffered_steps() == taken,
+        "every step shipped, dropped or still buffered");
   CHECK(client->buffered_steps() == static_cast<std::uint64_t>(total), "every step buffered: " +
                                                                           std::to_string(client->buffered_steps()));
   ctx.server = std::make_unique<e2e::ServerProcess>(
