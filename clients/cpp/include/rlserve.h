@@ -81,7 +81,9 @@ rlserve_status rlserve_policy_compute_actions(rlserve_policy* policy, size_t cou
 /* A network client with remote inference: the server computes each action. Thread-safe (calls
  * on one handle are serialised). Episode calls carry sequence numbers and are re-sent over a new
  * connection when one breaks (applied once); after a server restart the episodes that were open
- * fail with RLSERVE_EPISODE_LOST: start a new episode and carry on. */
+ * fail with RLSERVE_EPISODE_LOST: start a new episode and carry on. With inference_mode "local"
+ * the same calls act in this process (rlserve::LocalClient with its default LocalOptions) and
+ * ship the experience in the background; rlserve_client_close ships what is left. */
 typedef struct rlserve_client rlserve_client;
 
 /* Optional settings of rlserve_client_connect; zero/NULL fields take the defaults. */
@@ -96,7 +98,7 @@ typedef struct rlserve_client_options {
 } rlserve_client_options;
 
 /* Connects to `address` ("host:port" or "tls://host:port") and says hello with `token` (NULL:
- * none) and `inference_mode` (NULL or "remote"; "local" is not available in this version).
+ * none) and `inference_mode` (NULL or "remote", or "local").
  * `options` may be NULL. A refused hello is RLSERVE_UNAUTHORIZED (or ...) with the server's
  * message. */
 rlserve_status rlserve_client_connect(const char* address, const char* token, const char* inference_mode,

@@ -6,9 +6,12 @@
 #include "c_api_support.hpp"
 #include "rlserve.h"
 #include "rlserve/client.hpp"
+#include "rlserve/local_client.hpp"
 
+// One of the two: `client` (remote inference) or `local`.
 struct rlserve_client {
   std::unique_ptr<rlserve::Client> client;
+  std::unique_ptr<rlserve::LocalClient> local;
 };
 
 using rlserve::c_api::fail;
@@ -30,13 +33,11 @@ rlserve_status rlserve_client_connect(const char* address, const char* token, co
     *out = nullptr;
     if (address == nullptr) return fail(RLSERVE_INVALID_ARGUMENT, "address is NULL; pass \"host:port\"");
     const std::string mode = inference_mode == nullptr ? "remote" : inference_mode;
-    if (mode != "remote") {
-      return fail(RLSERVE_INVALID_ARGUMENT, "inference_mode '" + mode +
-                                                "' is not available in this client yet; pass \"remote\" (or NULL)");
+    if (mode != "remote" && mode != "local") {
+      return fail(RLSERVE_INVALID_ARGUMENT, "inference_mode '" + mode + "' is unknown; pass \"remote\" (or NULL) or \"local\"");
     }
-    rlserve::ClientOptions o;
+    rlserve::LocalOptions o;
     o.token = text(token);
-    o.inference_mode = mode;
     if (options != nullptr) {
       if (options->client_name) o.client_name = options->client_name;
       o.client_id = text(options->client_id);
@@ -46,9 +47,15 @@ rlserve_status rlserve_client_connect(const char* address, const char* token, co
       if (options->reconnect_timeout > 0) o.timeouts.reconnect = options->reconnect_timeout;
       o.check_observations = options->no_observation_check == 0;
     }
+    if (mode == "local") {
+      auto local = rlserve::LocalClient::connect(address, std::move(o));
+      if (!local) return fail(local.error());
+      *out = new rlserve_client{nullptr, std::move(*local)};
+      return succeed();
+    }
     auto client = rlserve::Client::connect(address, std::move(o));
     if (!client) return fail(client.error());
-    *out = new rlserve_client{std::move(*client)};
+    *out = new rlserve_client{std::move(*client), nullptr};
     return succeed();
   });
 }
@@ -57,7 +64,8 @@ rlserve_status rlserve_client_start_episode(rlserve_client* c, const char* episo
                                             char* id_out, size_t id_capacity) {
   return guarded([&] {
     if (c == nullptr) return fail(RLSERVE_INVALID_ARGUMENT, "client is NULL");
-    auto id = c->client->start_episode(text(episode_id), training_enabled != 0);
+    auto id = c->local ? c->local->start_episode(text(episode_id), training_enabled != 0)
+                       : c->client->start_episode(text(episode_id), training_enabled != 0);
     if (!id) return fail(id.error());
     if (id_out != nullptr) {
       if (id->size() + 1 > id_capacity) {
@@ -75,7 +83,8 @@ rlserve_status rlserve_client_get_action(rlserve_client* c, const char* episode_
   return guarded([&] {
     if (c == nullptr || episode_id == nullptr) return fail(RLSERVE_INVALID_ARGUMENT, "client or episode_id is NULL");
     if (observation == nullptr && size > 0) return fail(RLSERVE_INVALID_ARGUMENT, "observation is NULL");
-    auto a = c->client->get_action(episode_id, std::vector<float>(observation, observation + size));
+    const std::vector<float> obs(observation, observation + size);
+    auto a = c->local ? c->local->get_action(episode_id, obs) : c->client->get_action(episode_id, obs);
     if (!a) return fail(a.error());
     if (action_size != nullptr) *action_size = a->values.size();
     if (a->values.size() > action_capacity || (action == nullptr && !a->values.empty())) {
@@ -90,7 +99,7 @@ rlserve_status rlserve_client_get_action(rlserve_client* c, const char* episode_
 rlserve_status rlserve_client_log_returns(rlserve_client* c, const char* episode_id, double reward) {
   return guarded([&] {
     if (c == nullptr || episode_id == nullptr) return fail(RLSERVE_INVALID_ARGUMENT, "client or episode_id is NULL");
-    auto s = c->client->log_returns(episode_id, reward);
+    auto s = c->local ? c->local->log_returns(episode_id, reward) : c->client->log_returns(episode_id, reward);
     return s ? succeed() : fail(s.error());
   });
 }
@@ -100,18 +109,22 @@ rlserve_status rlserve_client_end_episode(rlserve_client* c, const char* episode
   return guarded([&] {
     if (c == nullptr || episode_id == nullptr) return fail(RLSERVE_INVALID_ARGUMENT, "client or episode_id is NULL");
     if (observation == nullptr && size > 0) return fail(RLSERVE_INVALID_ARGUMENT, "observation is NULL");
-    auto s = c->client->end_episode(episode_id, std::vector<float>(observation, observation + size), truncated != 0);
+    const std::vector<float> obs(observation, observation + size);
+    auto s = c->local ? c->local->end_episode(episode_id, obs, truncated != 0)
+                      : c->client->end_episode(episode_id, obs, truncated != 0);
     return s ? succeed() : fail(s.error());
   });
 }
 
-int rlserve_client_reconnects(const rlserve_client* c) { return c == nullptr ? 0 : c->client->reconnects(); }
+int rlserve_client_reconnects(const rlserve_client* c) {
+  return c == nullptr || c->local ? 0 : c->client->reconnects();
+}
 
 rlserve_status rlserve_client_close(rlserve_client* c) {
   return guarded([&] {
     if (c == nullptr) return succeed();
     std::unique_ptr<rlserve_client> owned(c);
-    auto s = owned->client->close();
+    auto s = owned->local ? owned->local->close() : owned->client->close();
     return s ? succeed() : fail(s.error());
   });
 }

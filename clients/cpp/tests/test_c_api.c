@@ -118,8 +118,10 @@ int main(int argc, char** argv) {
     CHECK(st == RLSERVE_INVALID_ARGUMENT && client == NULL, "address NULL");
     st = rlserve_client_connect("no-port", NULL, NULL, NULL, &client);
     CHECK(st == RLSERVE_INVALID_ARGUMENT && strstr(rlserve_last_error(), "host:port") != NULL, "an address without a port");
-    st = rlserve_client_connect("127.0.0.1:9900", NULL, "local", NULL, &client);
-    CHECK(st == RLSERVE_INVALID_ARGUMENT && strstr(rlserve_last_error(), "remote") != NULL, "local mode is not here yet");
+    st = rlserve_client_connect("127.0.0.1:1", NULL, "hosted", NULL, &client);
+    CHECK(st == RLSERVE_INVALID_ARGUMENT && strstr(rlserve_last_error(), "\"local\"") != NULL, "an unknown mode names both");
+    st = rlserve_client_connect("127.0.0.1:1", NULL, "local", &options, &client);
+    CHECK(st == RLSERVE_CONNECTION_LOST && client == NULL, "local mode: nothing listens on port 1");
     st = rlserve_client_connect("127.0.0.1:1", NULL, "remote", &options, &client);
     CHECK(st == RLSERVE_CONNECTION_LOST && client == NULL, "nothing listens on port 1");
     CHECK(strstr(rlserve_last_error(), "127.0.0.1:1") != NULL, "the message names the address");

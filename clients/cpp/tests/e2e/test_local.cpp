@@ -16,6 +16,7 @@
 
 #include "../../examples/cartpole.hpp"
 #include "../check.hpp"
+#include "rlserve.h"
 #include "rlserve/local_client.hpp"
 #include "server_process.hpp"
 
@@ -216,6 +217,39 @@ void restart(Context& ctx) {
                                      std::to_string(total));
 }
 
+/// The C ABI's client with inference_mode "local": one episode, every step reaches the server.
+void c_abi(const Context& ctx) {
+  const auto before = metrics(ctx);
+  rlserve_client* client = nullptr;
+  rlserve_status st = rlserve_client_connect(ctx.server->address().c_str(), kToken, "local", nullptr, &client);
+  CHECK(st == RLSERVE_OK, std::string("connect: ") + rlserve_last_error());
+  if (st != RLSERVE_OK) return;
+  char id[129];
+  CHECK(rlserve_client_start_episode(client, nullptr, 1, id, sizeof id) == RLSERVE_OK, "start_episode");
+  cartpole::CartPole env(71);
+  auto obs = env.reset();
+  int steps = 0;
+  for (;;) {
+    double action = -1;
+    std::size_t n = 0;
+    st = rlserve_client_get_action(client, id, obs.data(), obs.size(), &action, 1, &n);
+    CHECK(st == RLSERVE_OK && n == 1 && (action == 0 || action == 1), std::string("get_action: ") + rlserve_last_error());
+    if (st != RLSERVE_OK) break;
+    auto step = env.step(static_cast<int>(action));
+    ++steps;
+    obs = step.observation;
+    rlserve_client_log_returns(client, id, step.reward);
+    if (step.terminated || step.truncated) {
+      CHECK(rlserve_client_end_episode(client, id, obs.data(), obs.size(), step.truncated) == RLSERVE_OK, "end_episode");
+      break;
+    }
+  }
+  CHECK(rlserve_client_close(client) == RLSERVE_OK, std::string("close: ") + rlserve_last_error());
+  const double want = reported(before) + steps;
+  const auto after = wait_metrics(ctx, [&](const nlohmann::json& m) { return reported(m) >= want; });
+  CHECK(reported(after) == want, "the C client's steps counted once");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -237,6 +271,7 @@ int main(int argc, char** argv) {
         {"steps_counted", [&] { steps_counted(ctx); }},
         {"lost_reply", [&] { lost_reply(ctx); }},
         {"refresh", [&] { refresh(ctx); }},
+        {"c_abi", [&] { c_abi(ctx); }},
         {"restart", [&] { restart(ctx); }},
     };
     for (const auto& [name, run] : cases) {
