@@ -18,6 +18,7 @@
 #include "../check.hpp"
 #include "rlserve.h"
 #include "rlserve/local_client.hpp"
+#include "harness.hpp"
 #include "server_process.hpp"
 
 namespace {
@@ -40,51 +41,15 @@ std::unique_ptr<rlserve::LocalClient> connect(const Context& ctx, rlserve::Local
   return std::move(*c);
 }
 
-nlohmann::json metrics(const Context& ctx) {
-  const std::string body = e2e::http_get(ctx.server->port(), "/v1/metrics", kToken);
-  if (body.empty()) return nlohmann::json::object();
-  return nlohmann::json::parse(body, nullptr, false);
-}
+nlohmann::json metrics(const Context& ctx) { return e2e::metrics(*ctx.server, kToken); }
 
-double metric(const nlohmann::json& m, const char* name) {
-  return m.is_object() && m.contains(name) && m[name].is_number() ? m[name].get<double>() : -1.0;
-}
-
-/// Polls the metrics until `ready` holds (30 s at most); the last metrics read.
 nlohmann::json wait_metrics(const Context& ctx, const std::function<bool(const nlohmann::json&)>& ready) {
-  nlohmann::json m;
-  for (int i = 0; i < 300; ++i) {
-    m = metrics(ctx);
-    if (ready(m)) return m;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return m;
+  return e2e::wait_metrics(*ctx.server, kToken, ready, 300);
 }
 
-std::vector<float> vec(const std::array<float, 4>& a) { return {a.begin(), a.end()}; }
-
-/// Plays one CartPole episode with local inference; its length (-1 on an error, recorded).
-int play(rlserve::LocalClient& client, std::uint64_t seed) {
-  cartpole::CartPole env(seed);
-  auto obs = env.reset();
-  auto id = client.start_episode();
-  CHECK(id.ok(), "start_episode: " + (id ? std::string() : id.error().message));
-  if (!id) return -1;
-  for (int steps = 1;; ++steps) {
-    auto a = client.get_action(*id, vec(obs));
-    CHECK(a.ok(), "get_action: " + (a ? std::string() : a.error().message));
-    if (!a) return -1;
-    CHECK(a->discrete() == 0 || a->discrete() == 1, "a Discrete(2) action");
-    auto step = env.step(static_cast<int>(a->discrete()));
-    obs = step.observation;
-    CHECK(client.log_returns(*id, step.reward).ok(), "log_returns");
-    if (step.terminated || step.truncated) {
-      auto s = client.end_episode(*id, vec(obs), step.truncated);
-      CHECK(s.ok(), "end_episode: " + (s ? std::string() : s.error().message));
-      return steps;
-    }
-  }
-}
+using e2e::metric;
+using e2e::play;
+using e2e::vec;
 
 double reported(const nlohmann::json& m) { return metric(m, "samples/steps_reported"); }
 
