@@ -8,6 +8,8 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <utility>
 #include <functional>
 #include <string>
 #include <thread>
@@ -67,6 +69,18 @@ int play(Client& client, std::uint64_t seed) {
       CHECK(s.ok(), "end_episode: " + (s ? std::string() : s.error().message));
       return steps;
     }
+  }
+}
+
+/// Runs each named case in order, printing whether it passed and how long it took.
+inline void run_cases(const std::vector<std::pair<const char*, std::function<void()>>>& cases) {
+  for (const auto& [name, run] : cases) {
+    const int failures = check::failures();
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    std::printf("%s: %s (%.1f s)\n", name, check::failures() == failures ? "ok" : "FAILED",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    std::fflush(stdout);
   }
 }
 

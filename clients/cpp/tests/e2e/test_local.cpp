@@ -232,21 +232,13 @@ int main(int argc, char** argv) {
                                  "--http-port", "0", "--no-progress", "--ppo-device", "cpu", "--seed", "1",
                                  "--ppo-train-batch-size", "256", "--ppo-minibatch-size", "64", "--ppo-num-epochs", "1"},
         std::vector<std::string>{std::string("RLSERVE_TOKEN=") + kToken}, ctx.work + "/server-1.log");
-    const std::pair<const char*, std::function<void()>> cases[] = {
+    e2e::run_cases({
         {"steps_counted", [&] { steps_counted(ctx); }},
         {"lost_reply", [&] { lost_reply(ctx); }},
         {"refresh", [&] { refresh(ctx); }},
         {"c_abi", [&] { c_abi(ctx); }},
         {"restart", [&] { restart(ctx); }},
-    };
-    for (const auto& [name, run] : cases) {
-      const int failures = check::failures();
-      const auto start = std::chrono::steady_clock::now();
-      run();
-      std::printf("%s: %s (%.1f s)\n", name, check::failures() == failures ? "ok" : "FAILED",
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      std::fflush(stdout);
-    }
+    });
   } catch (const std::exception& e) {
     check::fail(__FILE__, __LINE__, e.what());
   }

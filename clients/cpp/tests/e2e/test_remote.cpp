@@ -262,7 +262,7 @@ int main(int argc, char** argv) {
         std::vector<std::string>{"--spaces-from", "CartPole-v1", "--run-dir", ctx.work, "--name", "run", "--port", "0",
                                  "--http-port", "0", "--no-progress", "--ppo-device", "cpu", "--seed", "1"},
         std::vector<std::string>{std::string("RLSERVE_TOKEN=") + kToken}, ctx.work + "/server-1.log");
-    const std::pair<const char*, std::function<void()>> cases[] = {
+    e2e::run_cases({
         {"bad_token", [&] { bad_token(ctx); }},
         {"short_timeout", [&] { short_timeout(ctx); }},
         {"episodes", [&] { episodes(ctx); }},
@@ -272,15 +272,7 @@ int main(int argc, char** argv) {
         {"multi_agent", [&] { multi_agent(ctx); }},
         {"examples", [&] { examples(ctx); }},
         {"restart", [&] { restart(ctx); }},
-    };
-    for (const auto& [name, run] : cases) {
-      const int failures = check::failures();
-      const auto start = std::chrono::steady_clock::now();
-      run();
-      std::printf("%s: %s (%.1f s)\n", name, check::failures() == failures ? "ok" : "FAILED",
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      std::fflush(stdout);
-    }
+    });
   } catch (const std::exception& e) {
     check::fail(__FILE__, __LINE__, e.what());
   }
