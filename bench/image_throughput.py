@@ -99,6 +99,11 @@ def client_process(
     env = ImageSource(seed=index)
     client = PolicyClient(address, inference_mode=mode, client_name=f"bench-img-{index}")
     obs, _ = env.reset()
+    # One action before reporting ready: the first waits for the server's first weights (a CUDA
+    # learner starts seconds later than a CPU one), which is start-up, not throughput.
+    warm_up = client.start_episode(training_enabled=False)
+    client.get_action(warm_up, obs)
+    client.end_episode(warm_up, obs, truncated=True)
     ready.put(index)
     go.wait()
     bounds = list(bounds_shared)

@@ -304,6 +304,13 @@ class ServerLauncher:
 
 
 @pytest.fixture
+def learning_device() -> str:
+    """The torch device of the learning tests that pin one: ``cpu`` unless ``RLSERVE_TEST_DEVICE``
+    names another (the GPU check runs them with ``RLSERVE_TEST_DEVICE=cuda``)."""
+    return os.environ.get("RLSERVE_TEST_DEVICE", "cpu")
+
+
+@pytest.fixture
 def launch_server(tmp_path: Path) -> Iterator[ServerLauncher]:
     """Factory: ``launch_server(*flags)`` starts a real server; all are stopped at teardown."""
     launcher = ServerLauncher(tmp_path)

@@ -17,12 +17,12 @@ pytestmark = pytest.mark.timeout(300)
 BUDGET = 90_000
 
 
-def _best_mean(use_lstm: bool) -> float:
+def _best_mean(use_lstm: bool, device: str) -> float:
     """The highest last-100 mean return seen within the budget (hosted, seed 0)."""
     config = (
         PPOConfig()
         .environment(StatelessCartPole)
-        .training(use_lstm=use_lstm, max_seq_len=20, torch_threads=1, device="cpu")
+        .training(use_lstm=use_lstm, max_seq_len=20, torch_threads=1, device=device)
         .debugging(seed=0)
     )
     best = 0.0
@@ -35,9 +35,9 @@ def _best_mean(use_lstm: bool) -> float:
     return best
 
 
-def test_ppo_with_memory_learns_cartpole_without_its_velocities() -> None:
-    assert _best_mean(use_lstm=True) >= 250
+def test_ppo_with_memory_learns_cartpole_without_its_velocities(learning_device: str) -> None:
+    assert _best_mean(use_lstm=True, device=learning_device) >= 250
 
 
-def test_without_memory_the_same_budget_stays_far_below() -> None:
-    assert _best_mean(use_lstm=False) < 120
+def test_without_memory_the_same_budget_stays_far_below(learning_device: str) -> None:
+    assert _best_mean(use_lstm=False, device=learning_device) < 120

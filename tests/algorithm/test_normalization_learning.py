@@ -80,7 +80,7 @@ class TargetReach(gym.Env):  # type: ignore[type-arg]
         return obs, -abs(value - self.target) / 100.0, True, False, {}
 
 
-def _target_error(normalize_actions: bool, iterations: int = 24) -> float:
+def _target_error(normalize_actions: bool, device: str, iterations: int = 24) -> float:
     """Mean absolute error of the last episodes after ``iterations`` x 512 steps."""
     config = (
         PPOConfig()
@@ -95,7 +95,7 @@ def _target_error(normalize_actions: bool, iterations: int = 24) -> float:
             normalize_actions=normalize_actions,
             model={"fcnet_hiddens": [32, 32]},
         )
-        .resources(device="cpu")
+        .resources(device=device)
         .debugging(seed=0)
     )
     with config.build() as algo:
@@ -104,14 +104,16 @@ def _target_error(normalize_actions: bool, iterations: int = 24) -> float:
     return -100.0 * float(result["env_runners"]["episode_return_mean"])
 
 
-def test_ppo_reaches_a_target_in_a_box_of_100_with_normalised_actions() -> None:
-    error = _target_error(normalize_actions=True)
+def test_ppo_reaches_a_target_in_a_box_of_100_with_normalised_actions(learning_device: str) -> None:
+    error = _target_error(normalize_actions=True, device=learning_device)
     assert error < 10.0, error  # 7.4 measured; always acting 0 scores 45
 
 
-def test_in_the_box_units_ppo_does_not_reach_the_target_in_that_budget() -> None:
+def test_in_the_box_units_ppo_does_not_reach_the_target_in_that_budget(
+    learning_device: str,
+) -> None:
     """The contrast: the same budget without normalised actions (rlserve's behaviour before)."""
-    error = _target_error(normalize_actions=False)
+    error = _target_error(normalize_actions=False, device=learning_device)
     assert error > 30.0, error  # 39.2 measured: std 1 out of a range of 200
 
 
@@ -143,7 +145,7 @@ class BadlyScaledCartPole(gym.Env):  # type: ignore[type-arg]
         return self._scaled(obs), reward, terminated, truncated, info
 
 
-def _cartpole_return(observation_filter: str, iterations: int = 40) -> float:
+def _cartpole_return(observation_filter: str, device: str, iterations: int = 40) -> float:
     config = (
         PPOConfig()
         .environment(BadlyScaledCartPole)
@@ -156,7 +158,7 @@ def _cartpole_return(observation_filter: str, iterations: int = 40) -> float:
             gamma=0.98,
             gae_lambda=0.8,
         )
-        .resources(device="cpu")
+        .resources(device=device)
         .debugging(seed=0)
     )
     with config.build() as algo:
@@ -165,11 +167,11 @@ def _cartpole_return(observation_filter: str, iterations: int = 40) -> float:
     return float(result["env_runners"]["episode_return_mean"])
 
 
-def test_ppo_learns_badly_scaled_cartpole_with_mean_std_filter() -> None:
-    mean_return = _cartpole_return("MeanStdFilter")
+def test_ppo_learns_badly_scaled_cartpole_with_mean_std_filter(learning_device: str) -> None:
+    mean_return = _cartpole_return("MeanStdFilter", device=learning_device)
     assert mean_return > 100.0, mean_return  # 144.8 measured
 
 
-def test_without_the_filter_badly_scaled_cartpole_is_not_learned() -> None:
-    mean_return = _cartpole_return("NoFilter")
+def test_without_the_filter_badly_scaled_cartpole_is_not_learned(learning_device: str) -> None:
+    mean_return = _cartpole_return("NoFilter", device=learning_device)
     assert mean_return < 40.0, mean_return  # 21.6 measured: a random policy's is about 22
