@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit compat wheel-check cpp-test bench clean system-tools
+.PHONY: demo demo-cpp test lint typecheck unit compat wheel-check cpp-test bench clean system-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -100,6 +100,13 @@ cpp-test: system-tools $(STAMP)
 	cmake -S clients/cpp -B $(CPP_BUILD) -DCMAKE_BUILD_TYPE=Release -DRLSERVE_PYTHON_BIN=$(abspath $(BIN))
 	cmake --build $(CPP_BUILD) -j2
 	ctest --test-dir $(CPP_BUILD) --output-on-failure --parallel 2
+
+# The C++ CartPole (clients/cpp/examples/cartpole_train.cpp) trained to 475 through a real
+# `rlserve serve` on 127.0.0.1, with remote and then local inference (scripts/demo_cpp.py).
+demo-cpp: system-tools $(STAMP)
+	cmake -S clients/cpp -B $(CPP_BUILD) -DCMAKE_BUILD_TYPE=Release -DRLSERVE_PYTHON_BIN=$(abspath $(BIN))
+	cmake --build $(CPP_BUILD) -j2 --target rlserve_cartpole_train
+	$(BIN)/python scripts/demo_cpp.py --build $(CPP_BUILD)
 
 test: lint typecheck unit compat wheel-check cpp-test
 
