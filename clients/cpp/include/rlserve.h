@@ -119,6 +119,56 @@ rlserve_status rlserve_client_log_returns(rlserve_client* client, const char* ep
  * limit). Pipelined: a refusal is returned by the next call. */
 rlserve_status rlserve_client_end_episode(rlserve_client* client, const char* episode_id, const float* observation,
                                           size_t size, int truncated);
+/* How many numbers an observation and an action of the served policy take as plain arrays
+ * (either pointer may be NULL). The order is the one every call uses: a Discrete is one number
+ * (its value), a Box's, MultiDiscrete's or MultiBinary's elements row-major, a Dict's members in
+ * key order, a Tuple's in order. */
+rlserve_status rlserve_client_sizes(const rlserve_client* client, size_t* observation_size, size_t* action_size);
+/* Records an action the policy did not choose (a human player, a script) for `observation`:
+ * `action` holds its `action_size` numbers in get_action's form (a Discrete's value, ...). The
+ * reward logged since the last call travels with it. With "local" inference: Discrete or Box
+ * actions. */
+rlserve_status rlserve_client_log_action(rlserve_client* client, const char* episode_id, const float* observation,
+                                         size_t size, const double* action, size_t action_size);
+/* rlserve_client_log_returns with an `info` map of `count` entries, keys[i] -> values[i] (kept
+ * with the step, merged with an info logged before it; not trained on). */
+rlserve_status rlserve_client_log_returns_info(rlserve_client* client, const char* episode_id, double reward,
+                                               const char* const* keys, const double* values, size_t count);
+
+/* Batched calls for a vectorised engine: `count` episodes in one round trip. `observations`
+ * holds count * size floats, one episode's after another; `actions` receives count rows of
+ * `*action_size` numbers each (capacity: `action_capacity` numbers). With "local" inference the
+ * actions are computed here, one episode after another. */
+rlserve_status rlserve_client_get_actions(rlserve_client* client, size_t count, const char* const* episode_ids,
+                                          const float* observations, size_t size, double* actions,
+                                          size_t action_capacity, size_t* action_size);
+
+/* Multi-agent episodes (docs/protocol.md section 15; remote inference). Agent i's observation is
+ * observation_sizes[i] floats of `observations`, packed one after another, read with the
+ * observation space of the agent's policy (the welcome's mapping). */
+rlserve_status rlserve_client_get_agent_actions(rlserve_client* client, const char* episode_id, size_t count,
+                                                const char* const* agent_ids, const float* observations,
+                                                const size_t* observation_sizes, double* actions,
+                                                size_t action_capacity, size_t* action_sizes);
+/* The actions of rlserve_client_get_agent_actions are packed in the same way: agent i's are
+ * action_sizes[i] numbers (action_sizes holds `count` entries). */
+
+/* An agent's done mark. */
+enum {
+  RLSERVE_AGENT_ACTING = 0,     /* acts on */
+  RLSERVE_AGENT_TERMINATED = 1, /* reached a terminal state: acts no more */
+  RLSERVE_AGENT_TRUNCATED = 2   /* cut short (e.g. its time limit): acts no more */
+};
+/* Rewards for `count` agents' previous actions, sent at once; `done` (NULL: none done) holds an
+ * RLSERVE_AGENT_* mark per agent. */
+rlserve_status rlserve_client_log_agent_returns(rlserve_client* client, const char* episode_id, size_t count,
+                                                const char* const* agent_ids, const double* rewards, const int* done);
+/* Ends a multi-agent episode with the final observations of `count` agents (0 allowed), packed
+ * as in get_agent_actions. Pipelined like rlserve_client_end_episode. */
+rlserve_status rlserve_client_end_agent_episode(rlserve_client* client, const char* episode_id, size_t count,
+                                                const char* const* agent_ids, const float* observations,
+                                                const size_t* observation_sizes, int truncated);
+
 /* Successful reconnections so far. */
 int rlserve_client_reconnects(const rlserve_client* client);
 /* Reads the pipelined replies, disconnects and frees the client (NULL is allowed); the status of

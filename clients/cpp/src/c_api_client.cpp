@@ -3,16 +3,12 @@
 #include <new>
 #include <string>
 
+#include "c_api_client.hpp"
 #include "c_api_support.hpp"
 #include "rlserve.h"
 #include "rlserve/client.hpp"
 #include "rlserve/local_client.hpp"
 
-// One of the two: `client` (remote inference) or `local`.
-struct rlserve_client {
-  std::unique_ptr<rlserve::Client> client;
-  std::unique_ptr<rlserve::LocalClient> local;
-};
 
 using rlserve::c_api::fail;
 using rlserve::c_api::guarded;

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "actions.hpp"
+#include "numbers.hpp"
 #include "remote_session.hpp"
 #include "rlserve/requests.hpp"
 
@@ -55,15 +56,27 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& address, Clie
 
 Status Client::read_spaces() {
   const Welcome& w = conn_->welcome();
-  const Value* policy = w.policies.present("default");
-  if (policy == nullptr && w.policies.as_map() && !w.policies.as_map()->empty()) policy = &w.policies.as_map()->front().second;
-  const Value* obs = policy ? policy->present("observation_space") : nullptr;
-  if (obs == nullptr) return make_error(ErrorCode::decode_error, "the server's welcome has no observation_space");
-  auto space = parse_space(*obs);
-  if (!space) return space.error();
-  observation_space_ = std::move(*space);
+  std::string name = "default";
+  if (w.policies.present("default") == nullptr && w.policies.as_map() && !w.policies.as_map()->empty()) {
+    name = w.policies.as_map()->front().first;
+  }
+  auto obs = policy_space(name, "observation_space");
+  if (!obs) return obs.error();
+  auto act = policy_space(name, "action_space");
+  if (!act) return act.error();
+  observation_space_ = std::move(*obs);
+  action_space_ = std::move(*act);
   instance_id_ = w.instance_id;
   return ok_status();
+}
+
+Result<Space> Client::policy_space(const std::string& policy, const char* which) const {
+  const Value* p = conn_->welcome().policies.present(policy);
+  const Value* description = p ? p->present(which) : nullptr;
+  if (description == nullptr) {
+    return make_error(ErrorCode::decode_error, "the server's welcome has no " + std::string(which) + " for policy '" + policy + "'");
+  }
+  return parse_space(*description);
 }
 
 void Client::forget() {
@@ -84,22 +97,12 @@ std::optional<double> Client::take_reward(const std::string& id) const {
 }
 
 Result<Value> Client::observation_value(const std::vector<float>& observation) const {
-  const Space& space = observation_space_;
-  if (space.type == Space::Type::discrete && observation.size() == 1) {
-    return Value(static_cast<std::int64_t>(std::llround(observation[0])));
-  }
-  if (space.type != Space::Type::box) {
-    return make_error(ErrorCode::invalid_argument, "the server's observation space is " + space.describe() +
-                                                       ": pass the observation as a Value of that space, not plain numbers");
-  }
-  if (observation.size() != space.elements()) {
-    return make_error(ErrorCode::bad_value, "observation: " + std::to_string(observation.size()) +
-                                                " numbers do not fit " + space.describe() + "; expected " +
-                                                std::to_string(space.elements()) + " (shape " + shape_text(space.shape) + ")");
-  }
-  NDArray array(space.dtype, space.shape);
-  for (std::size_t i = 0; i < observation.size(); ++i) array.set_double(i, observation[i]);
-  return Value(std::move(array));
+  return value_from_numbers(observation_space_, std::vector<double>(observation.begin(), observation.end()), "observation");
+}
+
+Result<Value> Client::action_value(const std::vector<double>& numbers) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return value_from_numbers(action_space_, numbers, "action");
 }
 
 Result<std::string> Client::start_episode(const std::string& episode_id, bool training_enabled,
@@ -292,6 +295,11 @@ Welcome Client::welcome() const {
 Space Client::observation_space() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return observation_space_;
+}
+
+Space Client::action_space() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return action_space_;
 }
 
 int Client::reconnects() const {

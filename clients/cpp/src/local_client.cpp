@@ -2,8 +2,12 @@
 // (docs/protocol.md sections 7.10 and 14); the threads and batches are in local_shipping.cpp.
 #include "rlserve/local_client.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+
+#include "actions.hpp"
+#include "numbers.hpp"
 
 namespace rlserve {
 namespace {
@@ -27,6 +31,9 @@ struct LocalClient::Episode {
   std::vector<double> actions;     // T rows of the flat action layout
   std::vector<float> rewards, logp;
   std::vector<std::int64_t> versions;
+  std::vector<bool> chosen;        // false where the action was logged (log_action)
+  std::vector<Value> infos;        // each step's info (nil: none)
+  bool any_info = false;
   std::vector<float> state, state_in;  // the policy's memory, and the state before the fragment
   double total_return = 0.0;
   std::uint64_t length = 0;
@@ -60,18 +67,11 @@ Result<std::vector<float>> LocalClient::flat_observation(const Value& observatio
 }
 
 Result<Value> LocalClient::observation_value(const std::vector<float>& observation) const {
-  const Space& space = observation_space_;
-  if (space.type == Space::Type::discrete && observation.size() == 1) {
-    return Value(static_cast<std::int64_t>(std::llround(observation[0])));
-  }
-  if (space.type != Space::Type::box || observation.size() != space.elements()) {
-    return make_error(ErrorCode::bad_value, "observation: " + std::to_string(observation.size()) +
-                                                " numbers do not fit " + space.describe() +
-                                                "; pass a Value of that space or its elements row-major");
-  }
-  NDArray array(space.dtype, space.shape);
-  for (std::size_t i = 0; i < observation.size(); ++i) array.set_double(i, observation[i]);
-  return Value(std::move(array));
+  return value_from_numbers(observation_space_, std::vector<double>(observation.begin(), observation.end()), "observation");
+}
+
+Result<Value> LocalClient::action_value(const std::vector<double>& numbers) const {
+  return value_from_numbers(action_space_, numbers, "action");
 }
 
 Result<std::string> LocalClient::start_episode(const std::string& episode_id, bool training_enabled) {
@@ -96,32 +96,67 @@ Result<ServerAction> LocalClient::get_action(const std::string& episode_id, cons
 }
 
 Result<ServerAction> LocalClient::get_action(const std::string& episode_id, const Value& observation) {
-  auto flat = flat_observation(observation, "get_action for episode '" + episode_id + "'");
+  return step(episode_id, observation, nullptr, "get_action");
+}
+
+Status LocalClient::log_action(const std::string& episode_id, const Value& observation, const Value& action) {
+  const ServerAction taken = action_of(action);
+  std::vector<double> row = taken.values;
+  const bool discrete = action_space_.type == Space::Type::discrete;
+  const std::string where = "log_action for episode '" + episode_id + "': the action ";
+  if (row.size() != (discrete ? 1 : action_columns_) || (discrete && !action.as_int()) ||
+      (!discrete && action.as_ndarray() == nullptr)) {
+    return make_error(ErrorCode::bad_value, where + "does not fit " + action_space_.describe() +
+                                                "; pass an integer for a Discrete space, an array of its shape for a Box");
+  }
+  if (discrete) {
+    row[0] -= static_cast<double>(action_space_.start);
+    if (row[0] < 0 || row[0] >= static_cast<double>(action_space_.n)) {
+      return make_error(ErrorCode::bad_value, where + std::to_string(*action.as_int()) + " is outside " + action_space_.describe());
+    }
+  }
+  for (double v : row) {
+    if (!std::isfinite(v)) return make_error(ErrorCode::bad_value, where + "holds a number that is not finite");
+  }
+  auto r = step(episode_id, observation, &row, "log_action");
+  if (!r) return r.error();
+  return ok_status();
+}
+
+Result<ServerAction> LocalClient::step(const std::string& episode_id, const Value& observation,
+                                       const std::vector<double>* logged, const char* call) {
+  auto flat = flat_observation(observation, std::string(call) + " for episode '" + episode_id + "'");
   if (!flat) return flat.error();
   std::unique_lock<std::mutex> lock(mutex_);
   auto it = episodes_.find(episode_id);
   if (it == episodes_.end()) {
-    return make_error(ErrorCode::episode_error, "get_action: episode '" + episode_id + "' is not open; call start_episode first");
+    return make_error(ErrorCode::episode_error,
+                      std::string(call) + ": episode '" + episode_id + "' is not open; call start_episode first");
   }
   Episode& e = *it->second;
   const bool cutting = e.training && e.steps() >= options_.fragment_length;
   if (cutting) cut(episode_id, e, *flat, false, false);
-  auto action = act(e, *flat);
+  auto action = act(e, *flat, logged);
   lock.unlock();
   if (cutting) changed_.notify_all();
   return action;
 }
 
-Result<ServerAction> LocalClient::act(Episode& e, const std::vector<float>& flat) {
+// Called with mutex_ held. A logged action (log_action) still runs the network: a policy with
+// memory carries its state through every step.
+Result<ServerAction> LocalClient::act(Episode& e, const std::vector<float>& flat, const std::vector<double>* logged) {
   const std::vector<float> state_before = e.state;
   auto action = policy_->compute_action(flat.data(), e.state.empty() ? nullptr : e.state.data(), options_.explore, rng_);
   if (!action) return action.error();
   if (e.training) {
     if (e.steps() == 0) e.state_in = state_before;
     e.obs.insert(e.obs.end(), flat.begin(), flat.end());
-    e.actions.insert(e.actions.end(), action->row.begin(), action->row.end());
+    const std::vector<double>& row = logged ? *logged : action->row;
+    e.actions.insert(e.actions.end(), row.begin(), row.end());
     e.rewards.push_back(0.0f);
-    e.logp.push_back(static_cast<float>(action->logp));
+    e.logp.push_back(logged ? 0.0f : static_cast<float>(action->logp));
+    e.chosen.push_back(logged == nullptr);
+    e.infos.emplace_back();
     e.versions.push_back(static_cast<std::int64_t>(policy_->version()));
     ++counts_.steps_taken;
   }
@@ -138,7 +173,10 @@ Result<ServerAction> LocalClient::act(Episode& e, const std::vector<float>& flat
   return out;
 }
 
-Status LocalClient::log_returns(const std::string& episode_id, double reward) {
+Status LocalClient::log_returns(const std::string& episode_id, double reward, const std::optional<Value>& info) {
+  if (info && !info->is_nil() && info->as_map() == nullptr) {
+    return make_error(ErrorCode::bad_value, "log_returns for episode '" + episode_id + "': info must be a map");
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = episodes_.find(episode_id);
   if (it == episodes_.end()) {
@@ -150,7 +188,20 @@ Status LocalClient::log_returns(const std::string& episode_id, double reward) {
     return make_error(ErrorCode::bad_value, "log_returns for episode '" + episode_id + "': reward " + std::to_string(reward) +
                                                 " is not finite or makes the step's reward leave -1e9..1e9");
   }
-  if (e.steps() > 0) e.rewards.back() = static_cast<float>(total);
+  if (e.steps() > 0) {
+    e.rewards.back() = static_cast<float>(total);
+    if (info && info->as_map()) {  // merged into the step's info, later keys replacing earlier ones
+      Value& kept = e.infos.back();
+      if (kept.is_nil()) kept = Value(Value::Map{});
+      for (const auto& [key, value] : *info->as_map()) {
+        auto& map = *kept.as_map();
+        auto at = std::find_if(map.begin(), map.end(), [&](const auto& entry) { return entry.first == key; });
+        if (at != map.end()) at->second = value;
+        else map.emplace_back(key, value);
+      }
+      e.any_info = true;
+    }
+  }
   e.total_return += reward;
   return ok_status();
 }
@@ -200,7 +251,7 @@ void LocalClient::cut(const std::string& id, Episode& e, const std::vector<float
     actions = Value(NDArray::from_floats(rows.data(), {u32(t), u32(action_columns_)}));
   }
   NDArray chosen(DType::boolean, {u32(t)});
-  for (std::size_t i = 0; i < t; ++i) chosen.set_int64(i, 1);
+  for (std::size_t i = 0; i < t; ++i) chosen.set_int64(i, e.chosen[i] ? 1 : 0);
   Value::Map f{{"episode_id", id},
                {"obs", Value(NDArray::from_floats(obs.data(), {u32(t + 1), u32(d)}))},
                {"actions", std::move(actions)},
@@ -211,6 +262,7 @@ void LocalClient::cut(const std::string& id, Episode& e, const std::vector<float
                {"terminated", terminated},
                {"truncated", truncated}};
   if (!e.state_in.empty()) f.emplace_back("state_in", Value(NDArray::from_floats(e.state_in.data(), {u32(e.state_in.size())})));
+  if (e.any_info) f.emplace_back("infos", Value(Value::Array(e.infos.begin(), e.infos.end())));
   ready_fragments_.push_back(Value(std::move(f)));
   ready_steps_.push_back(t);
   ready_total_ += t;
@@ -219,6 +271,9 @@ void LocalClient::cut(const std::string& id, Episode& e, const std::vector<float
   e.rewards.clear();
   e.logp.clear();
   e.versions.clear();
+  e.chosen.clear();
+  e.infos.clear();
+  e.any_info = false;
   e.state_in = e.state;
   form_batches(false);
   // Past the bound the oldest unsent batches go (the newest experience is worth more).

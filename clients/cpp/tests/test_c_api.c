@@ -129,6 +129,22 @@ int main(int argc, char** argv) {
     CHECK(strcmp(rlserve_status_name(RLSERVE_EPISODE_LOST), "episode_lost") == 0, "episode_lost's name");
     CHECK(rlserve_client_close(NULL) == RLSERVE_OK, "close(NULL)");
     CHECK(rlserve_client_get_action(NULL, "e", obs, 4, actions, 1, NULL) == RLSERVE_INVALID_ARGUMENT, "client NULL");
+    {
+      const char* ids[1] = {"e"};
+      size_t sizes[1] = {4}, n = 0;
+      int done[1] = {RLSERVE_AGENT_TERMINATED};
+      CHECK(rlserve_client_sizes(NULL, &n, &n) == RLSERVE_INVALID_ARGUMENT, "sizes: client NULL");
+      CHECK(rlserve_client_log_action(NULL, "e", obs, 4, actions, 1) == RLSERVE_INVALID_ARGUMENT, "log_action: client NULL");
+      CHECK(rlserve_client_log_returns_info(NULL, "e", 1.0, ids, actions, 1) == RLSERVE_INVALID_ARGUMENT, "info: client NULL");
+      CHECK(rlserve_client_get_actions(NULL, 1, ids, obs, 4, actions, 3, &n) == RLSERVE_INVALID_ARGUMENT, "batch: client NULL");
+      CHECK(rlserve_client_get_agent_actions(NULL, "e", 1, ids, obs, sizes, actions, 3, sizes) == RLSERVE_INVALID_ARGUMENT,
+            "agents: client NULL");
+      CHECK(rlserve_client_log_agent_returns(NULL, "e", 1, ids, actions, done) == RLSERVE_INVALID_ARGUMENT,
+            "agent returns: client NULL");
+      CHECK(rlserve_client_end_agent_episode(NULL, "e", 1, ids, obs, sizes, 0) == RLSERVE_INVALID_ARGUMENT,
+            "agent end: client NULL");
+      CHECK(strstr(rlserve_last_error(), "NULL") != NULL, "the message says what is NULL");
+    }
   }
 
   rlserve_policy_destroy(policy);

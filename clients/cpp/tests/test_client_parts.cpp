@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "../src/actions.hpp"
+#include "../src/numbers.hpp"
 #include "check.hpp"
 #include "rlserve/client.hpp"
 #include "rlserve/transport.hpp"
@@ -69,6 +70,38 @@ void batches() {
   CHECK(l.ok() && l->as_array() && l->as_array()->size() == 2, "other spaces: a list");
 }
 
+/// Plain numbers (the C ABI's) become values of every space type, in ServerAction::values' order:
+/// numbers -> value -> numbers is the identity, and the value fits the space.
+void numbers() {
+  using M = Value::Map;
+  using A = Value::Array;
+  const Value box(M{{"type", "Box"}, {"shape", A{2}}, {"dtype", "float32"}, {"low", -1.0}, {"high", 1.0}});
+  const Value pair(M{{"type", "Tuple"},
+                     {"spaces", A{Value(M{{"type", "MultiDiscrete"}, {"nvec", A{3, 4}}, {"dtype", "int64"}}),
+                                  Value(M{{"type", "Discrete"}, {"n", 2}})}}});
+  const Value description(M{{"type", "Dict"},
+                            {"spaces", M{{"steer", box},
+                                         {"gear", Value(M{{"type", "Discrete"}, {"n", 3}, {"start", 1}})},
+                                         {"lights", Value(M{{"type", "MultiBinary"}, {"n", A{2}}})},
+                                         {"pair", pair}}}});
+  auto parsed = parse_space(description);
+  CHECK(parsed.ok(), "the Dict space parses: " + (parsed ? "" : parsed.error().message));
+  if (!parsed) return;
+  CHECK(number_count(*parsed) == 8, "1 + 2 + 2 + 1 + 2 numbers, got " + std::to_string(number_count(*parsed)));
+  const std::vector<double> in{3, 1, 0, 2, 3, 1, 0.25, -0.5};  // gear, lights, pair (md, d), steer: key order
+  auto value = value_from_numbers(*parsed, in, "action");
+  CHECK(value.ok(), "8 numbers fit");
+  if (!value) return;
+  std::vector<float> flat;
+  auto fits = flatten(*parsed, *value, flat, "action");
+  CHECK(fits.ok(), "the value fits the space: " + (fits ? "" : fits.error().message));
+  CHECK(action_of(*value).values == in, "numbers -> value -> numbers is the identity");
+  CHECK(value->find("gear") && value->find("gear")->as_int() == std::int64_t{3}, "a Discrete is an integer");
+  auto wrong = value_from_numbers(*parsed, {1, 2}, "action");
+  CHECK(!wrong && wrong.error().code == ErrorCode::bad_value && wrong.error().message.find("expected 8") != std::string::npos,
+        "a wrong count names the expected one");
+}
+
 void not_rlserve() {
   const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -102,6 +135,7 @@ int main() {
   ids();
   actions();
   batches();
+  numbers();
   not_rlserve();
   return check::finish("client_parts");
 }

@@ -93,13 +93,24 @@ class Client {
   /// Reads the pipelined replies (returning a deferred error) and disconnects.
   Status close();
 
-  /// The plain numbers as a value of the observation space (an array of its shape and dtype
-  /// for a Box, an integer for a Discrete); bad_value naming the expected size otherwise.
+  /// The plain numbers as a value of the observation space, in ServerAction::values' order (an
+  /// array of its shape and dtype for a Box, an integer for a Discrete, a map for a Dict, ...);
+  /// bad_value naming the expected count otherwise.
   Result<Value> observation_value(const std::vector<float>& observation) const;
+  /// The same for an action (log_action's), as ServerAction::values gives it.
+  Result<Value> action_value(const std::vector<double>& numbers) const;
+  /// The policy an agent of a multi-agent episode acts for by the welcome's mapping (section
+  /// 15.2: exact ids, then the first matching pattern, then the only policy when there are no
+  /// rules); bad_value when no rule maps it, naming the fix.
+  Result<std::string> agent_policy(const std::string& agent) const;
+  /// The plain numbers as a value of the observation space of the agent's policy.
+  Result<Value> agent_observation_value(const std::string& agent, const std::vector<float>& observation) const;
   /// The server's latest welcome.
   Welcome welcome() const;
   /// The observation space of the served policy (`default`, else the first).
   Space observation_space() const;
+  /// The action space of the served policy (`default`, else the first).
+  Space action_space() const;
   /// Successful reconnections so far.
   int reconnects() const;
   /// The client identity sent in every hello.
@@ -111,6 +122,7 @@ class Client {
  private:
   Client(Address address, ClientOptions options);
   Status read_spaces();
+  Result<Space> policy_space(const std::string& policy, const char* which) const;
   Status check(const Value& observation, const std::string& where) const;
   void forget();
   std::optional<double> take_reward(const std::string& id) const;
@@ -119,7 +131,7 @@ class Client {
   ClientOptions options_;
   std::unique_ptr<Connection> conn_;
   std::unique_ptr<RemoteSession> session_;
-  Space observation_space_;
+  Space observation_space_, action_space_;
   std::string instance_id_;
   std::unordered_map<std::string, double> pending_reward_;
   std::unordered_map<std::string, Value> pending_info_;

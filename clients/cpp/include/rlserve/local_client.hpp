@@ -68,8 +68,12 @@ class LocalClient {
   Result<ServerAction> get_action(const std::string& episode_id, const Value& observation);
   /// The same for a Box (or Discrete) observation space given as plain numbers, row-major.
   Result<ServerAction> get_action(const std::string& episode_id, const std::vector<float>& observation);
-  /// Adds `reward` to the episode's previous action.
-  Status log_returns(const std::string& episode_id, double reward);
+  /// Records an action the policy did not choose (a human, a script; Discrete: an integer, Box:
+  /// an array of its shape): shipped with policy_chosen false.
+  Status log_action(const std::string& episode_id, const Value& observation, const Value& action);
+  /// Adds `reward` (and `info`, a map merged into the step's: shipped in the fragment's `infos`)
+  /// to the episode's previous action.
+  Status log_returns(const std::string& episode_id, double reward, const std::optional<Value>& info = std::nullopt);
   /// Ends the episode (`truncated`: cut short, e.g. a time limit): its last fragment and its
   /// summary are queued for shipping.
   Status end_episode(const std::string& episode_id, const Value& observation, bool truncated = false);
@@ -92,6 +96,12 @@ class LocalClient {
   std::uint64_t buffered_steps() const;
   /// The observation space of the policy.
   Space observation_space() const;
+  /// The action space of the policy.
+  Space action_space() const { return action_space_; }
+  /// Plain numbers as a value of the observation space, in ServerAction::values' order.
+  Result<Value> observation_value(const std::vector<float>& observation) const;
+  /// Plain numbers as a value of the action space (log_action's), in ServerAction::values' order.
+  Result<Value> action_value(const std::vector<double>& numbers) const;
   /// The steps per fragment in use (fragment_length, lowered when a fragment would not fit
   /// the server's frame or array limits).
   std::size_t fragment_length() const { return options_.fragment_length; }
@@ -109,10 +119,11 @@ class LocalClient {
 
   explicit LocalClient(LocalOptions options);
   Status start(const std::string& address);
-  Result<ServerAction> act(Episode& episode, const std::vector<float>& flat);
+  Result<ServerAction> step(const std::string& episode_id, const Value& observation, const std::vector<double>* logged,
+                            const char* call);
+  Result<ServerAction> act(Episode& episode, const std::vector<float>& flat, const std::vector<double>* logged);
   void cut(const std::string& id, Episode& episode, const std::vector<float>& last_obs, bool terminated, bool truncated);
   Result<std::vector<float>> flat_observation(const Value& observation, const std::string& what) const;
-  Result<Value> observation_value(const std::vector<float>& observation) const;
   void form_batches(bool all);
   std::vector<Batch> make_batches(std::vector<Value> fragments, std::vector<std::uint64_t> steps,
                                   std::vector<Value> summaries) const;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <utility>
 #include <functional>
 #include <string>
@@ -82,6 +83,29 @@ inline void run_cases(const std::vector<std::pair<const char*, std::function<voi
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     std::fflush(stdout);
   }
+}
+
+}  // namespace e2e
+
+namespace e2e {
+
+/// Runs `command` through the shell with its output in `out_path`: the exit status and the output.
+inline std::pair<int, std::string> run_program(const std::string& command, const std::string& out_path) {
+  const int rc = std::system((command + " > " + out_path + " 2>&1").c_str());
+  std::FILE* f = std::fopen(out_path.c_str(), "rb");
+  std::string text;
+  if (f != nullptr) {
+    char buffer[4096];
+    for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) text.append(buffer, n);
+    std::fclose(f);
+  }
+  return {rc, text};
+}
+
+/// The N of a "steps: N" line in a program's output; -1 without one.
+inline int steps_printed(const std::string& text) {
+  const auto at = text.find("steps: ");
+  return at == std::string::npos ? -1 : std::atoi(text.c_str() + at + 7);
 }
 
 }  // namespace e2e

@@ -3,7 +3,7 @@
 // by its samples/steps_reported), a re-sent batch after a lost reply counts once, the weights
 // refresh picks up the learner's newer versions (fetching only changed ones), and a server
 // killed with SIGKILL and resumed on the same port while batches wait loses no step.
-// Usage: test_e2e_local <python bin dir>
+// Usage: test_e2e_local <python bin dir> <c_abi_episodes>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -26,7 +26,7 @@ namespace {
 const char* kToken = "cpp-e2e-local";
 
 struct Context {
-  std::string bin_dir, work;
+  std::string bin_dir, c_abi, work;
   std::unique_ptr<e2e::ServerProcess> server;
 };
 
@@ -215,16 +215,30 @@ void c_abi(const Context& ctx) {
   CHECK(reported(after) == want, "the C client's steps counted once");
 }
 
+/// The C ABI's calls from C with inference_mode "local" (tests/e2e/c_abi_episodes.c): a logged
+/// action and info, batched calls; every step reaches the server once.
+void c_abi_calls(const Context& ctx) {
+  const auto before = metrics(ctx);
+  const auto [rc, text] = e2e::run_program(std::string("RLSERVE_TOKEN=") + kToken + " " + ctx.c_abi + " " +
+                                               ctx.server->address() + " local", ctx.work + "/c_abi.out");
+  const int steps = e2e::steps_printed(text);
+  CHECK(rc == 0 && steps > 0, "c_abi_episodes: " + text);
+  const double want = reported(before) + steps;
+  const auto after = wait_metrics(ctx, [&](const nlohmann::json& m) { return reported(m) >= want; });
+  CHECK(reported(after) == want, "the C program's steps counted once: " + std::to_string(reported(after) - reported(before)) +
+                                     " of " + std::to_string(steps));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: %s <python bin dir>\n", argv[0]);
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s <python bin dir> <c_abi_episodes>\n", argv[0]);
     return 2;
   }
   char tmpl[] = "/tmp/rlserve-cpp-e2e-local-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) return 2;
-  Context ctx{argv[1], tmpl, nullptr};
+  Context ctx{argv[1], argv[2], tmpl, nullptr};
   try {
     ctx.server = std::make_unique<e2e::ServerProcess>(
         ctx.bin_dir,
@@ -237,6 +251,7 @@ int main(int argc, char** argv) {
         {"lost_reply", [&] { lost_reply(ctx); }},
         {"refresh", [&] { refresh(ctx); }},
         {"c_abi", [&] { c_abi(ctx); }},
+        {"c_abi_calls", [&] { c_abi_calls(ctx); }},
         {"restart", [&] { restart(ctx); }},
     });
   } catch (const std::exception& e) {

@@ -2,7 +2,7 @@
 // CartPole episodes stepped in C++ with remote inference (single, batched, from four threads on
 // one client, multi-agent), the examples, a wrong-shape observation, a bad token, exactly-once
 // after lost replies, and a server killed with SIGKILL and resumed on the same port.
-// Usage: test_e2e_remote <python bin dir> <hello> <hello_c>
+// Usage: test_e2e_remote <python bin dir> <hello> <hello_c> <c_abi_episodes>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -27,7 +27,7 @@ namespace {
 const char* kToken = "cpp-e2e-secret";
 
 struct Context {
-  std::string bin_dir, hello, hello_c, work;
+  std::string bin_dir, hello, hello_c, c_abi, work;
   std::unique_ptr<e2e::ServerProcess> server;
 };
 
@@ -223,6 +223,23 @@ void examples(const Context& ctx) {
   }
 }
 
+/// The C ABI's client calls from C (tests/e2e/c_abi_episodes.c): log_action and info, batched
+/// calls and a multi-agent episode with a done mark, each step recorded once.
+void c_abi_calls(const Context& ctx) {
+  const auto before = metrics(ctx);
+  const auto [rc, text] = e2e::run_program(std::string("RLSERVE_TOKEN=") + kToken + " " + ctx.c_abi + " " +
+                                               ctx.server->address() + " remote", ctx.work + "/c_abi.out");
+  const int steps = e2e::steps_printed(text);
+  CHECK(rc == 0 && steps > 0, "c_abi_episodes: " + text);
+  const double completed = metric(before, "episodes/completed") + 4;
+  const auto after = wait_metrics(ctx, [&](const nlohmann::json& m) { return metric(m, "episodes/completed") >= completed; });
+  CHECK(metric(after, "episodes/completed") == completed, "4 episodes completed (one multi-agent)");
+  const int agent_steps = 3;  // a acts twice, b once
+  CHECK(metric(after, "samples/env_steps") - metric(before, "samples/env_steps") == steps + agent_steps,
+        "every step once: " + std::to_string(metric(after, "samples/env_steps") - metric(before, "samples/env_steps")) +
+            " of " + std::to_string(steps + agent_steps));
+}
+
 void restart(Context& ctx) {
   auto client = connect(ctx);
   auto old = client->start_episode();
@@ -249,13 +266,13 @@ void restart(Context& ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 4) {
-    std::fprintf(stderr, "usage: %s <python bin dir> <hello> <hello_c>\n", argv[0]);
+  if (argc < 5) {
+    std::fprintf(stderr, "usage: %s <python bin dir> <hello> <hello_c> <c_abi_episodes>\n", argv[0]);
     return 2;
   }
   char tmpl[] = "/tmp/rlserve-cpp-e2e-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) return 2;
-  Context ctx{argv[1], argv[2], argv[3], tmpl, nullptr};
+  Context ctx{argv[1], argv[2], argv[3], argv[4], tmpl, nullptr};
   try {
     ctx.server = std::make_unique<e2e::ServerProcess>(
         ctx.bin_dir,
@@ -271,6 +288,7 @@ int main(int argc, char** argv) {
         {"exactly_once", [&] { exactly_once(ctx); }},
         {"multi_agent", [&] { multi_agent(ctx); }},
         {"examples", [&] { examples(ctx); }},
+        {"c_abi_calls", [&] { c_abi_calls(ctx); }},
         {"restart", [&] { restart(ctx); }},
     });
   } catch (const std::exception& e) {
