@@ -97,8 +97,10 @@ typedef struct rlserve_client_options {
   int no_observation_check;  /* nonzero: do not check observations before sending */
 } rlserve_client_options;
 
-/* Connects to `address` ("host:port" or "tls://host:port") and says hello with `token` (NULL:
- * none) and `inference_mode` (NULL or "remote", or "local").
+/* Connects to `address` ("host:port" or "tls://host:port"; or several front-ends of one run,
+ * comma-separated: the first that answers is used, and the client moves to another when it
+ * dies) and says hello with `token` (NULL: none) and `inference_mode` (NULL or "remote", or
+ * "local").
  * `options` may be NULL. A refused hello is RLSERVE_UNAUTHORIZED (or ...) with the server's
  * message. */
 rlserve_status rlserve_client_connect(const char* address, const char* token, const char* inference_mode,

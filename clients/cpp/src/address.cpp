@@ -35,4 +35,27 @@ Result<Address> parse_address(const std::string& text) {
   return a;
 }
 
+Result<std::vector<Address>> parse_addresses(const std::string& text) {
+  std::vector<Address> out;
+  std::size_t begin = 0;
+  for (;;) {
+    const std::size_t comma = text.find(',', begin);
+    std::string part = text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    const auto first = part.find_first_not_of(" \t");
+    part = first == std::string::npos ? std::string() : part.substr(first, part.find_last_not_of(" \t") - first + 1);
+    if (part.empty()) {
+      return make_error(ErrorCode::invalid_argument, "the server addresses '" + text + "' hold an empty entry; give one or "
+                                                     "more host:port addresses separated by commas");
+    }
+    auto a = parse_address(part);
+    if (!a) {
+      if (comma == std::string::npos && out.empty()) return a.error();
+      return make_error(ErrorCode::invalid_argument, "front-end address '" + part + "' of '" + text + "': " + a.error().message);
+    }
+    out.push_back(std::move(*a));
+    if (comma == std::string::npos) return out;
+    begin = comma + 1;
+  }
+}
+
 }  // namespace rlserve

@@ -29,8 +29,8 @@ std::string random_hex_id() {
   return out;
 }
 
-Client::Client(Address address, ClientOptions options) : options_(std::move(options)) {
-  conn_ = std::make_unique<Connection>(std::move(address), options_);
+Client::Client(std::vector<Address> front_ends, ClientOptions options) : options_(std::move(options)) {
+  conn_ = std::make_unique<Connection>(std::move(front_ends), options_);
 }
 
 Client::~Client() {
@@ -38,7 +38,7 @@ Client::~Client() {
 }
 
 Result<std::unique_ptr<Client>> Client::connect(const std::string& address, ClientOptions options) {
-  auto parsed = parse_address(address);
+  auto parsed = parse_addresses(address);
   if (!parsed) return parsed.error();
   if (options.inference_mode != "remote") {
     return make_error(ErrorCode::invalid_argument, "a Client infers remotely (inference_mode \"remote\"); for local "
@@ -300,6 +300,11 @@ Space Client::observation_space() const {
 Space Client::action_space() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return action_space_;
+}
+
+std::string Client::front_end() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return conn_->address().text();
 }
 
 int Client::reconnects() const {

@@ -47,7 +47,46 @@ std::vector<std::string> episodes_of(const Value& message) {
 }
 
 Connection::Connection(Address address, ConnectionOptions options)
-    : address_(std::move(address)), options_(std::move(options)) {}
+    : Connection(std::vector<Address>{std::move(address)}, std::move(options)) {}
+
+Connection::Connection(std::vector<Address> front_ends, ConnectionOptions options)
+    : front_ends_(std::move(front_ends)), options_(std::move(options)) {}
+
+std::string Connection::front_end_names() const {
+  std::string out;
+  for (const auto& a : front_ends_) out += (out.empty() ? "" : ", ") + a.text();
+  return out;
+}
+
+Result<Welcome> Connection::open() {
+  std::optional<Error> failure;
+  for (std::size_t k = 0; k < front_ends_.size(); ++k) {
+    const std::size_t i = (index_ + k) % front_ends_.size();
+    auto w = open_at(i);
+    if (w || !is_connection_failure(w.error())) return w;
+    failure = w.error();
+  }
+  if (front_ends_.size() > 1) {
+    return make_error(failure->code, "no front-end of " + front_end_names() + " answered (the last: " + failure->message + ")");
+  }
+  return *failure;
+}
+
+Status Connection::check_served(std::size_t index, const Welcome& w) {
+  if (!first_) {
+    first_.emplace(index, w);
+    return ok_status();
+  }
+  const Welcome& f = first_->second;
+  if (front_ends_.size() > 1 && (w.policies != f.policies || w.mapping != f.mapping || w.multi_agent != f.multi_agent)) {
+    const std::string name = front_ends_[index].text();
+    return make_error(ErrorCode::invalid_argument,
+                      "front-end " + name + " serves other policies or spaces than " + front_ends_[first_->first].text() +
+                          ", the first front-end this client reached; every address given to the client must be a "
+                          "front-end of the same run: remove '" + name + "' from the list");
+  }
+  return ok_status();
+}
 
 Error Connection::lost(Error why) {
   transport_.reset();
@@ -59,9 +98,10 @@ void Connection::drop() noexcept {
   transport_.reset();
 }
 
-Result<Welcome> Connection::open() {
+Result<Welcome> Connection::open_at(std::size_t index) {
   drop();
-  auto t = dial(address_, options_.timeouts.connect, options_.tls_ca);
+  index_ = index;
+  auto t = dial(address(), options_.timeouts.connect, options_.tls_ca);
   if (!t) return t.error();
   transport_ = std::move(*t);
   reader_ = FrameReader(Limits{}.max_frame_bytes);
@@ -80,12 +120,12 @@ Result<Welcome> Connection::open() {
     if (e.code == ErrorCode::decode_error || e.code == ErrorCode::frame_too_large || e.code == ErrorCode::limit_exceeded) {
       drop();
       return make_error(ErrorCode::decode_error,
-                        "the peer at " + address_.text() + " did not answer hello as an rlserve server (" + e.message +
+                        "the peer at " + address().text() + " did not answer hello as an rlserve server (" + e.message +
                             "); check the address: it must be the server's binary port");
     }
-    if (e.code == ErrorCode::connection_lost && !address_.tls) {
+    if (e.code == ErrorCode::connection_lost && !address().tls) {
       return make_error(ErrorCode::connection_lost, e.message + " (if the server serves TLS, connect to tls://" +
-                                                        address_.host + ":" + std::to_string(address_.port) + ")");
+                                                        address().host + ":" + std::to_string(address().port) + ")");
     }
     if (!is_connection_failure(e)) drop();  // the server closes after a refused hello
     return reply.error();
@@ -101,8 +141,13 @@ Result<Welcome> Connection::open() {
                                                        std::to_string(welcome->protocol_version) + ", this client " +
                                                        std::to_string(kProtocolVersion) + "; use matching versions");
   }
+  if (auto s = check_served(index, *welcome); !s) {
+    drop();
+    return s.error();
+  }
   welcome_ = *welcome;
   welcomed_ = true;
+  lost_since_.reset();
   limits_ = welcome_.limits;
   reader_.set_max_frame_bytes(limits_.max_frame_bytes);
   return welcome_;
@@ -112,17 +157,27 @@ Result<Welcome> Connection::reconnect(Clock::time_point deadline) {
   drop();
   double delay = 0.05;
   for (;;) {
-    auto w = open();
-    if (w) {
-      ++reconnects_;
-      return w;
-    }
-    if (!is_connection_failure(w.error())) return w.error();
     const auto now = Clock::now();
-    if (now + std::chrono::duration<double>(delay) > deadline) {
+    if (!lost_since_) lost_since_ = now;
+    std::vector<std::size_t> order{index_};
+    if (front_ends_.size() > 1 && now - *lost_since_ >= std::chrono::duration<double>(kSameFrontEndGrace)) {
+      order.clear();  // the others in turn from the one after it, itself last
+      for (std::size_t k = 1; k <= front_ends_.size(); ++k) order.push_back((index_ + k) % front_ends_.size());
+    }
+    std::optional<Error> failure;
+    for (std::size_t i : order) {
+      auto w = open_at(i);
+      if (w) {
+        ++reconnects_;
+        return w;
+      }
+      if (!is_connection_failure(w.error())) return w.error();
+      failure = w.error();
+    }
+    if (Clock::now() + std::chrono::duration<double>(delay) > deadline) {
       return make_error(ErrorCode::connection_lost,
-                        "lost the connection to " + address_.text() + " and could not reconnect within " +
-                            std::to_string(static_cast<int>(options_.timeouts.reconnect)) + " s (" + w.error().message +
+                        "lost the connection to " + front_end_names() + " and could not reconnect within " +
+                            std::to_string(static_cast<int>(options_.timeouts.reconnect)) + " s (" + failure->message +
                             "); start the server or raise the reconnect timeout");
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(delay));
@@ -131,7 +186,7 @@ Result<Welcome> Connection::reconnect(Clock::time_point deadline) {
 }
 
 Result<std::uint64_t> Connection::send(Value& message) {
-  if (!transport_) return make_error(ErrorCode::connection_lost, "the connection to " + address_.text() + " is closed");
+  if (!transport_) return make_error(ErrorCode::connection_lost, "the connection to " + address().text() + " is closed");
   const std::uint64_t id = next_id_;
   set_id(message, id);
   const auto body = encode(message);
@@ -144,24 +199,24 @@ Result<std::uint64_t> Connection::send(Value& message) {
   if (!frame) return frame.error();
   ++next_id_;
   if (auto s = transport_->send_all(frame->data(), frame->size()); !s) {
-    return lost(make_error(ErrorCode::connection_lost, "sending to " + address_.text() + " failed: " + s.error().message));
+    return lost(make_error(ErrorCode::connection_lost, "sending to " + address().text() + " failed: " + s.error().message));
   }
   return id;
 }
 
 Status Connection::receive_some() {
-  if (!transport_) return make_error(ErrorCode::connection_lost, "the connection to " + address_.text() + " is closed");
+  if (!transport_) return make_error(ErrorCode::connection_lost, "the connection to " + address().text() + " is closed");
   std::uint8_t buffer[1 << 16];
   auto n = transport_->receive(buffer, sizeof buffer, options_.timeouts.request);
   if (!n) {
     if (n.error().code == ErrorCode::timeout) {
-      return lost(make_error(ErrorCode::timeout, "no reply from " + address_.text() + " within " +
+      return lost(make_error(ErrorCode::timeout, "no reply from " + address().text() + " within " +
                                                      std::to_string(options_.timeouts.request) + " s"));
     }
     return lost(n.error());
   }
   if (*n == 0) {
-    return lost(make_error(ErrorCode::connection_lost, "the server at " + address_.text() + " closed the connection"));
+    return lost(make_error(ErrorCode::connection_lost, "the server at " + address().text() + " closed the connection"));
   }
   reader_.feed(buffer, *n);
   for (;;) {

@@ -26,7 +26,7 @@ constexpr std::size_t kFrameReserve = 4096;  // the message's fields around the 
 }  // namespace
 
 Status LocalClient::start(const std::string& address) {
-  auto parsed = parse_address(address);
+  auto parsed = parse_addresses(address);
   if (!parsed) return parsed.error();
   weights_conn_ = std::make_unique<Connection>(*parsed, options_);
   auto welcome = weights_conn_->open();
@@ -190,6 +190,10 @@ Result<Value> LocalClient::send_batch(const Batch& batch, bool drop_reply) {
       }
       auto w = report_conn_->reconnect(after(2.0));
       if (w) break;
+      if (w.error().code == ErrorCode::invalid_argument) {  // a front-end of another run: wait for a right one
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        continue;
+      }
       if (!connection_failure(w.error())) return w.error();
     }
   }

@@ -48,7 +48,10 @@ class Client {
  public:
   /// Connects to `address` (`host:port`, or `tls://host:port` with options.tls_ca) and says
   /// hello. An empty options.client_id is replaced by a random one (32 hex characters), kept
-  /// for every reconnection so that the client keeps its episodes.
+  /// for every reconnection so that the client keeps its episodes. Several front-ends of one
+  /// run, comma-separated ("127.0.0.1:9900,127.0.0.1:9910"): the first that answers is used,
+  /// and when it dies the client moves to another (Connection says how); the episodes open on
+  /// the dead one then fail with episode_lost.
   static Result<std::unique_ptr<Client>> connect(const std::string& address, ClientOptions options = {});
   /// Drops the connection without reading pending replies: call close() first to learn whether
   /// a pipelined end_episode was refused.
@@ -113,6 +116,8 @@ class Client {
   Space action_space() const;
   /// Successful reconnections so far.
   int reconnects() const;
+  /// The front-end in use (`host:port`).
+  std::string front_end() const;
   /// The client identity sent in every hello.
   std::string client_id() const;
   /// Testing aid, what a network fault does: the next call's reply is lost (the connection is
@@ -120,7 +125,7 @@ class Client {
   void drop_next_reply();
 
  private:
-  Client(Address address, ClientOptions options);
+  Client(std::vector<Address> front_ends, ClientOptions options);
   Status read_spaces();
   Result<Space> policy_space(const std::string& policy, const char* which) const;
   Status check(const Value& observation, const std::string& where) const;

@@ -34,20 +34,30 @@ struct ConnectionOptions {
   Timeouts timeouts;
 };
 
-/// A connection to one server, re-opened by reconnect(). Not thread-safe: the Client that owns
-/// it serialises the calls.
+/// A connection to one server, re-opened by reconnect(). It may be given several front-ends of
+/// one run (ordinary servers, each with its own port): it uses the first that answers, and when
+/// the connection breaks it dials the same one for kSameFrontEndGrace seconds, then the others
+/// in turn from the one after it (itself last). Not thread-safe: the Client that owns it
+/// serialises the calls.
 class Connection {
  public:
   using Clock = std::chrono::steady_clock;
+  /// Seconds a broken connection dials only its own front-end before it tries the others.
+  static constexpr double kSameFrontEndGrace = 1.0;
 
   Connection(Address address, ConnectionOptions options);
+  /// With several front-ends (at least one).
+  Connection(std::vector<Address> front_ends, ConnectionOptions options);
 
-  /// Connects and says hello; the server's welcome. The server's refusal arrives typed
-  /// (unauthorized, version_mismatch, ...) with its message; a peer that is not an rlserve
-  /// binary port is a decode_error saying so.
+  /// Connects (to the first front-end that answers, in order from the one in use) and says
+  /// hello; the server's welcome. The server's refusal arrives typed (unauthorized,
+  /// version_mismatch, ...) with its message; a peer that is not an rlserve binary port is a
+  /// decode_error saying so; a front-end that serves other policies or spaces than the first
+  /// one reached is invalid_argument naming it.
   Result<Welcome> open();
-  /// Re-opens with exponential back-off (50 ms doubling to 2 s) until `deadline`;
-  /// connection_lost naming the address when the server stayed unreachable.
+  /// Re-opens with exponential back-off (50 ms doubling to 2 s) until `deadline`, moving to
+  /// another front-end as the class says; connection_lost naming the addresses when none
+  /// answered.
   Result<Welcome> reconnect(Clock::time_point deadline);
 
   /// Sends `message` (its `id` is set here) and returns the reply; an `error` reply is returned
@@ -80,7 +90,10 @@ class Connection {
   const Welcome& welcome() const noexcept { return welcome_; }
   /// Successful reconnections so far.
   int reconnects() const noexcept { return reconnects_; }
-  const Address& address() const noexcept { return address_; }
+  /// The front-end in use (or dialled last).
+  const Address& address() const noexcept { return front_ends_[index_]; }
+  /// Every front-end, comma-separated.
+  std::string front_end_names() const;
   const ConnectionOptions& options() const noexcept { return options_; }
 
  private:
@@ -88,8 +101,13 @@ class Connection {
   Result<Value> read_until(std::uint64_t id);
   Status receive_some();
   Error lost(Error why);
+  Result<Welcome> open_at(std::size_t index);
+  Status check_served(std::size_t index, const Welcome& welcome);
 
-  Address address_;
+  std::vector<Address> front_ends_;
+  std::size_t index_ = 0;
+  std::optional<Clock::time_point> lost_since_;
+  std::optional<std::pair<std::size_t, Welcome>> first_;  // the first front-end reached and its welcome
   ConnectionOptions options_;
   std::unique_ptr<Transport> transport_;
   FrameReader reader_;

@@ -54,6 +54,8 @@ class LocalClient {
  public:
   /// Connects twice to `address` (one connection for reports, one for weights), fetches the
   /// policy's weights (waiting for the learner's first ones) and starts the two threads.
+  /// Several front-ends of one run, comma-separated: when the one in use dies the client moves
+  /// to another, re-sends the unanswered batch there and fetches that one's weights.
   /// unsupported_model for an action space other than Discrete or Box.
   static Result<std::unique_ptr<LocalClient>> connect(const std::string& address, LocalOptions options = {});
   /// Stops the threads; steps not yet shipped are lost (call close() to ship them).

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "rlserve/error.hpp"
 
@@ -21,6 +22,9 @@ struct Address {
 
 /// Parses an address; invalid_argument naming the expected form.
 Result<Address> parse_address(const std::string& text);
+/// Parses one address or several separated by commas (the front-ends of one run, in the order
+/// to try them); invalid_argument naming a bad or empty entry.
+Result<std::vector<Address>> parse_addresses(const std::string& text);
 
 /// One open connection's bytes. Not thread-safe: its owner serialises the calls.
 class Transport {
