@@ -128,8 +128,7 @@ rlserve_status rlserve_client_end_episode(rlserve_client* client, const char* ep
 rlserve_status rlserve_client_sizes(const rlserve_client* client, size_t* observation_size, size_t* action_size);
 /* Records an action the policy did not choose (a human player, a script) for `observation`:
  * `action` holds its `action_size` numbers in get_action's form (a Discrete's value, ...). The
- * reward logged since the last call travels with it. With "local" inference: Discrete or Box
- * actions. */
+ * reward logged since the last call travels with it. */
 rlserve_status rlserve_client_log_action(rlserve_client* client, const char* episode_id, const float* observation,
                                          size_t size, const double* action, size_t action_size);
 /* rlserve_client_log_returns with an `info` map of `count` entries, keys[i] -> values[i] (kept

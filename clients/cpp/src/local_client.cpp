@@ -100,23 +100,18 @@ Result<ServerAction> LocalClient::get_action(const std::string& episode_id, cons
 }
 
 Status LocalClient::log_action(const std::string& episode_id, const Value& observation, const Value& action) {
-  const ServerAction taken = action_of(action);
-  std::vector<double> row = taken.values;
-  const bool discrete = action_space_.type == Space::Type::discrete;
-  const std::string where = "log_action for episode '" + episode_id + "': the action ";
-  if (row.size() != (discrete ? 1 : action_columns_) || (discrete && !action.as_int()) ||
-      (!discrete && action.as_ndarray() == nullptr)) {
-    return make_error(ErrorCode::bad_value, where + "does not fit " + action_space_.describe() +
-                                                "; pass an integer for a Discrete space, an array of its shape for a Box");
-  }
-  if (discrete) {
-    row[0] -= static_cast<double>(action_space_.start);
-    if (row[0] < 0 || row[0] >= static_cast<double>(action_space_.n)) {
-      return make_error(ErrorCode::bad_value, where + std::to_string(*action.as_int()) + " is outside " + action_space_.describe());
+  const std::string where = "log_action for episode '" + episode_id + "'";
+  std::vector<float> checked;
+  if (auto s = flatten(action_space_, action, checked, "action"); !s) return make_error(s.error().code, where + ": " + s.error().message);
+  std::vector<double> row = action_of(action).values;  // the values; the row is each minus its column's start
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto& offsets = policy_->model().head().offsets;
+    if (row.size() != offsets.size()) {
+      return make_error(ErrorCode::bad_value, where + ": the action has " + std::to_string(row.size()) + " numbers, the policy " +
+                                                  std::to_string(offsets.size()) + " columns");
     }
-  }
-  for (double v : row) {
-    if (!std::isfinite(v)) return make_error(ErrorCode::bad_value, where + "holds a number that is not finite");
+    for (std::size_t c = 0; c < row.size(); ++c) row[c] -= offsets[c];
   }
   auto r = step(episode_id, observation, &row, "log_action");
   if (!r) return r.error();
@@ -163,13 +158,9 @@ Result<ServerAction> LocalClient::act(Episode& e, const std::vector<float>& flat
   ++e.length;
   ServerAction out;
   out.values = action->env;
-  if (action_space_.type == Space::Type::discrete) {
-    out.value = Value(static_cast<std::int64_t>(std::llround(out.values[0])));
-  } else {
-    NDArray array(action_space_.dtype, action_space_.shape);
-    for (std::size_t i = 0; i < out.values.size(); ++i) array.set_double(i, out.values[i]);
-    out.value = Value(std::move(array));
-  }
+  auto value = value_from_numbers(action_space_, out.values, "action");
+  if (!value) return value.error();
+  out.value = std::move(*value);
   return out;
 }
 

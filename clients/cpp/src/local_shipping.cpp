@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "numbers.hpp"
 #include "rlserve/codec.hpp"
 #include "rlserve/local_client.hpp"
 #include "rlserve/requests.hpp"
@@ -45,10 +46,6 @@ Status LocalClient::start(const std::string& address) {
   if (!obs_space) return obs_space.error();
   auto act_space = parse_space(*act);
   if (!act_space) return act_space.error();
-  if (act_space->type != Space::Type::discrete && act_space->type != Space::Type::box) {
-    return make_error(ErrorCode::unsupported_model, "local inference in this client takes a Discrete or Box action space, not " +
-                                                        act_space->describe() + "; connect a Client (remote inference)");
-  }
   observation_space_ = std::move(*obs_space);
   action_space_ = std::move(*act_space);
   limits_ = welcome->limits;
@@ -61,6 +58,11 @@ Status LocalClient::start(const std::string& address) {
                                                    std::to_string(observation_space_.flat_dim()));
   }
   action_columns_ = model.head().columns();
+  if (action_columns_ != number_count(action_space_)) {  // one column per number of the action, in the same order
+    return make_error(ErrorCode::unsupported_model, "the model's " + std::to_string(action_columns_) + " action columns do not " +
+                                                        "fit the action space " + action_space_.describe() +
+                                                        "; connect a Client (remote inference)");
+  }
   // A fragment must fit one report: lower its length to the server's limits.
   const std::size_t d = std::max<std::size_t>(1, model.obs_dim()), a = std::max<std::size_t>(1, action_columns_);
   const std::size_t by_elements = std::min(limits_.max_array_elements / d - 1, limits_.max_array_elements / a);

@@ -5,7 +5,7 @@
 // whose reply was lost is re-sent after reconnecting and trained on once; batches wait (up to
 // max_buffered_steps, the oldest dropped past it) while the server is down. A second thread
 // refreshes the weights every update_interval seconds, fetching only a changed version.
-// Single-agent episodes of a Discrete or Box action space.
+// Single-agent episodes of any action space (section 6.3).
 #pragma once
 
 #include <condition_variable>
@@ -56,7 +56,6 @@ class LocalClient {
   /// policy's weights (waiting for the learner's first ones) and starts the two threads.
   /// Several front-ends of one run, comma-separated: when the one in use dies the client moves
   /// to another, re-sends the unanswered batch there and fetches that one's weights.
-  /// unsupported_model for an action space other than Discrete or Box.
   static Result<std::unique_ptr<LocalClient>> connect(const std::string& address, LocalOptions options = {});
   /// Stops the threads; steps not yet shipped are lost (call close() to ship them).
   ~LocalClient();
@@ -70,8 +69,8 @@ class LocalClient {
   Result<ServerAction> get_action(const std::string& episode_id, const Value& observation);
   /// The same for a Box (or Discrete) observation space given as plain numbers, row-major.
   Result<ServerAction> get_action(const std::string& episode_id, const std::vector<float>& observation);
-  /// Records an action the policy did not choose (a human, a script; Discrete: an integer, Box:
-  /// an array of its shape): shipped with policy_chosen false.
+  /// Records an action the policy did not choose (a human, a script), a value of the action
+  /// space: shipped with policy_chosen false.
   Status log_action(const std::string& episode_id, const Value& observation, const Value& action);
   /// Adds `reward` (and `info`, a map merged into the step's: shipped in the fragment's `infos`)
   /// to the episode's previous action.

@@ -229,6 +229,70 @@ void c_abi_calls(const Context& ctx) {
                                      " of " + std::to_string(steps));
 }
 
+/// A Dict action space {gear: Discrete(3, start=1), lights: MultiBinary(2), steer: Box(1)}: the
+/// actions computed here fit it, a logged one is taken (a bad one refused), every step ships.
+void dict_actions(const Context& ctx) {
+  const std::string spaces = ctx.work + "/dict_spaces.json";
+  if (std::FILE* f = std::fopen(spaces.c_str(), "w")) {
+    std::fputs(R"({"observation_space": {"type": "Box", "shape": [3], "dtype": "float32", "low": -1.0, "high": 1.0},
+      "action_space": {"type": "Dict", "spaces": {"gear": {"type": "Discrete", "n": 3, "start": 1},
+      "lights": {"type": "MultiBinary", "n": [2]},
+      "steer": {"type": "Box", "shape": [1], "dtype": "float32", "low": -1.0, "high": 1.0}}}})", f);
+    std::fclose(f);
+  }
+  e2e::ServerProcess server(ctx.bin_dir,
+                            {"--spaces-file", spaces, "--run-dir", ctx.work, "--name", "dict", "--port", "0", "--http-port",
+                             "0", "--no-progress", "--ppo-device", "cpu", "--seed", "1"},
+                            {std::string("RLSERVE_TOKEN=") + kToken}, ctx.work + "/dict.log");
+  rlserve::LocalOptions o;
+  o.token = kToken;
+  o.timeouts.request = 30;
+  o.flush_interval = 1000;
+  o.seed = 3;
+  auto client = rlserve::LocalClient::connect(server.address(), o);
+  CHECK(client.ok(), "local inference for a Dict action space: " + (client ? "" : client.error().message));
+  if (!client) return;
+  const rlserve::Space space = (*client)->action_space();
+  const double before = reported(e2e::metrics(server, kToken));
+  using M = rlserve::Value::Map;
+  float steer = 0.5f;
+  rlserve::NDArray lights(rlserve::DType::int8, {2});
+  lights.set_int64(0, 1);
+  const rlserve::Value logged(M{{"gear", std::int64_t{2}},
+                                {"lights", rlserve::Value(lights)},
+                                {"steer", rlserve::Value(rlserve::NDArray::from_floats(&steer, {1}))}});
+  int steps = 0;
+  for (int episode = 0; episode < 2; ++episode) {
+    auto id = (*client)->start_episode();
+    for (int t = 0; t < 10; ++t) {
+      const std::vector<float> obs{0.1f * static_cast<float>(t) - 0.5f, 0.2f, -0.3f};
+      auto a = (*client)->get_action(*id, obs);
+      CHECK(a.ok(), "get_action: " + (a ? "" : a.error().message));
+      if (!a) return;
+      std::vector<float> flat;
+      CHECK(rlserve::flatten(space, a->value, flat, "action").ok(), "the action fits the Dict space");
+      CHECK(a->values.size() == 4 && a->values[0] >= 1 && a->values[0] <= 3, "gear, two lights, steer; gear in 1..3");
+      (*client)->log_returns(*id, 1.0);
+      ++steps;
+    }
+    auto obs_value = (*client)->observation_value({0.0f, 0.1f, 0.2f});
+    auto taken = (*client)->log_action(*id, *obs_value, logged);
+    CHECK(taken.ok(), "a logged Dict action: " + (taken ? "" : taken.error().message));
+    ++steps;
+    rlserve::Value bad = logged;
+    bad.as_map()->front().second = rlserve::Value(std::int64_t{7});
+    auto refused = (*client)->log_action(*id, *obs_value, bad);
+    CHECK(!refused && refused.error().code == rlserve::ErrorCode::bad_value, "gear 7 is refused");
+    CHECK((*client)->end_episode(*id, std::vector<float>{0.0f, 0.0f, 0.0f}).ok(), "end");
+  }
+  auto closed = (*client)->close();
+  CHECK(closed.ok(), "close: " + (closed ? "" : closed.error().message));
+  const double want = before + steps;
+  const auto after = e2e::wait_metrics(server, kToken, [&](const nlohmann::json& m) { return reported(m) >= want; }, 300);
+  CHECK(reported(after) == want, "every step accepted once: " + std::to_string(reported(after) - before) + " of " +
+                                     std::to_string(steps));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -252,6 +316,7 @@ int main(int argc, char** argv) {
         {"refresh", [&] { refresh(ctx); }},
         {"c_abi", [&] { c_abi(ctx); }},
         {"c_abi_calls", [&] { c_abi_calls(ctx); }},
+        {"dict_actions", [&] { dict_actions(ctx); }},
         {"restart", [&] { restart(ctx); }},
     });
   } catch (const std::exception& e) {
