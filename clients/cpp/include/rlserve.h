@@ -144,7 +144,8 @@ rlserve_status rlserve_client_get_actions(rlserve_client* client, size_t count, 
                                           const float* observations, size_t size, double* actions,
                                           size_t action_capacity, size_t* action_size);
 
-/* Multi-agent episodes (docs/protocol.md section 15; remote inference). Agent i's observation is
+/* Multi-agent episodes (docs/protocol.md section 15; with "local" inference every agent must act
+ * for the client's policy, `default`). Agent i's observation is
  * observation_sizes[i] floats of `observations`, packed one after another, read with the
  * observation space of the agent's policy (the welcome's mapping). */
 rlserve_status rlserve_client_get_agent_actions(rlserve_client* client, const char* episode_id, size_t count,

@@ -45,13 +45,8 @@ rlserve_status write_actions(const std::vector<const rlserve::ServerAction*>& ac
   return succeed();
 }
 
-rlserve_status remote_only(const char* call) {
-  return fail(RLSERVE_INVALID_ARGUMENT, std::string(call) + ": multi-agent episodes need remote inference in this "
-                                                            "version; connect with inference_mode \"remote\"");
-}
-
 /// The agents' observations as values into `out` (each read with its agent's policy's space).
-rlserve_status agent_observations(const rlserve::Client& client, const std::vector<std::string>& agents,
+rlserve_status agent_observations(const rlserve_client& c, const std::vector<std::string>& agents,
                                   const float* observations, const std::size_t* sizes,
                                   std::map<std::string, rlserve::Value>& out) {
   if (!agents.empty() && (observations == nullptr || sizes == nullptr)) {
@@ -59,7 +54,8 @@ rlserve_status agent_observations(const rlserve::Client& client, const std::vect
   }
   std::size_t offset = 0;
   for (std::size_t i = 0; i < agents.size(); ++i) {
-    auto value = client.agent_observation_value(agents[i], floats(observations + offset, sizes[i]));
+    const auto numbers = floats(observations + offset, sizes[i]);
+    auto value = c.local ? c.local->observation_value(numbers) : c.client->agent_observation_value(agents[i], numbers);
     if (!value) return fail(value.error());
     offset += sizes[i];
     if (!out.emplace(agents[i], std::move(*value)).second) {
@@ -174,16 +170,15 @@ rlserve_status rlserve_client_get_agent_actions(rlserve_client* c, const char* e
                                                 size_t action_capacity, size_t* action_sizes) {
   return guarded([&] {
     if (c == nullptr || episode_id == nullptr) return fail(RLSERVE_INVALID_ARGUMENT, "client or episode_id is NULL");
-    if (c->local) return remote_only("get_agent_actions");
     if (count == 0) return fail(RLSERVE_INVALID_ARGUMENT, "count is 0; name at least one agent that acts");
     if (action_sizes == nullptr) return fail(RLSERVE_INVALID_ARGUMENT, "action_sizes is NULL (one entry per agent)");
     std::vector<std::string> agents;
     if (auto st = read_ids(agent_ids, count, "agent_ids", agents); st != RLSERVE_OK) return st;
     std::map<std::string, rlserve::Value> values;
-    if (auto st = agent_observations(*c->client, agents, observations, observation_sizes, values); st != RLSERVE_OK) {
+    if (auto st = agent_observations(*c, agents, observations, observation_sizes, values); st != RLSERVE_OK) {
       return st;
     }
-    auto got = c->client->get_agent_actions(episode_id, values);
+    auto got = c->local ? c->local->get_agent_actions(episode_id, values) : c->client->get_agent_actions(episode_id, values);
     if (!got) return fail(got.error());
     std::vector<const rlserve::ServerAction*> list;
     for (const auto& agent : agents) {
@@ -199,7 +194,6 @@ rlserve_status rlserve_client_log_agent_returns(rlserve_client* c, const char* e
                                                 const char* const* agent_ids, const double* rewards, const int* done) {
   return guarded([&] {
     if (c == nullptr || episode_id == nullptr) return fail(RLSERVE_INVALID_ARGUMENT, "client or episode_id is NULL");
-    if (c->local) return remote_only("log_agent_returns");
     std::vector<std::string> agents;
     if (auto st = read_ids(agent_ids, count, "agent_ids", agents); st != RLSERVE_OK) return st;
     if (count > 0 && rewards == nullptr) return fail(RLSERVE_INVALID_ARGUMENT, "rewards is NULL");
@@ -217,7 +211,8 @@ rlserve_status rlserve_client_log_agent_returns(rlserve_client* c, const char* e
                                                   "; use RLSERVE_AGENT_ACTING, _TERMINATED or _TRUNCATED");
       }
     }
-    auto s = c->client->log_agent_returns(episode_id, amounts, marks);
+    auto s = c->local ? c->local->log_agent_returns(episode_id, amounts, marks)
+                      : c->client->log_agent_returns(episode_id, amounts, marks);
     return s ? succeed() : fail(s.error());
   });
 }
@@ -227,14 +222,14 @@ rlserve_status rlserve_client_end_agent_episode(rlserve_client* c, const char* e
                                                 const size_t* observation_sizes, int truncated) {
   return guarded([&] {
     if (c == nullptr || episode_id == nullptr) return fail(RLSERVE_INVALID_ARGUMENT, "client or episode_id is NULL");
-    if (c->local) return remote_only("end_agent_episode");
     std::vector<std::string> agents;
     if (auto st = read_ids(agent_ids, count, "agent_ids", agents); st != RLSERVE_OK) return st;
     std::map<std::string, rlserve::Value> values;
-    if (auto st = agent_observations(*c->client, agents, observations, observation_sizes, values); st != RLSERVE_OK) {
+    if (auto st = agent_observations(*c, agents, observations, observation_sizes, values); st != RLSERVE_OK) {
       return st;
     }
-    auto s = c->client->end_agent_episode(episode_id, values, truncated != 0);
+    auto s = c->local ? c->local->end_agent_episode(episode_id, values, truncated != 0)
+                      : c->client->end_agent_episode(episode_id, values, truncated != 0);
     return s ? succeed() : fail(s.error());
   });
 }

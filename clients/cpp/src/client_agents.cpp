@@ -1,8 +1,7 @@
 // Client: the multi-agent forms (docs/protocol.md section 15). Observations are sent as a list
 // (always accepted); rewards and done marks go at once with log_agent_returns.
-#include <fnmatch.h>
-
 #include "actions.hpp"
+#include "agent_mapping.hpp"
 #include "numbers.hpp"
 #include "remote_session.hpp"
 #include "rlserve/client.hpp"
@@ -13,25 +12,11 @@ namespace {
 
 Value strings(const std::vector<std::string>& items) { return Value(Value::Array(items.begin(), items.end())); }
 
-bool is_pattern(const std::string& rule) { return rule.find_first_of("*?[") != std::string::npos; }
-
 }  // namespace
 
 Result<std::string> Client::agent_policy(const std::string& agent) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  const Welcome& w = conn_->welcome();
-  for (const auto& [rule, policy] : w.mapping) {
-    if (!is_pattern(rule) && rule == agent) return policy;
-  }
-  for (const auto& [rule, policy] : w.mapping) {  // shell-style, no escape character (section 15.2)
-    if (is_pattern(rule) && ::fnmatch(rule.c_str(), agent.c_str(), FNM_NOESCAPE) == 0) return policy;
-  }
-  const auto* policies = w.policies.as_map();
-  if (w.mapping.empty() && policies != nullptr && policies->size() == 1) return policies->front().first;
-  return make_error(ErrorCode::bad_value, "agent '" + agent + "' maps to no policy by the server's mapping rules" +
-                                              (w.map_agents ? " (the server's mapping function decides it)" : std::string()) +
-                                              "; pass its observation as a Value (get_agent_actions), or add a rule "
-                                              "for it to the server's [mapping] table");
+  return map_agent(conn_->welcome(), agent);
 }
 
 Result<Value> Client::agent_observation_value(const std::string& agent, const std::vector<float>& observation) const {

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "actions.hpp"
+#include "local_episode.hpp"
 #include "numbers.hpp"
 
 namespace rlserve {
@@ -23,22 +24,6 @@ NDArray int64_array(const std::vector<std::int64_t>& values, std::vector<std::ui
 std::uint32_t u32(std::size_t n) { return static_cast<std::uint32_t>(n); }
 
 }  // namespace
-
-/// One open episode: the steps of its current fragment and its totals.
-struct LocalClient::Episode {
-  bool training = true;
-  std::vector<float> obs;          // T rows of obs_dim
-  std::vector<double> actions;     // T rows of the flat action layout
-  std::vector<float> rewards, logp;
-  std::vector<std::int64_t> versions;
-  std::vector<bool> chosen;        // false where the action was logged (log_action)
-  std::vector<Value> infos;        // each step's info (nil: none)
-  bool any_info = false;
-  std::vector<float> state, state_in;  // the policy's memory, and the state before the fragment
-  double total_return = 0.0;
-  std::uint64_t length = 0;
-  std::size_t steps() const { return rewards.size(); }
-};
 
 LocalClient::LocalClient(LocalOptions options)
     : options_(std::move(options)), rng_(options_.seed != 0 ? options_.seed : std::random_device{}()) {
@@ -129,6 +114,10 @@ Result<ServerAction> LocalClient::step(const std::string& episode_id, const Valu
                       std::string(call) + ": episode '" + episode_id + "' is not open; call start_episode first");
   }
   Episode& e = *it->second;
+  if (e.multi_agent) {
+    return make_error(ErrorCode::episode_error, std::string(call) + ": episode '" + episode_id +
+                                                    "' is a multi-agent episode; use get_agent_actions");
+  }
   const bool cutting = e.training && e.steps() >= options_.fragment_length;
   if (cutting) cut(episode_id, e, *flat, false, false);
   auto action = act(e, *flat, logged);
@@ -174,6 +163,10 @@ Status LocalClient::log_returns(const std::string& episode_id, double reward, co
     return make_error(ErrorCode::episode_error, "log_returns: episode '" + episode_id + "' is not open; call start_episode first");
   }
   Episode& e = *it->second;
+  if (e.multi_agent) {
+    return make_error(ErrorCode::episode_error, "log_returns: episode '" + episode_id +
+                                                    "' is a multi-agent episode; use log_agent_returns");
+  }
   const double total = (e.steps() > 0 ? e.rewards.back() : 0.0) + reward;
   if (!std::isfinite(reward) || !(std::fabs(total) <= kMaxAbsReward)) {
     return make_error(ErrorCode::bad_value, "log_returns for episode '" + episode_id + "': reward " + std::to_string(reward) +
@@ -213,13 +206,12 @@ Status LocalClient::end_episode(const std::string& episode_id, const Value& obse
       return make_error(ErrorCode::episode_error, "end_episode: episode '" + episode_id + "' is not open");
     }
     Episode& e = *it->second;
-    if (e.training) {
-      if (e.steps() > 0) cut(episode_id, e, *flat, !truncated, truncated);
-      ready_summaries_.push_back(Value(Value::Map{{"episode_id", episode_id},
-                                                  {"return", e.total_return},
-                                                  {"length", Value(e.length)},
-                                                  {"reason", truncated ? "truncated" : "terminated"}}));
+    if (e.multi_agent) {
+      return make_error(ErrorCode::episode_error, "end_episode: episode '" + episode_id +
+                                                      "' is a multi-agent episode; use end_agent_episode");
     }
+    if (e.training && e.steps() > 0) cut(episode_id, e, *flat, !truncated, truncated);
+    summarise(episode_id, e, truncated);
     episodes_.erase(it);
   }
   changed_.notify_all();

@@ -49,6 +49,7 @@ Status LocalClient::start(const std::string& address) {
   observation_space_ = std::move(*obs_space);
   action_space_ = std::move(*act_space);
   limits_ = welcome->limits;
+  welcome_ = *welcome;
   auto version = fetch_weights(options_.timeouts.reconnect);
   if (!version) return version.error();
   const Model& model = policy_->model();

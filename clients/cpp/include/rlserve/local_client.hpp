@@ -81,6 +81,19 @@ class LocalClient {
   /// The same for plain numbers.
   Status end_episode(const std::string& episode_id, const std::vector<float>& observation, bool truncated = false);
 
+  /// Multi-agent episodes (section 15.9; every agent must map to policy_id): the actions of
+  /// the agents that act now, computed here, each agent with its own steps and memory.
+  Result<std::map<std::string, ServerAction>> get_agent_actions(const std::string& episode_id,
+                                                                const std::map<std::string, Value>& observations);
+  /// Rewards for agents' previous actions, and agents that are done (`true`: terminated,
+  /// `false`: truncated, whose last step is dropped).
+  Status log_agent_returns(const std::string& episode_id, const std::map<std::string, double>& rewards,
+                           const std::map<std::string, bool>& done = {});
+  /// Ends a multi-agent episode with the final observations of the agents that have one; the
+  /// others end without one (as done marks with `truncated`).
+  Status end_agent_episode(const std::string& episode_id, const std::map<std::string, Value>& observations,
+                           bool truncated = false);
+
   /// Ships everything queued and waits for the server's answers (up to `timeout_s`); timeout
   /// naming what is still buffered when they do not come.
   Status flush(double timeout_s);
@@ -123,6 +136,10 @@ class LocalClient {
   Result<ServerAction> step(const std::string& episode_id, const Value& observation, const std::vector<double>* logged,
                             const char* call);
   Result<ServerAction> act(Episode& episode, const std::vector<float>& flat, const std::vector<double>* logged);
+  Status check_agents(const std::string& episode_id, const std::map<std::string, Value>& observations,
+                      std::map<std::string, std::vector<float>>& flat) const;
+  void finish_agent(const std::string& id, Episode& agent, bool terminated);
+  void summarise(const std::string& id, const Episode& episode, bool truncated);
   void cut(const std::string& id, Episode& episode, const std::vector<float>& last_obs, bool terminated, bool truncated);
   Result<std::vector<float>> flat_observation(const Value& observation, const std::string& what) const;
   void form_batches(bool all);
@@ -138,6 +155,7 @@ class LocalClient {
   Space observation_space_, action_space_;
   std::size_t action_columns_ = 0;
   Limits limits_;
+  Welcome welcome_;  // the first front-end's (the agent mapping)
 
   mutable std::mutex mutex_;  // everything below up to the threads
   std::condition_variable changed_;

@@ -1,7 +1,7 @@
 /* The C ABI's client calls from C against a real CartPole server (run by test_e2e_remote and
  * test_e2e_local, which check the server's metrics): sizes, log_action (off-policy) and info,
- * batched get_actions for two episodes and, with remote inference, a multi-agent episode with a
- * done mark. Prints "steps: N" (the steps recorded) on success.
+ * batched get_actions for two episodes and a multi-agent episode with a done mark. Prints
+ * "steps: N" (the steps recorded, the agents' included) on success.
  * Usage: [RLSERVE_TOKEN=...] c_abi_episodes <host:port> <remote|local> */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,14 +30,13 @@ int main(int argc, char** argv) {
   float two[8] = {0.01f, 0.0f, 0.02f, 0.0f, -0.01f, 0.0f, -0.02f, 0.0f};
   double action[4], actions[8], logged = 1.0, bad_choice = 5.0, rewards[2] = {1.0, 0.5};
   size_t n = 0, obs_size = 0, action_size = 0, sizes[2] = {4, 4}, action_sizes[2] = {0, 0};
-  int done[2] = {RLSERVE_AGENT_ACTING, RLSERVE_AGENT_TERMINATED}, t, steps = 0, remote;
+  int done[2] = {RLSERVE_AGENT_ACTING, RLSERVE_AGENT_TERMINATED}, t, steps = 0;
   rlserve_status st;
 
   if (argc < 3) {
     fprintf(stderr, "usage: c_abi_episodes <host:port> <remote|local>\n");
     return 2;
   }
-  remote = strcmp(argv[2], "remote") == 0;
   st = rlserve_client_connect(argv[1], getenv("RLSERVE_TOKEN"), argv[2], NULL, &client);
   if (st != RLSERVE_OK) {
     fprintf(stderr, "connect: %s\n", rlserve_last_error());
@@ -88,21 +87,17 @@ int main(int argc, char** argv) {
   st = rlserve_client_start_episode(client, NULL, 1, multi, sizeof multi);
   CHECK(st == RLSERVE_OK, "start multi-agent");
   st = rlserve_client_get_agent_actions(client, multi, 2, agents, two, sizes, actions, 8, action_sizes);
-  if (remote) {
-    CHECK(st == RLSERVE_OK && action_sizes[0] == 1 && action_sizes[1] == 1, "two agents act");
-    CHECK(rlserve_client_log_agent_returns(client, multi, 2, agents, rewards, done) == RLSERVE_OK, "b terminated");
-    st = rlserve_client_get_agent_actions(client, multi, 1, agents + 1, obs, sizes, actions, 8, action_sizes);
-    CHECK(st == RLSERVE_EPISODE_ERROR, "a done agent may not act");
-    done[1] = 7;
-    st = rlserve_client_log_agent_returns(client, multi, 2, agents, rewards, done);
-    CHECK(st == RLSERVE_INVALID_ARGUMENT && strstr(rlserve_last_error(), "done[1]") != NULL, "a bad done mark");
-    st = rlserve_client_get_agent_actions(client, multi, 1, agents, obs, sizes, actions, 8, action_sizes);
-    CHECK(st == RLSERVE_OK && action_sizes[0] == 1, "a acts on");
-    CHECK(rlserve_client_end_agent_episode(client, multi, 1, agents, obs, sizes, 0) == RLSERVE_OK, "end multi-agent");
-  } else {
-    CHECK(st == RLSERVE_INVALID_ARGUMENT && strstr(rlserve_last_error(), "remote") != NULL, "local: a clear refusal");
-    CHECK(rlserve_client_end_episode(client, multi, obs, 4, 0) == RLSERVE_OK, "end");
-  }
+  CHECK(st == RLSERVE_OK && action_sizes[0] == 1 && action_sizes[1] == 1, "two agents act");
+  CHECK(rlserve_client_log_agent_returns(client, multi, 2, agents, rewards, done) == RLSERVE_OK, "b terminated");
+  st = rlserve_client_get_agent_actions(client, multi, 1, agents + 1, obs, sizes, actions, 8, action_sizes);
+  CHECK(st == RLSERVE_EPISODE_ERROR, "a done agent may not act");
+  done[1] = 7;
+  st = rlserve_client_log_agent_returns(client, multi, 2, agents, rewards, done);
+  CHECK(st == RLSERVE_INVALID_ARGUMENT && strstr(rlserve_last_error(), "done[1]") != NULL, "a bad done mark");
+  st = rlserve_client_get_agent_actions(client, multi, 1, agents, obs, sizes, actions, 8, action_sizes);
+  CHECK(st == RLSERVE_OK && action_sizes[0] == 1, "a acts on");
+  CHECK(rlserve_client_end_agent_episode(client, multi, 1, agents, obs, sizes, 0) == RLSERVE_OK, "end multi-agent");
+  steps += 3; /* a acted twice, b once (terminated: its step is complete) */
   st = rlserve_client_close(client);
   CHECK(st == RLSERVE_OK, "close");
   if (failures != 0) return 1;

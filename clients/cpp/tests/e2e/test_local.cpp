@@ -216,7 +216,7 @@ void c_abi(const Context& ctx) {
 }
 
 /// The C ABI's calls from C with inference_mode "local" (tests/e2e/c_abi_episodes.c): a logged
-/// action and info, batched calls; every step reaches the server once.
+/// action and info, batched calls, a multi-agent episode; every step reaches the server once.
 void c_abi_calls(const Context& ctx) {
   const auto before = metrics(ctx);
   const auto [rc, text] = e2e::run_program(std::string("RLSERVE_TOKEN=") + kToken + " " + ctx.c_abi + " " +
@@ -227,6 +227,40 @@ void c_abi_calls(const Context& ctx) {
   const auto after = wait_metrics(ctx, [&](const nlohmann::json& m) { return reported(m) >= want; });
   CHECK(reported(after) == want, "the C program's steps counted once: " + std::to_string(reported(after) - reported(before)) +
                                      " of " + std::to_string(steps));
+}
+
+/// A multi-agent episode computed here: a truncated agent's last step is dropped (one that acted
+/// once adds nothing), a terminated one's is kept; every other step reaches the server once.
+void multi_agent(const Context& ctx) {
+  rlserve::LocalOptions o;
+  o.flush_interval = 1000;
+  o.fragment_length = 2;  // a's three steps span two fragments
+  auto client = connect(ctx, o);
+  const auto before = metrics(ctx);
+  const std::vector<float> raw{0.01f, -0.02f, 0.03f, 0.04f};
+  const rlserve::Value obs = *client->observation_value(raw);
+  auto id = client->start_episode();
+  auto first = client->get_agent_actions(*id, {{"a", obs}, {"b", obs}, {"c", obs}});
+  CHECK(first.ok() && first->size() == 3, "three agents act: " + (first ? "" : first.error().message));
+  CHECK(!client->get_action(*id, raw).ok(), "a multi-agent episode refuses single-agent calls");
+  CHECK(client->log_agent_returns(*id, {{"a", 1.0}, {"b", 1.0}, {"c", 1.0}}, {{"c", false}}).ok(), "c truncated");
+  CHECK(client->get_agent_actions(*id, {{"a", obs}, {"b", obs}}).ok(), "a and b act");
+  CHECK(client->log_agent_returns(*id, {{"a", 1.0}, {"b", 1.0}}, {{"b", false}}).ok(), "b truncated");
+  auto again = client->get_agent_actions(*id, {{"b", obs}});
+  CHECK(!again && again.error().code == rlserve::ErrorCode::episode_error, "a done agent may not act");
+  auto never = client->log_agent_returns(*id, {{"z", 1.0}});
+  CHECK(!never && never.error().code == rlserve::ErrorCode::episode_error, "an agent that never acted is not rewarded");
+  CHECK(client->get_agent_actions(*id, {{"a", obs}}).ok(), "a acts on");
+  CHECK(client->log_agent_returns(*id, {{"a", 1.0}}).ok(), "a's reward");
+  CHECK(client->end_agent_episode(*id, {}).ok(), "the episode ends; a terminates without a final observation");
+  const std::uint64_t kept = 3 + 1 + 0;  // a: 3, b: 2 less its last, c: 1 less its last
+  CHECK(client->counts().steps_taken == kept, "steps taken " + std::to_string(client->counts().steps_taken));
+  auto closed = client->close();
+  CHECK(closed.ok(), "close: " + (closed ? "" : closed.error().message));
+  const double want = reported(before) + static_cast<double>(kept);
+  const auto after = wait_metrics(ctx, [&](const nlohmann::json& m) { return reported(m) >= want; });
+  CHECK(reported(after) == want, "the kept steps counted once: " + std::to_string(reported(after) - reported(before)));
+  CHECK(metric(after, "episodes/completed") == metric(before, "episodes/completed") + 1, "one episode completed");
 }
 
 /// A Dict action space {gear: Discrete(3, start=1), lights: MultiBinary(2), steer: Box(1)}: the
@@ -317,6 +351,7 @@ int main(int argc, char** argv) {
         {"c_abi", [&] { c_abi(ctx); }},
         {"c_abi_calls", [&] { c_abi_calls(ctx); }},
         {"dict_actions", [&] { dict_actions(ctx); }},
+        {"multi_agent", [&] { multi_agent(ctx); }},
         {"restart", [&] { restart(ctx); }},
     });
   } catch (const std::exception& e) {
