@@ -8,13 +8,22 @@ namespace rlserve {
 namespace {
 
 /// out = W x + b, with W [out, in] row-major; sums in double, results rounded to float32.
+/// Four partial sums per row: one running sum waits on each addition's latency (about four
+/// times slower on a 64x64 layer); in double the order changes nothing a float32 result shows.
 void dense(const std::vector<float>& w, const std::vector<float>& b, std::size_t in, std::size_t out,
            const float* x, float* y) {
+  const std::size_t in4 = in - in % 4;
   for (std::size_t j = 0; j < out; ++j) {
-    double s = b[j];
     const float* row = w.data() + j * in;
-    for (std::size_t i = 0; i < in; ++i) s += static_cast<double>(row[i]) * x[i];
-    y[j] = static_cast<float>(s);
+    double s0 = b[j], s1 = 0, s2 = 0, s3 = 0;
+    for (std::size_t i = 0; i < in4; i += 4) {
+      s0 += static_cast<double>(row[i]) * x[i];
+      s1 += static_cast<double>(row[i + 1]) * x[i + 1];
+      s2 += static_cast<double>(row[i + 2]) * x[i + 2];
+      s3 += static_cast<double>(row[i + 3]) * x[i + 3];
+    }
+    for (std::size_t i = in4; i < in; ++i) s0 += static_cast<double>(row[i]) * x[i];
+    y[j] = static_cast<float>((s0 + s1) + (s2 + s3));
   }
 }
 
