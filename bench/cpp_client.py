@@ -65,8 +65,11 @@ def build_program(build_dir: Path) -> Path:
     subprocess.run(configure, check=True, stdout=subprocess.DEVNULL)
     cache = (build_dir / "CMakeCache.txt").read_text()
     if "CMAKE_BUILD_TYPE:STRING=Release" not in cache or "RLSERVE_SANITIZE:BOOL=ON" in cache:
-        print(f"warning: {build_dir} is not a plain Release build: the C++ figures are slower "
-              "than they should be (pass --build-dir with a fresh folder)", file=sys.stderr)
+        print(
+            f"warning: {build_dir} is not a plain Release build: the C++ figures are slower "
+            "than they should be (pass --build-dir with a fresh folder)",
+            file=sys.stderr,
+        )
     build = ["cmake", "--build", str(build_dir), "--target", TARGET, "-j2"]
     print(" ".join(build), file=sys.stderr, flush=True)
     subprocess.run(build, check=True, stdout=subprocess.DEVNULL)
@@ -87,17 +90,20 @@ class CppWorker:
         self.pid = self.process.pid
 
     def wait_ready(self) -> None:
+        """Wait for its ``ready`` line (it has connected)."""
         assert self.process.stdout is not None
         line = self.process.stdout.readline().strip()
         if line != "ready":
             raise RuntimeError(f"bench_client did not start (it said {line!r}; see its stderr)")
 
     def go(self, start: float, window: float, windows: int) -> None:
+        """Hand it the windows: ``windows`` of ``window`` seconds from monotonic ``start``."""
         assert self.process.stdin is not None
         self.process.stdin.write(f"go {start!r} {window!r} {windows}\n")
         self.process.stdin.flush()
 
     def report(self) -> dict[str, list[float]]:
+        """Its per-window ``steps``, ``p50_ms`` and ``p99_ms`` once the last window closed."""
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
         self.process.wait(timeout=60)
@@ -106,6 +112,7 @@ class CppWorker:
         return dict(json.loads(line))
 
     def stop(self) -> None:
+        """Kill it if it still runs."""
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
@@ -155,18 +162,22 @@ class PythonLocalWorker:
         self.pid = self.process.pid
 
     def wait_ready(self) -> None:
+        """Wait until it has connected."""
         self.ready.get(timeout=300)
 
     def go(self, start: float, window: float, windows: int) -> None:
+        """Hand it the windows, as :meth:`CppWorker.go`."""
         self.bounds[:] = [start + k * window for k in range(windows + 1)]
         self.event.set()
 
     def report(self) -> dict[str, list[float]]:
+        """Its per-window figures, as :meth:`CppWorker.report`."""
         figures = dict(self.out.get(timeout=120))
         self.process.join(timeout=30)
         return figures
 
     def stop(self) -> None:
+        """Terminate it if it still runs."""
         if self.process.is_alive():
             self.process.terminate()
 
@@ -174,8 +185,10 @@ class PythonLocalWorker:
 # -- scenarios ----------------------------------------------------------------------------------
 
 
-def run_workers(scenario: Scenario, make_worker: Any, args: argparse.Namespace, run_dir: Path) -> Result:
-    """A fresh server, ``scenario.clients`` workers from ``make_worker(address, index)``, measured."""
+def run_workers(
+    scenario: Scenario, make_worker: Any, args: argparse.Namespace, run_dir: Path
+) -> Result:
+    """A fresh server and ``scenario.clients`` workers (``make_worker(address, index)``)."""
     result = Result(scenario)
     extra = ["--config", str(ri.demo_ppo_config(run_dir))]
     server = ri.Server(run_dir, f"bench-{scenario.key}-{os.getpid()}", extra)
@@ -226,17 +239,24 @@ def forward_figures(program: Path, run_dir: Path, passes: int) -> dict[str, floa
     from rlserve.policy import ModelSpec, NumpyPolicy
     from rlserve.protocol.replies import WeightsReply
 
-    server = ri.Server(run_dir, f"bench-forward-{os.getpid()}", ["--config", str(ri.demo_ppo_config(run_dir))])
+    server = ri.Server(
+        run_dir, f"bench-forward-{os.getpid()}", ["--config", str(ri.demo_ppo_config(run_dir))]
+    )
     try:
         cpp = json.loads(
             subprocess.run(
                 [str(program), "forward", server.address, str(passes)],
-                check=True, capture_output=True, text=True, timeout=600,
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=600,
             ).stdout
         )
         conn = Connection(server.address, None, "bench-forward", "local", Timeouts(request=60))
         conn.open()
-        reply = WeightsReply.from_wire(conn.request({"type": "get_weights", "policy_id": "default"}))
+        reply = WeightsReply.from_wire(
+            conn.request({"type": "get_weights", "policy_id": "default"})
+        )
         conn.close()
     finally:
         server.stop()
@@ -269,42 +289,65 @@ def forward_figures(program: Path, run_dir: Path, passes: int) -> dict[str, floa
 
 def report(results: dict[str, Result], forward: dict[str, float] | None, loads: list[Any]) -> str:
     """The tables: remote, local and forward figures, their ratios, and the targets."""
-    def rate(key: str) -> float:
-        return results[key].median("steps_per_s") if key in results else float("nan")
 
-    lines = ["load average at the start {:.2f} {:.2f} {:.2f}, at the end {:.2f} {:.2f} {:.2f}".format(
-        *loads[0], *loads[1])]
+    def median(key: str, name: str) -> float:
+        return results[key].median(name) if key in results else float("nan")
+
+    def rate(key: str) -> float:
+        return median(key, "steps_per_s")
+
+    lines = [
+        "load average at the start {:.2f} {:.2f} {:.2f}, at the end {:.2f} {:.2f} {:.2f}".format(
+            *loads[0], *loads[1]
+        )
+    ]
     lines.append("\nremote inference, env steps/s (median of windows)")
-    lines.append(f"{'scenario':<22}{'limit':>9}{'Python':>9}{'C++':>9}{'C++/limit':>11}"
-                 f"{'Py/limit':>10}{'C++/Py':>8}{'C++ p50 ms':>12}{'updates/win':>13}{'other cores':>13}")
-    for n in sorted({r.scenario.clients for r in results.values() if r.scenario.key.startswith("cpp-")}):
+    lines.append(
+        f"{'scenario':<22}{'limit':>9}{'Python':>9}{'C++':>9}{'C++/limit':>11}"
+        f"{'Py/limit':>10}{'C++/Py':>8}{'Py p50 ms':>11}{'C++ p50 ms':>12}"
+        f"{'updates/win':>13}{'other cores':>13}"
+    )
+    for n in sorted(
+        {r.scenario.clients for r in results.values() if r.scenario.key.startswith("cpp-")}
+    ):
         for tag in ("idle", "train"):
             cpp, py, limit = rate(f"cpp-{tag}-{n}"), rate(f"{tag}-{n}"), rate(f"limit-{n}")
-            c = results.get(f"cpp-{tag}-{n}")
             lines.append(
-                f"{f'{n} client(s), {tag}':<22}{limit:>9,.0f}{py:>9,.0f}{cpp:>9,.0f}{cpp / limit:>11.2f}"
-                f"{py / limit:>10.2f}{cpp / py:>8.2f}{c.median('p50_ms') if c else float('nan'):>12.3f}"
-                f"{c.median('learner_updates') if c else float('nan'):>13.1f}"
-                f"{c.median('other_cores') if c else float('nan'):>13.2f}"
+                f"{f'{n} client(s), {tag}':<22}{limit:>9,.0f}{py:>9,.0f}{cpp:>9,.0f}"
+                f"{cpp / limit:>11.2f}{py / limit:>10.2f}{cpp / py:>8.2f}"
+                f"{median(f'{tag}-{n}', 'p50_ms'):>11.3f}"
+                f"{median(f'cpp-{tag}-{n}', 'p50_ms'):>12.3f}"
+                f"{median(f'cpp-{tag}-{n}', 'learner_updates'):>13.1f}"
+                f"{median(f'cpp-{tag}-{n}', 'other_cores'):>13.2f}"
             )
     lines.append("\nlocal inference, 1 client, training: env steps/s")
     cpp_local, py_local = rate("cpp-local"), rate("py-local")
-    lines.append(f"  Python {py_local:,.0f}   C++ {cpp_local:,.0f}   C++/Python {cpp_local / py_local:.1f}x")
+    lines.append(
+        f"  Python {py_local:,.0f}   C++ {cpp_local:,.0f}   C++/Python {cpp_local / py_local:.1f}x"
+    )
     if forward:
         lines.append("\nthe served CartPole policy, µs per step (one observation)")
-        lines.append(f"  action (forward + sampling): numpy {forward['python_action_us']:.2f}   "
-                     f"C++ {forward['cpp_action_us']:.3f}   "
-                     f"{forward['python_action_us'] / forward['cpp_action_us']:.0f}x")
-        lines.append(f"  forward pass alone:          numpy {forward['python_forward_us']:.2f}   "
-                     f"C++ {forward['cpp_forward_us']:.3f}   "
-                     f"{forward['python_forward_us'] / forward['cpp_forward_us']:.0f}x")
+        lines.append(
+            f"  action (forward + sampling): numpy {forward['python_action_us']:.2f}   "
+            f"C++ {forward['cpp_action_us']:.3f}   "
+            f"{forward['python_action_us'] / forward['cpp_action_us']:.0f}x"
+        )
+        lines.append(
+            f"  forward pass alone:          numpy {forward['python_forward_us']:.2f}   "
+            f"C++ {forward['cpp_forward_us']:.3f}   "
+            f"{forward['python_forward_us'] / forward['cpp_forward_us']:.0f}x"
+        )
     lines.append("\ntargets")
     share = rate("cpp-idle-1") / rate("limit-1")
-    lines.append(f"  C++ remote, 1 client, learner idle: {share:.2f} of the limit (>= 0.7): "
-                 f"{'PASS' if share >= 0.7 else 'FAIL'}")
+    lines.append(
+        f"  C++ remote, 1 client, learner idle: {share:.2f} of the limit (>= 0.7): "
+        f"{'PASS' if share >= 0.7 else 'FAIL'}"
+    )
     local_ratio = cpp_local / py_local
-    lines.append(f"  C++ local: {local_ratio:.1f}x the Python local client (>= 3x): "
-                 f"{'PASS' if local_ratio >= 3 else 'FAIL'}")
+    lines.append(
+        f"  C++ local: {local_ratio:.1f}x the Python local client (>= 3x): "
+        f"{'PASS' if local_ratio >= 3 else 'FAIL'}"
+    )
     return "\n".join(lines)
 
 
@@ -313,9 +356,13 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="measurement windows per scenario")
     parser.add_argument("--window", type=float, default=3.0, help="seconds per window")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up")
-    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8], help="remote client counts")
+    parser.add_argument(
+        "--clients", type=int, nargs="+", default=[1, 8], help="remote client counts"
+    )
     parser.add_argument("--passes", type=int, default=200_000, help="C++ forward passes per run")
-    parser.add_argument("--only", nargs="+", help="run only these scenario keys (cpp-idle-1, local, forward, ...)")
+    parser.add_argument(
+        "--only", nargs="+", help="run only these scenario keys (cpp-idle-1, local, forward, ...)"
+    )
     parser.add_argument("--build-dir", type=Path, default=CPP_SOURCE / "build")
     parser.add_argument("--json", type=Path, help="also write every measurement to this file")
     args = parser.parse_args()
@@ -329,17 +376,36 @@ def main() -> int:
 
     plan: list[tuple[Scenario, Any]] = []
     for n in args.clients:
-        plan.append((Scenario(f"limit-{n}", f"{n} clients, echo limit", n, 1, False, limit=True), None))
+        plan.append(
+            (Scenario(f"limit-{n}", f"{n} clients, echo limit", n, 1, False, limit=True), None)
+        )
         for training in (False, True):
             tag = "train" if training else "idle"
             plan.append((Scenario(f"{tag}-{n}", f"{n} Python clients", n, 1, training), None))
-            plan.append((Scenario(f"cpp-{tag}-{n}", f"{n} C++ clients", n, 1, training), remote_cpp(n, training)))
-    plan.append((Scenario("py-local", "Python local", 1, 1, True),
-                 lambda address, i: PythonLocalWorker(ctx, address, i, True, args.repeats)))
-    plan.append((Scenario("cpp-local", "C++ local", 1, 1, True),
-                 lambda address, i: CppWorker(program, "local", address, i, True)))
+            plan.append(
+                (
+                    Scenario(f"cpp-{tag}-{n}", f"{n} C++ clients", n, 1, training),
+                    remote_cpp(n, training),
+                )
+            )
+    plan.append(
+        (
+            Scenario("py-local", "Python local", 1, 1, True),
+            lambda address, i: PythonLocalWorker(ctx, address, i, True, args.repeats),
+        )
+    )
+    plan.append(
+        (
+            Scenario("cpp-local", "C++ local", 1, 1, True),
+            lambda address, i: CppWorker(program, "local", address, i, True),
+        )
+    )
     if args.only:
-        plan = [(s, m) for s, m in plan if s.key in args.only or ("local" in args.only and "local" in s.key)]
+        plan = [
+            (s, m)
+            for s, m in plan
+            if s.key in args.only or ("local" in args.only and "local" in s.key)
+        ]
 
     results: dict[str, Result] = {}
     loads = [load_average()]
@@ -352,8 +418,12 @@ def main() -> int:
             else:
                 res = run_workers(scenario, make_worker, args, run_dir)
             results[scenario.key] = res
-            print(f"  {res.median('steps_per_s'):,.0f} env steps/s (windows {[round(s) for s in res.steps_per_s]})",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  {res.median('steps_per_s'):,.0f} env steps/s, windows"
+                f" {[round(s) for s in res.steps_per_s]}",
+                file=sys.stderr,
+                flush=True,
+            )
         forward = None
         if not args.only or "forward" in args.only:
             print("running forward ...", file=sys.stderr, flush=True)
@@ -361,13 +431,25 @@ def main() -> int:
     loads.append(load_average())
     print(report(results, forward, loads))
     if args.json:
-        args.json.write_text(json.dumps({
-            "load_average": loads,
-            "forward": forward,
-            "results": {k: {"steps_per_s": r.steps_per_s, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms,
-                            "learner_updates": r.learner_updates, "other_cores": r.other_cores}
-                        for k, r in results.items()},
-        }, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "load_average": loads,
+                    "forward": forward,
+                    "results": {
+                        k: {
+                            "steps_per_s": r.steps_per_s,
+                            "p50_ms": r.p50_ms,
+                            "p99_ms": r.p99_ms,
+                            "learner_updates": r.learner_updates,
+                            "other_cores": r.other_cores,
+                        }
+                        for k, r in results.items()
+                    },
+                },
+                indent=1,
+            )
+        )
     return 0
 
 
