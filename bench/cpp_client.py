@@ -52,6 +52,9 @@ from _remote_results import Result, Scenario
 REPO = Path(__file__).resolve().parent.parent
 CPP_SOURCE = REPO / "clients" / "cpp"
 TARGET = "rlserve_bench_client"
+MERGED = ("steps_per_s", "p50_ms", "p99_ms", "learner_updates", "server_cores", "learner_cores")
+MERGED += ("clients_cores", "other_cores")
+"""The per-window fields of a :class:`Result` that ``--rounds`` pools."""
 
 
 def build_program(build_dir: Path) -> Path:
@@ -307,9 +310,10 @@ def report(results: dict[str, Result], forward: dict[str, float] | None, loads: 
         f"{'Py/limit':>10}{'C++/Py':>8}{'Py p50 ms':>11}{'C++ p50 ms':>12}"
         f"{'updates/win':>13}{'other cores':>13}"
     )
-    for n in sorted(
+    counts = sorted(
         {r.scenario.clients for r in results.values() if r.scenario.key.startswith("cpp-")}
-    ):
+    )
+    for n in counts:
         for tag in ("idle", "train"):
             cpp, py, limit = rate(f"cpp-{tag}-{n}"), rate(f"{tag}-{n}"), rate(f"limit-{n}")
             lines.append(
@@ -320,10 +324,39 @@ def report(results: dict[str, Result], forward: dict[str, float] | None, loads: 
                 f"{median(f'cpp-{tag}-{n}', 'learner_updates'):>13.1f}"
                 f"{median(f'cpp-{tag}-{n}', 'other_cores'):>13.2f}"
             )
+    lines.append("\nCPU µs per env step (median of windows): the clients', the serving process'")
+    lines.append(
+        f"{'scenario':<22}{'Py client':>11}{'C++ client':>12}"
+        f"{'server (Py)':>13}{'server (C++)':>14}"
+    )
+    for n in counts:
+        for tag in ("idle", "train"):
+            py_res, cpp_res = results.get(f"{tag}-{n}"), results.get(f"cpp-{tag}-{n}")
+            cells = [
+                r.per_step(name) if r else float("nan")
+                for name, r in (
+                    ("clients_cores", py_res),
+                    ("clients_cores", cpp_res),
+                    ("server_cores", py_res),
+                    ("server_cores", cpp_res),
+                )
+            ]
+            lines.append(
+                f"{f'{n} client(s), {tag}':<22}{cells[0]:>11.1f}{cells[1]:>12.1f}"
+                f"{cells[2]:>13.1f}{cells[3]:>14.1f}"
+            )
     lines.append("\nlocal inference, 1 client, training: env steps/s")
     cpp_local, py_local = rate("cpp-local"), rate("py-local")
+    local_us = [
+        results[k].per_step("clients_cores") if k in results else float("nan")
+        for k in ("py-local", "cpp-local")
+    ]
     lines.append(
         f"  Python {py_local:,.0f}   C++ {cpp_local:,.0f}   C++/Python {cpp_local / py_local:.1f}x"
+    )
+    lines.append(
+        f"  client CPU µs per step (env step, action, recording, shipping): Python"
+        f" {local_us[0]:.1f}   C++ {local_us[1]:.2f}"
     )
     if forward:
         lines.append("\nthe served CartPole policy, µs per step (one observation)")
@@ -354,6 +387,7 @@ def report(results: dict[str, Result], forward: dict[str, float] | None, loads: 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="measurement windows per scenario")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of every scenario, in turn")
     parser.add_argument("--window", type=float, default=3.0, help="seconds per window")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up")
     parser.add_argument(
@@ -411,19 +445,26 @@ def main() -> int:
     loads = [load_average()]
     with tempfile.TemporaryDirectory(prefix="rlserve-cpp-bench-") as tmp:
         run_dir = Path(tmp)
-        for scenario, make_worker in plan:
-            print(f"running {scenario.key} ...", file=sys.stderr, flush=True)
-            if make_worker is None:
-                res = ri.run_scenario(scenario, args, run_dir, ctx)
-            else:
-                res = run_workers(scenario, make_worker, args, run_dir)
-            results[scenario.key] = res
-            print(
-                f"  {res.median('steps_per_s'):,.0f} env steps/s, windows"
-                f" {[round(s) for s in res.steps_per_s]}",
-                file=sys.stderr,
-                flush=True,
-            )
+        for round_ in range(args.rounds):
+            for scenario, make_worker in plan:
+                print(
+                    f"running {scenario.key} (round {round_ + 1}) ...", file=sys.stderr, flush=True
+                )
+                if make_worker is None:
+                    res = ri.run_scenario(scenario, args, run_dir, ctx)
+                else:
+                    res = run_workers(scenario, make_worker, args, run_dir)
+                if scenario.key in results:
+                    for name in MERGED:
+                        getattr(results[scenario.key], name).extend(getattr(res, name))
+                else:
+                    results[scenario.key] = res
+                print(
+                    f"  {res.median('steps_per_s'):,.0f} env steps/s, windows"
+                    f" {[round(s) for s in res.steps_per_s]}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         forward = None
         if not args.only or "forward" in args.only:
             print("running forward ...", file=sys.stderr, flush=True)
