@@ -450,10 +450,11 @@ def main() -> int:
                 print(
                     f"running {scenario.key} (round {round_ + 1}) ...", file=sys.stderr, flush=True
                 )
+                round_dir = run_dir / f"round-{round_ + 1}"  # run names repeat per round
                 if make_worker is None:
-                    res = ri.run_scenario(scenario, args, run_dir, ctx)
+                    res = ri.run_scenario(scenario, args, round_dir, ctx)
                 else:
-                    res = run_workers(scenario, make_worker, args, run_dir)
+                    res = run_workers(scenario, make_worker, args, round_dir)
                 if scenario.key in results:
                     for name in MERGED:
                         getattr(results[scenario.key], name).extend(getattr(res, name))
