@@ -1,6 +1,6 @@
 """C++ client benchmark (issue 25): the native client against the Python one, in the same run.
 
-Run ``python bench/cpp_client.py`` (about 5 minutes on 2 cores). It builds the C++ program it
+Run ``python bench/cpp_client.py`` (about 4 minutes a round on 2 cores; ``--rounds 2`` pools two). It builds the C++ program it
 drives (``clients/cpp/bench/bench_client.cpp``, the CMake target ``rlserve_bench_client``) in
 ``clients/cpp/build`` first, which amounts to::
 
