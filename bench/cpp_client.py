@@ -1,8 +1,8 @@
 """C++ client benchmark (issue 25): the native client against the Python one, in the same run.
 
-Run ``python bench/cpp_client.py`` (about 4 minutes a round on 2 cores; ``--rounds 2`` pools two). It builds the C++ program it
-drives (``clients/cpp/bench/bench_client.cpp``, the CMake target ``rlserve_bench_client``) in
-``clients/cpp/build`` first, which amounts to::
+Run ``python bench/cpp_client.py`` (about 4 minutes a round on 2 cores; ``--rounds 2`` pools
+two). It builds the C++ program it drives (``clients/cpp/bench/bench_client.cpp``, the CMake
+target ``rlserve_bench_client``) in ``clients/cpp/build`` first, which amounts to::
 
     cmake -S clients/cpp -B clients/cpp/build -DCMAKE_BUILD_TYPE=Release
     cmake --build clients/cpp/build --target rlserve_bench_client -j2
