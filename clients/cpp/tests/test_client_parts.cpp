@@ -29,6 +29,17 @@ void addresses() {
     auto r = parse_address(bad);
     CHECK(!r && r.error().code == ErrorCode::invalid_argument, std::string("refused: '") + bad + "'");
   }
+  auto list = parse_addresses("127.0.0.1:9900, tls://localhost:9910 ,[::1]:80");
+  CHECK(list.ok() && list->size() == 3 && (*list)[1].tls && (*list)[1].port == 9910 && (*list)[2].host == "::1",
+        "several front-ends, comma-separated, spaces trimmed");
+  auto one = parse_addresses("localhost:1");
+  CHECK(one.ok() && one->size() == 1, "one address is a list of one");
+  for (const char* bad : {"a:1,", ",a:1", "a:1,,b:2", "a:1,b"}) {
+    auto r = parse_addresses(bad);
+    CHECK(!r && r.error().code == ErrorCode::invalid_argument, std::string("refused: '") + bad + "'");
+  }
+  auto named = parse_addresses("a:1,b");
+  CHECK(!named && named.error().message.find("front-end address 'b'") != std::string::npos, "the bad entry is named");
 }
 
 void ids() {
