@@ -52,8 +52,10 @@ from _remote_results import Result, Scenario
 REPO = Path(__file__).resolve().parent.parent
 CPP_SOURCE = REPO / "clients" / "cpp"
 TARGET = "rlserve_bench_client"
-MERGED = ("steps_per_s", "p50_ms", "p99_ms", "learner_updates", "server_cores", "learner_cores")
-MERGED += ("clients_cores", "other_cores")
+MERGED = (
+    *("steps_per_s", "p50_ms", "p99_ms", "learner_updates"),
+    *("server_cores", "learner_cores", "clients_cores", "other_cores"),
+)
 """The per-window fields of a :class:`Result` that ``--rounds`` pools."""
 
 
