@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
 from rlserve import PolicyClient
 from rlserve.client import front_ends
+from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.front_ends import FrontEnds, split_addresses
 from rlserve.errors import ConfigError, ConnectionLostError
 
@@ -84,3 +86,15 @@ def test_every_front_end_down_names_them_all(form: str) -> None:
         PolicyClient(address, inference_mode="remote", connect_timeout=2)
     for name in addresses:
         assert str(err.value).count(name) >= 2, err.value  # in the list and with its reason
+
+
+@pytest.mark.timeout(30)
+def test_a_reconnection_cut_short_says_how_long_it_tried() -> None:
+    # A background thread reconnects in short slices: the error of one slice must not claim
+    # the whole reconnect timeout (a 0.3 s try read "within 60 s" and misled a diagnosis).
+    addresses = [f"127.0.0.1:{_refusing_port()}", f"127.0.0.1:{_refusing_port()}"]
+    conn = Connection(addresses, None, "test", "local", Timeouts(connect=1.0, reconnect=60.0))
+    with pytest.raises(ConnectionLostError, match=r"within 0\.3 s; start the server") as err:
+        conn.reconnect(time.monotonic() + 0.3)
+    assert "60 s" not in str(err.value)
+    assert conn.several

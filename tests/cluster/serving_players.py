@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import json
+import socket
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
+import httpx
 
+from conftest import HEAD_IP, SECOND_IP
 from rlserve import PolicyClient
 from rlserve.client.local import LocalConfig
 from rlserve.errors import EpisodeLostError, RLServeError
 
 STEP_S = 0.002
 """A simulator's time per step: a few hundred steps a second per client, not tens of thousands."""
+
+STALL_S = 60.0
+"""Seconds without any headway after which a wait fails (a slow machine only slows headway)."""
+
+START_S = 240.0
+"""Seconds a wait without a measure of headway (a process starting) gets."""
 
 
 class LocalPlayer(threading.Thread):
@@ -51,6 +64,15 @@ class LocalPlayer(threading.Thread):
             self.client.end_episode(eid, obs, truncated=truncated and not terminated)
             episode += 1
 
+    def state(self) -> str:
+        """What it did so far, in words (for a failing test's message)."""
+        local = self.client.local
+        assert local is not None
+        return (
+            f"{self.steps} steps, on {self.client.front_end}, {local.shipped_steps} shipped, "
+            f"{local.buffered_steps} buffered, alive {self.is_alive()}"
+        )
+
     def finish(self) -> None:
         """Stop playing, and send every batch still buffered."""
         self.stop.set()
@@ -70,6 +92,7 @@ class RemotePlayer(threading.Thread):
         self.stop = threading.Event()
         self.episodes = 0
         self.lost = 0
+        self.calls = 0
         self.errors: list[str] = []
 
     def run(self) -> None:
@@ -80,6 +103,7 @@ class RemotePlayer(threading.Thread):
                 eid = self.client.start_episode()
                 for _ in range(60):
                     action = self.client.get_action(eid, obs)
+                    self.calls += 1
                     obs, reward, terminated, truncated, _ = env.step(action)
                     self.client.log_returns(eid, float(reward))
                     if terminated or truncated:
@@ -92,8 +116,87 @@ class RemotePlayer(threading.Thread):
                 self.errors.append(str(exc))
                 time.sleep(0.05)
 
+    def state(self) -> str:
+        """What it did so far, in words (for a failing test's message)."""
+        return (
+            f"{self.episodes} episodes, {self.lost} lost, {self.calls} calls, on "
+            f"{self.client.front_end}, errors {self.errors[-2:]}, alive {self.is_alive()}"
+        )
+
     def finish(self) -> None:
         """Stop playing."""
         self.stop.set()
         self.join(60)
         self.client.close()
+
+
+def port_free_on_both() -> int:
+    """A port free on both nodes' addresses (every front-end listens on the same one)."""
+    for _ in range(50):
+        with socket.socket() as sock:
+            sock.bind((HEAD_IP, 0))
+            port = int(sock.getsockname()[1])
+        with socket.socket() as other:
+            try:
+                other.bind((SECOND_IP, port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no port free on both nodes")
+
+
+def front_ends(run: Path, timeout: float = START_S, **want: Any) -> list[dict[str, Any]]:
+    """The two front-ends of ``endpoints.json`` in ``run``, once listed (and ``want`` holds)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            entries = json.loads((run / "endpoints.json").read_text()).get("front_ends", [])
+        except (OSError, ValueError):
+            entries = []
+        if (
+            len(entries) == 2
+            and entries[1].get("pid")
+            and all(entries[1].get(k) == v for k, v in want.items())
+        ):
+            return list(entries)
+        time.sleep(0.2)
+    raise AssertionError(f"endpoints.json never listed both front-ends ({want})")
+
+
+def metrics(entry: dict[str, Any]) -> dict[str, Any]:
+    """A front-end's ``/v1/metrics``; empty while it does not answer (dead, or busy)."""
+    url = f"http://{entry['host']}:{entry['http_port']}/v1/metrics"
+    try:
+        return dict(httpx.get(url, timeout=10).json())
+    except httpx.HTTPError:
+        return {}
+
+
+def wait_for(
+    condition: Callable[[], bool],
+    what: str,
+    headway: Callable[[], Any] | None = None,
+    state: Callable[[], str] | None = None,
+    logs: tuple[Path, ...] = (),
+) -> None:
+    """Wait until ``condition()``; fail once it has made no headway for :data:`STALL_S` s.
+
+    ``headway()`` is something that changes while the system under test works towards the
+    condition (e.g. a client's count of calls): on a loaded machine work is slow, not stuck,
+    so only a stall fails the wait. Without it the wait gets :data:`START_S` seconds.
+    ``state()`` and the tails of ``logs`` go into the failure's message.
+    """
+    last = headway() if headway is not None else None
+    moved = started = time.monotonic()
+    while not condition():
+        now = time.monotonic()
+        if headway is not None:
+            current = headway()
+            if current != last:
+                last, moved = current, now
+        stalled = now - moved > STALL_S if headway is not None else now - started > START_S
+        if stalled:
+            tails = "\n".join(p.read_text(errors="replace")[-3000:] for p in logs if p.exists())
+            said = f" ({state()})" if state is not None else ""
+            raise AssertionError(f"timed out waiting for {what}{said}\n{tails}")
+        time.sleep(0.2)

@@ -118,6 +118,11 @@ class Connection:
         return self._dialer.tcp_connected
 
     @property
+    def several(self) -> bool:
+        """Whether it has more than one front-end to move to."""
+        return self._front_ends.several
+
+    @property
     def front_end(self) -> str:
         """``host:port`` of the front-end in use (or dialled last)."""
         return f"{self.host}:{self.port}"
@@ -237,8 +242,9 @@ class Connection:
             ConfigError: The front-end that answered serves other policies or spaces.
         """
         self._drop_socket()
+        started = time.monotonic()
         if deadline is None:
-            deadline = time.monotonic() + self.timeouts.reconnect
+            deadline = started + self.timeouts.reconnect
         delay = 0.05
         while True:
             try:
@@ -250,10 +256,12 @@ class Connection:
                     others = ""
                     if self._front_ends.several:
                         others = f" or to another front-end ({self._front_ends.names})"
+                    # The time it tried, which a caller's deadline may make shorter.
+                    tried = deadline - started
                     raise ConnectionLostError(
                         f"lost the connection to {self.host}:{self.port} and could not "
-                        f"reconnect{others} within {self.timeouts.reconnect:.0f} s; start the "
-                        "server or raise the reconnect timeout"
+                        f"reconnect{others} within {tried:.{0 if tried >= 10 else 1}f} s; start "
+                        "the server or raise the reconnect timeout"
                     ) from None
                 time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
                 delay = min(delay * 2, 2.0)

@@ -347,11 +347,13 @@ class LocalInference(Collector):
                 with lock if lock is not None else contextlib.nullcontext():
                     conn.reconnect(time.monotonic() + RECONNECT_SLICE)
                 return True
-            except ConnectionLostError as exc:
+            except ConnectionLostError:
                 if not warned:
                     logger.warning(
-                        "rlserve: %s; retrying until it is back (%d steps buffered)",
-                        exc,
+                        "rlserve: lost the connection to the server at %s; retrying until "
+                        "it%s is back (%d steps buffered)",
+                        conn.front_end,
+                        " or another front-end" if conn.several else "",
                         self._buffered_steps,
                     )
                     warned = True
