@@ -19,6 +19,8 @@ from rlserve.algorithm.config import (
     SACConfig,
     install_assembler,
 )
+from rlserve.algorithm.serving_settings import RAY_SETTINGS
+from rlserve.errors import ConfigError
 
 if TYPE_CHECKING:
     from rlserve.algorithm.algorithm import Algorithm
@@ -45,6 +47,13 @@ def _assemble(config: AlgorithmConfig, resume: Path | None) -> Algorithm:
         return NetworkAlgorithm(config, resume=resume)
     from rlserve.algorithm.algorithm import Algorithm
 
+    ray = {k: v for k, v in (config.serving_settings or {}).items() if k in RAY_SETTINGS}
+    if ray.get("ray_address") is not None or ray.get("replicas", 1) != 1:
+        raise ConfigError(
+            "serving(ray_address=..., replicas=...) places a server without environments on "
+            "Ray; with environments, place the env runners (env_runners(backend='ray')) and "
+            "the learner (learners(...)) instead, or drop environment(env=...)"
+        )
     return Algorithm(config, resume=resume)
 
 

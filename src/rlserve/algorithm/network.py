@@ -35,6 +35,7 @@ from rlserve.algorithm.network_config import (
     network_policies,
     server_config_of,
 )
+from rlserve.algorithm.network_ray import front_end_argv, ray_serving_of
 from rlserve.algorithm.server_thread import ServerThread
 from rlserve.config.fields import to_table
 from rlserve.errors import ConfigError
@@ -74,8 +75,9 @@ class NetworkAlgorithm(Algorithm):
         resume: A run folder of an earlier run to continue (``rlserve serve --resume``).
         background: Serve at once from a background thread (a script's ``build()``); False:
             the caller runs :meth:`serve_forever` on its own thread (``rlserve serve``).
-        learner_link: Makes the server's learner link (None: a learner process; ``rlserve
-            serve --ray``: a Ray actor, ``rlserve.cluster.learner_link.RayLearnerLink``).
+        learner_link: Makes the server's learner link (None: a learner process, or with
+            ``serving(ray_address=...)`` a Ray actor and ``replicas`` front-ends, see
+            :mod:`rlserve.algorithm.network_ray`; ``rlserve serve --ray`` passes its own).
     """
 
     def __init__(
@@ -92,6 +94,13 @@ class NetworkAlgorithm(Algorithm):
         self.time_total_s = 0.0
         self.specs, self.mapping = network_policies(config)
         self.server_config = server_config_of(config)
+        self._replicas: Any = None
+        on_ray = None
+        if learner_link is None:
+            on_ray = ray_serving_of(config, self.server_config)
+        if on_ray is not None:  # .serving(ray_address=...): what rlserve serve --ray does
+            self.server_config = on_ray.server_config
+            self._learner_link = on_ray.learner_link
         algo = config.algo_name
         ppo_table = to_table(config.algo_settings())
         used = {spec.algorithm_of(algo) for spec in self.specs.values()} - {algo}
@@ -114,7 +123,16 @@ class NetworkAlgorithm(Algorithm):
             self._open(resume, algo, ppo_table, others)
             if background:
                 self._serve_in_background()
+                if on_ray is not None:
+                    self._replicas = on_ray.replicas(front_end_argv(folder.path))
+                if self._replicas is not None:
+                    self._replicas.start(folder.path)
         except BaseException:
+            if self._replicas is not None:
+                self._replicas.close()
+            thread = getattr(self, "_thread", None)
+            if thread is not None:
+                thread.stop()
             folder.release()
             raise
         self.callbacks.fire("on_algorithm_init", algorithm=self)
@@ -460,6 +478,10 @@ class NetworkAlgorithm(Algorithm):
         Raises:
             CallbackError: With ``fail_fast``, a callback raised.
         """
+        if self._replicas is not None:
+            # First: the other front-ends hand what they hold to the learner this one owns.
+            self._replicas.close()
+            self._replicas = None
         if self._thread is not None:
             self._thread.stop()
         self.folder.release()

@@ -20,7 +20,7 @@ from typing import Any
 
 from rlserve.algorithm.config import AlgorithmConfig, config_for
 from rlserve.algorithm.saved_config import UNSAVED, env_reference, resolve_env
-from rlserve.algorithm.serving_settings import ServingSettings
+from rlserve.algorithm.serving_settings import RAY_SETTINGS, ServingSettings
 from rlserve.config.fields import build
 from rlserve.errors import ConfigError
 from rlserve.learners.registry import algorithm, algorithm_of_settings, run_algorithm
@@ -161,6 +161,7 @@ def serving_config(
     own = {f.name for f in dataclasses.fields(ServingSettings)} - {
         "server",
         "max_queued_steps_per_source",
+        *RAY_SETTINGS,
     }
     skip = own | set(REPORTING_FIELDS) | {"fragment_length", "seed", "spaces_from", "spaces_file"}
     further = {

@@ -28,6 +28,9 @@ ELSEWHERE = {
 }
 """ServerConfig fields an AlgorithmConfig sets elsewhere, and where."""
 
+RAY_SETTINGS = ("ray_address", "ray_node_ip", "replicas")
+"""Settings that place the server on Ray (:mod:`rlserve.algorithm.network_ray`), not its own."""
+
 
 @dataclass
 class ServingSettings:
@@ -62,6 +65,19 @@ class ServingSettings:
     metrics_interval: float = option(
         2.0, "Seconds between housekeeping rounds (idle episodes, metrics, state saves)."
     )
+    ray_address: str | None = option(
+        None,
+        "A Ray cluster's address (HOST:PORT, or auto): the learner runs there as an actor, "
+        "placed by learners(num_gpus_per_learner=..., custom_resources_per_learner=...).",
+    )
+    ray_node_ip: str | None = option(
+        None, "This machine's address as the Ray cluster knows it (None: Ray's guess)."
+    )
+    replicas: int = option(
+        1,
+        "Serving front-ends on Ray, one per node, all on the same port (not 0), one learner "
+        "(docs/scaling.md); more than 1 needs ray_address.",
+    )
     server: dict[str, Any] = dataclasses.field(
         default_factory=dict,
         metadata={
@@ -75,6 +91,20 @@ class ServingSettings:
             self.token = os.environ.get(TOKEN_ENV) or None
         if self.max_queued_steps_per_source < 1:
             raise ConfigError("max_queued_steps_per_source must be at least 1")
+        if not isinstance(self.replicas, int) or isinstance(self.replicas, bool):
+            raise ConfigError(f"replicas must be a whole number >= 1, got {self.replicas!r}")
+        if self.replicas < 1:
+            raise ConfigError(f"replicas must be at least 1, got {self.replicas}")
+        if self.replicas > 1 and self.ray_address is None:
+            raise ConfigError(
+                f"replicas={self.replicas}: front-ends on several nodes run on a Ray cluster; "
+                "pass ray_address='HOST:PORT' (the head node's, or 'auto')"
+            )
+        if self.replicas > 1 and self.port <= 0:
+            raise ConfigError(
+                f"replicas={self.replicas}: every front-end listens on the same port; pass "
+                "port=N (not 0) with a port free on every node"
+            )
         owned = {f.name for f in dataclasses.fields(self)} | {"fragment_length", "seed"}
         known = {f.name for f in dataclasses.fields(ServerConfig)}
         for key in self.server:

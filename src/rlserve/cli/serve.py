@@ -143,10 +143,12 @@ def serve_command(args: argparse.Namespace) -> int:
     from rlserve.server.policies import policies_from_run
     from rlserve.server.policies_config import check_policies
 
-    if args.resume:
-        _refuse_ignored_on_resume(args)
-        run = RunFolder.existing(args.resume)
-        run.hold(IN_USE_RESUME).release()  # a live server's folder: say so before its ports do
+    if args.resume or args.config_from_run:
+        if args.resume:
+            _refuse_ignored_on_resume(args)
+        run = RunFolder.existing(args.resume or args.config_from_run)
+        if args.resume:
+            run.hold(IN_USE_RESUME).release()  # a live server's folder: say so before its ports do
         tables, spaces = run.load()
         source = str(run.config_file)
         server_config = build(
@@ -199,6 +201,7 @@ def serve_command(args: argparse.Namespace) -> int:
     )
     on_ray = ray_serving(args, server_config)
     server_config = on_ray.server_config
+    replicas = on_ray.replicas(args.argv)
     _check_ports_free(server_config)
     created = not args.resume and not _run_exists(server_config)
     # The Algorithm API with a server attached and no environment: its run folder is created
@@ -214,8 +217,8 @@ def serve_command(args: argparse.Namespace) -> int:
     warning = server_config.plaintext_warning()
     if warning:
         logger.warning(warning.removeprefix("WARNING: "))
-    if on_ray.replicas is not None:
-        on_ray.replicas.start(run.path)
+    if replicas is not None:
+        replicas.start(run.path)
     try:
         checkpoint = algo.serve_forever()
     except BaseException as exc:
@@ -231,8 +234,8 @@ def serve_command(args: argparse.Namespace) -> int:
             "with --port N --http-port N (0 picks free ones)"
         ) from None
     finally:
-        if on_ray.replicas is not None:
-            on_ray.replicas.close()
+        if replicas is not None:
+            replicas.close()
     finals = algo.policy_server.final_checkpoints
     if len(policies) > 1:
         shown = ", ".join(f"{pid}: {finals.get(pid)}" for pid in policies)

@@ -145,6 +145,15 @@ def add_ray_arguments(serve: argparse.ArgumentParser) -> None:
     ]
     hidden.append(
         group.add_argument(
+            "--config-from-run",
+            metavar="FOLDER",
+            default=None,
+            help="(set by .serving(replicas=N)) a new run with the configuration, algorithm "
+            "settings and policies of the run folder FOLDER (its flags still apply)",
+        )
+    )
+    hidden.append(
+        group.add_argument(
             "--front-end-of",
             metavar="NAME",
             default=None,

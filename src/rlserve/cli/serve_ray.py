@@ -8,29 +8,24 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
-import uuid
 from typing import Any
 
 from rlserve.errors import ConfigError
 
-_RAY_ONLY = ("ray_node_ip", "ray_learner_resources", "replicas", "front_end_of")
+_RAY_ONLY = (
+    "ray_node_ip",
+    "ray_learner_resources",
+    "replicas",
+    "front_end_of",
+    "config_from_run",
+)
 
 
-@dataclasses.dataclass
-class RayServing:
-    """What ``rlserve serve`` runs differently on Ray."""
-
-    server_config: Any
-    """The server's settings (with ``--replicas``: listening on this node's address)."""
-    learner_link: Any = None
-    """Makes the learner link (None: the learner process)."""
-    replicas: Any = None
-    """The other front-ends (:class:`~rlserve.cluster.replicas.Replicas`), or None."""
-
-
-def ray_serving(args: argparse.Namespace, server_config: Any) -> RayServing:
+def ray_serving(args: argparse.Namespace, server_config: Any) -> Any:
     """Connect and check what the Ray flags ask for; how the server runs on Ray.
+
+    Returns a :class:`~rlserve.cluster.serving.RayServing` (without ``--ray``: the server
+    config alone, no learner link, no other front-ends).
 
     Raises:
         ConfigError: A Ray flag without ``--ray``, Ray not installed, a cluster that does not
@@ -42,42 +37,27 @@ def ray_serving(args: argparse.Namespace, server_config: Any) -> RayServing:
         if given:
             flags = ", ".join(f"--{f.replace('_', '-')}" for f in given)
             raise ConfigError(f"{flags} apply to a server on Ray: add --ray ADDRESS, or drop them")
-        return RayServing(server_config)
-    from rlserve.cluster.connect import LearnerPlacement, connect
-    from rlserve.cluster.front_end_link import FrontEndLink
-    from rlserve.cluster.learner_link import RayLearnerLink
+        return _NotOnRay(server_config)
+    from rlserve.cluster.connect import LearnerPlacement
+    from rlserve.cluster.serving import serve_on_ray
 
-    placement = LearnerPlacement.parse(args.ray_learner_resources)
-    ray = connect(args.ray, args.ray_node_ip)
-    own_ip = args.ray_node_ip or ray.util.get_node_ip_address()
-    if args.front_end_of:
-        from rlserve.cluster.front_ends import die_with_launcher
-
-        die_with_launcher()
-        link = functools.partial(
-            FrontEndLink, front_end=own_ip, learner_name=args.front_end_of, owner=False
-        )
-        return RayServing(server_config, link)
-    placement.check(ray)
-    replicas = int(args.replicas or 1)
-    if replicas <= 1:
-        return RayServing(server_config, functools.partial(RayLearnerLink, placement=placement))
-    from rlserve.cluster.front_ends import check_ports, front_end_nodes
-    from rlserve.cluster.replicas import Replicas
-
-    if server_config.port <= 0:
-        raise ConfigError(
-            f"--replicas {replicas}: every front-end listens on the same port; pass --port N "
-            "(not 0) with a port free on every node"
-        )
-    nodes = front_end_nodes(ray, replicas, own_ip)
-    check_ports(ray, nodes[1:], server_config.port)
-    name = f"rlserve-learner-{uuid.uuid4().hex[:12]}"
-    link = functools.partial(
-        FrontEndLink, placement=placement, front_end=own_ip, learner_name=name, owner=True
+    return serve_on_ray(
+        args.ray,
+        server_config,
+        node_ip=args.ray_node_ip,
+        placement=LearnerPlacement.parse(args.ray_learner_resources),
+        replicas=int(args.replicas or 1),
+        front_end_of=args.front_end_of,
     )
-    return RayServing(
-        dataclasses.replace(server_config, host=own_ip),
-        link,
-        Replicas(ray, args.ray, nodes[1:], args.argv, name),
-    )
+
+
+@dataclasses.dataclass
+class _NotOnRay:
+    """A server not on Ray: its settings, no learner link, no other front-ends."""
+
+    server_config: Any
+    learner_link: Any = None
+
+    def replicas(self, argv: Any) -> None:
+        """No other front-ends."""
+        return None

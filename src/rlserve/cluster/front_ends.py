@@ -32,6 +32,7 @@ __all__ = [
     "check_ports",
     "die_with_launcher",
     "front_end_nodes",
+    "given",
     "on_node",
     "port_taken",
     "publish_front_ends",
@@ -63,8 +64,15 @@ def port_taken(host: str, port: int) -> str | None:
     return None
 
 
-def front_end_nodes(ray: Any, replicas: int, own_ip: str) -> list[str]:
+def given(setting: str, value: object) -> str:
+    """A setting as given: ``--flag VALUE``, or ``name=VALUE`` for a name ending in ``=``."""
+    return f"{setting}{value}" if setting.endswith("=") else f"{setting} {value}"
+
+
+def front_end_nodes(ray: Any, replicas: int, own_ip: str, setting: str = "--replicas") -> list[str]:
     """The node addresses of ``replicas`` front-ends: this one's first, then the others.
+
+    ``setting`` names the replicas setting in the message (``--replicas``, ``replicas=``).
 
     Raises:
         ConfigError: Fewer live nodes than replicas.
@@ -72,9 +80,9 @@ def front_end_nodes(ray: Any, replicas: int, own_ip: str) -> list[str]:
     alive = sorted({str(n["NodeManagerAddress"]) for n in ray.nodes() if n.get("Alive")})
     if replicas > len(alive):
         raise ConfigError(
-            f"--replicas {replicas}: the Ray cluster has {len(alive)} live node(s), and each "
+            f"{given(setting, replicas)}: the Ray cluster has {len(alive)} live node(s), and each "
             "front-end needs a node of its own (the same port on each): add nodes (ray start "
-            f"--address=HEAD) or ask for --replicas {len(alive)}"
+            f"--address=HEAD) or ask for {given(setting, len(alive))}"
         )
     others = [ip for ip in alive if ip != own_ip]
     return [own_ip, *others[: replicas - 1]]
@@ -146,10 +154,19 @@ class FrontEndLauncher:
         again: The command of a restart, to which ``--resume RUN_FOLDER`` is added.
         folder: Its run folder (resumed at once when it exists).
         log_path: Where the front-end's stderr goes (appended).
+        env: Environment variables the front-end gets besides this worker's (e.g. the token).
     """
 
-    def __init__(self, first: list[str], again: list[str], folder: str, log_path: str) -> None:
+    def __init__(
+        self,
+        first: list[str],
+        again: list[str],
+        folder: str,
+        log_path: str,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self._first, self._again = first, again
+        self._env = dict(env or {})
         self._log_path = Path(log_path)
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         self._process: subprocess.Popen[str] | None = None
@@ -168,7 +185,7 @@ class FrontEndLauncher:
             if self._run_folder is not None:
                 command = [*self._again, "--resume", self._run_folder]
             env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-            env.update(PYTHONUNBUFFERED="1", RAY_USAGE_STATS_ENABLED="0")
+            env.update(PYTHONUNBUFFERED="1", RAY_USAGE_STATS_ENABLED="0", **self._env)
             with self._log_path.open("a") as log:
                 process = subprocess.Popen(
                     command,

@@ -32,7 +32,7 @@ _DROPPED = (
 )
 """The driver's flags each other front-end gets its own value of (or none)."""
 
-_KEPT_BY_RUN = ("--config", "--spaces-from", "--spaces-file")
+_KEPT_BY_RUN = ("--config", "--spaces-from", "--spaces-file", "--config-from-run")
 """Flags a resumed front-end must not repeat (its run folder keeps them)."""
 
 PUBLISH_EVERY_S = 1.0
@@ -48,11 +48,19 @@ class Replicas:
         nodes: The other front-ends' node addresses.
         argv: The driver's ``rlserve`` arguments (``serve ...``), the front-ends' base.
         learner_name: The learner actor's name (``--front-end-of``).
+        env: Environment variables each front-end gets (the token, which no flag carries).
     """
 
     def __init__(
-        self, ray: Any, address: str, nodes: Sequence[str], argv: Sequence[str], learner_name: str
+        self,
+        ray: Any,
+        address: str,
+        nodes: Sequence[str],
+        argv: Sequence[str],
+        learner_name: str,
+        env: dict[str, str] | None = None,
     ) -> None:
+        self._env = dict(env or {})
         self._ray = ray
         self._address = address
         self.nodes = list(nodes)
@@ -81,7 +89,9 @@ class Replicas:
             log = str(run / "front_ends" / f"{ip}.log")
             folder = str(run / "front_ends" / ip)
             self._launchers.append(
-                launcher.options(**on_node(self._ray, ip)).remote(first, again, folder, log)
+                launcher.options(**on_node(self._ray, ip)).remote(
+                    first, again, folder, log, self._env
+                )
             )
         self._publisher = threading.Thread(
             target=self._publish_forever, args=(run,), name="rlserve-front-ends", daemon=True
