@@ -19,7 +19,7 @@ from conftest import HEAD_IP, SECOND_IP, RayCluster
 from rlserve import PPOConfig
 from rlserve.errors import ConfigError
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 
 def _config(tmp_path: Path, **serving: Any) -> Any:
