@@ -1,9 +1,11 @@
 """The learner as a Ray actor on the node that has the (fake) GPU: it trains as the in-process
-learner does, its weights come back, checkpoints go through it, and a resource no node has is
-refused before anything starts."""
+learner does, its weights come back, checkpoints go through it, a killed one is replaced and
+restored (from its snapshot or the newest checkpoint) and training goes on, and a resource no
+node has is refused before anything starts."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +14,7 @@ import pytest
 
 from rlserve import PPOConfig
 from rlserve.algorithm.algorithm import Algorithm
+from rlserve.cluster import learner as learner_module
 from rlserve.cluster.learner import RemoteLearner
 from rlserve.errors import ConfigError
 
@@ -98,11 +101,64 @@ def test_checkpoints_go_through_the_learner_actor(ray_cluster: RayCluster, tmp_p
         restored.stop()
 
 
-def test_a_dead_learner_actor_names_the_fix(ray_cluster: RayCluster) -> None:
+def _kill_learner(ray_cluster: RayCluster, algo: Algorithm) -> None:
+    learner = algo.learners["default"]
+    assert isinstance(learner, RemoteLearner)
+    ray_cluster.ray.kill(learner._actor, no_restart=True)
+
+
+def test_a_killed_learner_actor_is_replaced_from_its_snapshot_and_training_goes_on(
+    ray_cluster: RayCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    with _config(num_learners=1, num_cpus_per_learner=0.25).build() as algo:
+        assert algo.train()["learner_restarts"] == 0
+        learner = algo.learners["default"]
+        assert learner.version == 1
+        _kill_learner(ray_cluster, algo)
+        with caplog.at_level(logging.WARNING, logger="rlserve.algorithm"):
+            result = algo.train()
+        assert result["learner_restarts"] == 1
+        # The replacement was restored from the snapshot after update 1 (not started afresh),
+        # its weights numbered after the last version seen: 2 for the restored ones, 3 updated.
+        assert learner.counters()["updates"] == 2
+        assert learner.version == 3
+        assert algo._packages["default"].version == 3
+        warned = [r.getMessage() for r in caplog.records if "learner actor" in r.getMessage()]
+        assert len(warned) == 1
+        assert "died during ingest" in warned[0]
+        assert "restored from a snapshot at version 1" in warned[0]
+        assert algo.train()["learner_restarts"] == 1
+        assert learner.version == 4
+
+
+def test_a_killed_learner_actor_is_restored_from_the_newest_checkpoint(
+    ray_cluster: RayCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     with _config(num_learners=1, num_cpus_per_learner=0.25).build() as algo:
         algo.train()
-        ray_cluster.ray.kill(algo.learners["default"]._actor)
-        with pytest.raises(RuntimeError, match=r"learner actor .* died .*restore that checkpoint"):
+        algo.save(tmp_path / "ckpt")  # version 1, and newer than the snapshot
+        algo.train()
+        algo.train()
+        learner = algo.learners["default"]
+        assert learner.version == 3
+        _kill_learner(ray_cluster, algo)
+        with caplog.at_level(logging.WARNING, logger="rlserve.algorithm"):
+            result = algo.train()
+        assert result["learner_restarts"] == 1
+        assert learner.counters()["updates"] == 2  # the checkpoint's one, then one more
+        assert learner.version == 5
+        (warned,) = [r.getMessage() for r in caplog.records if "learner actor" in r.getMessage()]
+        assert "restored from the checkpoint" in warned and "(version 1)" in warned
+
+
+def test_a_learner_actor_that_keeps_dying_is_given_up_naming_the_fix(
+    ray_cluster: RayCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(learner_module, "MAX_RESTARTS", 0)
+    with _config(num_learners=1, num_cpus_per_learner=0.25).build() as algo:
+        algo.train()
+        _kill_learner(ray_cluster, algo)
+        with pytest.raises(RuntimeError, match=r"learner actor .* died .*given up.*checkpoint"):
             algo.train()
 
 

@@ -39,7 +39,7 @@ from rlserve.algorithm.evaluation import Evaluator
 from rlserve.algorithm.inference import ActingMixin
 from rlserve.algorithm.local_sampler import LocalSampler
 from rlserve.algorithm.network_config import run_folder_config
-from rlserve.algorithm.placement import close_learners, make_learners
+from rlserve.algorithm.placement import close_learners, learner_restarts, make_learners
 from rlserve.algorithm.results import RETURN_WINDOW, episode_stats, iteration_result, report
 from rlserve.algorithm.runner_group import RunnerGroup, local_source
 from rlserve.algorithm.saved_config import load_config
@@ -78,6 +78,11 @@ RESULT_KEYS = {
         "env-runner processes restarted after a failure since this Algorithm was built or restored"
     ),
     "learners/<policy id>/<name>": "each policy's learner metrics of its last update",
+    "learner_restarts": (
+        "learner actors (.learners(num_gpus_per_learner=...)) that died and were replaced, "
+        "or learner processes restarted (a server without environments), since this Algorithm "
+        "was built or restored"
+    ),
     "num_env_steps_sampled_lifetime": "as env_runners/num_env_steps_sampled_lifetime",
     "network/num_env_steps": "steps network clients contributed in this iteration",
     "time_this_iter_s": "seconds this iteration took",
@@ -285,6 +290,7 @@ class Algorithm(CheckpointMixin, ActingMixin):
             self.env_steps_sampled,
             elapsed,
             self.time_total_s,
+            learner_restarts(self.learners),
         )
 
     @property

@@ -361,6 +361,7 @@ class NetworkAlgorithm(Algorithm):
             "training_iteration": self.iteration,
             "env_runners": runners,
             "learners": learners,
+            "learner_restarts": now["restarts"],
             "network": {"num_env_steps": sampled},
             "num_env_steps_sampled_lifetime": now["env_steps"],
             "time_this_iter_s": elapsed,

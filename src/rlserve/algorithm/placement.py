@@ -20,7 +20,14 @@ if TYPE_CHECKING:
     from rlserve.learners.base import Learner
     from rlserve.server.policies import PolicySpec
 
-__all__ = ["LearnersConfig", "amount", "close_learners", "make_learners", "resource_map"]
+__all__ = [
+    "LearnersConfig",
+    "amount",
+    "close_learners",
+    "learner_restarts",
+    "make_learners",
+    "resource_map",
+]
 
 _Config = TypeVar("_Config", bound="LearnersConfig")
 
@@ -161,3 +168,8 @@ def close_learners(learners: dict[str, Learner]) -> None:
     for learner in learners.values():
         if isinstance(learner, RemoteLearner):
             learner.close()
+
+
+def learner_restarts(learners: dict[str, Learner]) -> int:
+    """Dead learner actors replaced among ``learners`` since they were made (0 in process)."""
+    return sum(int(getattr(learner, "restarts", 0)) for learner in learners.values())

@@ -44,6 +44,7 @@ def iteration_result(
     lifetime_steps: int,
     elapsed: float,
     total_s: float,
+    learner_restarts: int = 0,
 ) -> dict[str, Any]:
     """The result dict of :meth:`~rlserve.algorithm.algorithm.Algorithm.train`.
 
@@ -55,6 +56,7 @@ def iteration_result(
         lifetime_steps: Env steps sampled since the start.
         elapsed: Seconds this iteration took.
         total_s: Seconds of ``train()`` since the start.
+        learner_restarts: Learner actors replaced since the start.
     """
     learners = {
         pid: {k.removeprefix("learner/"): v for k, v in metrics.items()}
@@ -64,6 +66,7 @@ def iteration_result(
         "training_iteration": iteration,
         "env_runners": runners,
         "learners": learners,
+        "learner_restarts": learner_restarts,
         "network": {"num_env_steps": network_steps},
         "num_env_steps_sampled_lifetime": lifetime_steps,
         "time_this_iter_s": elapsed,
@@ -105,6 +108,7 @@ def stream_metrics(result: dict[str, Any], episodes: int) -> dict[str, float]:
         "samples/env_steps_per_second": runners["num_env_steps_sampled"] / max(elapsed, 1e-9),
         "env_runners/healthy": runners["num_healthy_env_runners"],
         "env_runners/restarts": runners["num_env_runner_restarts"],
+        "learner/restarts": result.get("learner_restarts", 0),
         "time/iteration": result["training_iteration"],
         "time/iteration_seconds": elapsed,
         "time/total_seconds": result["time_total_s"],
