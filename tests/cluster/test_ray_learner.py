@@ -6,6 +6,7 @@ node has is refused before anything starts."""
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -151,6 +152,31 @@ def test_a_killed_learner_actor_is_restored_from_the_newest_checkpoint(
         assert "restored from the checkpoint" in warned and "(version 1)" in warned
 
 
+def test_training_goes_on_when_the_learners_node_is_lost(ray_cluster: RayCluster) -> None:
+    ray = ray_cluster.ray
+    # Fill the two nodes' CPUs, so the learner lands on a node of its own, then lose that node.
+    holders = [
+        ray.remote(num_cpus=1)(_Holder).remote(),
+        ray.remote(num_cpus=1, resources={"sim": 1})(_Holder).remote(),
+    ]
+    ray.get([h.ready.remote() for h in holders])
+    ray_cluster.add_node(LEARNER_IP)
+    with _config(num_learners=1, num_cpus_per_learner=1).build() as algo:
+        learner = algo.learners["default"]
+        assert isinstance(learner, RemoteLearner) and learner.node == LEARNER_IP
+        algo.train()
+        for holder in holders:
+            ray.kill(holder)
+        ray_cluster.kill_raylet(LEARNER_IP)
+        _wait_until_lost(ray, LEARNER_IP)
+        results = [algo.train() for _ in range(2)]
+        assert learner.node in {ray_cluster.head_ip, ray_cluster.second_ip}
+        assert [r["learner_restarts"] for r in results] == [1, 1]
+        assert [r["training_iteration"] for r in results] == [2, 3]
+        assert learner.counters()["updates"] == 3  # the snapshot's one, then one a train()
+        assert learner.version == 4
+
+
 def test_a_learner_actor_that_keeps_dying_is_given_up_naming_the_fix(
     ray_cluster: RayCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -183,3 +209,21 @@ def test_learner_settings_are_checked() -> None:
         PPOConfig().learners(num_gpus_per_learner=-1)
     with pytest.raises(ConfigError, match="custom resources only"):
         PPOConfig().learners(custom_resources_per_learner={"GPU": 1})
+
+
+LEARNER_IP = "127.0.0.5"
+
+
+def _wait_until_lost(ray: Any, ip: str) -> None:
+    """Until the cluster knows the node on ``ip`` is lost (its actors dead with it)."""
+    deadline = time.monotonic() + 60.0
+    while any(n["NodeManagerAddress"] == ip and n.get("Alive") for n in ray.nodes()):
+        assert time.monotonic() < deadline, f"the node on {ip} was not noticed lost"
+        time.sleep(0.2)
+
+
+class _Holder:
+    """An actor that only holds its resources."""
+
+    def ready(self) -> bool:
+        return True
