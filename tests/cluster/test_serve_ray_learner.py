@@ -2,19 +2,23 @@
 
 A real server process (the driver) connects to the session's two-node cluster; the learner
 actor is pinned to the second node by its pretend GPU, and is fed the server's log records
-through Ray. Every step the clients were acknowledged must reach it, once.
+through Ray. Every step the clients were acknowledged must reach it, once, also when the learner
+actor's process is killed and a new one takes over.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+from pathlib import Path
 from typing import Any
 
 import pytest
 from serving_players import LocalPlayer, RemotePlayer
 
-from conftest import HEAD_IP, SECOND_IP, RayCluster
+from conftest import HEAD_IP, SECOND_IP, RayCluster, _cluster_pids
 from rlserve.cluster.connect import LearnerPlacement
 from rlserve.cluster.front_ends import check_ports, front_end_nodes
 from rlserve.errors import ConfigError
@@ -89,6 +93,68 @@ def test_the_learner_on_the_gpu_node_gets_every_acknowledged_step(
     assert server.stop() == 0
     # Its checkpoints are where --resume finds them.
     assert server.checkpoints
+
+
+def _learner_actor_pid(ray_cluster: RayCluster) -> int:
+    """The process of the one learner actor: a worker of the second node's raylet."""
+    raylets = set(_cluster_pids(ray_cluster.temp_dir, "raylet", f"--node_ip_address={SECOND_IP}"))
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if parent in raylets and cmdline.startswith(b"ray::WorkerActor"):
+            found.append(int(entry.name))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_a_killed_learner_actor_is_restarted_and_every_acknowledged_step_trained_once(
+    ray_cluster: RayCluster, launch_server: Any
+) -> None:
+    server = launch_server(
+        *SMALL_PPO,
+        "--ray",
+        ray_cluster.address,
+        "--ray-node-ip",
+        HEAD_IP,
+        "--ray-learner-resources",
+        json.dumps({"GPU": 1}),
+    )
+    server.wait_for_weights(0)
+    local = LocalPlayer(server.address, seed=1)
+    remote = RemotePlayer(server.address, seed=20_000)
+    local.start()
+    remote.start()
+    try:
+        server.wait_until(lambda m: m.get("learner/updates", 0) >= 2, 90, "some updates")
+        version = int(server.health()["weights_version"])
+        os.kill(_learner_actor_pid(ray_cluster), signal.SIGKILL)
+        server.wait_until(lambda m: m["learner/restarts"] == 1, 60, "the learner restart")
+        # Serving never stopped, and training goes on with versions that never go back.
+        server.wait_until(
+            lambda m: m["server/weights_version"] > version + 1, 120, "training after it"
+        )
+    finally:
+        local.finish()
+        remote.finish()
+    assert local.client.local is not None
+    assert local.client.local.buffered_steps == local.client.local.dropped_steps == 0
+    metrics = settled(server)
+    # Every step the local client took was acknowledged once, and every logged step reached
+    # the learner's lineage once: what the dead actor had not trained was sent to the new one.
+    assert metrics["samples/steps_reported"] == local.steps
+    assert metrics["learner/steps_consumed"] == metrics["samples/steps_logged"]
+    assert metrics["learner/restarts"] == 1
+    assert remote.errors == []
+    log = server.log()
+    assert log.count("the learner actor failed during") == 1, log
+    assert "Traceback" not in log
+    assert server.stop() == 0
 
 
 def test_a_learner_resource_no_node_has_is_refused(ray_cluster: RayCluster) -> None:
