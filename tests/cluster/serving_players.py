@@ -13,7 +13,7 @@ from typing import Any
 import gymnasium as gym
 import httpx
 
-from conftest import HEAD_IP, SECOND_IP
+from conftest import HEAD_IP, SECOND_IP, _cluster_pids
 from rlserve import PolicyClient
 from rlserve.client.local import LocalConfig
 from rlserve.errors import EpisodeLostError, RLServeError
@@ -200,3 +200,26 @@ def wait_for(
             said = f" ({state()})" if state is not None else ""
             raise AssertionError(f"timed out waiting for {what}{said}\n{tails}")
         time.sleep(0.2)
+
+
+def learner_actor_pid(temp_dir: Path, actor: str = "WorkerActor") -> int:
+    """The process of the one learner actor, pinned to the second node (a worker of its raylet).
+
+    ``actor`` is its class: ``WorkerActor`` for one front-end, ``SharedLearner`` for several.
+    Only this cluster's raylet's children are looked at (``temp_dir``: other sessions' Ray
+    clusters are left alone).
+    """
+    raylets = set(_cluster_pids(temp_dir, "raylet", f"--node_ip_address={SECOND_IP}"))
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if parent in raylets and cmdline.startswith(f"ray::{actor}".encode()):
+            found.append(int(entry.name))
+    assert len(found) == 1, found
+    return found[0]

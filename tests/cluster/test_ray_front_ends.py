@@ -4,11 +4,14 @@ The driver (the first front-end) listens on 127.0.0.2 and a launcher actor runs 
 127.0.0.3, both on the same port. Clients of each; kill -9 of the second front-end: its
 local-inference clients move to the first and lose nothing, its remote-inference client gets
 ``EpisodeLostError`` and carries on, and it is started again and replays its log. The learner's
-merged log is read back to count: every step a local client took is in it once.
+merged log is read back to count: every step a local client took is in it once. Kill -9 of the
+learner actor's process: a new one takes over from its checkpoint and the merged log, both
+front-ends ship on, and again every step is merged once and read by the learner.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections import Counter
@@ -20,6 +23,7 @@ from serving_players import (
     LocalPlayer,
     RemotePlayer,
     front_ends,
+    learner_actor_pid,
     metrics,
     port_free_on_both,
     wait_for,
@@ -157,4 +161,95 @@ def test_two_front_ends_lose_nothing_when_one_is_killed(
     # The second front-end joined the learner in both its lives (told its state afresh).
     second_log = (Path(second["run_folder"]) / "rlserve.log").read_text()
     assert second_log.count(f"front-end {SECOND_IP} joined the learner") == 2, second_log
+    assert server.stop() == 0
+
+
+def test_two_front_ends_lose_nothing_when_the_learner_actor_is_killed(
+    ray_cluster: RayCluster, launch_server: Any
+) -> None:
+    port = port_free_on_both()
+    server = launch_server(
+        *SMALL_PPO,
+        "--ray",
+        ray_cluster.address,
+        "--ray-node-ip",
+        HEAD_IP,
+        "--ray-learner-resources",
+        json.dumps({"GPU": 1}),
+        "--replicas",
+        "2",
+        port=port,
+    )
+    first, second = front_ends(server.run_folder)
+    a, b = f"{HEAD_IP}:{port}", f"{SECOND_IP}:{port}"
+    on_second = LocalPlayer([b, a], seed=2)
+    on_first = LocalPlayer([a, b], seed=2_000)
+    players = (on_second, on_first)
+    for player, name in zip(players, ("on-second", "on-first"), strict=True):
+        player.name = name
+    logs = (server.log_path, server.run_folder / "front_ends" / f"{SECOND_IP}.log")
+
+    def state() -> str:
+        return ", ".join(f"{p.name}: {p.state()}" for p in players)
+
+    def wait(condition: Any, what: str, headway: Any = None) -> None:
+        wait_for(condition, what, headway, state, logs)
+
+    def local_steps() -> int:
+        return on_second.steps + on_first.steps
+
+    for player in players:
+        player.start()
+    try:
+        wait(
+            lambda: (
+                server.metrics().get("learner/updates", 0) >= 1
+                and metrics(second).get("samples/steps_reported", 0) > 300
+            ),
+            "an update and steps on the second",
+            local_steps,
+        )
+        os.kill(learner_actor_pid(ray_cluster.temp_dir, "SharedLearner"), signal.SIGKILL)
+        wait(
+            lambda: server.metrics().get("learner/restarts", 0) == 1,
+            "the learner restart",
+            local_steps,
+        )
+        steps = local_steps()
+        wait(lambda: local_steps() > steps + 600, "the clients to go on", local_steps)
+    finally:
+        for player in players:
+            player.finish()
+    for player in players:
+        assert player.client.local is not None
+        assert player.client.local.buffered_steps == player.client.local.dropped_steps == 0
+        assert player.client.local.rejected_steps == 0
+    total = local_steps()
+
+    def reported() -> int:
+        return sum(r.steps for r in _merged(server.run_folder) if r.kind.startswith("report"))
+
+    # Every step the clients took reached the merged log once: none lost with the learner,
+    # none doubled by what the front-ends shipped again to the new one.
+    wait(lambda: reported() >= total, "every reported step to be merged", reported)
+    records = _merged(server.run_folder)
+    copies = Counter(r.batch_id for r in records if r.batch_id is not None)
+    assert [batch for batch, n in copies.items() if n > 1] == []
+    assert reported() == total
+
+    def everything_read() -> bool:
+        merged = sum(r.steps for r in _merged(server.run_folder))
+        return bool(server.metrics()["learner/steps_consumed"] == merged)
+
+    # The new learner read every merged step the dead one had not trained, once.
+    wait(
+        everything_read,
+        "the learner to read the whole merged log",
+        lambda: server.metrics()["learner/steps_consumed"],
+    )
+    assert server.metrics()["learner/restarts"] == 1
+    log = server.log()
+    assert log.count("the learner actor failed during") == 1, log
+    assert "Traceback" not in log, log
+    assert first["node"] == HEAD_IP
     assert server.stop() == 0

@@ -12,13 +12,12 @@ import json
 import os
 import signal
 import socket
-from pathlib import Path
 from typing import Any
 
 import pytest
-from serving_players import LocalPlayer, RemotePlayer
+from serving_players import LocalPlayer, RemotePlayer, learner_actor_pid
 
-from conftest import HEAD_IP, SECOND_IP, RayCluster, _cluster_pids
+from conftest import HEAD_IP, SECOND_IP, RayCluster
 from rlserve.cluster.connect import LearnerPlacement
 from rlserve.cluster.front_ends import check_ports, front_end_nodes
 from rlserve.errors import ConfigError
@@ -95,24 +94,6 @@ def test_the_learner_on_the_gpu_node_gets_every_acknowledged_step(
     assert server.checkpoints
 
 
-def _learner_actor_pid(ray_cluster: RayCluster) -> int:
-    """The process of the one learner actor: a worker of the second node's raylet."""
-    raylets = set(_cluster_pids(ray_cluster.temp_dir, "raylet", f"--node_ip_address={SECOND_IP}"))
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if parent in raylets and cmdline.startswith(b"ray::WorkerActor"):
-            found.append(int(entry.name))
-    assert len(found) == 1, found
-    return found[0]
-
-
 def test_a_killed_learner_actor_is_restarted_and_every_acknowledged_step_trained_once(
     ray_cluster: RayCluster, launch_server: Any
 ) -> None:
@@ -133,7 +114,7 @@ def test_a_killed_learner_actor_is_restarted_and_every_acknowledged_step_trained
     try:
         server.wait_until(lambda m: m.get("learner/updates", 0) >= 2, 90, "some updates")
         version = int(server.health()["weights_version"])
-        os.kill(_learner_actor_pid(ray_cluster), signal.SIGKILL)
+        os.kill(learner_actor_pid(ray_cluster.temp_dir), signal.SIGKILL)
         server.wait_until(lambda m: m["learner/restarts"] == 1, 60, "the learner restart")
         # Serving never stopped, and training goes on with versions that never go back.
         server.wait_until(
