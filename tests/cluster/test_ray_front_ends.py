@@ -61,6 +61,36 @@ def _merged(run: Path) -> list[Any]:
     return records
 
 
+def _every_step_merged_and_read_once(server: Any, players: Any, wait: Any) -> None:
+    """The local players shipped every step; each reached the merged log once (no batch id
+    twice) and the learner read the whole merged log (front-ends still replaying are waited for).
+    """
+    for player in players:
+        assert player.client.local is not None
+        assert player.client.local.buffered_steps == player.client.local.dropped_steps == 0
+        assert player.client.local.rejected_steps == 0
+    total = sum(player.steps for player in players)
+
+    def reported() -> int:
+        return sum(r.steps for r in _merged(server.run_folder) if r.kind.startswith("report"))
+
+    wait(lambda: reported() >= total, "every reported step to be merged", reported)
+    records = _merged(server.run_folder)
+    copies = Counter(r.batch_id for r in records if r.batch_id is not None)
+    assert [batch for batch, n in copies.items() if n > 1] == []
+    assert reported() == total
+
+    def everything_read() -> bool:
+        merged = sum(r.steps for r in _merged(server.run_folder))
+        return bool(server.metrics()["learner/steps_consumed"] == merged)
+
+    wait(
+        everything_read,
+        "the learner to read the whole merged log",
+        lambda: server.metrics()["learner/steps_consumed"],
+    )
+
+
 def test_two_front_ends_lose_nothing_when_one_is_killed(
     ray_cluster: RayCluster, launch_server: Any
 ) -> None:
@@ -127,34 +157,9 @@ def test_two_front_ends_lose_nothing_when_one_is_killed(
     finally:
         for player in players:
             player.finish()
-    for player in (on_second, on_first):
-        assert player.client.local is not None
-        assert player.client.local.buffered_steps == player.client.local.dropped_steps == 0
-        assert player.client.local.rejected_steps == 0
     assert remote.errors == []
-    local_steps = on_second.steps + on_first.steps
-
-    def reported() -> int:
-        return sum(r.steps for r in _merged(server.run_folder) if r.kind.startswith("report"))
-
-    # Every step the local clients took reached the learner's log once: none lost with the
-    # killed front-end, none doubled by its replay or the clients' re-sends.
-    wait(lambda: reported() >= local_steps, "every reported step to be merged", reported)
-    records = _merged(server.run_folder)
-    copies = Counter(r.batch_id for r in records if r.batch_id is not None)
-    assert [batch for batch, n in copies.items() if n > 1] == []
-    assert reported() == local_steps
-
-    def everything_read() -> bool:
-        total = sum(r.steps for r in _merged(server.run_folder))
-        return bool(server.metrics()["learner/steps_consumed"] == total)
-
-    # The learner read every merged step (front-ends still replaying are waited for).
-    wait(
-        everything_read,
-        "the learner to read the whole merged log",
-        lambda: server.metrics()["learner/steps_consumed"],
-    )
+    # None lost with the killed front-end, none doubled by its replay or the clients' re-sends.
+    _every_step_merged_and_read_once(server, (on_second, on_first), wait)
     assert server.metrics()["learner/updates"] >= 1
     log = server.log()
     assert "Traceback" not in log, log
@@ -220,33 +225,9 @@ def test_two_front_ends_lose_nothing_when_the_learner_actor_is_killed(
     finally:
         for player in players:
             player.finish()
-    for player in players:
-        assert player.client.local is not None
-        assert player.client.local.buffered_steps == player.client.local.dropped_steps == 0
-        assert player.client.local.rejected_steps == 0
-    total = local_steps()
-
-    def reported() -> int:
-        return sum(r.steps for r in _merged(server.run_folder) if r.kind.startswith("report"))
-
-    # Every step the clients took reached the merged log once: none lost with the learner,
-    # none doubled by what the front-ends shipped again to the new one.
-    wait(lambda: reported() >= total, "every reported step to be merged", reported)
-    records = _merged(server.run_folder)
-    copies = Counter(r.batch_id for r in records if r.batch_id is not None)
-    assert [batch for batch, n in copies.items() if n > 1] == []
-    assert reported() == total
-
-    def everything_read() -> bool:
-        merged = sum(r.steps for r in _merged(server.run_folder))
-        return bool(server.metrics()["learner/steps_consumed"] == merged)
-
-    # The new learner read every merged step the dead one had not trained, once.
-    wait(
-        everything_read,
-        "the learner to read the whole merged log",
-        lambda: server.metrics()["learner/steps_consumed"],
-    )
+    # None lost with the learner, none doubled by what the front-ends shipped again to the new
+    # one; the new learner read every merged step the dead one had not trained, once.
+    _every_step_merged_and_read_once(server, players, wait)
     assert server.metrics()["learner/restarts"] == 1
     log = server.log()
     assert log.count("the learner actor failed during") == 1, log
