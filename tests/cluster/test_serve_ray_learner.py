@@ -50,9 +50,9 @@ def settled(server: Any) -> dict[str, Any]:
     )
 
 
-def test_the_learner_on_the_gpu_node_gets_every_acknowledged_step(
-    ray_cluster: RayCluster, launch_server: Any
-) -> None:
+def _serve_with_the_learner_on_the_gpu_node(ray_cluster: RayCluster, launch_server: Any) -> Any:
+    """``rlserve serve --ray`` with its learner actor placed by the second node's fake GPU,
+    once the first weights are out."""
     server = launch_server(
         *SMALL_PPO,
         "--ray",
@@ -63,6 +63,13 @@ def test_the_learner_on_the_gpu_node_gets_every_acknowledged_step(
         json.dumps({"GPU": 1}),
     )
     server.wait_for_weights(0)
+    return server
+
+
+def test_the_learner_on_the_gpu_node_gets_every_acknowledged_step(
+    ray_cluster: RayCluster, launch_server: Any
+) -> None:
+    server = _serve_with_the_learner_on_the_gpu_node(ray_cluster, launch_server)
     local = LocalPlayer(server.address, seed=0)
     remote = RemotePlayer(server.address, seed=10_000)
     local.start()
@@ -97,16 +104,7 @@ def test_the_learner_on_the_gpu_node_gets_every_acknowledged_step(
 def test_a_killed_learner_actor_is_restarted_and_every_acknowledged_step_trained_once(
     ray_cluster: RayCluster, launch_server: Any
 ) -> None:
-    server = launch_server(
-        *SMALL_PPO,
-        "--ray",
-        ray_cluster.address,
-        "--ray-node-ip",
-        HEAD_IP,
-        "--ray-learner-resources",
-        json.dumps({"GPU": 1}),
-    )
-    server.wait_for_weights(0)
+    server = _serve_with_the_learner_on_the_gpu_node(ray_cluster, launch_server)
     local = LocalPlayer(server.address, seed=1)
     remote = RemotePlayer(server.address, seed=20_000)
     local.start()
