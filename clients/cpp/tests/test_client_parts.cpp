@@ -1,5 +1,6 @@
 // The network client's parts that need no server: addresses, client ids, actions out of
-// replies, observation batches, and a peer that is not an rlserve server.
+// replies, observation batches, a peer that is not an rlserve server, and an rlserve server of
+// another protocol version (a scripted peer that answers hello with its own welcome).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -11,7 +12,11 @@
 #include "../src/actions.hpp"
 #include "../src/numbers.hpp"
 #include "check.hpp"
+#include "rlserve.h"
 #include "rlserve/client.hpp"
+#include "rlserve/codec.hpp"
+#include "rlserve/framing.hpp"
+#include "rlserve/local_client.hpp"
 #include "rlserve/transport.hpp"
 
 using namespace rlserve;
@@ -113,15 +118,93 @@ void numbers() {
         "a wrong count names the expected one");
 }
 
-void not_rlserve() {
+/// A listening socket on 127.0.0.1, an ephemeral port: the socket and the port.
+std::pair<int, int> listen_loopback() {
   const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof addr;
   ::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  ::listen(listener, 1);
+  ::listen(listener, 4);
   ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  return {listener, ntohs(addr.sin_port)};
+}
+
+/// Serves `connections` connections one after the other: reads each hello and answers it with a
+/// welcome naming `protocol_version` (a CartPole policy otherwise), then waits for the client to
+/// hang up.
+std::thread scripted_server(int listener, int connections, std::int64_t protocol_version) {
+  return std::thread([=] {
+    using M = Value::Map;
+    using A = Value::Array;
+    const Value box(M{{"type", "Box"}, {"shape", A{4}}, {"dtype", "float32"}, {"low", -1.0}, {"high", 1.0}});
+    const Value policies(M{{"default", Value(M{{"observation_space", box},
+                                               {"action_space", Value(M{{"type", "Discrete"}, {"n", 2}})}})}});
+    for (int k = 0; k < connections; ++k) {
+      const int fd = ::accept(listener, nullptr, nullptr);
+      if (fd < 0) return;
+      FrameReader reader;
+      std::uint8_t buffer[4096];
+      std::optional<Value> hello;
+      while (!hello) {
+        const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+        if (n <= 0) break;
+        reader.feed(buffer, static_cast<std::size_t>(n));
+        auto body = reader.next();
+        if (body && body->has_value()) {
+          auto m = decode_body((*body)->data(), (*body)->size(), Limits{});
+          if (m) hello = std::move(*m);
+        }
+      }
+      auto env = hello ? read_envelope(*hello) : Result<Envelope>(make_error(ErrorCode::decode_error, "no hello"));
+      CHECK(env.ok() && env->type == MessageType::hello, "the client says hello first");
+      if (env) {
+        Value welcome = make_message(MessageType::welcome, env->id.value_or(0),
+                                     {{"protocol_version", protocol_version}, {"server_version", "9.0"},
+                                      {"instance_id", "scripted"}, {"policies", policies}});
+        auto frame = encode_frame(welcome, Limits{});
+        if (frame) (void)::send(fd, frame->data(), frame->size(), MSG_NOSIGNAL);
+      }
+      while (::recv(fd, buffer, sizeof buffer, 0) > 0) {
+      }
+      ::close(fd);
+    }
+  });
+}
+
+/// A server of protocol version 2: each client refuses it with version_mismatch naming both
+/// versions (the remote and the local client, and through the C ABI a status and a message).
+void other_version() {
+  const auto [listener, port] = listen_loopback();
+  std::thread peer = scripted_server(listener, 3, 2);
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  ClientOptions o;
+  o.timeouts.request = 10;
+  auto c = Client::connect(address, o);
+  CHECK(!c && c.error().code == ErrorCode::version_mismatch, "another protocol version is a version_mismatch");
+  if (!c) {
+    CHECK(c.error().message.find("protocol version 2") != std::string::npos &&
+              c.error().message.find("this client 1") != std::string::npos,
+          "the message names both versions: " + c.error().message);
+  }
+  LocalOptions lo;
+  lo.timeouts.request = 10;
+  auto local = LocalClient::connect(address, lo);
+  CHECK(!local && local.error().code == ErrorCode::version_mismatch, "the local client refuses it too");
+  rlserve_client* client = nullptr;
+  const rlserve_status st = rlserve_client_connect(address.c_str(), nullptr, nullptr, nullptr, &client);
+  CHECK(st == RLSERVE_VERSION_MISMATCH && client == nullptr,
+        std::string("the C ABI: RLSERVE_VERSION_MISMATCH, got ") + rlserve_status_name(st));
+  const std::string message = rlserve_last_error();
+  CHECK(message.find("protocol version 2") != std::string::npos && message.find("matching versions") != std::string::npos,
+        "the C ABI's message names the version and the fix: " + message);
+  peer.join();
+  ::close(listener);
+}
+
+void not_rlserve() {
+  const auto [listener, port] = listen_loopback();
   std::thread peer([listener] {  // an HTTP server, say
     const int fd = ::accept(listener, nullptr, nullptr);
     char buffer[512];
@@ -132,7 +215,7 @@ void not_rlserve() {
   });
   ClientOptions o;
   o.timeouts.request = 10;
-  auto c = Client::connect("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), o);
+  auto c = Client::connect("127.0.0.1:" + std::to_string(port), o);
   peer.join();
   ::close(listener);
   CHECK(!c && c.error().code == ErrorCode::decode_error, "a peer that is not rlserve is a decode_error");
@@ -148,5 +231,6 @@ int main() {
   batches();
   numbers();
   not_rlserve();
+  other_version();
   return check::finish("client_parts");
 }
