@@ -89,21 +89,38 @@ Status Connection::check_served(std::size_t index, const Welcome& w) {
 }
 
 Error Connection::lost(Error why) {
+  std::lock_guard<std::mutex> lock(transport_mutex_);
   transport_.reset();
   return why;
 }
 
 void Connection::drop() noexcept {
+  std::lock_guard<std::mutex> lock(transport_mutex_);
   if (transport_) transport_->shutdown();
   transport_.reset();
+}
+
+void Connection::interrupt() noexcept {
+  interrupted_ = true;
+  std::lock_guard<std::mutex> lock(transport_mutex_);
+  if (transport_) transport_->shutdown();  // the owner's blocked read returns; it resets the pointer
+}
+
+Error Connection::interrupted_error() const {
+  return make_error(ErrorCode::connection_lost, "the connection to " + address().text() + " was closed by close()");
 }
 
 Result<Welcome> Connection::open_at(std::size_t index) {
   drop();
   index_ = index;
+  if (interrupted_) return interrupted_error();
   auto t = dial(address(), options_.timeouts.connect, options_.tls_ca);
   if (!t) return t.error();
-  transport_ = std::move(*t);
+  {
+    std::lock_guard<std::mutex> lock(transport_mutex_);
+    transport_ = std::move(*t);
+    if (interrupted_) transport_->shutdown();  // interrupt() came while dialling
+  }
   reader_ = FrameReader(Limits{}.max_frame_bytes);
   limits_ = Limits{};
   unanswered_.clear();
@@ -174,6 +191,7 @@ Result<Welcome> Connection::reconnect(Clock::time_point deadline) {
       if (!is_connection_failure(w.error())) return w.error();
       failure = w.error();
     }
+    if (interrupted_) return interrupted_error();
     if (Clock::now() + std::chrono::duration<double>(delay) > deadline) {
       return make_error(ErrorCode::connection_lost,
                         "lost the connection to " + front_end_names() + " and could not reconnect within " +
@@ -186,6 +204,7 @@ Result<Welcome> Connection::reconnect(Clock::time_point deadline) {
 }
 
 Result<std::uint64_t> Connection::send(Value& message) {
+  if (interrupted_) return interrupted_error();
   if (!transport_) return make_error(ErrorCode::connection_lost, "the connection to " + address().text() + " is closed");
   const std::uint64_t id = next_id_;
   set_id(message, id);
@@ -208,6 +227,7 @@ Status Connection::receive_some() {
   if (!transport_) return make_error(ErrorCode::connection_lost, "the connection to " + address().text() + " is closed");
   std::uint8_t buffer[1 << 16];
   auto n = transport_->receive(buffer, sizeof buffer, options_.timeouts.request);
+  if (interrupted_ && (!n || *n == 0)) return lost(interrupted_error());
   if (!n) {
     if (n.error().code == ErrorCode::timeout) {
       return lost(make_error(ErrorCode::timeout, "no reply from " + address().text() + " within " +

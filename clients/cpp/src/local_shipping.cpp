@@ -291,6 +291,10 @@ void LocalClient::stop_threads() {
     stopping_ = true;
   }
   changed_.notify_all();
+  // A report or a weights fetch may wait for a server that stopped answering (up to the
+  // request timeout per try): cut both connections so the threads return now.
+  if (report_conn_) report_conn_->interrupt();
+  if (weights_conn_) weights_conn_->interrupt();
   if (shipper_.joinable()) shipper_.join();
   if (refresher_.joinable()) refresher_.join();
 }

@@ -2,10 +2,12 @@
 // pipelined requests, typed server errors, and re-opening with back-off.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -81,6 +83,10 @@ class Connection {
   Status close();
   /// Shuts the socket down (a blocked read returns); the next call reconnects.
   void drop() noexcept;
+  /// The one call another thread may make: shuts the socket down so that a blocked read
+  /// returns, and makes every later open, reconnect and request fail at once with
+  /// connection_lost (for closing a client whose server stopped answering).
+  void interrupt() noexcept;
 
   /// Testing aid, what a network fault does: the next reply is read and thrown away and the
   /// connection shut down, so that the call reconnects and re-sends it.
@@ -101,6 +107,7 @@ class Connection {
   Result<Value> read_until(std::uint64_t id);
   Status receive_some();
   Error lost(Error why);
+  Error interrupted_error() const;
   Result<Welcome> open_at(std::size_t index);
   Status check_served(std::size_t index, const Welcome& welcome);
 
@@ -109,7 +116,9 @@ class Connection {
   std::optional<Clock::time_point> lost_since_;
   std::optional<std::pair<std::size_t, Welcome>> first_;  // the first front-end reached and its welcome
   ConnectionOptions options_;
-  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Transport> transport_;  // set and reset under transport_mutex_ (interrupt reads it)
+  std::mutex transport_mutex_;
+  std::atomic<bool> interrupted_{false};
   FrameReader reader_;
   Limits limits_;
   Welcome welcome_;

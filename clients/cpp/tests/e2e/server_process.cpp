@@ -94,6 +94,10 @@ void ServerProcess::kill9() {
   pid_ = -1;
 }
 
+void ServerProcess::suspend() {
+  if (pid_ > 0) ::kill(-pid_, SIGSTOP);
+}
+
 std::string ServerProcess::log() const {
   std::ifstream in(log_path_);
   std::stringstream s;

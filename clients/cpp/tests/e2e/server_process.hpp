@@ -30,6 +30,9 @@ class ServerProcess {
   const std::string& run_folder() const { return run_folder_; }
   /// SIGKILL to the whole process group, then reaps the server.
   void kill9();
+  /// SIGSTOP to the whole process group: the server hangs (its sockets accept and read
+  /// nothing) until it is killed.
+  void suspend();
   /// What the server wrote so far.
   std::string log() const;
 

@@ -1,0 +1,186 @@
+// End to end against a real `rlserve serve` with a small frame limit (--max-frame-bytes 65536,
+// CartPole-v1 spaces): a local client's buffered experience goes in several report_samples
+// frames, each within the limit, every step once; a remote call over the limit is refused
+// before it is sent, naming the limit, and the connection carries on; and closing (or
+// destroying) a local client whose server hangs with a report waiting returns after the flush
+// timeout, naming the steps left unshipped. Its ctest TIMEOUT is the bound: a close() that waited
+// for the request timeout (an hour here) would not return.
+// Usage: test_e2e_limits <python bin dir>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../check.hpp"
+#include "rlserve/client.hpp"
+#include "rlserve/local_client.hpp"
+#include "harness.hpp"
+#include "server_process.hpp"
+
+namespace {
+
+const char* kToken = "cpp-e2e-limits";
+constexpr std::uint64_t kFrameLimit = 65536;
+
+struct Context {
+  std::string bin_dir, work;
+  std::unique_ptr<e2e::ServerProcess> server;
+};
+
+double reported(const nlohmann::json& m) { return e2e::metric(m, "samples/steps_reported"); }
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::unique_ptr<rlserve::LocalClient> connect_local(const Context& ctx, rlserve::LocalOptions o) {
+  o.token = kToken;
+  o.client_name = "cpp-e2e-limits";
+  o.seed = 5;
+  auto c = rlserve::LocalClient::connect(ctx.server->address(), o);
+  if (!c) throw std::runtime_error("connect failed: " + c.error().message);
+  return std::move(*c);
+}
+
+/// About 4000 steps buffered (nothing ships before close) are several times the frame limit:
+/// close() ships them in several batches the server takes (it closes a connection that sends
+/// a frame over its limit, and the client refuses to send one), each step counted once.
+void split_reports(const Context& ctx) {
+  rlserve::LocalOptions o;
+  o.flush_interval = 1000;
+  o.batch_steps = 100000;
+  o.timeouts.request = 30;
+  auto client = connect_local(ctx, o);
+  const auto before = e2e::metrics(*ctx.server, kToken);
+  std::uint64_t total = 0;
+  for (std::uint64_t seed = 1; total < 4000; ++seed) {
+    const int n = e2e::play(*client, seed);
+    if (n < 0) return;
+    total += static_cast<std::uint64_t>(n);
+  }
+  CHECK(client->buffered_steps() == total && client->counts().batches_sent == 0, "everything waits for close()");
+  auto closed = client->close();
+  CHECK(closed.ok(), "close ships every step within the frame limit: " + (closed ? "" : closed.error().message));
+  const auto c = client->counts();
+  std::printf("split_reports: %llu steps in %llu report_samples frames of at most %llu bytes\n",
+              static_cast<unsigned long long>(total), static_cast<unsigned long long>(c.batches_sent),
+              static_cast<unsigned long long>(kFrameLimit));
+  CHECK(c.steps_shipped == total && c.duplicates == 0, "shipped " + std::to_string(c.steps_shipped) + " of " + std::to_string(total));
+  CHECK(c.batches_sent >= 3, "several frames (at least 40 bytes a step: 160 KB), got " + std::to_string(c.batches_sent));
+  const double want = reported(before) + static_cast<double>(total);
+  const auto after = e2e::wait_metrics(*ctx.server, kToken, [&](const nlohmann::json& m) { return reported(m) >= want; }, 300);
+  CHECK(reported(after) == want, "the server counts every step once: " + std::to_string(reported(after) - reported(before)) +
+                                     " of " + std::to_string(total));
+}
+
+/// A get_actions for 2000 episodes (about 130 KB) is over the limit: refused here with
+/// frame_too_large naming the limit; the same episodes then step in calls that fit.
+void remote_over_limit(const Context& ctx) {
+  rlserve::ClientOptions o;
+  o.token = kToken;
+  o.timeouts.request = 30;
+  auto c = rlserve::Client::connect(ctx.server->address(), o);
+  CHECK(c.ok(), "connect: " + (c ? "" : c.error().message));
+  if (!c) return;
+  rlserve::Client& client = **c;
+  const std::vector<float> raw{0.01f, -0.02f, 0.03f, 0.04f};
+  const rlserve::Value obs(rlserve::NDArray::from_floats(raw.data(), {4}));
+  std::vector<std::string> ids;
+  for (int i = 0; i < 2000; ++i) {
+    auto id = client.start_episode();
+    if (!id) {
+      CHECK(false, "start_episode: " + id.error().message);
+      return;
+    }
+    ids.push_back(*id);
+  }
+  auto big = client.get_actions(ids, std::vector<rlserve::Value>(ids.size(), obs));
+  CHECK(!big && big.error().code == rlserve::ErrorCode::frame_too_large, "a call over the frame limit is frame_too_large");
+  if (!big) {
+    CHECK(big.error().message.find("frame limit of " + std::to_string(kFrameLimit) + " bytes") != std::string::npos &&
+              big.error().message.find("send less per call") != std::string::npos,
+          "the message names the limit and the fix: " + big.error().message);
+  }
+  const std::vector<std::string> few(ids.begin(), ids.begin() + 8);
+  auto small = client.get_actions(few, std::vector<rlserve::Value>(few.size(), obs));
+  CHECK(small.ok() && small->size() == 8, "the same episodes step in a call that fits: " + (small ? "" : small.error().message));
+  auto one = client.get_action(ids.back(), raw);
+  CHECK(one.ok(), "and one by one: " + (one ? "" : one.error().message));
+  CHECK(client.reconnects() == 0, "on the same connection");
+  for (int k = 0; k < 2; ++k) {
+    auto again = client.get_action(few[0], raw);
+    CHECK(again.ok(), "the episode carries on: " + (again ? "" : again.error().message));
+  }
+  auto ended = client.end_episode(few[0], raw);
+  CHECK(ended.ok() && client.close().ok(), "ends and closes");
+}
+
+/// The server hangs (SIGSTOP) while reports wait: close() gives up after its flush timeout
+/// (the reconnect timeout, 1 s) instead of waiting for the reply (request timeout: an hour),
+/// and names the steps it could not ship; a client destroyed unclosed returns as well.
+void close_hung_server(Context& ctx) {
+  rlserve::LocalOptions o;
+  o.flush_interval = 1000;
+  o.timeouts.request = 3600;
+  o.timeouts.reconnect = 1;
+  o.update_interval = 0.2;  // its refresher is waiting on the hung server too
+  auto closing = connect_local(ctx, o);
+  rlserve::LocalOptions busy = o;
+  busy.flush_interval = 0.05;
+  busy.fragment_length = 8;
+  auto dropped = connect_local(ctx, busy);
+  std::uint64_t total = 0;
+  for (std::uint64_t seed = 200; seed < 204; ++seed) total += static_cast<std::uint64_t>(e2e::play(*closing, seed));
+  ctx.server->suspend();
+  for (std::uint64_t seed = 300; seed < 304; ++seed) e2e::play(*dropped, seed);  // its shipper now waits for a reply
+  CHECK(closing->buffered_steps() == total, "the steps wait");
+  auto start = std::chrono::steady_clock::now();
+  auto closed = closing->close();
+  const double close_s = seconds_since(start);
+  CHECK(!closed && closed.error().code == rlserve::ErrorCode::timeout, "close() with a hung server is a timeout");
+  if (!closed) {
+    CHECK(closed.error().message.find(std::to_string(total) + " steps are still buffered") != std::string::npos,
+          "naming the steps left: " + closed.error().message);
+  }
+  CHECK(closing->counts().steps_shipped == 0, "none shipped");
+  start = std::chrono::steady_clock::now();
+  dropped.reset();
+  const double destroy_s = seconds_since(start);
+  std::printf("close_hung_server: close() returned after %.2f s (%llu steps unshipped), the destructor after %.2f s\n", close_s,
+              static_cast<unsigned long long>(total), destroy_s);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s <python bin dir>\n", argv[0]);
+    return 2;
+  }
+  char tmpl[] = "/tmp/rlserve-cpp-e2e-limits-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) return 2;
+  Context ctx{argv[1], tmpl, nullptr};
+  try {
+    ctx.server = std::make_unique<e2e::ServerProcess>(
+        ctx.bin_dir,
+        std::vector<std::string>{"--spaces-from", "CartPole-v1", "--run-dir", ctx.work, "--name", "run", "--port", "0",
+                                 "--http-port", "0", "--no-progress", "--ppo-device", "cpu", "--seed", "1",
+                                 "--max-frame-bytes", std::to_string(kFrameLimit)},
+        std::vector<std::string>{std::string("RLSERVE_TOKEN=") + kToken}, ctx.work + "/server.log");
+    e2e::run_cases({
+        {"split_reports", [&] { split_reports(ctx); }},
+        {"remote_over_limit", [&] { remote_over_limit(ctx); }},
+        {"close_hung_server", [&] { close_hung_server(ctx); }},
+    });
+  } catch (const std::exception& e) {
+    check::fail(__FILE__, __LINE__, e.what());
+  }
+  if (check::failures() != 0 && ctx.server) std::fprintf(stderr, "server log:\n%s\n", ctx.server->log().c_str());
+  ctx.server.reset();  // killed, its whole process group (stopped or not)
+  if (check::failures() == 0) std::filesystem::remove_all(ctx.work);
+  return check::finish("e2e_limits");
+}
