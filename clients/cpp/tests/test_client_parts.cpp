@@ -180,25 +180,34 @@ void other_version() {
   std::thread peer = scripted_server(listener, 3, 2);
   const std::string address = "127.0.0.1:" + std::to_string(port);
   ClientOptions o;
-  o.timeouts.request = 10;
-  auto c = Client::connect(address, o);
-  CHECK(!c && c.error().code == ErrorCode::version_mismatch, "another protocol version is a version_mismatch");
-  if (!c) {
-    CHECK(c.error().message.find("protocol version 2") != std::string::npos &&
-              c.error().message.find("this client 1") != std::string::npos,
-          "the message names both versions: " + c.error().message);
+  o.timeouts.request = 2;
+  o.timeouts.reconnect = 1;
+  {  // each client hangs up before the next connects (the scripted server serves one at a time)
+    auto c = Client::connect(address, o);
+    CHECK(!c && c.error().code == ErrorCode::version_mismatch, "another protocol version is a version_mismatch");
+    if (!c) {
+      CHECK(c.error().message.find("protocol version 2") != std::string::npos &&
+                c.error().message.find("this client 1") != std::string::npos,
+            "the message names both versions: " + c.error().message);
+    }
   }
-  LocalOptions lo;
-  lo.timeouts.request = 10;
-  auto local = LocalClient::connect(address, lo);
-  CHECK(!local && local.error().code == ErrorCode::version_mismatch, "the local client refuses it too");
+  {
+    LocalOptions lo;
+    lo.timeouts = o.timeouts;
+    auto local = LocalClient::connect(address, lo);
+    CHECK(!local && local.error().code == ErrorCode::version_mismatch, "the local client refuses it too");
+  }
+  rlserve_client_options co{};
+  co.request_timeout = 2;
+  co.reconnect_timeout = 1;
   rlserve_client* client = nullptr;
-  const rlserve_status st = rlserve_client_connect(address.c_str(), nullptr, nullptr, nullptr, &client);
+  const rlserve_status st = rlserve_client_connect(address.c_str(), nullptr, nullptr, &co, &client);
   CHECK(st == RLSERVE_VERSION_MISMATCH && client == nullptr,
         std::string("the C ABI: RLSERVE_VERSION_MISMATCH, got ") + rlserve_status_name(st));
   const std::string message = rlserve_last_error();
   CHECK(message.find("protocol version 2") != std::string::npos && message.find("matching versions") != std::string::npos,
         "the C ABI's message names the version and the fix: " + message);
+  if (client != nullptr) rlserve_client_close(client);
   peer.join();
   ::close(listener);
 }

@@ -57,7 +57,8 @@ class LocalClient {
   /// Several front-ends of one run, comma-separated: when the one in use dies the client moves
   /// to another, re-sends the unanswered batch there and fetches that one's weights.
   static Result<std::unique_ptr<LocalClient>> connect(const std::string& address, LocalOptions options = {});
-  /// Stops the threads; steps not yet shipped are lost (call close() to ship them).
+  /// Stops the threads (at once: a report or weights fetch waiting on the server is cut off);
+  /// steps not yet shipped are lost (call close() to ship them).
   ~LocalClient();
   LocalClient(const LocalClient&) = delete;
   LocalClient& operator=(const LocalClient&) = delete;
@@ -97,8 +98,9 @@ class LocalClient {
   /// Ships everything queued and waits for the server's answers (up to `timeout_s`); timeout
   /// naming what is still buffered when they do not come.
   Status flush(double timeout_s);
-  /// Flushes (within the reconnect timeout), stops the threads and disconnects. An error when
-  /// steps were dropped, refused or left unshipped, saying how many.
+  /// Flushes (within the reconnect timeout), stops the threads and disconnects; it returns then
+  /// even while a report waits on a server that stopped answering (not after the request
+  /// timeout). An error when steps were dropped, refused or left unshipped, saying how many.
   Status close();
   /// Fetches the weights now (only when the server's version changed); the version held.
   Result<std::uint64_t> refresh_weights();
