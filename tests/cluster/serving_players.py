@@ -18,6 +18,12 @@ from rlserve import PolicyClient
 from rlserve.client.local import LocalConfig
 from rlserve.errors import EpisodeLostError, RLServeError
 
+SMALL_PPO = (
+    *("--ppo-train-batch-size", "256", "--ppo-minibatch-size", "128", "--ppo-num-epochs", "1"),
+    *("--fragment-length", "16", "--max-sample-queue-steps", "1000000"),
+)
+"""Flags of a server whose PPO learner updates often on little data (the serving tests')."""
+
 STEP_S = 0.002
 """A simulator's time per step: a few hundred steps a second per client, not tens of thousands."""
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from serving_players import (
+    SMALL_PPO,
     LocalPlayer,
     RemotePlayer,
     front_ends,
@@ -33,19 +34,6 @@ from conftest import HEAD_IP, SECOND_IP, RayCluster
 from rlserve.run.experience_log import LogCorruptError, LogReader
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
-
-SMALL_PPO = (
-    "--ppo-train-batch-size",
-    "256",
-    "--ppo-minibatch-size",
-    "128",
-    "--ppo-num-epochs",
-    "1",
-    "--fragment-length",
-    "16",
-    "--max-sample-queue-steps",
-    "1000000",
-)
 
 
 def _merged(run: Path) -> list[Any]:

@@ -15,7 +15,7 @@ import socket
 from typing import Any
 
 import pytest
-from serving_players import LocalPlayer, RemotePlayer, learner_actor_pid
+from serving_players import SMALL_PPO, LocalPlayer, RemotePlayer, learner_actor_pid
 
 from conftest import HEAD_IP, SECOND_IP, RayCluster
 from rlserve.cluster.connect import LearnerPlacement
@@ -23,19 +23,6 @@ from rlserve.cluster.front_ends import check_ports, front_end_nodes
 from rlserve.errors import ConfigError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
-
-SMALL_PPO = (
-    "--ppo-train-batch-size",
-    "256",
-    "--ppo-minibatch-size",
-    "128",
-    "--ppo-num-epochs",
-    "1",
-    "--fragment-length",
-    "16",
-    "--max-sample-queue-steps",
-    "1000000",
-)
 
 
 def settled(server: Any) -> dict[str, Any]:
