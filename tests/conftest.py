@@ -158,7 +158,8 @@ class ServerHandle:
                 return current
             if time.monotonic() > deadline:
                 raise AssertionError(
-                    f"weights version stayed {current} (< {version}) for {timeout} s"
+                    f"weights version stayed {current} (< {version}) for {timeout} s; the "
+                    f"server's log ends:\n{self.log()[-4000:]}"
                 )
             time.sleep(0.05)
 

@@ -60,6 +60,17 @@ class RayCluster:
         )
         _wait_for_nodes(self.ray, alive + 1)
 
+    def wait_for_free(self, need: dict[str, float], timeout: float = 60.0) -> None:
+        """Wait until the cluster has ``need`` free: the previous test's actors are gone."""
+        deadline = time.monotonic() + timeout
+        while True:
+            free = self.ray.available_resources()
+            if all(free.get(name, 0.0) >= amount for name, amount in need.items()):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{need} still not free after {timeout} s: {free}")
+            time.sleep(0.2)
+
     def kill_raylet(self, ip: str) -> None:
         """SIGKILL the raylet of the node on ``ip``: the node is lost, its actors with it."""
         for pid in _cluster_pids(self.temp_dir, "raylet", f"--node_ip_address={ip}"):

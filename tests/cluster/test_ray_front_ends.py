@@ -161,6 +161,7 @@ def test_two_front_ends_lose_nothing_when_the_learner_actor_is_killed(
     ray_cluster: RayCluster, launch_server: Any
 ) -> None:
     port = port_free_on_both()
+    ray_cluster.wait_for_free({"GPU": 1})  # the test before may still hold the one GPU
     server = launch_server(
         *SMALL_PPO,
         "--ray",

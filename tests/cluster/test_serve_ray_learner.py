@@ -40,6 +40,8 @@ def settled(server: Any) -> dict[str, Any]:
 def _serve_with_the_learner_on_the_gpu_node(ray_cluster: RayCluster, launch_server: Any) -> Any:
     """``rlserve serve --ray`` with its learner actor placed by the second node's fake GPU,
     once the first weights are out."""
+    # The learner actor of the test before may still hold the one GPU for a moment.
+    ray_cluster.wait_for_free({"GPU": 1})
     server = launch_server(
         *SMALL_PPO,
         "--ray",
@@ -49,7 +51,7 @@ def _serve_with_the_learner_on_the_gpu_node(ray_cluster: RayCluster, launch_serv
         "--ray-learner-resources",
         json.dumps({"GPU": 1}),
     )
-    server.wait_for_weights(0)
+    server.wait_for_weights(0, timeout=120)
     return server
 
 

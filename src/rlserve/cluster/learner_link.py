@@ -24,6 +24,7 @@ from rlserve.cluster.connect import LearnerPlacement
 from rlserve.cluster.failures import actor_failure
 from rlserve.cluster.learner_actor import LearnerActorWorker
 from rlserve.cluster.ray_import import import_ray
+from rlserve.cluster.resources import free_resources_note
 from rlserve.processes.restarts import Failure, RestartPolicy
 from rlserve.run.experience_log import LogCorruptError, LogReader
 from rlserve.server.learner_link import RESTART_DELAYS, LearnerLink
@@ -31,6 +32,9 @@ from rlserve.server.learner_link import RESTART_DELAYS, LearnerLink
 __all__ = ["LearnerActorSlot", "RayLearnerLink"]
 
 logger = logging.getLogger("rlserve.server")
+
+PLACEMENT_WARN_S = 30.0
+"""How long a new learner actor may wait for Ray to place it before the log says why it waits."""
 
 Shipped = tuple[int, str, int, "str | None", bytes]
 """One shipped record: ``(seq, kind, steps, batch_id, payload)``."""
@@ -130,6 +134,7 @@ class RayLearnerLink(LearnerLink):
     async def _run_learner(self) -> None:
         actor = self._actor = self._children.start(self._setup_now())
         self._shipped_through, self._announced, self._outgoing = None, 0, []
+        watch = asyncio.create_task(self._warn_while_unplaced())
         try:
             while True:
                 exchange = {"messages": self._outgoing, "records": self._take_records()}
@@ -144,6 +149,7 @@ class RayLearnerLink(LearnerLink):
         except Exception as exc:  # Ray's error for a lost actor or node
             self.failure = f"the learner actor died: {actor_failure(exc)}"
         finally:
+            watch.cancel()
             self._actor = None
             self._shipped_through = None
             self._outgoing = []
@@ -151,6 +157,33 @@ class RayLearnerLink(LearnerLink):
             if self._pace is not None:
                 self._pace.update(connected=False)
             self.checkpoints.final_in.set()  # nobody may wait for a checkpoint that cannot come
+
+    async def _warn_while_unplaced(self) -> None:
+        """Log, every so often, why a learner actor that has not said ``ready`` waits.
+
+        Ray queues an actor whose resources are all held (by another job, or by an actor of
+        a lost driver not yet released) without a word; the serving process says so.
+        """
+        waited = 0.0
+        while self._shipped_through is None:
+            await asyncio.sleep(PLACEMENT_WARN_S)
+            waited += PLACEMENT_WARN_S
+            if self._shipped_through is not None:
+                return
+            try:
+                free = await asyncio.to_thread(
+                    free_resources_note, self._ray, self._placement.need()
+                )
+            except Exception as exc:  # the cluster's state is only for the message
+                free = f"the cluster's free resources are unknown: {exc}"
+            logger.warning(
+                "rlserve: the learner actor is not ready after %.0f s; it asks for %s (%s): "
+                "Ray starts it once a node has them free (stop what holds them, or start a "
+                "node with them). Serving goes on meanwhile",
+                waited,
+                {k: v for k, v in self._placement.need().items() if v > 0},
+                free,
+            )
 
     async def stop(self, timeout: float = 6.0) -> dict[str, str]:
         """As the process link's; the log reader is closed too."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from rlserve.errors import ConfigError
 
-__all__ = ["check_resources"]
+__all__ = ["check_resources", "free_resources_note"]
 
 _FLAG = {"CPU": "--num-cpus=N", "GPU": "--num-gpus=N"}
 
@@ -54,3 +54,19 @@ def check_resources(
         f"no node of the Ray cluster has all of {wanted} for one {what}: start a node with "
         "them all (ray start --address=HEAD ...) or ask for less"
     )
+
+
+def free_resources_note(ray: Any, need: Mapping[str, float]) -> str:
+    """What of ``need`` the cluster has free now, out of its total ("GPU 0 of 1 free").
+
+    For the warning about an actor that Ray has not placed yet: the resources exist (checked
+    at the start), so something else holds them (another job's actors, a lost actor not yet
+    released).
+    """
+    free, total = ray.available_resources(), ray.cluster_resources()
+    parts = [
+        f"{name} {float(free.get(name, 0.0)):g} of {float(total.get(name, 0.0)):g} free"
+        for name, amount in need.items()
+        if amount > 0
+    ]
+    return ", ".join(parts) or "nothing asked for"
