@@ -10,6 +10,12 @@ reopens its log and ships what the learner has not merged: its replay.
 The first front-end (the ``rlserve serve`` driver) owns the learner: it creates the actor, by
 name, where its resources are, restarts it when it dies, and stops it at the end. The others
 find it by name (``--front-end-of NAME``) and wait while it is away.
+
+The owner also holds the learner's recovery point (:mod:`~rlserve.cluster.recovery`) in its run
+folder: the learner hands it a new one after each checkpoint, and hands the newest to a learner
+it starts. A front-end's log is cleaned only through what that held point includes
+(``held_through``), so a learner that lost its node and its disk goes on from the point and is
+shipped everything after it again.
 """
 
 from __future__ import annotations
@@ -17,11 +23,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from pathlib import Path
 from typing import Any
 
 from rlserve.cluster.connect import LearnerPlacement
 from rlserve.cluster.failures import actor_failure
 from rlserve.cluster.learner_link import LearnerActorSlot, RayLearnerLink, Shipped
+from rlserve.cluster.recovery import RECOVERY_FILE, load_point, point_key, save_point
 from rlserve.cluster.shared_learner import SharedLearner
 from rlserve.processes.restarts import Failure
 from rlserve.run.experience_log import LogCorruptError, LogReader
@@ -64,6 +72,9 @@ class FrontEndLink(RayLearnerLink):
         self._learner_name = learner_name
         self._owner = owner
         self._merged_through: int | None = None
+        self._held_through = 0
+        """The newest seq of this log that the driver's recovery point includes."""
+        self._held_key = point_key(None)
         self._life = uuid.uuid4().hex
         self.duplicate_steps = 0
         """Steps the learner skipped as copies of batches merged from another front-end."""
@@ -77,7 +88,26 @@ class FrontEndLink(RayLearnerLink):
     def _setup_now(self) -> dict[str, Any]:
         setup = super()._setup_now()
         # The merged log is the learner's own, beside (not in) the owner's experience log.
-        return {**setup, "run_dir": str(self.log.directory.parent / "learner")}
+        setup = {**setup, "run_dir": str(self.log.directory.parent / "learner")}
+        if self._owner:
+            point = load_point(self._point_file())
+            self._held_key = point_key(point)
+            setup["recovery"] = point
+        return setup
+
+    def _point_file(self) -> Path:
+        return self.log.directory.parent / RECOVERY_FILE
+
+    async def _hold(self, point: dict[str, Any]) -> None:
+        """Write the learner's new recovery point into the run folder (the owner's)."""
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, save_point, self._point_file(), point)
+        except OSError as exc:
+            self._stats.storage_failed("learner recovery point", exc)
+            return
+        self._stats.storage_ok("learner recovery point")
+        self._held_key = point_key(point)
 
     def _connected(self) -> bool:
         # Only the owner waits for the learner's final checkpoints when it stops.
@@ -93,8 +123,9 @@ class FrontEndLink(RayLearnerLink):
     async def _dispatch(self, message: dict[str, Any]) -> None:
         kind = message["type"]
         if kind == "checkpointed":
-            # This log is needed only through what the learner has merged (on its disk).
-            message = {**message, "log_needed_after": self._merged_through or 0}
+            # This log is needed after what the driver's recovery point includes: a learner
+            # that lost its disk goes on from that point.
+            message = {**message, "log_needed_after": self._held_through}
         elif kind == "ready":
             logger.info(
                 "rlserve: front-end %s joined the learner (%s; device %s)",
@@ -133,9 +164,13 @@ class FrontEndLink(RayLearnerLink):
             while True:
                 records = self._unmerged()
                 messages, self._outgoing = self._outgoing, []
-                call = actor.exchange.remote(self._front_end, self._life, records, messages)
+                held = self._held_key if self._owner else None
+                call = actor.exchange.remote(self._front_end, self._life, records, messages, held)
                 answer = await asyncio.wrap_future(call.future())
                 self._merged_through = int(answer["merged_through"])
+                self._held_through = int(answer["held_through"])
+                if answer["recovery"] is not None:
+                    await self._hold(answer["recovery"])
                 self.duplicate_steps = int(answer["duplicate_steps"])
                 self._consumed(self._merged_through, [])
                 for message in answer["messages"]:

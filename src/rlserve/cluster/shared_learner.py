@@ -6,31 +6,34 @@ node's disk, and runs the learner process's loop
 (:func:`~rlserve.training.learner_worker.learn`) over that merged log, so training, checkpoints
 and their trained-through positions are those of one server.
 
-Merging is where exactly-once comes from. Per front-end the learner knows the newest seq of
-that front-end's log it has merged (a replayed record is skipped), and it keeps the newest
-:data:`SEEN_BATCHES` report batch ids it merged (a batch logged by a front-end that died before
-acknowledging it, re-sent by its client to another front-end, is merged once, whichever copy
-comes first). Both are read back from the merged log when the actor starts again: each merged
-record's ``kind`` names its front-end and seq there (``"report fe1 42"``).
+Merging is where exactly-once comes from (:mod:`~rlserve.cluster.merged_log`): a replayed
+record, or a batch re-sent to another front-end, is merged once.
+
+The learner's node may be lost with its disk: after each checkpoint the learner hands the driver
+(the owning front-end) a recovery point (:mod:`~rlserve.cluster.recovery`) in its exchange
+answer, and once the driver says it holds it, the front-ends clean their logs through what it
+includes (``held_through``) and the learner its merged log. A learner started on any node takes
+the driver's point unless its own disk holds one at least as new.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlserve.cluster.merged_log import SEEN_BATCHES, MergedLog
 from rlserve.cluster.ray_import import import_ray
-from rlserve.run.experience_log import ExperienceLog
+from rlserve.cluster.recovery import RecoveryPoints, covered_locally, install_point, point_key
 from rlserve.training.learner_worker import learn
 
 __all__ = ["SEEN_BATCHES", "MergedLog", "SharedLearner"]
 
-SEEN_BATCHES = 100_000
-"""How many merged report batch ids the learner remembers (the newest)."""
+logger = logging.getLogger("rlserve.learner")
 
 EXCHANGE_WAIT_S = 0.02
 """Seconds an exchange waits for a message of the learner before answering with none."""
@@ -42,60 +45,17 @@ _PER_FRONT_END = ("waiting", "consumed", "owed")
 """Messages of the learner about its position in the merged log: not passed on as they are."""
 
 
-class MergedLog:
-    """The learner's log of every front-end's records, each merged once.
-
-    Args:
-        directory: The merged log's folder (on the learner's node).
-    """
-
-    def __init__(self, directory: Path) -> None:
-        self.log = ExperienceLog(directory)
-        self.merged_through: dict[str, int] = {}
-        """Per front-end, the newest seq of its log that is merged (or skipped as a copy)."""
-        self.seen: OrderedDict[str, None] = OrderedDict()
-        self.duplicate_steps = 0
-        """Steps of report batches skipped because another front-end's copy was merged."""
-        for record in self.log.open():
-            _, front_end, seq = record.kind.split(" ")
-            self._merged(front_end, int(seq), record.batch_id)
-
-    def _merged(self, front_end: str, seq: int, batch_id: str | None) -> None:
-        self.merged_through[front_end] = max(self.merged_through.get(front_end, 0), seq)
-        if batch_id is not None:
-            self.seen[batch_id] = None
-            while len(self.seen) > SEEN_BATCHES:
-                self.seen.popitem(last=False)
-
-    def merge(self, front_end: str, records: Iterable[Sequence[Any]]) -> int:
-        """Append the records of ``front_end`` not merged yet; how many were appended.
-
-        Each record is ``(seq, kind, steps, batch_id, payload)`` of the front-end's log. The
-        appended ones are flushed to the disk before this returns.
-        """
-        appended = 0
-        for seq, kind, steps, batch_id, payload in records:
-            if int(seq) <= self.merged_through.get(front_end, 0):
-                continue  # replayed: merged already
-            if batch_id is not None and batch_id in self.seen:
-                self.duplicate_steps += int(steps)  # a copy re-sent to another front-end
-            else:
-                self.log.append(f"{kind} {front_end} {int(seq)}", int(steps), payload, batch_id)
-                appended += 1
-            self._merged(front_end, int(seq), batch_id)
-        if appended:
-            self.log.sync()
-        return appended
-
-
 class _FanOut:
     """The learner loop's channel: its messages copied to every front-end's outbox.
 
     A ``weights`` message's package is put in Ray's object store once (``package_ref``).
     """
 
-    def __init__(self, put: Callable[[Any], Any]) -> None:
+    def __init__(
+        self, put: Callable[[Any], Any], on_checkpointed: Callable[[dict[str, Any]], None]
+    ) -> None:
         self._put = put
+        self._on_checkpointed = on_checkpointed
         self.inbox: deque[dict[str, Any]] = deque()
         self._arrived = threading.Condition()
         self._outboxes: dict[str, deque[dict[str, Any]]] = {}
@@ -109,6 +69,8 @@ class _FanOut:
         kind = str(message["type"])
         if kind == "consumed":
             self.steps_consumed = float(message["steps_consumed"])
+        elif kind == "checkpointed":
+            self._on_checkpointed(message)
         if kind in _PER_FRONT_END:
             return
         if kind == "weights":
@@ -166,13 +128,29 @@ class SharedLearner:
 
     Args:
         setup: The learner's set-up (see :func:`~rlserve.training.learner_worker.run_learner`);
-            its ``run_dir`` is where the merged log is kept (``experience/`` in it).
+            its ``run_dir`` is where the merged log is kept (``experience/`` in it), and
+            ``recovery`` the recovery point the driver holds (None: none).
     """
 
     def __init__(self, setup: dict[str, Any]) -> None:
-        self._merged = MergedLog(Path(setup["run_dir"]) / "experience")
+        point = setup.get("recovery")
+        setup = {k: v for k, v in setup.items() if k != "recovery"}
+        policies = list(setup.get("policies", ()))
+        directory = Path(setup["run_dir"]) / "experience"
+        self._merged = MergedLog(directory)
+        if point is not None and not covered_locally(point, self._merged, policies):
+            # This disk is not the one the point was made on (or lost it): go on from the point.
+            self._merged.close()
+            install_point(point, directory, policies)
+            self._merged = MergedLog(directory)
+            logger.warning(
+                "rlserve: the learner goes on from the driver's recovery point (merged position "
+                "%d): its own disk has no state as new",
+                int(point["position"]),
+            )
+        self._points = RecoveryPoints([str(p["policy_id"]) for p in policies], point)
         self._lock = threading.Lock()
-        self._pipe = _FanOut(import_ray("the shared learner").put)
+        self._pipe = _FanOut(import_ray("the shared learner").put, self._checkpointed)
         self._done = threading.Event()
         # What a restarted learner merged before: read from its checkpoint's position on.
         self._pipe.put([{"type": "available", "through": self._merged.log.last_seq}])
@@ -197,37 +175,64 @@ class SharedLearner:
 
         return {"pid": os.getpid(), "node": ray.util.get_node_ip_address()}
 
+    def _checkpointed(self, message: dict[str, Any]) -> None:
+        """A checkpoint was written (on the learner's thread): make a recovery point of it."""
+        with self._lock:
+            self._points.checkpointed(message, self._merged)
+
     def exchange(
         self,
         front_end: str,
         life: str,
         records: list[Sequence[Any]],
         messages: list[dict[str, Any]],
+        held: list[int] | None = None,
     ) -> dict[str, Any]:
         """Merge ``front_end``'s records, take its messages; the learner's messages for it.
 
         ``life`` tells one run of a front-end from the next (a restarted one is told the
-        learner's newest state first).
+        learner's newest state first). ``held``: the driver's only, the key of the recovery
+        point it holds (:func:`~rlserve.cluster.recovery.point_key`).
 
         Returns:
             ``merged_through`` (the newest seq of its log that is merged: acknowledged),
-            ``messages``, ``steps_consumed`` (merged steps the learner has read), ``running``.
+            ``held_through`` (the newest seq of its log the driver's recovery point includes:
+            its log is cleaned through it), ``recovery`` (to the driver: a newer point to
+            hold, else None), ``messages``, ``steps_consumed`` (merged steps the learner has
+            read), ``running``.
         """
+        point = None
         with self._lock:
             if self._merged.merge(front_end, records):
                 self._pipe.put([{"type": "available", "through": self._merged.log.last_seq}])
             merged_through = self._merged.merged_through.get(front_end, 0)
+            if held is not None:
+                if self._points.held(held):
+                    self._clean()
+                offered = self._points.offered
+                if offered is not None and point_key(offered) > list(held):
+                    point = offered
+            held_through = self._points.held_through.get(front_end, 0)
         self._pipe.put(messages)
         taken = self._pipe.take(front_end, life, EXCHANGE_WAIT_S, self._done)
         return {
             "merged_through": merged_through,
+            "held_through": held_through,
+            "recovery": point,
             "messages": taken,
             "steps_consumed": self._pipe.steps_consumed,
             "duplicate_steps": self._merged.duplicate_steps,
             "running": not (self._done.is_set() and not taken),
         }
 
+    def _clean(self) -> None:
+        """Clean the merged log through what the held point and the kept checkpoints need."""
+        try:
+            self._merged.clean(self._points.log_needed_after())
+        except OSError as exc:
+            logger.warning("rlserve: cleaning the learner's merged log failed (%s)", exc)
+
     def close(self) -> None:
         """Flush the merged log."""
         with self._lock:
-            self._merged.log.close()
+            self._merged.close()
