@@ -136,8 +136,11 @@ def test_a_learner_node_lost_with_its_disk_loses_nothing(
             "the learner restart",
             local_steps,
         )
-        steps = local_steps()
-        wait(lambda: local_steps() > steps + 600, "the clients to go on", local_steps)
+        wait(
+            lambda: (run / "rlserve.log").read_text().count("joined the learner") == 2,
+            "the new learner to be ready",
+            local_steps,
+        )
         # The new learner is on the other learnerbox node and trains on.
         other = next(ip for ip in LEARNER_NODES if ip != lost_ip)
         assert _learner(ray_cluster.ray, run)["node"] == other
