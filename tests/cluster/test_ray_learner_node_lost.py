@@ -1,13 +1,14 @@
 """The shared learner's node lost with its disk: the run goes on from the driver's recovery point.
 
 Two front-ends (127.0.0.2, the driver, and 127.0.0.3) and the learner pinned by a custom
-resource, ``learnerbox``, that two more nodes have (127.0.0.4 and 127.0.0.5). After some
-updates and a recovery point held by the driver, the learner's node is lost (its raylet and the
-learner's process killed) and with it its disk: the learner's merged log and checkpoints are
-deleted (every node shares this machine's disk, so deleting is what a lost local disk looks
-like). A new learner on the other ``learnerbox`` node goes on from the driver's recovery point,
-both front-ends ship it what the point does not include, and every step the clients took is
-trained once (the learner's count of steps read equals the clients' count).
+resource, ``learnerbox``, that two more nodes have (127.0.0.6 and 127.0.0.7: other modules add
+.4 and .5 to the same cluster). After some updates and a recovery point held by the driver, the
+learner's node is lost (its raylet and the learner's process killed) and with it its disk: the
+learner's merged log and checkpoints are deleted (every node shares this machine's disk, so
+deleting is what a lost local disk looks like). A new learner on the other ``learnerbox`` node
+goes on from the driver's recovery point, both front-ends ship it what the point does not
+include, and every step the clients took is trained once (the learner's count of steps read
+equals the clients' count).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from rlserve.cluster.recovery import RECOVERY_FILE, load_point
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
-LEARNER_NODES = ("127.0.0.4", "127.0.0.5")
+LEARNER_NODES = ("127.0.0.6", "127.0.0.7")
 """The nodes with the resource the learner asks for: it starts on one, goes on on the other."""
 
 
