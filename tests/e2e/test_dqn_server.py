@@ -42,6 +42,10 @@ DQN_FLAGS = (
     "5",
     "--dqn-lr",
     "0.0005",
+    # A 64x64 network learns CartPole here as the default 128x128 does, in less CPU.
+    "--dqn-hidden",
+    "64",
+    "64",
 )
 
 
@@ -71,7 +75,7 @@ def test_dqn_learns_cartpole_from_remote_clients(launch_server: Any) -> None:
                 server.address, inference_mode="remote", client_name=f"cp-{seed}", timeout=60
             ) as client:
                 episode = 0
-                while steps[0] < 14_000:
+                while steps[0] < 12_000:
                     result = play_cartpole(client, seed=seed * 10_000 + episode)
                     episode += 1
                     with lock:
@@ -92,7 +96,7 @@ def test_dqn_learns_cartpole_from_remote_clients(launch_server: Any) -> None:
         what="the learner to train on the schedule",
     )
     assert metrics["learner/epsilon"] == pytest.approx(0.01)
-    assert _evaluate(server.address, 5) >= 150  # a random policy averages about 22
+    assert _evaluate(server.address, 5) >= 150  # a random policy averages about 22 (seed 0: 353)
 
 
 def test_dqn_learns_from_log_action_data_alone(launch_server: Any) -> None:
@@ -109,7 +113,7 @@ def test_dqn_learns_from_log_action_data_alone(launch_server: Any) -> None:
     env = gym.make("CartPole-v1")
     with PolicyClient(server.address, inference_mode="remote", client_name="logger") as client:
         episode = 0
-        while steps < 14_000:
+        while steps < 11_000:
             obs, _ = env.reset(seed=episode)
             eid = client.start_episode()
             total, done = 0.0, False
@@ -134,7 +138,7 @@ def test_dqn_learns_from_log_action_data_alone(launch_server: Any) -> None:
     )
     behaviour = float(np.mean(returns))
     learned = _evaluate(server.address, 5)
-    assert learned >= 1.5 * behaviour, (learned, behaviour)
+    assert learned >= 1.5 * behaviour, (learned, behaviour)  # seed 0: 500 against 146
 
 
 def test_a_fast_client_is_held_to_the_learner(launch_server: Any) -> None:
