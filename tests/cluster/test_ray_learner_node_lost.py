@@ -69,7 +69,7 @@ def learner_nodes(ray_cluster: RayCluster) -> Iterator[RayCluster]:
         yield ray_cluster
     finally:
         for ip in LEARNER_NODES:  # the next modules see the two nodes they expect
-            ray_cluster.kill_raylet(ip)
+            ray_cluster.lose_node(ip)
 
 
 def test_a_learner_node_lost_with_its_disk_loses_nothing(
