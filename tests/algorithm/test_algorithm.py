@@ -291,6 +291,32 @@ def map_agent(agent_id: str, episode: Any, **kwargs: Any) -> str:
     return "p1" if agent_id == "a" else "p2"
 
 
+@pytest.mark.timeout(90)
+def test_multi_agent_env_in_sub_processes_trains_as_in_process() -> None:
+    runs = []
+    for remote in (False, True):
+        config = (
+            _config(Mimic, num_envs=3)
+            .env_runners(remote_worker_envs=remote, envs_per_process=2)
+            .multi_agent(policies={"p1": {}, "p2": {}}, policy_mapping_fn=map_agent)
+            .training(train_batch_size=128)
+        )
+        with config.build() as algo:
+            results = [strip_times(algo.train()) for _ in range(2)]
+            weights = {
+                pid: {k: np.asarray(v).tolist() for k, v in learner.weights().arrays.items()}
+                for pid, learner in algo.learners.items()
+            }
+        runs.append((results, weights))
+    (local, local_weights), (remote, remote_weights) = runs
+    for pid in ("p1", "p2"):
+        assert remote[-1]["learners"][pid]["updates"] >= 1
+    assert remote[-1]["env_runners"]["num_episodes"] > 0
+    # The same seed gives the same episodes, hence the same updates, in or out of process.
+    assert remote == local
+    assert remote_weights == local_weights
+
+
 @pytest.mark.timeout(60)
 def test_from_checkpoint_finds_a_named_mapping_function_and_says_when_it_cannot(
     tmp_path: Path,

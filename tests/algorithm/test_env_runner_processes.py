@@ -317,6 +317,51 @@ def test_multi_agent_env_in_runners_trains_a_learner_per_policy() -> None:
     assert last["env_runners"]["episode_return_mean"] > 8.5  # random play: ~8
 
 
+class MimicRaises(Mimic):
+    """Mimic whose copy in sub-process 2 raises at the 5th step of every episode."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.bad = config.worker_index == 2
+
+    def step(self, action_dict: dict[str, Any]) -> Any:
+        if self.bad and self.t == 4:
+            raise ValueError("boom")
+        return super().step(action_dict)
+
+
+def _two_policies(config: Any) -> Any:
+    return config.env_runners(remote_worker_envs=True, sample_timeout_s=20.0).multi_agent(
+        policies={"p1": {}, "p2": {}},
+        policy_mapping_fn=lambda agent_id, episode, **kw: "p1" if agent_id == "a" else "p2",
+    )
+
+
+@pytest.mark.timeout(90)
+def test_multi_agent_sub_process_copies_in_runners_learn_both_policies() -> None:
+    config = _two_policies(_config(Mimic)).training(min_env_steps_per_iteration=1024, **QUICK_PPO)
+    with config.build() as algo:
+        results = [algo.train() for _ in range(3)]
+    last = results[-1]
+    for pid in ("p1", "p2"):
+        assert last["learners"][pid]["updates"] >= 1
+    assert last["env_runners"]["episodes_failed"] == 0
+    assert last["env_runners"]["episode_return_mean"] > 8.5  # random play: ~8
+
+
+@pytest.mark.timeout(60)
+def test_multi_agent_sub_process_copies_that_crash_are_restarted_and_counted() -> None:
+    config = _two_policies(_config(MimicRaises)).training(min_env_steps_per_iteration=512)
+    with config.build() as algo:
+        result = algo.train()
+    # Each runner's second copy fails every episode at its 5th step (64 steps each: a dozen
+    # times): restarted, counted, and the first copies' episodes go on to their end.
+    assert result["env_runners"]["episodes_failed"] >= 8
+    assert result["env_runners"]["episode_len_mean"] > 0
+    assert result["env_runners"]["num_env_steps_sampled"] >= 512
+    assert result["env_runners"]["num_healthy_env_runners"] == 2
+
+
 @pytest.mark.timeout(60)
 def test_external_env_runs_its_loop_inside_each_runner() -> None:
     config = _config(GuessSign(), num_envs=1).training(lr=3e-3)
@@ -331,9 +376,6 @@ def test_external_env_runs_its_loop_inside_each_runner() -> None:
 def test_what_runners_cannot_host_is_refused_with_the_fix() -> None:
     with pytest.raises(ConfigError, match="num_env_runners=0"):
         _config(InProcessVectorSource("CartPole-v1")).build()
-    # Multi-agent envs do not run in sub-processes yet.
-    with pytest.raises(ConfigError, match="drop remote_worker_envs=True"):
-        _config(Mimic).env_runners(remote_worker_envs=True).build()
     with pytest.raises(ConfigError, match=">= 0"):
         PPOConfig().env_runners(num_env_runners=-1)
 

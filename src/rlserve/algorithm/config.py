@@ -179,7 +179,8 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig):
             num_envs_per_env_runner: Copies of the environment per runner, acted on in one
                 forward pass.
             remote_worker_envs: Step the copies in sub-processes, in parallel (for slow
-                environments); a copy that crashes or hangs is restarted.
+                environments; single-agent, multi-agent and PettingZoo envs); a copy that
+                crashes or hangs is restarted.
             envs_per_process: Copies per sub-process when ``remote_worker_envs``.
             rollout_fragment_length: Steps of an episode per fragment.
             sample_timeout_s: Seconds a sub-process copy (or an env runner) may take for one

@@ -74,7 +74,7 @@ def local_source(config: AlgorithmConfig, seed: int) -> EnvSource:
 
     Raises:
         ConfigError: ``config.env`` is an ``EnvSource`` instance, which cannot be copied into
-            runner processes, or a multi-agent env with ``remote_worker_envs``.
+            runner processes.
     """
     if isinstance(config.env, EnvSource):
         raise ConfigError(
@@ -82,14 +82,7 @@ def local_source(config: AlgorithmConfig, seed: int) -> EnvSource:
             f"({type(config.env).__name__}) into runner processes: pass its class or a "
             "function that makes it, or sample in this process with num_env_runners=0"
         )
-    source = make_source(config, seed=seed, evaluation=True)
-    if source.multi_agent and config.remote_worker_envs:
-        source.close()
-        raise ConfigError(
-            "multi-agent envs cannot step in sub-processes yet: drop remote_worker_envs=True "
-            f"(the {config.num_env_runners} env-runner processes already sample in parallel)"
-        )
-    return source
+    return make_source(config, seed=seed, evaluation=True)
 
 
 @dataclass

@@ -1,7 +1,10 @@
 """Sub-environments as Ray actors (``remote_worker_envs=True`` with the Ray backend).
 
-:class:`~rlserve.env.subprocess.ProcessVectorSource` runs each group of ``envs_per_process``
-copies in a worker of its own; :func:`ray_env_group` makes those workers Ray actors, placed by
+The remote sources (:class:`~rlserve.env.ProcessVectorSource`, and
+:class:`~rlserve.env.ProcessMultiAgentSource` for multi-agent and PettingZoo envs) run each
+group of ``envs_per_process`` copies in a worker of its own
+(:class:`~rlserve.env.copy_workers.CopyWorkers`); :func:`ray_env_group` makes those workers Ray
+actors, placed by
 ``num_cpus_per_remote_env`` and ``custom_resources_per_remote_env``, instead of sub-processes.
 Everything else is the source's, the same for both: every copy's step is sent before any answer
 is awaited (the actors step in parallel), a copy whose actor dies (its node lost, killed) or that
@@ -16,7 +19,7 @@ from collections.abc import Mapping
 
 from rlserve.cluster.supervisor import RaySupervisor, Stamp
 from rlserve.env.copies import EnvCopies
-from rlserve.env.subprocess import Supervise
+from rlserve.env.copy_workers import Supervise
 
 __all__ = ["ray_env_group"]
 
@@ -27,7 +30,7 @@ _CLOSE_WAIT_S = 2.0
 
 
 def ray_env_group(num_cpus: float, resources: Mapping[str, float] | None = None) -> Supervise:
-    """How a :class:`~rlserve.env.subprocess.ProcessVectorSource` runs its workers as actors.
+    """How a remote source's :class:`~rlserve.env.copy_workers.CopyWorkers` run as actors.
 
     Args:
         num_cpus: CPUs each actor holds (``num_cpus_per_remote_env``).

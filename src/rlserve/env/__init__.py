@@ -18,6 +18,7 @@ from rlserve.env.multi_agent import MultiAgentEnv, MultiAgentSource
 from rlserve.env.pettingzoo import ParallelPettingZooEnv, PettingZooEnv, from_pettingzoo
 from rlserve.env.stateless_cartpole import StatelessCartPole
 from rlserve.env.subprocess import ProcessVectorSource
+from rlserve.env.subprocess_multi import ProcessMultiAgentSource
 from rlserve.env.vector import InProcessVectorSource
 from rlserve.env.versus import VersusOpponent, uniform_legal
 
@@ -40,6 +41,7 @@ __all__ = [
     "ParallelPettingZooEnv",
     "PettingZooEnv",
     "Poll",
+    "ProcessMultiAgentSource",
     "ProcessVectorSource",
     "StatelessCartPole",
     "StepBatch",

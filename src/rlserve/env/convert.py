@@ -8,34 +8,18 @@ from typing import Any
 import gymnasium as gym
 
 from rlserve.env.base import EnvSource
+from rlserve.env.copy_workers import CopyWorkers
 from rlserve.env.external_episodes import ExternalBase
 from rlserve.env.external_source import ExternalEnvSource
 from rlserve.env.make import EnvContext, EnvSpec, make_any
 from rlserve.env.multi_agent import MultiAgentEnv, MultiAgentSource
-from rlserve.env.pettingzoo import from_pettingzoo
+from rlserve.env.pettingzoo import as_multi_agent
 from rlserve.env.subprocess import ProcessVectorSource
+from rlserve.env.subprocess_multi import ProcessMultiAgentSource
 from rlserve.env.vector import InProcessVectorSource
 from rlserve.errors import ConfigError
 
 __all__ = ["to_source"]
-
-
-def _as_multi_agent(made: Any) -> MultiAgentEnv | None:
-    """``made`` as a MultiAgentEnv (PettingZoo envs adapted), or None when it is neither."""
-    if isinstance(made, MultiAgentEnv):
-        return made
-    module = type(made).__module__ or ""
-    if (
-        module.startswith("pettingzoo")
-        or hasattr(made, "agent_iter")
-        or (
-            hasattr(made, "possible_agents")
-            and hasattr(made, "observation_space")
-            and callable(made.observation_space)
-        )
-    ):
-        return from_pettingzoo(made)
-    return None
 
 
 def to_source(
@@ -57,15 +41,16 @@ def to_source(
             :func:`rlserve.env.make_env`).
         env_config: The settings handed to each copy's creator.
         num_envs: How many copies to step together.
-        remote: Run the copies in sub-processes (:class:`ProcessVectorSource`) rather than in
-            this process (:class:`InProcessVectorSource`).
+        remote: Run the copies in sub-processes (:class:`ProcessVectorSource`, or
+            :class:`~rlserve.env.subprocess_multi.ProcessMultiAgentSource` for a multi-agent or
+            PettingZoo env) rather than in this process.
         envs_per_process: With ``remote``, how many copies each sub-process holds.
         seed: The seed of the first reset (copy ``i`` gets ``seed + i``).
         worker_index: The ``worker_index`` of the :class:`EnvContext` in-process copies are
             made with (an env-runner process's number; sub-process copies get their
             sub-process's number instead).
         **kw: Passed on to the source (``render_mode``; with ``remote``: ``step_timeout``,
-            ``reset_timeout``, ``max_restarts``, ``mp_context``).
+            ``reset_timeout``, ``max_restarts``, ``mp_context``, ``supervise``).
 
     Returns:
         The source.
@@ -88,11 +73,7 @@ def to_source(
                 "an env instance cannot be moved into sub-processes: pass its registered id, "
                 "its class, or a function that makes it (or remote=False)"
             )
-        # Multi-agent envs in sub-processes are not wired yet: the workers refuse anything but
-        # a gymnasium.Env with a ConfigError.
-        return ProcessVectorSource(
-            env, env_config, num_envs=num_envs, envs_per_process=envs_per_process, seed=seed, **kw
-        )
+        return _remote_source(env, env_config, num_envs, envs_per_process, seed, kw)
     render_mode = kw.pop("render_mode", None)
     if kw:
         raise ConfigError(
@@ -103,7 +84,7 @@ def to_source(
     if isinstance(made, ExternalBase):
         return ExternalEnvSource(made)
     if not isinstance(made, gym.Env) or isinstance(made, MultiAgentEnv):
-        first = _as_multi_agent(made)
+        first = as_multi_agent(made)
         if first is None:
             if hasattr(made, "close"):
                 made.close()
@@ -122,7 +103,7 @@ def to_source(
             again = make_any(
                 env, EnvContext(env_config, worker_index=worker_index, vector_index=index)
             )
-            adapted = _as_multi_agent(again)
+            adapted = as_multi_agent(again)
             if adapted is None:
                 raise ConfigError(f"copy {index} of the env is not a multi-agent env")
             copies.append(adapted)
@@ -136,3 +117,29 @@ def to_source(
         worker_index=worker_index,
         first_env=made,
     )
+
+
+_WORKER_OPTIONS = ("render_mode", "reset_timeout", "max_restarts", "mp_context", "supervise")
+
+
+def _remote_source(
+    env: EnvSpec,
+    env_config: Mapping[str, Any] | None,
+    num_envs: int,
+    envs_per_process: int,
+    seed: int | None,
+    kw: dict[str, Any],
+) -> EnvSource:
+    """Start the copies' workers, then host them by the kind of env they made."""
+    step_timeout = kw.pop("step_timeout", 60.0)
+    reset_timeout = kw.get("reset_timeout", 60.0)
+    unknown = sorted(set(kw) - set(_WORKER_OPTIONS))
+    if unknown:
+        raise ConfigError(f"to_source got unknown options {unknown}: drop them")
+    if step_timeout <= 0 or reset_timeout <= 0:
+        raise ConfigError("step_timeout and reset_timeout must be positive seconds")
+    workers = CopyWorkers(
+        env, env_config, num_envs=num_envs, envs_per_process=envs_per_process, **kw
+    )
+    source = ProcessMultiAgentSource if workers.multi_agent else ProcessVectorSource
+    return source(workers, seed=seed, step_timeout=step_timeout, reset_timeout=reset_timeout)

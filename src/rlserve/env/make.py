@@ -229,8 +229,12 @@ def make_env(
 
 
 def env_creator(
-    env: EnvSpec, env_config: Mapping[str, Any] | None = None, *, render_mode: str | None = None
-) -> Callable[[], gym.Env[Any, Any]]:
+    env: EnvSpec,
+    env_config: Mapping[str, Any] | None = None,
+    *,
+    render_mode: str | None = None,
+    any_kind: bool = False,
+) -> Callable[[], Any]:
     """A function taking no arguments that makes one copy of the env each time it is called.
 
     Vector sources call it once per copy, with the copy's :class:`EnvContext`.
@@ -239,6 +243,8 @@ def env_creator(
         env: What names the env (see :func:`make_env`); an instance cannot be copied.
         env_config: The settings for this copy.
         render_mode: The Gymnasium render mode to ask for.
+        any_kind: Make whatever ``env`` names (:func:`make_any`: a multi-agent or PettingZoo
+            env too), not only a ``gymnasium.Env``.
 
     Returns:
         The creator.
@@ -255,7 +261,9 @@ def env_creator(
         make_any(env)  # raises the ConfigError that names the accepted forms
     config = _context(env_config)
 
-    def create() -> gym.Env[Any, Any]:
+    def create() -> Any:
+        if any_kind:
+            return make_any(env, config, render_mode=render_mode)
         return make_env(env, config, render_mode=render_mode)
 
     return create

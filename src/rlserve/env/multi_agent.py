@@ -9,7 +9,9 @@ action).
 
 :class:`MultiAgentSource` steps ``num_envs`` copies in this process (env ids ``0..N-1``) and
 resets a copy by itself when its episode ends, handing the new episode's first observations over
-in the same poll (``Poll.reset_obs``), so the copies stay in step. Whatever a copy returns is
+in the same poll (``Poll.reset_obs``), so the copies stay in step.
+:class:`~rlserve.env.ProcessMultiAgentSource` is the same source with each copy's ``reset`` and
+``step`` in a sub-process or Ray actor (``remote_worker_envs``). Whatever a copy returns is
 checked first: a malformed result raises :class:`~rlserve.errors.EnvError` naming the env, the
 agent and the fix, rather than training on garbage or waiting forever for an agent that will
 never act.
@@ -27,7 +29,7 @@ from rlserve.env.base import EnvId, EnvSource, Poll
 from rlserve.errors import ConfigError, EnvError
 from rlserve.protocol.mapping import ALL_AGENTS
 
-__all__ = ["COMMON_INFO", "MultiAgentEnv", "MultiAgentSource", "agent_space"]
+__all__ = ["COMMON_INFO", "MultiAgentEnv", "MultiAgentSource", "agent_space", "known_agents"]
 
 COMMON_INFO = "__common__"
 """The ``infos`` key RLlib uses for information about no agent in particular."""
@@ -86,7 +88,7 @@ class MultiAgentEnv(gym.Env[MultiAgentDict, MultiAgentDict]):
 
     def get_agent_ids(self) -> set[Any]:
         """Every agent id that can appear (``possible_agents``, else the spaces' keys)."""
-        return set(_known_agents(self))
+        return set(known_agents(self))
 
     def get_observation_space(self, agent_id: Any) -> gym.Space[Any]:
         """The observation space of one agent."""
@@ -104,7 +106,7 @@ class MultiAgentEnv(gym.Env[MultiAgentDict, MultiAgentDict]):
     @property
     def max_num_agents(self) -> int:
         """How many agents can appear at most (0 when not declared)."""
-        return len(_known_agents(self))
+        return len(known_agents(self))
 
 
 def agent_space(env: Any, agent_id: Any, kind: str) -> gym.Space[Any]:
@@ -138,7 +140,7 @@ def agent_space(env: Any, agent_id: Any, kind: str) -> gym.Space[Any]:
     single = getattr(env, f"{kind}_space", None)
     if isinstance(single, gym.spaces.Dict) and agent_id in single.spaces:
         return single.spaces[agent_id]
-    known = _known_agents(env)
+    known = known_agents(env)
     if isinstance(single, gym.spaces.Dict) and (set(single.spaces) & set(known)):
         raise ConfigError(
             f"{_name(env)}: agent {agent_id!r} has no entry in the Dict {kind}_space keyed by "
@@ -155,7 +157,8 @@ def agent_space(env: Any, agent_id: Any, kind: str) -> gym.Space[Any]:
 _OUR_GETTERS = (MultiAgentEnv.get_observation_space, MultiAgentEnv.get_action_space)
 
 
-def _known_agents(env: Any) -> list[Any]:
+def known_agents(env: Any) -> list[Any]:
+    """Every agent id ``env`` declares: ``possible_agents``, else its spaces' keys (may be [])."""
     possible = getattr(env, "possible_agents", None)
     if possible:
         return list(possible)
@@ -175,6 +178,7 @@ class _Copy:
     """The bookkeeping of one copy: which of its agents wait for an action, which are done."""
 
     env: Any
+    name: str
     waiting: set[Any] = field(default_factory=set)
     seen: set[Any] = field(default_factory=set)
     done: set[Any] = field(default_factory=set)
@@ -220,10 +224,10 @@ class MultiAgentSource(EnvSource):
                 )
         self.num_envs = len(envs)
         self.seed = seed
-        self._copies = [_Copy(e) for e in envs]
+        self._copies = [_Copy(e, _name(e)) for e in envs]
         self.observation_spaces = {}
         self.action_spaces = {}
-        for agent_id in _known_agents(envs[0]):
+        for agent_id in known_agents(envs[0]):
             self._add_agent(agent_id, envs[0])
         self._pending: Poll | None = None
         self._started = False
@@ -258,15 +262,24 @@ class MultiAgentSource(EnvSource):
                     f"send_actions: env id {env_id!r} is not one of this source's copies "
                     f"(0..{self.num_envs - 1})"
                 )
-        poll = Poll()
+        stepping = {}
         for i, copy in enumerate(self._copies):
             given = actions.get(i, {})
             self._check_actions(i, copy, given)
-            if not copy.waiting:
-                continue
-            result = copy.env.step(dict(given))
-            self._record_step(i, copy, result, poll)
+            if copy.waiting:
+                stepping[i] = dict(given)
+        poll = Poll()
+        for i, result in self._step_copies(stepping, poll).items():
+            self._record_step(i, self._copies[i], result, poll)
         self._pending = poll
+
+    def _step_copies(self, actions: dict[int, dict[Any, Any]], poll: Poll) -> dict[int, Any]:
+        """Step copy ``i`` with ``actions[i]``; each one's ``step`` result, by copy in order.
+
+        A subclass that steps the copies elsewhere may leave a failed copy out, having put its
+        failure and its next episode's first observations in ``poll`` itself.
+        """
+        return {i: self._copies[i].env.step(given) for i, given in actions.items()}
 
     def try_reset(self, env_id: EnvId) -> None:
         """Abandon copy ``env_id``'s episode; the next poll holds its new first observations."""
@@ -295,7 +308,7 @@ class MultiAgentSource(EnvSource):
         self.action_spaces[agent_id] = agent_space(env, agent_id, "action")
 
     def _where(self, i: int, copy: _Copy) -> str:
-        return f"{_name(copy.env)} (env id {i})"
+        return f"{copy.name} (env id {i})"
 
     def _reset(
         self, i: int, copy: _Copy, seed: int | None
@@ -370,7 +383,7 @@ class MultiAgentSource(EnvSource):
                 )
         copy.seen.update(obs)
         self._learn_agents(obs, copy.env)
-        known = copy.seen | set(_known_agents(copy.env))
+        known = copy.seen | set(known_agents(copy.env))
         for name, mapping in (
             ("rewards", rewards),
             ("terminateds", terminateds),

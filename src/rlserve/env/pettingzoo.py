@@ -29,7 +29,13 @@ from rlserve.env.multi_agent import MultiAgentEnv
 from rlserve.errors import ConfigError, EnvError
 from rlserve.protocol.mapping import ALL_AGENTS
 
-__all__ = ["ParallelPettingZooEnv", "PettingZooEnv", "from_pettingzoo", "require_pettingzoo"]
+__all__ = [
+    "ParallelPettingZooEnv",
+    "PettingZooEnv",
+    "as_multi_agent",
+    "from_pettingzoo",
+    "require_pettingzoo",
+]
 
 MultiAgentDict = dict[Any, Any]
 
@@ -66,6 +72,28 @@ def from_pettingzoo(env: Any) -> MultiAgentEnv:
         f"{type(env).__name__} is not a PettingZoo AECEnv or ParallelEnv; subclass one of them "
         "(or rlserve.env.MultiAgentEnv)"
     )
+
+
+def as_multi_agent(made: Any) -> MultiAgentEnv | None:
+    """``made`` as a MultiAgentEnv (PettingZoo envs adapted), or None when it is neither.
+
+    Raises:
+        ConfigError: ``made`` looks like a PettingZoo env but PettingZoo is missing.
+    """
+    if isinstance(made, MultiAgentEnv):
+        return made
+    module = type(made).__module__ or ""
+    if (
+        module.startswith("pettingzoo")
+        or hasattr(made, "agent_iter")
+        or (
+            hasattr(made, "possible_agents")
+            and hasattr(made, "observation_space")
+            and callable(made.observation_space)
+        )
+    ):
+        return from_pettingzoo(made)
+    return None
 
 
 class _PettingZooBase(MultiAgentEnv):

@@ -1,12 +1,15 @@
 """Copies of a single-agent env in sub-processes, stepped in parallel, restarted when they fail.
 
+(Multi-agent copies: :mod:`rlserve.env.subprocess_multi`, on the same workers.)
+
 Written by hand because Gymnasium's ``AsyncVectorEnv`` cannot restart one worker: a crashed or
 hung sub-process breaks the whole vector env. Here a sub-process that raises, exits, is killed
 or does not answer in time is killed if need be and started again; its copies' episodes are
 reported in :attr:`StepBatch.failed` and the other copies go on untouched. Starting, watching,
 killing and restarting the sub-processes is the
-:class:`~rlserve.processes.supervisor.ProcessSupervisor`'s; this module owns what a sub-process
-does, its messages, and how its failures become failed episodes.
+:class:`~rlserve.processes.supervisor.ProcessSupervisor`'s, making them and reading their
+greetings :class:`~rlserve.env.copy_workers.CopyWorkers`'; this module owns the messages of a
+single-agent worker and how its failures become failed episodes.
 
 Each sub-process holds ``envs_per_process`` copies and serves one duplex
 ``multiprocessing`` pipe. Messages are maps keyed by ``"type"``, as on the env-runner and
@@ -23,81 +26,21 @@ env classes defined in a ``__main__`` script without an ``if __name__ == "__main
 from __future__ import annotations
 
 import contextlib
-import logging
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from multiprocessing.connection import Connection
+from collections.abc import Mapping
 from multiprocessing.context import BaseContext
 from typing import Any
 
 import numpy as np
 
 from rlserve.env.base import StepBatch, VectorEnvSource
-from rlserve.env.copies import EnvCopies
-from rlserve.env.make import EnvContext, EnvSpec, env_creator
+from rlserve.env.copy_workers import CopyWorkers, Supervise, run_copies
+from rlserve.env.make import EnvSpec
 from rlserve.env.stacking import ObsStacker
 from rlserve.errors import ConfigError
-from rlserve.processes.child import enter_child
 from rlserve.processes.restarts import Failure
-from rlserve.processes.supervisor import ProcessSupervisor, SupervisedGroup
-from rlserve.processes.wire import PICKLE
 
 __all__ = ["ProcessVectorSource", "Supervise", "run_copies"]
-
-Supervise = Callable[[list[str], int], SupervisedGroup]
-"""``supervise(labels, max_restarts)``: the group that runs the workers of copies instead of
-sub-processes (Ray actors: :func:`rlserve.cluster.envs.ray_env_group`). Its ``start(w,
-creators)`` must make an :class:`~rlserve.env.copies.EnvCopies` from ``creators`` and answer
-each message with its ``handle``; its first answer is the ``greeting``."""
-
-logger = logging.getLogger("rlserve.env")
-
-_CLOSE_WAIT_S = 2.0
-"""How long ``close`` waits for a child to exit by itself before killing it."""
-
-
-def run_copies(
-    conn: Connection,
-    creators: Sequence[Callable[[], Any]],
-    inherited: Sequence[Connection],
-) -> None:
-    """The loop of one sub-process: make its copies, then answer ``reset``/``step`` commands."""
-    enter_child(inherited)
-    copies = EnvCopies(creators)
-    try:
-        with contextlib.suppress(OSError, ValueError):
-            conn.send(copies.greeting)
-        while not copies.done:
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):
-                return
-            answer = copies.handle(message)
-            if answer["type"] == "closed":
-                return
-            with contextlib.suppress(OSError, ValueError):
-                conn.send(answer)
-    finally:
-        copies.close()
-
-
-def _judge(slot: int, message: Any) -> Any:
-    """A sub-process's answer: its result, or a failure."""
-    if message["type"] == "ok":
-        return message["result"]
-    if message["type"] == "config_error":
-        # Multi-agent envs in sub-processes (not wired yet) end here too.
-        raise ConfigError(f"in its sub-process: {message['reason']}")
-    return Failure(f"env raised {message['reason']}", message["traceback"])
-
-
-@dataclass
-class _Worker:
-    """One sub-process's share: the copies it holds and how to make them."""
-
-    copies: range
-    creators: list[Callable[[], Any]]
 
 
 class ProcessVectorSource(VectorEnvSource):
@@ -114,7 +57,9 @@ class ProcessVectorSource(VectorEnvSource):
     ``reset``, say), :meth:`step_all` raises ``RuntimeError`` instead of looping forever.
 
     Args:
-        env: What names the env (see :func:`rlserve.env.make_env`); not an instance.
+        env: What names the env (see :func:`rlserve.env.make_env`); not an instance. Or its
+            workers already started (:func:`~rlserve.env.to_source` starts them to learn the
+            env's kind); the worker options are then theirs.
         env_config: The settings handed to each copy's creator, as an :class:`EnvContext`
             with ``worker_index`` the sub-process number plus 1 and ``vector_index`` the
             copy's place in that process (RLlib's numbering).
@@ -144,7 +89,7 @@ class ProcessVectorSource(VectorEnvSource):
 
     def __init__(
         self,
-        env: EnvSpec,
+        env: EnvSpec | CopyWorkers,
         env_config: Mapping[str, Any] | None = None,
         *,
         num_envs: int = 1,
@@ -157,71 +102,43 @@ class ProcessVectorSource(VectorEnvSource):
         mp_context: str | BaseContext | None = None,
         supervise: Supervise | None = None,
     ) -> None:
-        if num_envs < 1 or envs_per_process < 1:
-            raise ConfigError(
-                f"num_envs and envs_per_process must be at least 1, got {num_envs} and "
-                f"{envs_per_process}"
-            )
         if step_timeout <= 0 or reset_timeout <= 0:
             raise ConfigError("step_timeout and reset_timeout must be positive seconds")
-        self._env_name = env if isinstance(env, str) else getattr(env, "__qualname__", repr(env))
-        self.num_envs = num_envs
+        if isinstance(env, CopyWorkers):
+            workers = env
+        else:
+            workers = CopyWorkers(
+                env,
+                env_config,
+                num_envs=num_envs,
+                envs_per_process=envs_per_process,
+                render_mode=render_mode,
+                reset_timeout=reset_timeout,
+                max_restarts=max_restarts,
+                mp_context=mp_context,
+                supervise=supervise,
+            )
+        self._workers = workers
+        if workers.multi_agent:
+            workers.close()
+            raise ConfigError(
+                f"env {workers.env_name} is a multi-agent env: host it with "
+                "rlserve.env.to_source(..., remote=True) (a ProcessMultiAgentSource)"
+            )
+        self.num_envs = workers.num_envs
         self.step_timeout = step_timeout
         self.reset_timeout = reset_timeout
         self.episodes_failed = 0
         self._seed = seed
         self._base_seed: int | None = None
         self._started = False
-        context = EnvContext(env_config)
-        self._workers: list[_Worker] = []
-        for w, start in enumerate(range(0, num_envs, envs_per_process)):
-            copies = range(start, min(start + envs_per_process, num_envs))
-            ctxs = [
-                context.copy_with(worker_index=w + 1, vector_index=j) for j in range(len(copies))
-            ]
-            creators = [env_creator(env, c, render_mode=render_mode) for c in ctxs]
-            self._workers.append(_Worker(copies, creators))
-        labels = [f"env {self._env_name} ({_copies_text(w.copies)})" for w in self._workers]
-        self._supervisor: SupervisedGroup
-        if supervise is not None:
-            self._supervisor = supervise(labels, max_restarts)
-        else:
-            self._supervisor = ProcessSupervisor(
-                [f"rlserve-env-{w}" for w in range(len(self._workers))],
-                labels,
-                run_copies,
-                what="sub-process",
-                wire=PICKLE,
-                close_message={"type": "close"},
-                logger=logger,
-                restart_note="its sub-process",
-                success="step",
-                max_restarts=max_restarts,
-                close_wait_s=_CLOSE_WAIT_S,
-                context=mp_context,
-            )
-        try:
-            for w, worker in enumerate(self._workers):
-                self._supervisor.start(w, worker.creators)
-            answers = self._supervisor.gather(range(len(self._workers)), reset_timeout, _judge)
-            spaces = []
-            for w in range(len(self._workers)):
-                answer = answers[w]
-                if isinstance(answer, Failure):
-                    raise RuntimeError(
-                        f"env {self._env_name} could not be made in its sub-process: "
-                        f"{answer.reason}\n{answer.details}"
-                    )
-                spaces.append(answer)
-        except BaseException:
-            self.close()
-            raise
+        spaces = [g["spaces"] for g in workers.greetings]
         self.observation_space, self.action_space = spaces[0]
         for obs_space, act_space in spaces[1:]:
             if obs_space != self.observation_space or act_space != self.action_space:
                 self.close()
                 raise ConfigError(
-                    f"copies of env {self._env_name} have different spaces ({obs_space} / "
+                    f"copies of env {workers.env_name} have different spaces ({obs_space} / "
                     f"{act_space} vs {self.observation_space} / {self.action_space}): every "
                     "copy must have the same spaces"
                 )
@@ -231,40 +148,23 @@ class ProcessVectorSource(VectorEnvSource):
     @property
     def restarts(self) -> int:
         """How many times a sub-process was restarted."""
-        return self._supervisor.restarts
+        return self._workers.supervisor.restarts
 
     # -- sub-process handling -------------------------------------------------------------
 
     def _seeds(self, w: int, base: int | None) -> list[int | None]:
-        return [None if base is None else base + i for i in self._workers[w].copies]
-
-    def _send_each(
-        self, message: Callable[[int], dict[str, Any]], timeout: float
-    ) -> dict[int, Any]:
-        """Send ``message(w)`` to every sub-process ``w``; each one's answer or failure."""
-        failures = {}
-        for w in range(len(self._workers)):
-            failure = self._supervisor.send(w, message(w))
-            if failure is not None:
-                failures[w] = failure
-        sent = [w for w in range(len(self._workers)) if w not in failures]
-        return {**self._supervisor.gather(sent, timeout, _judge), **failures}
+        return [None if base is None else base + i for i in self._workers.copies(w)]
 
     def _restart(self, w: int) -> list[tuple[Any, dict[str, Any]]]:
         """Restart sub-process ``w`` until its copies are made and reset; first obs and infos."""
 
-        def bring_up() -> Any:
+        def reset() -> dict[str, Any]:
             base = None
             if self._base_seed is not None:
-                base = self._base_seed + self.num_envs * self._supervisor.restarts
-            self._supervisor.start(w, self._workers[w].creators)
-            answer = self._supervisor.gather([w], self.reset_timeout, _judge)[w]
-            if isinstance(answer, Failure):
-                return answer
-            failure = self._supervisor.send(w, {"type": "reset", "seeds": self._seeds(w, base)})
-            return failure or self._supervisor.gather([w], self.reset_timeout, _judge)[w]
+                base = self._base_seed + self.num_envs * self._workers.supervisor.restarts
+            return {"type": "reset", "seeds": self._seeds(w, base)}
 
-        result: list[tuple[Any, dict[str, Any]]] = self._supervisor.restart(w, bring_up)
+        result: list[tuple[Any, dict[str, Any]]] = self._workers.restart(w, reset)
         return result
 
     # -- the VectorEnvSource interface ------------------------------------------------------
@@ -288,15 +188,16 @@ class ProcessVectorSource(VectorEnvSource):
             self._base_seed = seed
             self.action_space.seed(seed)
         results: list[Any] = [None] * self.num_envs
-        answers = self._send_each(
+        workers = self._workers
+        answers = workers.send_each(
             lambda w: {"type": "reset", "seeds": self._seeds(w, seed)}, self.reset_timeout
         )
-        for w, worker in enumerate(self._workers):
+        for w in range(len(workers)):
             answer = answers[w]
             if isinstance(answer, Failure):
-                self._supervisor.fail(w, answer, "reset")
+                workers.supervisor.fail(w, answer, "reset")
                 answer = self._restart(w)
-            results[worker.copies.start : worker.copies.stop] = answer
+            results[workers.copies(w).start : workers.copies(w).stop] = answer
         self._started = True
         obs = self._stacker.stack([r[0] for r in results])
         return obs, [r[1] for r in results]
@@ -323,17 +224,18 @@ class ProcessVectorSource(VectorEnvSource):
         batch = StepBatch(
             obs=np.empty(0), rewards=rewards, terminated=terminated, truncated=truncated
         )
-        copies = [w.copies for w in self._workers]
-        answers = self._send_each(
+        workers = self._workers
+        copies = [workers.copies(w) for w in range(len(workers))]
+        answers = workers.send_each(
             lambda w: {"type": "step", "actions": actions[copies[w].start : copies[w].stop]},
             self.step_timeout,
         )
-        for w, worker in enumerate(self._workers):
+        for w, own in enumerate(copies):
             answer = answers[w]
-            start, stop = worker.copies.start, worker.copies.stop
+            start, stop = own.start, own.stop
             if isinstance(answer, Failure):
-                self.episodes_failed += len(worker.copies)
-                self._supervisor.fail(w, answer, "step")
+                self.episodes_failed += len(own)
+                workers.supervisor.fail(w, answer, "step")
                 restarted = self._restart(w)
                 for j, (first_obs, info) in enumerate(restarted):
                     obs[start + j] = first_obs
@@ -341,7 +243,7 @@ class ProcessVectorSource(VectorEnvSource):
                     if info:
                         batch.reset_infos[start + j] = info
                 continue
-            self._supervisor.succeeded(w)
+            workers.supervisor.succeeded(w)
             c_obs, c_rewards, c_term, c_trunc, c_final, c_infos, c_reset_infos = answer
             obs[start:stop] = c_obs
             rewards[start:stop] = c_rewards
@@ -358,7 +260,7 @@ class ProcessVectorSource(VectorEnvSource):
 
     def close(self) -> None:
         """Ask every sub-process to exit, kill those that do not, and reap them all."""
-        self._supervisor.stop()
+        self._workers.close()
 
     def __del__(self) -> None:
         # A source dropped without close() must not leave processes behind until exit.
@@ -366,8 +268,3 @@ class ProcessVectorSource(VectorEnvSource):
             return
         with contextlib.suppress(Exception):
             self.close()
-
-
-def _copies_text(copies: range) -> str:
-    first, last = copies.start, copies.stop - 1
-    return f"copy {first}" if first == last else f"copies {first}..{last}"
