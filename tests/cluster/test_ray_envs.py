@@ -1,6 +1,7 @@
 """Sub-environments as Ray actors (``remote_worker_envs=True`` under Ray) on the two-node
 loopback cluster: a killed or hung copy restarted and its episodes counted, determinism with a
-seed, copies inside a Ray env runner, placement by resource, a resource no node has refused."""
+seed, copies inside a Ray env runner, placement by resource, a resource no node has refused,
+multi-agent copies as actors."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 
 from rlserve import PPOConfig
 from rlserve.algorithm.algorithm import Algorithm
+from rlserve.env import ALL_AGENTS, MultiAgentEnv
 from rlserve.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -61,6 +63,39 @@ class WhereAmI(gym.Wrapper):
 
         node = ray.util.get_node_ip_address()
         (Path(config["dir"]) / f"{node}_{os.getpid()}_{config.worker_index}").touch()
+
+
+class Pair(MultiAgentEnv):
+    """Two agents see a sign; ``a`` scores for copying it, ``b`` for the opposite. Each copy
+    leaves a file named after its node and process in ``config["dir"]``."""
+
+    def __init__(self, config: Any) -> None:
+        import ray
+
+        self.possible_agents = ["a", "b"]
+        space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.observation_spaces = dict.fromkeys(self.possible_agents, space)
+        self.action_spaces = dict.fromkeys(self.possible_agents, gym.spaces.Discrete(2))
+        node = ray.util.get_node_ip_address() if ray.is_initialized() else "none"
+        (Path(config["dir"]) / f"{node}_{os.getpid()}_{config.worker_index}").touch()
+
+    def _obs(self) -> Any:
+        self.sign = int(self.np_random.integers(0, 2))
+        value = np.array([1.0 if self.sign else -1.0], np.float32)
+        return {"a": value, "b": value}
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        gym.Env.reset(self, seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action_dict: dict[str, Any]) -> Any:
+        rewards = {
+            "a": float(action_dict["a"] == self.sign),
+            "b": float(action_dict["b"] != self.sign),
+        }
+        self.t += 1
+        return self._obs(), rewards, {ALL_AGENTS: self.t >= 8}, {ALL_AGENTS: False}, {}
 
 
 def _config(env: Any = "CartPole-v1", **runners: Any) -> Any:
@@ -152,3 +187,34 @@ def test_a_resource_no_node_has_for_the_copies_is_refused_up_front(
 ) -> None:
     with pytest.raises(ConfigError, match="custom_resources_per_remote_env"):
         _config(custom_resources_per_remote_env={"nowhere": 1}).build()
+
+
+def test_multi_agent_copies_step_in_actors_on_the_cluster(
+    ray_cluster: RayCluster, tmp_path: Path
+) -> None:
+    config = (
+        _config(
+            Pair,
+            num_cpus_per_remote_env=0,
+            custom_resources_per_remote_env={"sim": 1},
+        )
+        .environment(env_config={"dir": str(tmp_path)})
+        .multi_agent(
+            policies={"p1": {}, "p2": {}},
+            policy_mapping_fn=lambda agent_id, episode, **kw: "p1" if agent_id == "a" else "p2",
+        )
+        .training(train_batch_size=64, minibatch_size=32)  # each policy gets half the steps
+    )
+    with config.build() as algo:
+        results = [algo.train() for _ in range(2)]
+        restarts = algo.source.restarts  # type: ignore[attr-defined]
+    last = results[-1]
+    for pid in ("p1", "p2"):
+        assert last["learners"][pid]["updates"] >= 1
+    assert last["env_runners"]["num_episodes"] > 0 and restarts == 0
+    made = [name.split("_") for name in os.listdir(tmp_path)]
+    copies = [(node, int(pid)) for node, pid, worker in made if worker != "0"]
+    # Two copies, each in an actor of its own on the node with "sim", not in this process.
+    assert len(copies) == 2
+    assert {node for node, _ in copies} == {ray_cluster.second_ip}
+    assert len({pid for _, pid in copies}) == 2 and os.getpid() not in {p for _, p in copies}
