@@ -96,6 +96,6 @@ def test_without_ray_learner_and_sub_environments_stay_on_this_machine(no_ray: N
     with config.build() as algo:
         assert type(algo.learners["default"]).__name__ == "PPOLearner"
         assert isinstance(algo.source, ProcessVectorSource)
-        assert isinstance(algo.source._supervisor, ProcessSupervisor)
+        assert isinstance(algo.source._workers.supervisor, ProcessSupervisor)
         algo.train()
         assert algo.learners["default"].version == 1
