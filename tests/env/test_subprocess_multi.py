@@ -25,7 +25,7 @@ from rlserve.env import (
     ProcessVectorSource,
     to_source,
 )
-from rlserve.errors import ConfigError
+from rlserve.errors import ConfigError, EnvError
 
 OBS = gym.spaces.Box(-10.0, 10.0, (2,), np.float32)
 ACT = gym.spaces.Discrete(3)
@@ -154,6 +154,23 @@ def test_same_per_agent_results_as_in_process_with_agents_joining_and_leaving() 
         ends = [p.terminated[i][ALL_AGENTS] for p in polls for i in range(3) if p.episode_over(i)]
         assert True in ends and False in ends
         assert remote.restarts == 0 and remote.episodes_failed == 0
+    finally:
+        local.close()
+        remote.close()
+
+
+@pytest.mark.timeout(60)
+def test_try_reset_abandons_one_copy_as_in_process() -> None:
+    local = to_source(Crowd, {}, num_envs=3, seed=8)
+    remote = to_source(Crowd, {}, num_envs=3, remote=True, envs_per_process=2, seed=8)
+    try:
+        _lockstep(local, remote, 2)
+        for source in (local, remote):
+            source.try_reset(1)
+        after = _lockstep(local, remote, 3)
+        assert set(after[0].obs[1]) == {"a", "b"}  # copy 1's new episode starts
+        with pytest.raises(EnvError, match="not one of this source's copies"):
+            remote.try_reset(3)
     finally:
         local.close()
         remote.close()
