@@ -8,6 +8,9 @@ each front-end plays; ``train()`` returns once the shared learner trained on the
 
 from __future__ import annotations
 
+import json
+import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,9 @@ from serving_players import LocalPlayer, front_ends, metrics, port_free_on_both
 
 from conftest import HEAD_IP, SECOND_IP, RayCluster
 from rlserve import PPOConfig
+from rlserve.algorithm.algorithm import Algorithm
+from rlserve.algorithm.network_config import run_folder_config
+from rlserve.algorithm.network_ray import RAY_PLACEMENT_FILE
 from rlserve.errors import ConfigError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -85,3 +91,51 @@ def test_serving_replicas_without_a_cluster_or_a_port_name_the_fix(tmp_path: Pat
     hosted = _config(tmp_path, port=9900, ray_address="127.0.0.2:6379").environment("CartPole-v1")
     with pytest.raises(ConfigError, match=r"places a server without environments on Ray"):
         hosted.build()
+
+
+def _learner_ready_on(
+    caplog: pytest.LogCaptureFixture, ip: str, times: int = 1, timeout: float = 120.0
+) -> None:
+    """Wait until the server has said ``times`` times that its learner actor is ready on ``ip``."""
+    deadline = time.monotonic() + timeout
+    line = f"the learner actor is ready on {ip}"
+    while caplog.text.count(line) < times:
+        assert time.monotonic() < deadline, f"not {times}x '{line}' in:\n{caplog.text[-3000:]}"
+        time.sleep(0.2)
+
+
+def test_from_checkpoint_of_a_run_on_ray_serves_on_ray_again(
+    ray_cluster: RayCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="rlserve.server")
+    config = _config(tmp_path, port=0, ray_address=ray_cluster.address, ray_node_ip=HEAD_IP)
+    algo = config.build()
+    try:
+        run, host = algo.folder.path, str(algo.address).rpartition(":")[0]
+        _learner_ready_on(caplog, SECOND_IP)
+        algo.save()
+    finally:
+        algo.stop()
+    placement = json.loads((run / RAY_PLACEMENT_FILE).read_text())
+    assert placement["ray_address"] == ray_cluster.address
+    assert placement["num_gpus_per_learner"] == 1
+    again = Algorithm.from_checkpoint(run)
+    try:
+        assert again.config.serving_settings is not None
+        assert again.config.serving_settings["ray_address"] == ray_cluster.address
+        assert str(again.address).rpartition(":")[0] == host
+        # The resumed run's learner is an actor on the GPU node again, not a process here.
+        _learner_ready_on(caplog, SECOND_IP, times=2)
+    finally:
+        again.stop()
+
+
+def test_an_unreadable_ray_placement_names_the_fix(tmp_path: Path) -> None:
+    algo = _config(tmp_path, port=0).build()
+    run = algo.folder.path
+    algo.stop()
+    assert not (run / RAY_PLACEMENT_FILE).exists()  # not on Ray: nothing written
+    assert run_folder_config(run).serving_settings.get("ray_address") is None  # type: ignore[union-attr]
+    (run / RAY_PLACEMENT_FILE).write_text("[1, 2]")
+    with pytest.raises(ConfigError, match=r"ray_placement.json .*unreadable.*pass config="):
+        run_folder_config(run)

@@ -35,7 +35,7 @@ from rlserve.algorithm.network_config import (
     network_policies,
     server_config_of,
 )
-from rlserve.algorithm.network_ray import front_end_argv, ray_serving_of
+from rlserve.algorithm.network_ray import front_end_argv, ray_serving_of, save_ray_placement
 from rlserve.algorithm.server_thread import ServerThread
 from rlserve.config.fields import to_table
 from rlserve.errors import ConfigError
@@ -124,6 +124,7 @@ class NetworkAlgorithm(Algorithm):
             if background:
                 self._serve_in_background()
                 if on_ray is not None:
+                    save_ray_placement(config, folder.path)
                     self._replicas = on_ray.replicas(front_end_argv(folder.path))
                 if self._replicas is not None:
                     self._replicas.start(folder.path)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rlserve.algorithm.config import AlgorithmConfig, config_for
+from rlserve.algorithm.network_ray import load_ray_placement
 from rlserve.algorithm.saved_config import UNSAVED, env_reference, resolve_env
 from rlserve.algorithm.serving_settings import RAY_SETTINGS, ServingSettings
 from rlserve.config.fields import build
@@ -197,7 +198,11 @@ def serving_config(
 
 
 def run_folder_config(folder: Path) -> AlgorithmConfig:
-    """The AlgorithmConfig a ``rlserve serve`` run folder was started with (token: from env)."""
+    """The AlgorithmConfig a ``rlserve serve`` run folder was started with (token: from env).
+
+    A run served on Ray through ``serving(ray_address=...)`` is placed there again (its
+    ``ray_placement.json``).
+    """
     run = RunFolder.existing(folder)
     tables, spaces = run.load()
     server = build(ServerConfig, with_token_from_env(tables.get("server")), None)
@@ -214,4 +219,5 @@ def run_folder_config(folder: Path) -> AlgorithmConfig:
         for name in {spec.algorithm_of(entry.name) for spec in policies.values()} - {entry.name}
     }
     mapping_fn = mapping_function_of(tables, str(run.path))
-    return serving_config(server, settings, policies, mapping, others, mapping_fn)
+    config = serving_config(server, settings, policies, mapping, others, mapping_fn)
+    return load_ray_placement(config, run.path)

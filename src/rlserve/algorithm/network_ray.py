@@ -10,13 +10,33 @@ Without ``ray_address`` the learner is the process beside the server, as without
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from rlserve.algorithm.config import AlgorithmConfig
-from rlserve.algorithm.serving_settings import ServingSettings
+from rlserve.algorithm.serving_settings import RAY_SETTINGS, ServingSettings
+from rlserve.errors import ConfigError
+from rlserve.run.durable import atomic_write_bytes
 
-__all__ = ["front_end_argv", "ray_serving_of"]
+__all__ = [
+    "RAY_PLACEMENT_FILE",
+    "front_end_argv",
+    "load_ray_placement",
+    "ray_serving_of",
+    "save_ray_placement",
+]
+
+RAY_PLACEMENT_FILE = "ray_placement.json"
+"""Where a run served on Ray keeps its placement, so that ``Algorithm.from_checkpoint`` of its
+run folder serves on Ray again (JSON: the ``serving()`` Ray settings and the learner's
+resources)."""
+
+_LEARNER_SETTINGS = (
+    "num_cpus_per_learner",
+    "num_gpus_per_learner",
+    "custom_resources_per_learner",
+)
 
 
 def ray_serving_of(config: AlgorithmConfig, server_config: Any) -> Any:
@@ -53,3 +73,36 @@ def ray_serving_of(config: AlgorithmConfig, server_config: Any) -> Any:
 def front_end_argv(run: Path) -> list[str]:
     """The ``rlserve`` arguments of the other front-ends: a new run like the run in ``run``."""
     return ["serve", "--config-from-run", str(run)]
+
+
+def save_ray_placement(config: AlgorithmConfig, run: Path) -> None:
+    """Write how ``config`` placed its server on Ray into the run folder ``run``."""
+    settings = config.serving_settings or {}
+    placement = {name: settings.get(name) for name in RAY_SETTINGS if name in settings}
+    placement.update({name: getattr(config, name) for name in _LEARNER_SETTINGS})
+    atomic_write_bytes(run / RAY_PLACEMENT_FILE, json.dumps(placement, indent=2).encode())
+
+
+def load_ray_placement(config: AlgorithmConfig, run: Path) -> AlgorithmConfig:
+    """``config`` placed on Ray as the run in ``run`` was (unchanged when it was not on Ray).
+
+    Raises:
+        ConfigError: The placement file is unreadable (the message names it and the fix).
+    """
+    path = run / RAY_PLACEMENT_FILE
+    if not path.exists():
+        return config
+    try:
+        placement = json.loads(path.read_text())
+        if not isinstance(placement, dict):
+            raise ValueError("not a JSON object")
+        ray_settings = {k: placement[k] for k in RAY_SETTINGS if k in placement}
+        learner = {k: placement[k] for k in _LEARNER_SETTINGS if k in placement}
+        config.serving(**{**(config.serving_settings or {}), **ray_settings})
+        config.learners(**learner)
+    except (OSError, ValueError, TypeError, ConfigError) as exc:
+        raise ConfigError(
+            f"{path} (how the run was placed on Ray) is unreadable: {exc}; fix or delete it, "
+            "or pass config=... with .serving(ray_address=...) to Algorithm.from_checkpoint"
+        ) from exc
+    return config
