@@ -26,7 +26,7 @@ from rlserve.processes.restarts import Failure
 from rlserve.processes.supervisor import ProcessSupervisor, SupervisedGroup
 from rlserve.processes.wire import PICKLE
 
-__all__ = ["CopyWorkers", "Supervise", "run_copies"]
+__all__ = ["CopyWorkers", "Supervise", "run_copies", "workers_of"]
 
 Supervise = Callable[[list[str], int], SupervisedGroup]
 """``supervise(labels, max_restarts)``: the group that runs the workers of copies instead of
@@ -248,6 +248,44 @@ class CopyWorkers:
     def close(self) -> None:
         """Ask every worker to exit, kill those that do not, and reap them all."""
         self.supervisor.stop()
+
+
+def workers_of(
+    env: EnvSpec | CopyWorkers,
+    env_config: Mapping[str, Any] | None,
+    *,
+    num_envs: int,
+    envs_per_process: int,
+    render_mode: str | None,
+    step_timeout: float,
+    reset_timeout: float,
+    max_restarts: int,
+    mp_context: str | BaseContext | None,
+    supervise: Supervise | None,
+) -> CopyWorkers:
+    """``env`` when it is workers already, else new workers making its copies.
+
+    The arguments are the remote sources' (:class:`~rlserve.env.subprocess.ProcessVectorSource`
+    and :class:`~rlserve.env.subprocess_multi.ProcessMultiAgentSource`).
+
+    Raises:
+        ConfigError: A timeout that is not positive, or a bad argument of the workers.
+    """
+    if step_timeout <= 0 or reset_timeout <= 0:
+        raise ConfigError("step_timeout and reset_timeout must be positive seconds")
+    if isinstance(env, CopyWorkers):
+        return env
+    return CopyWorkers(
+        env,
+        env_config,
+        num_envs=num_envs,
+        envs_per_process=envs_per_process,
+        render_mode=render_mode,
+        reset_timeout=reset_timeout,
+        max_restarts=max_restarts,
+        mp_context=mp_context,
+        supervise=supervise,
+    )
 
 
 def _copies_text(copies: Sequence[int]) -> str:

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from rlserve.env.base import StepBatch, VectorEnvSource
-from rlserve.env.copy_workers import CopyWorkers, Supervise, run_copies
+from rlserve.env.copy_workers import CopyWorkers, Supervise, run_copies, workers_of
 from rlserve.env.make import EnvSpec
 from rlserve.env.stacking import ObsStacker
 from rlserve.errors import ConfigError
@@ -102,22 +102,18 @@ class ProcessVectorSource(VectorEnvSource):
         mp_context: str | BaseContext | None = None,
         supervise: Supervise | None = None,
     ) -> None:
-        if step_timeout <= 0 or reset_timeout <= 0:
-            raise ConfigError("step_timeout and reset_timeout must be positive seconds")
-        if isinstance(env, CopyWorkers):
-            workers = env
-        else:
-            workers = CopyWorkers(
-                env,
-                env_config,
-                num_envs=num_envs,
-                envs_per_process=envs_per_process,
-                render_mode=render_mode,
-                reset_timeout=reset_timeout,
-                max_restarts=max_restarts,
-                mp_context=mp_context,
-                supervise=supervise,
-            )
+        workers = workers_of(
+            env,
+            env_config,
+            num_envs=num_envs,
+            envs_per_process=envs_per_process,
+            render_mode=render_mode,
+            step_timeout=step_timeout,
+            reset_timeout=reset_timeout,
+            max_restarts=max_restarts,
+            mp_context=mp_context,
+            supervise=supervise,
+        )
         self._workers = workers
         if workers.multi_agent:
             workers.close()
