@@ -208,14 +208,14 @@ def wait_for(
         time.sleep(0.2)
 
 
-def learner_actor_pid(temp_dir: Path, actor: str = "WorkerActor") -> int:
-    """The process of the one learner actor, pinned to the second node (a worker of its raylet).
+def learner_actor_pid(temp_dir: Path, actor: str = "WorkerActor", node: str = SECOND_IP) -> int:
+    """The process of the one learner actor, on ``node`` (a worker of its raylet).
 
     ``actor`` is its class: ``WorkerActor`` for one front-end, ``SharedLearner`` for several.
     Only this cluster's raylet's children are looked at (``temp_dir``: other sessions' Ray
     clusters are left alone).
     """
-    raylets = set(_cluster_pids(temp_dir, "raylet", f"--node_ip_address={SECOND_IP}"))
+    raylets = set(_cluster_pids(temp_dir, "raylet", f"--node_ip_address={node}"))
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

@@ -7,8 +7,12 @@ from typing import Any
 
 from rlserve.cluster.merged_log import MergedLog, read_records
 from rlserve.cluster.recovery import (
+    HeldCheckpoints,
     RecoveryPoints,
+    checkpoint_files,
+    checkpoints_cover,
     covered_locally,
+    install_checkpoints,
     install_point,
     load_point,
     point_key,
@@ -104,3 +108,33 @@ def test_an_unreadable_point_is_none(tmp_path: Path) -> None:
     assert load_point(tmp_path / "none.bin") is None
     (tmp_path / "bad.bin").write_bytes(b"\xc1 not msgpack")
     assert load_point(tmp_path / "bad.bin") is None
+
+
+def test_one_front_ends_point_is_every_policys_newest_checkpoint(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    held = HeldCheckpoints(["p", "q"], tmp_path / "run" / "learner_recovery.bin")
+    assert held.load() is None and held.log_needed_after == 0
+    learner = tmp_path / "learner"
+    p4 = _checkpoint(learner / "p", "p", 4, 50)
+    assert held.checkpointed("p", checkpoint_files(p4), 4) is None  # q has none yet
+    q2 = _checkpoint(learner / "q", "q", 2, 30)
+    point = held.checkpointed("q", checkpoint_files(q2), 2)
+    assert point is not None and (point["after"], point["position"]) == (30, 50)
+    assert held.log_needed_after == 0  # made, not held yet: the log keeps everything
+    held.hold(point)
+    assert held.log_needed_after == 30
+    # The same checkpoints again make no newer point.
+    assert held.checkpointed("q", checkpoint_files(q2), 2) is None
+    # Read back by the next learner's start, and put on a disk that lost its own.
+    reloaded = HeldCheckpoints(["p", "q"], tmp_path / "run" / "learner_recovery.bin").load()
+    assert reloaded is not None and point_key(reloaded) == point_key(point)
+    other = _policies(tmp_path / "other", "p", "q")
+    assert checkpoints_cover(reloaded, _policies(learner, "p", "q"))
+    assert not checkpoints_cover(reloaded, other)
+    install_checkpoints(reloaded, other)
+    assert checkpoints_cover(reloaded, other)
+    for pid in ("p", "q"):
+        [installed] = checkpoints_in(tmp_path / "other" / pid)
+        [written] = checkpoints_in(learner / pid)
+        assert installed.name == written.name
+        assert installed.read_bytes() == written.read_bytes()

@@ -86,7 +86,8 @@ class FrontEndLink(RayLearnerLink):
         return _FoundLearner(self._ray, self._placement, self._learner_name)
 
     def _setup_now(self) -> dict[str, Any]:
-        setup = super()._setup_now()
+        # Not the one front-end's recovery point: the owner hands the shared learner its own.
+        setup = LearnerLink._setup_now(self)
         # The merged log is the learner's own, beside (not in) the owner's experience log.
         setup = {**setup, "run_dir": str(self.log.directory.parent / "learner")}
         if self._owner:

@@ -6,11 +6,17 @@ disk, so the server ships the log records with its messages; the loop reads them
 the log (:class:`ShippedRecords`). Each call is an *exchange*
 (:meth:`LearnerActorWorker.handle`): the server's messages and records in, the learner's
 messages out, answered as soon as the learner has one or after :data:`EXCHANGE_WAIT_S`.
+
+Its checkpoints are on its node's disk, which may be lost with the node: each ``checkpointed``
+message carries the checkpoint's files, which the server holds as its recovery point
+(:class:`~rlserve.cluster.recovery.HeldCheckpoints`), and a learner started with a point
+(``recovery`` in its set-up) takes the point's checkpoints unless its own disk has some as new.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import threading
 import time
@@ -18,11 +24,14 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from rlserve.cluster.recovery import checkpoint_files, checkpoints_cover, install_checkpoints
 from rlserve.cluster.supervisor import Stamp
 from rlserve.run.experience_log import LogCorruptError, LogRecord
 from rlserve.training.learner_worker import learn
 
 __all__ = ["EXCHANGE_WAIT_S", "ActorPipe", "LearnerActorWorker", "ShippedRecords"]
+
+logger = logging.getLogger("rlserve.learner")
 
 EXCHANGE_WAIT_S = 0.02
 """Seconds an exchange waits for a message of the learner before answering with none."""
@@ -69,7 +78,8 @@ class ActorPipe:
     """The learner loop's channel in an actor: the server's messages in, the learner's out.
 
     Of several unsent ``weights`` messages of a policy only the newest is kept, as the learner
-    process's pipe does.
+    process's pipe does. A ``checkpointed`` message gets the checkpoint's files (``files``), read
+    as it is written, before a newer one can prune it.
     """
 
     def __init__(self) -> None:
@@ -79,6 +89,11 @@ class ActorPipe:
 
     def send(self, message: dict[str, Any]) -> None:
         """Queue one message for the server."""
+        if message.get("type") == "checkpointed":
+            try:
+                message = {**message, "files": checkpoint_files(message)}
+            except OSError as exc:  # the server holds the point it has; the next one comes
+                logger.warning("rlserve: no recovery point of %s (%s)", message["path"], exc)
         with self._ready:
             if message.get("type") == "weights":
                 policy_id = message.get("policy_id")
@@ -122,10 +137,22 @@ class LearnerActorWorker:
 
     Args:
         setup: The learner's set-up, as the learner process gets it (see
-            :func:`~rlserve.training.learner_worker.run_learner`).
+            :func:`~rlserve.training.learner_worker.run_learner`), and ``recovery``: the
+            server's recovery point (None: none).
     """
 
     def __init__(self, setup: dict[str, Any]) -> None:
+        point = setup.get("recovery")
+        setup = {k: v for k, v in setup.items() if k != "recovery"}
+        policies = list(setup.get("policies", ()))
+        if point is not None and not checkpoints_cover(point, policies):
+            # This disk is not the one the point was made on (or lost it): go on from the point.
+            install_checkpoints(point, policies)
+            logger.warning(
+                "rlserve: the learner goes on from the server's recovery point (log position "
+                "%d): its own disk has no checkpoints as new",
+                int(point["after"]),
+            )
         self.greeting: Any = {"type": "started"}
         self._stamp = Stamp(time.monotonic())
         self._pipe = ActorPipe()

@@ -8,7 +8,13 @@ checkpoints and the restart policy are the process link's. What changes is the c
 learner cannot read this node's experience log, so each exchange (one actor call at a time)
 carries the records appended since the last one, read back from the log, with the server's
 messages; its answer carries the learner's. A restarted learner says from which position it
-reads (``ready``), and is sent the records after it. See ``docs/scaling.md``.
+reads (``ready``), and is sent the records after it.
+
+The learner's checkpoints are on its node's disk, which may be lost with it, so the link holds a
+recovery point in the run folder (:class:`~rlserve.cluster.recovery.HeldCheckpoints`: the
+checkpoints' files, which each ``checkpointed`` message carries), cleans the log only through
+what the held point's checkpoints have trained, and hands the point to each learner it starts.
+See ``docs/scaling.md``.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from rlserve.cluster.connect import LearnerPlacement
 from rlserve.cluster.failures import actor_failure
 from rlserve.cluster.learner_actor import LearnerActorWorker
 from rlserve.cluster.ray_import import import_ray
+from rlserve.cluster.recovery import RECOVERY_FILE, HeldCheckpoints
 from rlserve.cluster.resources import free_resources_note
 from rlserve.processes.restarts import Failure, RestartPolicy
 from rlserve.run.experience_log import LogCorruptError, LogReader
@@ -64,9 +71,37 @@ class RayLearnerLink(LearnerLink):
         self._reader: LogReader | None = None
         self._node: str | None = None
         super().__init__(*args, **kwargs)
+        self._points = HeldCheckpoints(self._policy_ids, self.log.directory.parent / RECOVERY_FILE)
 
     def _supervisor_of_learner(self) -> LearnerActorSlot:
         return LearnerActorSlot(self._ray, self._placement)
+
+    def _setup_now(self) -> dict[str, Any]:
+        return {**super()._setup_now(), "recovery": self._points.load()}
+
+    async def _hold_checkpoint(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Hold a newer recovery point made of a ``checkpointed`` message's files.
+
+        Returns:
+            The message to pass on: it lets the log be cleaned only through what the held
+            point's checkpoints have trained.
+        """
+        files = message.get("files")
+        message = {k: v for k, v in message.items() if k != "files"}
+        point = None
+        if files is not None:
+            point = self._points.checkpointed(
+                str(message["policy_id"]), files, int(message.get("version", 0))
+            )
+        if point is not None:
+            loop = asyncio.get_running_loop()
+            try:
+                await loop.run_in_executor(None, self._points.hold, point)
+                self._stats.storage_ok("learner recovery point")
+            except OSError as exc:
+                self._stats.storage_failed("learner recovery point", exc)
+        needed = min(int(message["log_needed_after"]), self._points.log_needed_after)
+        return {**message, "log_needed_after": needed}
 
     @property
     def pid(self) -> int | None:
@@ -94,7 +129,9 @@ class RayLearnerLink(LearnerLink):
         self._outgoing.append(message)
 
     async def _dispatch(self, message: dict[str, Any]) -> None:
-        if message["type"] == "ready":
+        if message["type"] == "checkpointed":
+            message = await self._hold_checkpoint(message)
+        elif message["type"] == "ready":
             self._shipped_through = int(message.get("position", 0))
             self._announced = self._shipped_through
             self._children.pid = message.get("pid")

@@ -1,4 +1,4 @@
-"""The shared learner's recovery point, held by the driver so that it outlives the learner's node.
+"""The learner's recovery point, held by the driver so that it outlives the learner's node.
 
 With several front-ends the learner's state (its checkpoints and its merged log) is on its node's
 disk. A *recovery point* is what a learner needs to go on elsewhere: each policy's newest
@@ -11,6 +11,13 @@ the driver in its next exchange; the driver writes it into its run folder (:func
 and says so in the exchange after, and only then do the front-ends clean their logs through it
 and the learner its merged log. A learner started anywhere is handed the driver's point and
 takes it (:func:`install_point`) unless its own disk holds one at least as new.
+
+With one front-end (``--ray`` alone) the learner trains on the front-end's own log, which the
+driver keeps, so its point is the checkpoints alone (:class:`HeldCheckpoints`): the learner
+attaches each checkpoint's files to its ``checkpointed`` message, the driver writes the point
+into its run folder before it cleans its log, and only through what the point's checkpoints
+have trained; a learner started anywhere takes the point's checkpoints
+(:func:`install_checkpoints`) unless its own disk has checkpoints at least as new.
 """
 
 from __future__ import annotations
@@ -28,8 +35,12 @@ from rlserve.run.experience_log import LOG_LIMITS
 
 __all__ = [
     "RECOVERY_FILE",
+    "HeldCheckpoints",
     "RecoveryPoints",
+    "checkpoint_files",
+    "checkpoints_cover",
     "covered_locally",
+    "install_checkpoints",
     "install_point",
     "load_point",
     "point_key",
@@ -77,8 +88,11 @@ def covered_locally(
     point: dict[str, Any], merged: MergedLog, policies: Sequence[dict[str, Any]]
 ) -> bool:
     """Whether this disk holds state at least as new as ``point`` (its own is then used)."""
-    if merged.log.last_seq < int(point["position"]):
-        return False
+    return merged.log.last_seq >= int(point["position"]) and checkpoints_cover(point, policies)
+
+
+def checkpoints_cover(point: dict[str, Any], policies: Sequence[dict[str, Any]]) -> bool:
+    """Whether this disk has, for every policy, a checkpoint trained as far as ``point``'s."""
     for policy_id, folder in _folders(policies).items():
         wanted = point["checkpoints"].get(policy_id)
         if wanted is None:
@@ -96,6 +110,13 @@ def install_point(
 
     What the folders held before is deleted: it is older than the point (or another node's).
     """
+    install_checkpoints(point, policies)
+    state = {k: point[k] for k in ("position", "merged_through", "seen")}
+    MergedLog.install(merged_dir, state, point.get("records", []))
+
+
+def install_checkpoints(point: dict[str, Any], policies: Sequence[dict[str, Any]]) -> None:
+    """Put ``point``'s checkpoints in their policies' folders, instead of what was there."""
     folders = _folders(policies)
     for policy_id, files in point["checkpoints"].items():
         folder = folders.get(str(policy_id))
@@ -108,8 +129,21 @@ def install_point(
         path = folder / str(files["name"])
         atomic_write_bytes(path, bytes(files["pt"]))
         atomic_write_bytes(path.with_suffix(".json"), bytes(files["json"]))
-    state = {k: point[k] for k in ("position", "merged_through", "seen")}
-    MergedLog.install(merged_dir, state, point.get("records", []))
+
+
+def checkpoint_files(message: dict[str, Any]) -> dict[str, Any]:
+    """The files of the checkpoint a ``checkpointed`` message names, as a point carries them.
+
+    Raises:
+        OSError: They cannot be read (pruned meanwhile, a disk error).
+    """
+    path = Path(message["path"])
+    return {
+        "name": path.name,
+        "trained_through": int(message["trained_through"]),
+        "pt": path.read_bytes(),
+        "json": path.with_suffix(".json").read_bytes(),
+    }
 
 
 class RecoveryPoints:
@@ -143,15 +177,7 @@ class RecoveryPoints:
         position = max(int(m["trained_through"]) for m in newest)
         after = min(int(m["trained_through"]) for m in newest)
         try:
-            checkpoints = {}
-            for m in newest:
-                path = Path(m["path"])
-                checkpoints[str(m["policy_id"])] = {
-                    "name": path.name,
-                    "trained_through": int(m["trained_through"]),
-                    "pt": path.read_bytes(),
-                    "json": path.with_suffix(".json").read_bytes(),
-                }
+            checkpoints = {str(m["policy_id"]): checkpoint_files(m) for m in newest}
             records = read_records(merged.directory, after, position)
         except Exception as exc:  # a checkpoint pruned meanwhile, a disk error: the next one
             logger.warning("rlserve: no recovery point of checkpoint %s (%s)", message["path"], exc)
@@ -189,3 +215,62 @@ class RecoveryPoints:
         if set(self._log_needed) < set(self._policy_ids):
             return 0
         return min(self.held_after, *self._log_needed.values())
+
+
+class HeldCheckpoints:
+    """The one front-end's side (``--ray`` alone): the recovery point the driver holds.
+
+    A point is each policy's newest checkpoint (the files the learner attached to its
+    ``checkpointed`` message), ``position`` the highest log position they trained through and
+    ``after`` the lowest: the front-end's own log keeps every record after ``after``, so a
+    learner that goes on from the point reads them from there.
+
+    Args:
+        policy_ids: Every policy the learner trains (a point needs a checkpoint of each).
+        path: The driver's copy of the point (:data:`RECOVERY_FILE` in its run folder).
+    """
+
+    def __init__(self, policy_ids: Sequence[str], path: Path) -> None:
+        self._policy_ids = list(policy_ids)
+        self._path = path
+        self._newest: dict[str, dict[str, Any]] = {}
+        self.point: dict[str, Any] | None = None
+        """The point held (read back by :meth:`load`)."""
+
+    def load(self) -> dict[str, Any] | None:
+        """The point held in the run folder (None: none yet), for a learner starting now."""
+        self.point = load_point(self._path)
+        return self.point
+
+    def checkpointed(
+        self, policy_id: str, files: dict[str, Any], version: int
+    ) -> dict[str, Any] | None:
+        """Note a policy's checkpoint; a newer point to hold once every policy has one."""
+        self._newest[policy_id] = {**files, "version": int(version)}
+        if set(self._newest) < set(self._policy_ids):
+            return None
+        newest = {pid: self._newest[pid] for pid in self._policy_ids}
+        through = [int(f["trained_through"]) for f in newest.values()]
+        point = {
+            "position": max(through),
+            "after": min(through),
+            "versions": sum(f["version"] for f in newest.values()),
+            "checkpoints": {
+                pid: {k: v for k, v in f.items() if k != "version"} for pid, f in newest.items()
+            },
+        }
+        return point if point_key(point) > point_key(self.point) else None
+
+    def hold(self, point: dict[str, Any]) -> None:
+        """Write ``point`` into the run folder; it is held from now on.
+
+        Raises:
+            OSError: The write failed (the older point stays held).
+        """
+        save_point(self._path, point)
+        self.point = point
+
+    @property
+    def log_needed_after(self) -> int:
+        """The log position through which the held point lets the log be cleaned."""
+        return 0 if self.point is None else int(self.point["after"])
