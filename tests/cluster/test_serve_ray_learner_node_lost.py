@@ -135,8 +135,9 @@ def test_one_front_ends_learner_node_lost_with_its_disk_goes_on_from_the_point(
     assert remote.errors == []
     # The new learner went on from the point's checkpoint, not from scratch.
     log = server.log()
+    own_log = (run / "rlserve.log").read_text()
     [name] = [c["name"] for c in point["checkpoints"].values()]
-    assert log.count("the learner continues from") == 1, log
+    assert own_log.count("the learner continues from") == 1, own_log
     assert metrics["learner/updates"] > int(name.split("_")[1].split(".")[0])
     assert log.count("the learner actor failed during") == 1, log
     assert "Traceback" not in log, log
