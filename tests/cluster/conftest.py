@@ -48,7 +48,6 @@ class RayCluster:
 
     def add_node(self, ip: str, *flags: str) -> None:
         """Start one more node on the loopback address ``ip`` (127.0.0.4...) and wait for it."""
-        alive = _alive_nodes(self.ray)
         _start(
             [
                 f"--address={self.address}",
@@ -58,7 +57,15 @@ class RayCluster:
             ],
             self.env,
         )
-        _wait_for_nodes(self.ray, alive + 1)
+        _wait_for_node(self.ray, ip, alive=True)
+
+    def remove_node(self, ip: str) -> None:
+        """Lose the node on ``ip`` (:meth:`kill_raylet`) and wait until Ray marks it dead.
+
+        So the next test sees only the nodes it expects (Ray notices a lost node in seconds).
+        """
+        self.kill_raylet(ip)
+        _wait_for_node(self.ray, ip, alive=False)
 
     def wait_for_free(self, need: dict[str, float], timeout: float = 60.0) -> None:
         """Wait until the cluster has ``need`` free: the previous test's actors are gone."""
@@ -109,6 +116,18 @@ def _wait_for_nodes(ray: Any, count: int) -> None:
     while _alive_nodes(ray) < count:
         if time.monotonic() > deadline:
             raise RuntimeError(f"{count} Ray nodes did not come up")
+        time.sleep(0.2)
+
+
+def _wait_for_node(ray: Any, ip: str, alive: bool) -> None:
+    """Wait until a node on ``ip`` is alive (``alive``), or none is."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        up = any(n.get("Alive") and n.get("NodeManagerAddress") == ip for n in ray.nodes())
+        if up == alive:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the Ray node on {ip} is {'not up' if alive else 'still alive'}")
         time.sleep(0.2)
 
 

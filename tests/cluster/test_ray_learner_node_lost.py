@@ -63,13 +63,13 @@ def _gone(pid: int) -> bool:
 @pytest.fixture
 def learner_nodes(ray_cluster: RayCluster) -> Iterator[RayCluster]:
     """The cluster with the two ``learnerbox`` nodes, which are lost again after the test."""
-    for ip in LEARNER_NODES:
-        ray_cluster.add_node(ip, '--resources={"learnerbox": 1}')
     try:
+        for ip in LEARNER_NODES:
+            ray_cluster.add_node(ip, '--resources={"learnerbox": 1}')
         yield ray_cluster
     finally:
         for ip in LEARNER_NODES:  # the next modules see the two nodes they expect
-            ray_cluster.lose_node(ip)
+            ray_cluster.remove_node(ip)
 
 
 def test_a_learner_node_lost_with_its_disk_loses_nothing(

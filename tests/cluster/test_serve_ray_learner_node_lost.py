@@ -52,13 +52,13 @@ def _gone(pid: int) -> bool:
 @pytest.fixture
 def learner_nodes(ray_cluster: RayCluster) -> Iterator[RayCluster]:
     """The cluster with the two ``learnerdisk`` nodes, which are lost again after the test."""
-    for ip in LEARNER_NODES:
-        ray_cluster.add_node(ip, '--resources={"learnerdisk": 1}')
     try:
+        for ip in LEARNER_NODES:
+            ray_cluster.add_node(ip, '--resources={"learnerdisk": 1}')
         yield ray_cluster
     finally:
         for ip in LEARNER_NODES:  # the next modules see the two nodes they expect
-            ray_cluster.kill_raylet(ip)
+            ray_cluster.remove_node(ip)
 
 
 def test_one_front_ends_learner_node_lost_with_its_disk_goes_on_from_the_point(
