@@ -125,6 +125,10 @@ def test_one_front_ends_point_is_every_policys_newest_checkpoint(tmp_path: Path)
     assert held.log_needed_after == 30
     # The same checkpoints again make no newer point.
     assert held.checkpointed("q", checkpoint_files(q2), 2) is None
+    # A new learner's start: a point is made of its own checkpoints only (p's is not yet).
+    assert held.load() is not None
+    q3 = _checkpoint(learner / "q", "q", 3, 60)
+    assert held.checkpointed("q", checkpoint_files(q3), 3) is None
     # Read back by the next learner's start, and put on a disk that lost its own.
     reloaded = HeldCheckpoints(["p", "q"], tmp_path / "run" / "learner_recovery.bin").load()
     assert reloaded is not None and point_key(reloaded) == point_key(point)
@@ -133,8 +137,7 @@ def test_one_front_ends_point_is_every_policys_newest_checkpoint(tmp_path: Path)
     assert not checkpoints_cover(reloaded, other)
     install_checkpoints(reloaded, other)
     assert checkpoints_cover(reloaded, other)
-    for pid in ("p", "q"):
+    for pid, written in (("p", Path(p4["path"])), ("q", Path(q2["path"]))):
         [installed] = checkpoints_in(tmp_path / "other" / pid)
-        [written] = checkpoints_in(learner / pid)
         assert installed.name == written.name
         assert installed.read_bytes() == written.read_bytes()

@@ -238,7 +238,12 @@ class HeldCheckpoints:
         """The point held (read back by :meth:`load`)."""
 
     def load(self) -> dict[str, Any] | None:
-        """The point held in the run folder (None: none yet), for a learner starting now."""
+        """The point held in the run folder (None: none yet), for a learner starting now.
+
+        The checkpoints an earlier learner wrote after that point no longer count: the next
+        point is made of this learner's.
+        """
+        self._newest.clear()
         self.point = load_point(self._path)
         return self.point
 
