@@ -84,18 +84,6 @@ class RayCluster:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
-    def lose_node(self, ip: str) -> None:
-        """:meth:`kill_raylet`, then wait until the cluster counts the node dead.
-
-        Until then Ray may still place a new actor there (it dies at once): the next test's.
-        """
-        self.kill_raylet(ip)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while any(n.get("Alive") and n.get("NodeManagerAddress") == ip for n in self.ray.nodes()):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the Ray node on {ip} was killed but is still alive")
-            time.sleep(0.2)
-
 
 def _common(temp_dir: Path) -> list[str]:
     """The flags of every node: 1 CPU, a small object store, this cluster's temp dir."""
