@@ -33,6 +33,10 @@ STALL_S = 60.0
 START_S = 240.0
 """Seconds a wait without a measure of headway (a process starting) gets."""
 
+LIMIT_S = 300.0
+"""Seconds any wait gets: headway that never meets the condition fails too, not at the test's
+timeout (which says nothing of what was awaited)."""
+
 
 class LocalPlayer(threading.Thread):
     """Plays CartPole through a local-inference client and counts every step it took."""
@@ -189,7 +193,8 @@ def wait_for(
 
     ``headway()`` is something that changes while the system under test works towards the
     condition (e.g. a client's count of calls): on a loaded machine work is slow, not stuck,
-    so only a stall fails the wait. Without it the wait gets :data:`START_S` seconds.
+    so only a stall fails the wait. Without it the wait gets :data:`START_S` seconds; with it,
+    at most :data:`LIMIT_S` (work that goes on without ever meeting the condition).
     ``state()`` and the tails of ``logs`` go into the failure's message.
     """
     last = headway() if headway is not None else None
@@ -201,7 +206,7 @@ def wait_for(
             if current != last:
                 last, moved = current, now
         stalled = now - moved > STALL_S if headway is not None else now - started > START_S
-        if stalled:
+        if stalled or now - started > LIMIT_S:
             tails = "\n".join(p.read_text(errors="replace")[-3000:] for p in logs if p.exists())
             said = f" ({state()})" if state is not None else ""
             raise AssertionError(f"timed out waiting for {what}{said}\n{tails}")
