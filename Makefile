@@ -51,13 +51,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Tests run in parallel workers, a test file per worker at a time (the Ray cluster's tests all on
-# one: tests/conftest.py groups them): most end-to-end tests wait on servers and sockets, so
-# more workers than cores shortens the run.
+# Tests run in parallel workers, a test file per worker at a time: most end-to-end tests wait on
+# servers and sockets, so more workers than cores shortens the run.
 TEST_WORKERS ?= 4
 
 unit: $(STAMP) system-tools
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # The client and the wire protocol on the oldest and the newest Python the package supports, in
 # venvs without torch (a simulator's machine may have any of them): the tests that need neither

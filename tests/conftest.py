@@ -357,24 +357,6 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-RAY_GROUP = "ray-cluster"
-"""The xdist group of every test on the two-node Ray cluster: one worker, one cluster."""
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group the tests for ``pytest -n N --dist loadgroup`` (the Makefile's ``unit``).
-
-    A test file is one unit, as with ``--dist loadfile`` (its module fixtures made once), except
-    that every test on the Ray cluster goes to the same worker: a worker's first such test
-    starts a two-node cluster (about 15 s of CPU, then a few percent of a core while it idles),
-    and one is enough.
-    """
-    for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        group = RAY_GROUP if "ray_cluster" in fixtures else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 """Where tests leave files for a person to look at (the dashboard's screenshot); gitignored."""
 
