@@ -6,6 +6,7 @@ import json
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from conftest import HEAD_IP, SECOND_IP, _cluster_pids
 from rlserve import PolicyClient
 from rlserve.client.local import LocalConfig
 from rlserve.errors import EpisodeLostError, RLServeError
+from rlserve.run.experience_log import LogCorruptError, LogReader
 
 SMALL_PPO = (
     *("--ppo-train-batch-size", "256", "--ppo-minibatch-size", "128", "--ppo-num-epochs", "1"),
@@ -234,3 +236,47 @@ def learner_actor_pid(temp_dir: Path, actor: str = "WorkerActor", node: str = SE
             found.append(int(entry.name))
     assert len(found) == 1, found
     return found[0]
+
+
+def merged_records(run: Path) -> list[Any]:
+    """The learner's merged log, read as far as it goes."""
+    reader = LogReader(run / "learner" / "experience")
+    records: list[Any] = []
+    try:
+        records.extend(reader.records(0, 1 << 40))
+    except LogCorruptError:
+        pass  # its end
+    finally:
+        reader.close()
+    return records
+
+
+def every_step_merged_and_read_once(server: Any, players: Any, wait: Any) -> None:
+    """The local players shipped every step; each reached the merged log once (no batch id
+    twice) and the learner read the whole merged log (front-ends still replaying are waited for).
+    """
+    for player in players:
+        assert player.client.local is not None
+        assert player.client.local.buffered_steps == player.client.local.dropped_steps == 0
+        assert player.client.local.rejected_steps == 0
+    total = sum(player.steps for player in players)
+
+    def reported() -> int:
+        records = merged_records(server.run_folder)
+        return sum(r.steps for r in records if r.kind.startswith("report"))
+
+    wait(lambda: reported() >= total, "every reported step to be merged", reported)
+    records = merged_records(server.run_folder)
+    copies = Counter(r.batch_id for r in records if r.batch_id is not None)
+    assert [batch for batch, n in copies.items() if n > 1] == []
+    assert reported() == total
+
+    def everything_read() -> bool:
+        merged = sum(r.steps for r in merged_records(server.run_folder))
+        return bool(server.metrics()["learner/steps_consumed"] == merged)
+
+    wait(
+        everything_read,
+        "the learner to read the whole merged log",
+        lambda: server.metrics()["learner/steps_consumed"],
+    )

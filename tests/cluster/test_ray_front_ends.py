@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from serving_players import (
     SMALL_PPO,
     LocalPlayer,
     RemotePlayer,
+    every_step_merged_and_read_once,
     front_ends,
     learner_actor_pid,
     metrics,
@@ -31,52 +31,8 @@ from serving_players import (
 )
 
 from conftest import HEAD_IP, SECOND_IP, RayCluster
-from rlserve.run.experience_log import LogCorruptError, LogReader
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
-
-
-def _merged(run: Path) -> list[Any]:
-    """The learner's merged log, read as far as it goes."""
-    reader = LogReader(run / "learner" / "experience")
-    records: list[Any] = []
-    try:
-        records.extend(reader.records(0, 1 << 40))
-    except LogCorruptError:
-        pass  # its end
-    finally:
-        reader.close()
-    return records
-
-
-def _every_step_merged_and_read_once(server: Any, players: Any, wait: Any) -> None:
-    """The local players shipped every step; each reached the merged log once (no batch id
-    twice) and the learner read the whole merged log (front-ends still replaying are waited for).
-    """
-    for player in players:
-        assert player.client.local is not None
-        assert player.client.local.buffered_steps == player.client.local.dropped_steps == 0
-        assert player.client.local.rejected_steps == 0
-    total = sum(player.steps for player in players)
-
-    def reported() -> int:
-        return sum(r.steps for r in _merged(server.run_folder) if r.kind.startswith("report"))
-
-    wait(lambda: reported() >= total, "every reported step to be merged", reported)
-    records = _merged(server.run_folder)
-    copies = Counter(r.batch_id for r in records if r.batch_id is not None)
-    assert [batch for batch, n in copies.items() if n > 1] == []
-    assert reported() == total
-
-    def everything_read() -> bool:
-        merged = sum(r.steps for r in _merged(server.run_folder))
-        return bool(server.metrics()["learner/steps_consumed"] == merged)
-
-    wait(
-        everything_read,
-        "the learner to read the whole merged log",
-        lambda: server.metrics()["learner/steps_consumed"],
-    )
 
 
 def test_two_front_ends_lose_nothing_when_one_is_killed(
@@ -150,7 +106,7 @@ def test_two_front_ends_lose_nothing_when_one_is_killed(
             player.finish()
     assert remote.errors == []
     # None lost with the killed front-end, none doubled by its replay or the clients' re-sends.
-    _every_step_merged_and_read_once(server, (on_second, on_first), wait)
+    every_step_merged_and_read_once(server, (on_second, on_first), wait)
     assert server.metrics()["learner/updates"] >= 1
     log = server.log()
     assert "Traceback" not in log, log
@@ -219,7 +175,7 @@ def test_two_front_ends_lose_nothing_when_the_learner_actor_is_killed(
             player.finish()
     # None lost with the learner, none doubled by what the front-ends shipped again to the new
     # one; the new learner read every merged step the dead one had not trained, once.
-    _every_step_merged_and_read_once(server, players, wait)
+    every_step_merged_and_read_once(server, players, wait)
     assert server.metrics()["learner/restarts"] == 1
     log = server.log()
     assert log.count("the learner actor failed during") == 1, log

@@ -97,7 +97,7 @@ class NetworkAlgorithm(Algorithm):
         self._replicas: Any = None
         on_ray = None
         if learner_link is None:
-            on_ray = ray_serving_of(config, self.server_config)
+            on_ray = ray_serving_of(config, self.server_config, resume)
         if on_ray is not None:  # .serving(ray_address=...): what rlserve serve --ray does
             self.server_config = on_ray.server_config
             self._learner_link = on_ray.learner_link

@@ -39,10 +39,13 @@ _LEARNER_SETTINGS = (
 )
 
 
-def ray_serving_of(config: AlgorithmConfig, server_config: Any) -> Any:
+def ray_serving_of(
+    config: AlgorithmConfig, server_config: Any, resume: str | Path | None = None
+) -> Any:
     """How ``config``'s server runs on Ray (a :class:`~rlserve.cluster.serving.RayServing`).
 
-    None when ``serving()`` names no Ray cluster.
+    None when ``serving()`` names no Ray cluster. ``resume``: the run folder resumed, whose
+    learner's name is taken again (its other front-ends that outlived a lost driver are kept).
 
     Raises:
         ConfigError: As :func:`~rlserve.cluster.serving.serve_on_ray` (Ray not installed, a
@@ -59,12 +62,18 @@ def ray_serving_of(config: AlgorithmConfig, server_config: Any) -> Any:
         num_gpus=config.num_gpus_per_learner,
         resources=dict(config.custom_resources_per_learner),
     )
+    learner_name = None
+    if resume is not None and settings.replicas > 1:
+        from rlserve.cluster.replicas import saved_learner_name
+
+        learner_name = saved_learner_name(Path(resume))
     return serve_on_ray(
         settings.ray_address,
         server_config,
         node_ip=settings.ray_node_ip,
         placement=placement,
         replicas=settings.replicas,
+        learner_name=learner_name,
         replicas_setting="replicas=",
         port_setting="port=",
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from rlserve.errors import ConfigError
@@ -41,6 +42,12 @@ def ray_serving(args: argparse.Namespace, server_config: Any) -> Any:
     from rlserve.cluster.connect import LearnerPlacement
     from rlserve.cluster.serving import serve_on_ray
 
+    learner_name = None
+    if args.resume and int(args.replicas or 1) > 1:
+        from rlserve.cluster.replicas import saved_learner_name
+
+        # The same name again: the front-ends that outlived the driver find the new learner.
+        learner_name = saved_learner_name(Path(args.resume))
     return serve_on_ray(
         args.ray,
         server_config,
@@ -48,6 +55,7 @@ def ray_serving(args: argparse.Namespace, server_config: Any) -> Any:
         placement=LearnerPlacement.parse(args.ray_learner_resources),
         replicas=int(args.replicas or 1),
         front_end_of=args.front_end_of,
+        learner_name=learner_name,
     )
 
 

@@ -69,10 +69,17 @@ def given(setting: str, value: object) -> str:
     return f"{setting}{value}" if setting.endswith("=") else f"{setting} {value}"
 
 
-def front_end_nodes(ray: Any, replicas: int, own_ip: str, setting: str = "--replicas") -> list[str]:
+def front_end_nodes(
+    ray: Any,
+    replicas: int,
+    own_ip: str,
+    setting: str = "--replicas",
+    prefer: Sequence[str] = (),
+) -> list[str]:
     """The node addresses of ``replicas`` front-ends: this one's first, then the others.
 
-    ``setting`` names the replicas setting in the message (``--replicas``, ``replicas=``).
+    ``setting`` names the replicas setting in the message (``--replicas``, ``replicas=``);
+    the live nodes of ``prefer`` (where front-ends still run) come before the others.
 
     Raises:
         ConfigError: Fewer live nodes than replicas.
@@ -85,6 +92,7 @@ def front_end_nodes(ray: Any, replicas: int, own_ip: str, setting: str = "--repl
             f"--address=HEAD) or ask for {given(setting, len(alive))}"
         )
     others = [ip for ip in alive if ip != own_ip]
+    others.sort(key=lambda ip: ip not in prefer)
     return [own_ip, *others[: replicas - 1]]
 
 

@@ -63,6 +63,7 @@ def serve_on_ray(
     placement: LearnerPlacement | None = None,
     replicas: int = 1,
     front_end_of: str | None = None,
+    learner_name: str | None = None,
     replicas_setting: str = "--replicas",
     port_setting: str = "--port",
 ) -> RayServing:
@@ -75,6 +76,8 @@ def serve_on_ray(
         placement: The learner actor's resources (None: 1 CPU).
         replicas: Front-ends, one per node, this one first.
         front_end_of: Serve as another front-end of this learner actor (set by a launcher).
+        learner_name: The learner actor's name with replicas (None: a new one); a resumed
+            driver passes its run's, and keeps the front-ends still running under it.
         replicas_setting: The setting's name in messages (``--replicas``, ``replicas=``).
         port_setting: The port setting's name in messages (``--port``, ``port=``).
 
@@ -108,9 +111,17 @@ def serve_on_ray(
             f"{given(replicas_setting, replicas)}: every front-end listens on the same port; "
             f"pass {given(port_setting, 'N')} (not 0) with a port free on every node"
         )
-    nodes = front_end_nodes(ray, replicas, own_ip, replicas_setting)
-    check_ports(ray, nodes[1:], server_config.port)
-    name = f"rlserve-learner-{uuid.uuid4().hex[:12]}"
+    name = learner_name or f"rlserve-learner-{uuid.uuid4().hex[:12]}"
+    kept: list[str] = []
+    if learner_name:
+        from rlserve.cluster.replicas import live_launchers
+
+        # Front-ends that outlived the driver before this one hold the port: they are kept
+        # (their nodes first).
+        alive = {str(n["NodeManagerAddress"]) for n in ray.nodes() if n.get("Alive")}
+        kept = live_launchers(ray, name, sorted(alive - {own_ip}))
+    nodes = front_end_nodes(ray, replicas, own_ip, replicas_setting, prefer=kept)
+    check_ports(ray, [ip for ip in nodes[1:] if ip not in kept], server_config.port)
     link = functools.partial(
         FrontEndLink, placement=placement, front_end=own_ip, learner_name=name, owner=True
     )
