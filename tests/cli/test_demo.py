@@ -74,20 +74,20 @@ def test_a_dqn_demo_runs_its_budget_through_the_server(
 @pytest.mark.e2e
 @pytest.mark.timeout(900)
 def test_the_dqn_demo_learns_cartpole_through_remote_clients(tmp_path: Path) -> None:
-    """The DQN demo through 4 remote clients reaches a last-100 mean of 250 within 60,000 steps.
+    """The DQN demo through 4 remote clients reaches a last-100 mean of 150 within 40,000 steps.
 
     Issue 10's target, 475 by 60,000 steps, is bench/learning.py's to measure (20 of 20 seeds by
     55,100 steps, docs/benchmarks.md). The clients' timing makes every run differ, and on a
     loaded CI machine the last points of the target come late. So this test checks that the
-    demo learns, with a margin a loaded machine keeps, in about half the steps the whole target
-    takes: a DQN that does not learn stays near 22, and seed 0 passed 250 at about 27,000 steps
-    (400 at 42,000, 475 at 51,000).
+    demo's settings learn, with a margin a loaded machine keeps, in a small part of the steps
+    the whole target takes: a DQN that does not learn stays near 22, and seed 0's mean passed
+    150 at about 16,000 steps (250 at 27,000, 475 at 51,000).
     """
     config = DemoConfig(
         seed=0,
         algo="dqn",
-        target_return=250.0,
-        max_env_steps=60_000,
+        target_return=150.0,
+        max_env_steps=40_000,
         run_dir=str(tmp_path),
         progress=False,
         time_limit=800.0,  # the budget is in env steps; this only bounds a stuck run
@@ -95,4 +95,4 @@ def test_the_dqn_demo_learns_cartpole_through_remote_clients(tmp_path: Path) -> 
     result = demo_result(config, "cartpole")
     assert result.failure is None, result.summary()
     assert result.solved_at_steps is not None, (result.summary(), result.curve)
-    assert result.solved_at_steps <= 60_000
+    assert result.solved_at_steps <= 40_000
