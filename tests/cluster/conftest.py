@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +77,27 @@ class RayCluster:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{need} still not free after {timeout} s: {free}")
             time.sleep(0.2)
+
+    @contextlib.contextmanager
+    def nodes_with(self, resource: str, ips: Sequence[str]) -> Iterator[None]:
+        """Nodes on ``ips`` with one ``resource`` each, lost again at the end (the next
+        modules see the two nodes they expect)."""
+        try:
+            for ip in ips:
+                self.add_node(ip, f'--resources={{"{resource}": 1}}')
+            yield
+        finally:
+            for ip in ips:
+                self.remove_node(ip)
+
+    def lose_node_and_process(self, ip: str, pid: int, timeout: float = 30.0) -> None:
+        """Lose the node on ``ip`` and SIGKILL its process ``pid`` (an actor's), waiting until
+        that process is gone (dead or a zombie)."""
+        self.kill_raylet(ip)
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        while not _zombie(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def kill_raylet(self, ip: str) -> None:
         """SIGKILL the raylet of the node on ``ip``: the node is lost, its actors with it."""

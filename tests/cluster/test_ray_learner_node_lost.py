@@ -14,10 +14,8 @@ equals the clients' count).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,23 +51,11 @@ def _learner(ray: Any, run: Path) -> dict[str, Any]:
     return dict(ray.get(actor.greet.remote(), timeout=60))
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return ") Z " in Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-
-
 @pytest.fixture
 def learner_nodes(ray_cluster: RayCluster) -> Iterator[RayCluster]:
     """The cluster with the two ``learnerbox`` nodes, which are lost again after the test."""
-    try:
-        for ip in LEARNER_NODES:
-            ray_cluster.add_node(ip, '--resources={"learnerbox": 1}')
+    with ray_cluster.nodes_with("learnerbox", LEARNER_NODES):
         yield ray_cluster
-    finally:
-        for ip in LEARNER_NODES:  # the next modules see the two nodes they expect
-            ray_cluster.remove_node(ip)
 
 
 def test_a_learner_node_lost_with_its_disk_loses_nothing(
@@ -124,11 +110,7 @@ def test_a_learner_node_lost_with_its_disk_loses_nothing(
         learner = _learner(ray_cluster.ray, run)
         lost_ip, pid = learner["node"], int(learner["pid"])
         assert lost_ip in LEARNER_NODES
-        ray_cluster.kill_raylet(lost_ip)
-        os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while not _gone(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        ray_cluster.lose_node_and_process(lost_ip, pid)
         # Its disk is lost with it: the merged log and the checkpoints.
         shutil.rmtree(run / "learner")
         shutil.rmtree(run / "checkpoints")

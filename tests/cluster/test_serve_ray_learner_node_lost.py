@@ -13,13 +13,9 @@ log on from there, and every step logged is read once by the learner's lineage.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import signal
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,23 +38,11 @@ LEARNER_NODES = ("127.0.0.8", "127.0.0.9")
 READY = re.compile(r"the learner actor is ready on (127\.0\.0\.\d+)")
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return ") Z " in Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-
-
 @pytest.fixture
 def learner_nodes(ray_cluster: RayCluster) -> Iterator[RayCluster]:
     """The cluster with the two ``learnerdisk`` nodes, which are lost again after the test."""
-    try:
-        for ip in LEARNER_NODES:
-            ray_cluster.add_node(ip, '--resources={"learnerdisk": 1}')
+    with ray_cluster.nodes_with("learnerdisk", LEARNER_NODES):
         yield ray_cluster
-    finally:
-        for ip in LEARNER_NODES:  # the next modules see the two nodes they expect
-            ray_cluster.remove_node(ip)
 
 
 def test_one_front_ends_learner_node_lost_with_its_disk_goes_on_from_the_point(
@@ -101,11 +85,7 @@ def test_one_front_ends_learner_node_lost_with_its_disk_goes_on_from_the_point(
         [lost_ip] = ready_on()
         assert lost_ip in LEARNER_NODES
         pid = learner_actor_pid(ray_cluster.temp_dir, node=lost_ip)
-        ray_cluster.kill_raylet(lost_ip)
-        os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while not _gone(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        ray_cluster.lose_node_and_process(lost_ip, pid)
         # Its disk is lost with it: the checkpoints (the server's log is on the driver's node).
         shutil.rmtree(run / "checkpoints")
         wait(lambda: server.metrics().get("learner/restarts", 0) == 1, "the learner restart")
