@@ -28,11 +28,11 @@ from typing import Any
 
 from rlserve.cluster.connect import LearnerPlacement
 from rlserve.cluster.failures import actor_failure
-from rlserve.cluster.learner_link import LearnerActorSlot, RayLearnerLink, Shipped
+from rlserve.cluster.learner_link import LearnerActorSlot, RayLearnerLink
+from rlserve.cluster.log_shipper import Shipped
 from rlserve.cluster.recovery import RECOVERY_FILE, load_point, point_key, save_point
 from rlserve.cluster.shared_learner import SharedLearner
 from rlserve.processes.restarts import Failure
-from rlserve.run.experience_log import LogCorruptError, LogReader
 from rlserve.server.learner_link import LearnerLink
 
 __all__ = ["NAMESPACE", "FrontEndLink"]
@@ -41,9 +41,6 @@ logger = logging.getLogger("rlserve.server")
 
 NAMESPACE = "rlserve"
 """The Ray namespace the learner actor's name is found in."""
-
-MAX_RECORDS_PER_EXCHANGE = 256
-"""Records shipped in one exchange at most (a long replay goes in several)."""
 
 ATTACH_RETRY_S = 0.5
 """Seconds between looks for a learner that is away (its owner restarts it)."""
@@ -138,25 +135,9 @@ class FrontEndLink(RayLearnerLink):
 
     def _unmerged(self) -> list[Shipped]:
         """The records of this front-end's log the learner has not merged (some of them)."""
-        after = self._merged_through
-        through = min(self.log.last_seq, (after or 0) + MAX_RECORDS_PER_EXCHANGE)
-        if after is None or through <= after:
+        if self._merged_through is None:
             return []
-        if self._reader is None:
-            self._reader = LogReader(self.log.directory)
-        try:
-            return [
-                (r.seq, r.kind, r.steps, r.batch_id, r.payload)
-                for r in self._reader.records(after, through)
-            ]
-        except (LogCorruptError, OSError) as exc:
-            logger.warning(
-                "rlserve: cannot read the experience log after seq %d for the learner (%s)",
-                after,
-                exc,
-            )
-            self._reader.close()
-            return []
+        return self._shipper.take(self._merged_through, self.log.last_seq)[0]
 
     async def _run_learner(self) -> None:
         actor = self._actor = self._children.start(self._setup_now())

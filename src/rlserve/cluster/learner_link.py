@@ -29,11 +29,11 @@ from rlserve.cluster.actor import actor_class
 from rlserve.cluster.connect import LearnerPlacement
 from rlserve.cluster.failures import actor_failure
 from rlserve.cluster.learner_actor import LearnerActorWorker
+from rlserve.cluster.log_shipper import LogShipper, Shipped
 from rlserve.cluster.ray_import import import_ray
 from rlserve.cluster.recovery import RECOVERY_FILE, HeldCheckpoints
 from rlserve.cluster.resources import free_resources_note
 from rlserve.processes.restarts import Failure, RestartPolicy
-from rlserve.run.experience_log import LogCorruptError, LogReader
 from rlserve.server.learner_link import RESTART_DELAYS, LearnerLink
 
 __all__ = ["LearnerActorSlot", "RayLearnerLink"]
@@ -43,8 +43,10 @@ logger = logging.getLogger("rlserve.server")
 PLACEMENT_WARN_S = 30.0
 """How long a new learner actor may wait for Ray to place it before the log says why it waits."""
 
-Shipped = tuple[int, str, int, "str | None", bytes]
-"""One shipped record: ``(seq, kind, steps, batch_id, payload)``."""
+
+def _available(through: int | None) -> dict[str, Any]:
+    """The message that tells the learner the log's records through ``through`` are shipped."""
+    return {"type": "available", "through": through}
 
 
 class RayLearnerLink(LearnerLink):
@@ -68,9 +70,9 @@ class RayLearnerLink(LearnerLink):
         self._announced = 0
         self._shipped_through: int | None = None
         """The position through which the learner has the records (None: not known yet)."""
-        self._reader: LogReader | None = None
         self._node: str | None = None
         super().__init__(*args, **kwargs)
+        self._shipper = LogShipper(self.log.directory)
         self._points = HeldCheckpoints(self._policy_ids, self.log.directory.parent / RECOVERY_FILE)
 
     def _supervisor_of_learner(self) -> LearnerActorSlot:
@@ -123,9 +125,11 @@ class RayLearnerLink(LearnerLink):
         if self._actor is None:
             return
         if message["type"] == "available":
-            if self._shipped_through is None:
-                return  # its ``ready`` says where it reads from; the answer to it announces all
-            self._announced = max(self._announced, int(message["through"]))
+            # Announced by the exchange that ships the records (never ahead of them). Before its
+            # ``ready`` (where it reads from) the learner is sent nothing; the answer announces.
+            if self._shipped_through is not None:
+                self._announced = max(self._announced, int(message["through"]))
+            return
         self._outgoing.append(message)
 
     async def _dispatch(self, message: dict[str, Any]) -> None:
@@ -144,28 +148,10 @@ class RayLearnerLink(LearnerLink):
         await super()._dispatch(message)
 
     def _take_records(self) -> list[Shipped]:
-        """The logged records the learner was told of and does not have yet."""
-        after, through = self._shipped_through, self._announced
-        if after is None or through <= after:
+        """The logged records the learner was told of and does not have yet (some of them)."""
+        if self._shipped_through is None:
             return []
-        if self._reader is None:
-            self._reader = LogReader(self.log.directory)
-        try:
-            shipped = [
-                (r.seq, r.kind, r.steps, r.batch_id, r.payload)
-                for r in self._reader.records(after, through)
-            ]
-        except (LogCorruptError, OSError) as exc:
-            logger.warning(
-                "rlserve: cannot read the experience log from seq %d to %d for the learner "
-                "actor (%s)",
-                after,
-                through,
-                exc,
-            )
-            self._reader.close()
-            shipped = []
-        self._shipped_through = through
+        shipped, self._shipped_through = self._shipper.take(self._shipped_through, self._announced)
         return shipped
 
     async def _run_learner(self) -> None:
@@ -174,7 +160,13 @@ class RayLearnerLink(LearnerLink):
         watch = asyncio.create_task(self._warn_while_unplaced())
         try:
             while True:
-                exchange = {"messages": self._outgoing, "records": self._take_records()}
+                before = self._shipped_through
+                records = self._take_records()
+                through = self._shipped_through
+                shipped: list[dict[str, Any]] = (
+                    [_available(through)] if through not in (None, before) else []
+                )
+                exchange = {"messages": [*shipped, *self._outgoing], "records": records}
                 self._outgoing = []
                 answer = await asyncio.wrap_future(actor.handle.remote(exchange).future())
                 for message in answer["messages"]:
@@ -227,8 +219,7 @@ class RayLearnerLink(LearnerLink):
         try:
             return await super().stop(timeout)
         finally:
-            if self._reader is not None:
-                self._reader.close()
+            self._shipper.close()
 
 
 class LearnerActorSlot:
