@@ -36,10 +36,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +72,17 @@ Started = tuple[Any, dict[str, Any], dict[str, Any]]
 _FILE = "learner.pt"
 
 
+@contextlib.contextmanager
+def _scratch() -> Iterator[Path]:
+    """A checkpoint file's path, in a folder removed after use.
+
+    ``Learner`` saves and loads paths. A folder per call, not one kept for the actor's life:
+    an actor that is killed leaves nothing behind.
+    """
+    with tempfile.TemporaryDirectory(prefix="rlserve-learner-") as folder:
+        yield Path(folder) / _FILE
+
+
 class LearnerHost:
     """The learner of one policy inside its actor (made a Ray actor by :func:`learner_actor`).
 
@@ -85,7 +95,6 @@ class LearnerHost:
 
     def __init__(self, algo: str, observation_space: Any, action_space: Any, settings: Any) -> None:
         self._learner = algorithm(algo).make_learner(observation_space, action_space, settings)
-        self._folder = Path(tempfile.mkdtemp(prefix="rlserve-learner-"))
 
     def where(self) -> dict[str, Any]:
         """Its node's address, process id and torch device."""
@@ -129,26 +138,25 @@ class LearnerHost:
 
     def save(self, extra: dict[str, Any]) -> bytes:
         """A checkpoint's bytes (what ``Learner.save`` writes)."""
-        path = self._folder / _FILE
-        self._learner.save(path, extra)
-        return path.read_bytes()
+        with _scratch() as path:
+            self._learner.save(path, extra)
+            return path.read_bytes()
 
     def load(self, data: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
         """Restore from a checkpoint's bytes: its ``extra`` and the new state."""
-        path = self._folder / _FILE
-        path.write_bytes(data)
-        return self._learner.load(path), self.state()
+        with _scratch() as path:
+            path.write_bytes(data)
+            return self._learner.load(path), self.state()
 
     def initialise_from(self, data: bytes) -> dict[str, Any]:
         """Take the weights of a checkpoint's bytes; the new state."""
-        path = self._folder / _FILE
-        path.write_bytes(data)
-        self._learner.initialise_from(path)
+        with _scratch() as path:
+            path.write_bytes(data)
+            self._learner.initialise_from(path)
         return self.state()
 
     def close(self) -> None:
-        """Remove its scratch folder."""
-        shutil.rmtree(self._folder, ignore_errors=True)
+        """Nothing to release (kept for the driver's call): each file is removed after use."""
 
 
 class RemoteLearner(Learner):
