@@ -120,6 +120,7 @@ class RemotePlayer(threading.Thread):
                     self.client.log_returns(eid, float(reward))
                     if terminated or truncated:
                         break
+                    time.sleep(STEP_S)
                 self.client.end_episode(eid, obs)
                 self.episodes += 1
             except EpisodeLostError:
@@ -195,8 +196,9 @@ def wait_for(
 
     ``headway()`` is something that changes while the system under test works towards the
     condition (e.g. a client's count of calls): on a loaded machine work is slow, not stuck,
-    so only a stall fails the wait. Without it the wait gets :data:`START_S` seconds; with it,
-    at most :data:`LIMIT_S` (work that goes on without ever meeting the condition).
+    so only a stall fails the wait. Until the headway first moves (or without one: a process
+    starting) the wait gets :data:`START_S` seconds; in all, at most :data:`LIMIT_S` (work that
+    goes on without ever meeting the condition).
     ``state()`` and the tails of ``logs`` go into the failure's message.
     """
     last = headway() if headway is not None else None
@@ -207,7 +209,7 @@ def wait_for(
             current = headway()
             if current != last:
                 last, moved = current, now
-        stalled = now - moved > STALL_S if headway is not None else now - started > START_S
+        stalled = now - moved > STALL_S if moved > started else now - started > START_S
         if stalled or now - started > LIMIT_S:
             tails = "\n".join(p.read_text(errors="replace")[-3000:] for p in logs if p.exists())
             said = f" ({state()})" if state is not None else ""

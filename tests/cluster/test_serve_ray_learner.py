@@ -15,7 +15,7 @@ import socket
 from typing import Any
 
 import pytest
-from serving_players import SMALL_PPO, LocalPlayer, RemotePlayer, learner_actor_pid
+from serving_players import SMALL_PPO, LocalPlayer, RemotePlayer, learner_actor_pid, wait_for
 
 from conftest import HEAD_IP, SECOND_IP, RayCluster
 from rlserve.cluster.connect import LearnerPlacement
@@ -90,6 +90,7 @@ def test_the_learner_on_the_gpu_node_gets_every_acknowledged_step(
     assert server.checkpoints
 
 
+@pytest.mark.timeout(480)  # its waits fail first, on a stall (see serving_players.wait_for)
 def test_a_killed_learner_actor_is_restarted_and_every_acknowledged_step_trained_once(
     ray_cluster: RayCluster, launch_server: Any
 ) -> None:
@@ -104,8 +105,11 @@ def test_a_killed_learner_actor_is_restarted_and_every_acknowledged_step_trained
         os.kill(learner_actor_pid(ray_cluster.temp_dir), signal.SIGKILL)
         server.wait_until(lambda m: m["learner/restarts"] == 1, 60, "the learner restart")
         # Serving never stopped, and training goes on with versions that never go back.
-        server.wait_until(
-            lambda m: m["server/weights_version"] > version + 1, 120, "training after it"
+        wait_for(
+            lambda: server.metrics()["server/weights_version"] > version + 1,
+            "training after it",
+            lambda: server.metrics().get("learner/steps_consumed"),
+            logs=(server.log_path,),
         )
     finally:
         local.finish()
