@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-cpp test lint typecheck unit compat wheel-check cpp-test bench clean system-tools
+.PHONY: demo demo-cpp test beside-unit lint typecheck unit compat wheel-check cpp-test bench clean \
+	system-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -120,7 +121,13 @@ demo-cpp: system-tools $(STAMP)
 	cmake --build $(CPP_BUILD) -j2 --target rlserve_cartpole_train
 	$(BIN)/python scripts/demo_cpp.py --build $(CPP_BUILD)
 
-test: lint typecheck unit compat wheel-check cpp-test
+# pytest's workers leave part of the two cores idle (most end-to-end tests wait on servers and
+# sockets), so the other suites run beside it, one at a time, in a second job; each target's
+# output is printed whole once it is done (--output-sync), not interleaved.
+test: lint typecheck
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit beside-unit
+
+beside-unit: compat wheel-check cpp-test
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
