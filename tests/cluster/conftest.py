@@ -78,6 +78,28 @@ class RayCluster:
                 raise AssertionError(f"{need} still not free after {timeout} s: {free}")
             time.sleep(0.2)
 
+    def fill_cpus(self) -> list[Any]:
+        """Actors holding the one CPU of each of the two nodes, so that new actors land on a
+        node added next (free them with ``ray.kill``).
+
+        The second node's holder is placed first: the other could land on either node.
+        """
+
+        class _CpuHolder:
+            """Holds its resources (defined here: Ray ships it by value; the workers cannot
+            import this ``conftest``)."""
+
+            def ready(self) -> bool:
+                return True
+
+        self.wait_for_free({"CPU": 2})
+        held = []
+        for resources in ({"sim": 1}, {}):
+            holder = self.ray.remote(num_cpus=1, resources=resources)(_CpuHolder).remote()
+            self.ray.get(holder.ready.remote(), timeout=60)
+            held.append(holder)
+        return held
+
     @contextlib.contextmanager
     def nodes_with(self, resource: str, ips: Sequence[str]) -> Iterator[None]:
         """Nodes on ``ips`` with one ``resource`` each, lost again at the end (the next

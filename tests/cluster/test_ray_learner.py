@@ -155,11 +155,7 @@ def test_a_killed_learner_actor_is_restored_from_the_newest_checkpoint(
 def test_training_goes_on_when_the_learners_node_is_lost(ray_cluster: RayCluster) -> None:
     ray = ray_cluster.ray
     # Fill the two nodes' CPUs, so the learner lands on a node of its own, then lose that node.
-    holders = [
-        ray.remote(num_cpus=1)(_Holder).remote(),
-        ray.remote(num_cpus=1, resources={"sim": 1})(_Holder).remote(),
-    ]
-    ray.get([h.ready.remote() for h in holders])
+    holders = ray_cluster.fill_cpus()
     ray_cluster.add_node(LEARNER_IP)
     with _config(num_learners=1, num_cpus_per_learner=1).build() as algo:
         learner = algo.learners["default"]
@@ -220,10 +216,3 @@ def _wait_until_lost(ray: Any, ip: str) -> None:
     while any(n["NodeManagerAddress"] == ip and n.get("Alive") for n in ray.nodes()):
         assert time.monotonic() < deadline, f"the node on {ip} was not noticed lost"
         time.sleep(0.2)
-
-
-class _Holder:
-    """An actor that only holds its resources."""
-
-    def ready(self) -> bool:
-        return True

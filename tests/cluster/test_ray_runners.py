@@ -216,11 +216,7 @@ def test_a_resource_no_node_has_is_refused_before_sampling(ray_cluster: RayClust
 def test_training_goes_on_when_a_node_is_lost(ray_cluster: RayCluster) -> None:
     ray = ray_cluster.ray
     # Fill the two nodes' CPUs, so both runners land on a third node, then lose that node.
-    holders = [
-        ray.remote(num_cpus=1)(_Holder).remote(),
-        ray.remote(num_cpus=1, resources={"sim": 1})(_Holder).remote(),
-    ]
-    ray.get([h.ready.remote() for h in holders])
+    holders = ray_cluster.fill_cpus()
     ray_cluster.add_node(THIRD_IP)
     config = _config(SlowCartPole, backend="ray", num_cpus_per_env_runner=0.5)
     with config.env_runners(sample_timeout_s=20).build() as algo:
@@ -243,10 +239,3 @@ def test_training_goes_on_when_a_node_is_lost(ray_cluster: RayCluster) -> None:
 
 
 THIRD_IP = "127.0.0.4"
-
-
-class _Holder:
-    """An actor that only holds its resources."""
-
-    def ready(self) -> bool:
-        return True
