@@ -122,12 +122,12 @@ demo-cpp: system-tools $(STAMP)
 	$(BIN)/python scripts/demo_cpp.py --build $(CPP_BUILD)
 
 # pytest's workers leave part of the two cores idle (most end-to-end tests wait on servers and
-# sockets), so the other suites run beside it, one at a time, in a second job; each target's
+# sockets), so the other checks run beside it, one at a time, in a second job; each target's
 # output is printed whole once it is done (--output-sync), not interleaved.
-test: lint typecheck
+test: $(STAMP)
 	$(MAKE) --no-print-directory -j2 --output-sync=target unit beside-unit
 
-beside-unit: compat wheel-check cpp-test
+beside-unit: lint typecheck compat wheel-check cpp-test
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
