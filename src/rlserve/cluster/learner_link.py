@@ -163,10 +163,10 @@ class RayLearnerLink(LearnerLink):
                 before = self._shipped_through
                 records = self._take_records()
                 through = self._shipped_through
-                shipped: list[dict[str, Any]] = (
+                announce: list[dict[str, Any]] = (
                     [_available(through)] if through not in (None, before) else []
                 )
-                exchange = {"messages": [*shipped, *self._outgoing], "records": records}
+                exchange = {"messages": [*announce, *self._outgoing], "records": records}
                 self._outgoing = []
                 answer = await asyncio.wrap_future(actor.handle.remote(exchange).future())
                 for message in answer["messages"]:
