@@ -1,11 +1,13 @@
-"""A real two-node Ray cluster on loopback for the tests of ``rlserve.cluster``, per session.
+"""A real two-node Ray cluster on loopback for the tests of ``rlserve.cluster``.
 
 The head node listens on 127.0.0.2 and the second node, which alone has the custom resource
 ``sim`` and one GPU (fake: Ray takes ``--num-gpus`` on trust), on 127.0.0.3: Ray rewrites
 127.0.0.1 to the machine's network address, and no test traffic may leave loopback. Each
 cluster has a temp dir of its own, so parallel test sessions do not share one, and it is stopped
 by killing the processes that name that dir (``ray stop`` would stop every Ray cluster of the
-machine, other sessions' too). The tests are skipped when Ray is not installed (``pip install
+machine, other sessions' too). A test process starts its cluster for the first module that
+needs one and stops it when its next test does not (under xdist a worker runs other directories'
+files in between). The tests are skipped when Ray is not installed (``pip install
 'rlserve[ray]'``).
 """
 
@@ -20,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -228,10 +230,12 @@ class _Nodes:
     env: dict[str, str]
 
 
-@pytest.fixture(scope="session")
-def _ray_nodes() -> Iterator[_Nodes]:
-    """The two nodes' processes, started once per session and killed at its end."""
-    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'rlserve[ray]'")
+_running: _Nodes | None = None
+"""This test process's two nodes while they run: started by the first module that needs them,
+stopped once the next test does not (an idle cluster costs a few percent of a core)."""
+
+
+def _start_nodes(ray: Any) -> _Nodes:
     temp_dir = Path(tempfile.mkdtemp(prefix="rlray", dir="/tmp"))
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -266,24 +270,61 @@ def _ray_nodes() -> Iterator[_Nodes]:
             ],
             env,
         )
-        yield _Nodes(ray, address, temp_dir, env)
-    finally:
-        _stop(temp_dir)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    except BaseException:
+        _stop_nodes(_Nodes(ray, address, temp_dir, env))
+        raise
+    return _Nodes(ray, address, temp_dir, env)
+
+
+def _stop_nodes(nodes: _Nodes) -> None:
+    _stop(nodes.temp_dir)
+    shutil.rmtree(nodes.temp_dir, ignore_errors=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, Any, None]:
+    """After a test's teardown, stop the nodes when no module is connected to them any more
+    (its ``ray.shutdown`` done) and the next test of this process does not use them; a later
+    module starts them again. A driver whose nodes go away is killed by Ray: never stop them
+    under a connected module (one of its tests may not use the cluster)."""
+    global _running
+    yield
+    if (
+        _running is not None
+        and not _running.ray.is_initialized()
+        and "ray_cluster" not in getattr(nextitem, "fixturenames", ())
+    ):
+        nodes, _running = _running, None
+        _stop_nodes(nodes)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop the nodes of an interrupted session too."""
+    global _running
+    if _running is not None:
+        nodes, _running = _running, None
+        _stop_nodes(nodes)
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(_ray_nodes: _Nodes) -> Iterator[RayCluster]:
-    """The session's two-node cluster, connected for one test module (``ray.init``).
+def ray_cluster() -> Iterator[RayCluster]:
+    """This process's two-node cluster (started if it is not running), connected for one test
+    module (``ray.init``).
 
     Disconnected after the module, so that the other modules of a test process sample in
     processes as before (with Ray initialised, env runners default to Ray actors).
     """
-    ray = _ray_nodes.ray
+    global _running
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'rlserve[ray]'")
+    if _running is None:
+        _running = _start_nodes(ray)
+    nodes = _running
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    ray.init(address=_ray_nodes.address, _node_ip_address=HEAD_IP, logging_level="ERROR")
+    ray.init(address=nodes.address, _node_ip_address=HEAD_IP, logging_level="ERROR")
     try:
         _wait_for_nodes(ray, 2)
-        yield RayCluster(ray, _ray_nodes.address, _ray_nodes.temp_dir, _ray_nodes.env)
+        yield RayCluster(ray, nodes.address, nodes.temp_dir, nodes.env)
     finally:
         ray.shutdown()
