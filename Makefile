@@ -57,7 +57,7 @@ typecheck: $(STAMP)
 TEST_WORKERS ?= 4
 
 unit: $(STAMP) system-tools
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 # The client and the wire protocol on the oldest and the newest Python the package supports, in
 # venvs without torch (a simulator's machine may have any of them): the tests that need neither

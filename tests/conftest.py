@@ -357,6 +357,28 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """xdist groups (``make test`` runs ``--dist loadgroup``): a module per group, as
+    ``loadfile`` would, except the modules that use the Ray test cluster
+    (``tests/cluster/conftest.py``), which go to two groups.
+
+    Each worker that runs a Ray module starts a cluster of its own. Spread by file over every
+    worker, up to four clusters started and ran at once beside the other tests; in two groups
+    at most two do, and each worker runs its group's modules one after another on one cluster.
+    The two: the modules of the learner actor (``*learner*``), and the others (about equal
+    time).
+    """
+    ray_modules = {
+        item.path for item in items if "ray_cluster" in getattr(item, "fixturenames", ())
+    }
+    for item in items:
+        if item.path in ray_modules:
+            group = "ray-learner" if "learner" in item.path.name else "ray-other"
+        else:
+            group = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 """Where tests leave files for a person to look at (the dashboard's screenshot); gitignored."""
 
