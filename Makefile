@@ -52,8 +52,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Tests run in parallel workers, a test file per worker at a time: most end-to-end tests wait on
-# servers and sockets, so more workers than cores shortens the run.
+# Tests run in parallel workers, a test file per worker at a time (xdist groups, set in
+# tests/conftest.py: the modules on the Ray test cluster go in two groups, so that at most two
+# clusters run at once): most end-to-end tests wait on servers and sockets, so more workers than
+# cores shortens the run (4 did better than 5 on the 2-core VM, docs/benchmarks.md).
 TEST_WORKERS ?= 4
 
 unit: $(STAMP) system-tools
