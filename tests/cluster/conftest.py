@@ -271,14 +271,21 @@ def _start_nodes(ray: Any) -> _Nodes:
             env,
         )
     except BaseException:
-        _stop_nodes(_Nodes(ray, address, temp_dir, env))
+        _stop_and_remove(temp_dir)
         raise
     return _Nodes(ray, address, temp_dir, env)
 
 
-def _stop_nodes(nodes: _Nodes) -> None:
-    _stop(nodes.temp_dir)
-    shutil.rmtree(nodes.temp_dir, ignore_errors=True)
+def _stop_and_remove(temp_dir: Path) -> None:
+    _stop(temp_dir)
+    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _stop_running() -> None:
+    global _running
+    if _running is not None:
+        nodes, _running = _running, None
+        _stop_and_remove(nodes.temp_dir)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -289,23 +296,18 @@ def pytest_runtest_teardown(
     (its ``ray.shutdown`` done) and the next test of this process does not use them; a later
     module starts them again. A driver whose nodes go away is killed by Ray: never stop them
     under a connected module (one of its tests may not use the cluster)."""
-    global _running
     yield
     if (
         _running is not None
         and not _running.ray.is_initialized()
         and "ray_cluster" not in getattr(nextitem, "fixturenames", ())
     ):
-        nodes, _running = _running, None
-        _stop_nodes(nodes)
+        _stop_running()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Stop the nodes of an interrupted session too."""
-    global _running
-    if _running is not None:
-        nodes, _running = _running, None
-        _stop_nodes(nodes)
+    _stop_running()
 
 
 @pytest.fixture(scope="module")
