@@ -222,20 +222,12 @@ def _start(args: list[str], env: dict[str, str]) -> None:
         raise RuntimeError(f"ray start {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
 
 
-@dataclass
-class _Nodes:
-    ray: Any
-    address: str
-    temp_dir: Path
-    env: dict[str, str]
-
-
-_running: _Nodes | None = None
+_running: RayCluster | None = None
 """This test process's two nodes while they run: started by the first module that needs them,
 stopped once the next test does not (an idle cluster costs a few percent of a core)."""
 
 
-def _start_nodes(ray: Any) -> _Nodes:
+def _start_nodes(ray: Any) -> RayCluster:
     temp_dir = Path(tempfile.mkdtemp(prefix="rlray", dir="/tmp"))
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -273,7 +265,7 @@ def _start_nodes(ray: Any) -> _Nodes:
     except BaseException:
         _stop_and_remove(temp_dir)
         raise
-    return _Nodes(ray, address, temp_dir, env)
+    return RayCluster(ray, address, temp_dir, env)
 
 
 def _stop_and_remove(temp_dir: Path) -> None:
@@ -284,8 +276,8 @@ def _stop_and_remove(temp_dir: Path) -> None:
 def _stop_running() -> None:
     global _running
     if _running is not None:
-        nodes, _running = _running, None
-        _stop_and_remove(nodes.temp_dir)
+        cluster, _running = _running, None
+        _stop_and_remove(cluster.temp_dir)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -322,11 +314,11 @@ def ray_cluster() -> Iterator[RayCluster]:
     ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'rlserve[ray]'")
     if _running is None:
         _running = _start_nodes(ray)
-    nodes = _running
+    cluster = _running
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    ray.init(address=nodes.address, _node_ip_address=HEAD_IP, logging_level="ERROR")
+    ray.init(address=cluster.address, _node_ip_address=HEAD_IP, logging_level="ERROR")
     try:
         _wait_for_nodes(ray, 2)
-        yield RayCluster(ray, nodes.address, nodes.temp_dir, nodes.env)
+        yield cluster
     finally:
         ray.shutdown()
