@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
 from torch import nn
 
-from rlserve.learners.common import adam, clip_gradients, finite_step, load_optimizer
+from rlserve.learners.common import (
+    DeferredAdam,
+    adam,
+    clip_gradients,
+    finite_step,
+    load_optimizer,
+)
 
 
 def _net(seed: int = 0) -> nn.Sequential:
@@ -81,3 +89,53 @@ def test_load_optimizer_keeps_the_fused_kernel_of_an_older_checkpoints_state() -
     _loss(net).backward()
     optimizer.step()  # the restored moments in use: no error, a finite step
     assert all(torch.isfinite(p).all() for p in net.parameters())
+
+
+def test_a_deferred_adam_is_built_at_first_use_and_its_state_round_trips() -> None:
+    net, copy = _net(), _net()
+    deferred = DeferredAdam(list(net.parameters()), lr=1e-2, eps=1e-5)
+    assert deferred.state_dict() is None  # never built: nothing to save
+    deferred.load_state_dict(None)
+    assert deferred.state_dict() is None
+    optimizer = deferred.optimizer
+    assert deferred.optimizer is optimizer
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-2)
+    assert optimizer.param_groups[0]["eps"] == pytest.approx(1e-5)
+    assert finite_step(optimizer, _loss(net), list(net.parameters()), 1.0)
+    state = deferred.state_dict()
+    assert state is not None and len(state["state"]) == 4
+    restored = DeferredAdam(list(copy.parameters()), lr=1e-2, eps=1e-5)
+    restored.load_state_dict(state)
+    steps = [restored.optimizer.state[p]["step"] for p in copy.parameters()]
+    assert all(float(step) == 1.0 for step in steps)
+    restored.load_state_dict(None)  # a checkpoint saved before any step: as never built
+    assert restored.state_dict() is None
+
+
+# A learner process that has not trained yet: built, its weights published, a checkpoint saved
+# and loaded. Building an optimiser would import torch._dynamo (about a second of CPU).
+_LEARNER_THAT_NEVER_TRAINS = """
+import sys, tempfile, pathlib
+import gymnasium as gym
+from rlserve.learners.registry import algorithm
+for name, action_space in (("ppo", gym.spaces.Discrete(2)), ("dqn", gym.spaces.Discrete(2)),
+                           ("sac", gym.spaces.Box(-1.0, 1.0, (2,)))):
+    entry = algorithm(name)
+    learner = entry.make_learner(gym.spaces.Box(-1.0, 1.0, (4,)), action_space, entry.settings())
+    learner.weights()
+    path = pathlib.Path(tempfile.mkdtemp()) / "checkpoint.pt"
+    learner.save(path, {})
+    learner.load(path)
+print("torch._dynamo" in sys.modules)
+"""
+
+
+def test_a_learner_that_has_not_trained_builds_no_optimiser() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", _LEARNER_THAT_NEVER_TRAINS],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    )
+    assert result.stdout.strip() == "False", result.stderr

@@ -307,6 +307,40 @@ def _adam_kernel(parameters: list[nn.Parameter]) -> dict[str, Any]:
     return {"fused": True} if fused else {"foreach": None}
 
 
+class DeferredAdam:
+    """:func:`adam` over ``parameters``, built when first used rather than with the learner.
+
+    torch imports ``torch._dynamo`` to build any optimiser: about as much CPU as importing torch
+    itself (1-1.5 s). A learner that never trains (a frozen policy; a server whose clients have
+    not sent a training batch yet) never pays it, and every learner publishes its first weights
+    that much sooner. A checkpoint of an optimiser never built stores None for its state.
+    """
+
+    def __init__(self, parameters: list[nn.Parameter], lr: float, eps: float = 1e-8) -> None:
+        self._parameters = parameters
+        self._lr = lr
+        self._eps = eps
+        self._optimizer: torch.optim.Adam | None = None
+
+    @property
+    def optimizer(self) -> torch.optim.Adam:
+        """The optimiser, built now if it was not yet."""
+        if self._optimizer is None:
+            self._optimizer = adam(self._parameters, self._lr, self._eps)
+        return self._optimizer
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """The optimiser's state for a checkpoint; None if it was never built (no step yet)."""
+        return None if self._optimizer is None else self._optimizer.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Restore a checkpoint's state (:meth:`state_dict`); None: as never built."""
+        if state is None:
+            self._optimizer = None
+        else:
+            load_optimizer(self.optimizer, state)
+
+
 def load_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
     """Restore ``optimizer`` from a checkpoint's state and keep the kernel it was built with.
 

@@ -40,11 +40,10 @@ from torch.nn import functional
 
 from rlserve.learners.base import ReplayLearner
 from rlserve.learners.common import (
-    adam,
+    DeferredAdam,
     check_replay_fragment,
     finite_step,
     learner_warning,
-    load_optimizer,
     read_checkpoint,
     read_weights,
     replay_obs_dtype,
@@ -139,7 +138,7 @@ class DQNLearner(ReplayLearner):
         ).to(self.device)
         self.target = copy.deepcopy(self.model).requires_grad_(False)
         self._parameters = list(self.model.parameters())
-        self.optimizer = adam(self._parameters, lr=config.lr)
+        self._adam = DeferredAdam(self._parameters, lr=config.lr)
         self.replay = ReplayBuffer(
             config.buffer_size,
             self.model.obs_dim,
@@ -176,6 +175,11 @@ class DQNLearner(ReplayLearner):
             "updates_skipped_nonfinite": 0,
         }
         self._warnings = learner_warning()
+
+    @property
+    def optimizer(self) -> torch.optim.Adam:
+        """Adam over the Q-network's parameters (built at the first gradient step)."""
+        return self._adam.optimizer
 
     # -- exploration -------------------------------------------------------------------------
 
@@ -286,9 +290,9 @@ class DQNLearner(ReplayLearner):
         if self.obs_normalization is not None:
             self.obs_normalization.freeze()  # this round's gradient steps and its weights
         learning_rate = cfg.learning_rate(self._counters["env_steps_ingested"])
-        for group in self.optimizer.param_groups:
-            group["lr"] = learning_rate
         if len(self.replay) >= cfg.batch_size:
+            for group in self.optimizer.param_groups:
+                group["lr"] = learning_rate
             for _ in range(count):
                 if self._gradient_step(losses, q_means):
                     self._after_gradient_step()
@@ -387,7 +391,7 @@ class DQNLearner(ReplayLearner):
         state: dict[str, Any] = {
             "model": self.model.state_dict(),
             "target": self.target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": self._adam.state_dict(),
             "counters": self.counters(),
             "schedule": {
                 "new_steps": self._new_steps,
@@ -422,7 +426,7 @@ class DQNLearner(ReplayLearner):
             str(path),
             self.model.action_mask,
         )
-        load_optimizer(self.optimizer, state["optimizer"])
+        self._adam.load_state_dict(state["optimizer"])
         self._restore_counters(state["counters"])
         schedule = state.get("schedule", {})
         self._new_steps = int(schedule.get("new_steps", 0))

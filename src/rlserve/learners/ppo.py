@@ -70,10 +70,9 @@ import torch
 
 from rlserve.learners.base import Learner
 from rlserve.learners.common import (
-    adam,
+    DeferredAdam,
     finite_step,
     learner_warning,
-    load_optimizer,
     read_checkpoint,
     read_weights,
     resolve_device,
@@ -167,7 +166,7 @@ class PPOLearner(Learner):
             self.return_scaler = ReturnScaler(config.gamma, config.reward_clip)
         self._reward_divisor = 1.0
         self._parameters = list(self.model.parameters())
-        self.optimizer = adam(self._parameters, lr=config.lr, eps=1e-5)
+        self._adam = DeferredAdam(self._parameters, lr=config.lr, eps=1e-5)
         self._version = 0
         self._buffer: list[Fragment] = []
         self._buffered_steps = 0
@@ -184,6 +183,11 @@ class PPOLearner(Learner):
         }
         self._batch_stats: dict[str, float] = {}
         self._warnings = learner_warning()
+
+    @property
+    def optimizer(self) -> torch.optim.Adam:
+        """Adam over the model's parameters (built at the first gradient step)."""
+        return self._adam.optimizer
 
     def ingest(self, fragments: list[Fragment]) -> None:
         """Buffer fragments; stale steps are counted as dropped at once.
@@ -407,7 +411,7 @@ class PPOLearner(Learner):
         """Write a checkpoint loadable with ``torch.load(weights_only=True)``."""
         state: dict[str, Any] = {
             "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": self._adam.state_dict(),
             "counters": self.counters(),
             "torch_rng": self._generator.get_state(),
             "extra": extra,
@@ -434,7 +438,7 @@ class PPOLearner(Learner):
         if self.return_scaler is not None and "reward_normalization" in state:
             self.return_scaler.load_state(state["reward_normalization"])
             self._reward_divisor = float(state.get("reward_divisor", 1.0))
-        load_optimizer(self.optimizer, state["optimizer"])
+        self._adam.load_state_dict(state["optimizer"])
         self._restore_counters(state["counters"])
         self._generator.set_state(state["torch_rng"].cpu())  # map_location moved it
         return dict(state["extra"])

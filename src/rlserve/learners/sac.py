@@ -50,10 +50,9 @@ import torch
 
 from rlserve.learners.base import ReplayLearner
 from rlserve.learners.common import (
-    adam,
+    DeferredAdam,
     check_replay_fragment,
     learner_warning,
-    load_optimizer,
     read_checkpoint,
     read_weights,
     replay_obs_dtype,
@@ -192,9 +191,11 @@ class SACLearner(ReplayLearner):
         self.target_entropy = (
             float(-self.action_dim) if config.target_entropy is None else config.target_entropy
         )
-        self.actor_optimizer = adam(list(self.actor.parameters()), lr=config.lr)
-        self.critic_optimizer = adam(list(self.critic.parameters()), lr=config.critic_lr)
-        self.alpha_optimizer = adam([self.log_alpha], lr=config.lr)
+        self._adams = {
+            "actor": DeferredAdam(list(self.actor.parameters()), lr=config.lr),
+            "critic": DeferredAdam(list(self.critic.parameters()), lr=config.critic_lr),
+            "alpha": DeferredAdam([self.log_alpha], lr=config.lr),
+        }
         self.replay = ReplayBuffer(
             config.buffer_size,
             self.obs_dim,
@@ -225,6 +226,21 @@ class SACLearner(ReplayLearner):
         self._warnings = learner_warning()
 
     # -- versions and experience -------------------------------------------------------------
+
+    @property
+    def actor_optimizer(self) -> torch.optim.Adam:
+        """Adam over the actor's parameters (built at the first gradient step)."""
+        return self._adams["actor"].optimizer
+
+    @property
+    def critic_optimizer(self) -> torch.optim.Adam:
+        """Adam over both critics' parameters, at ``critic_lr``."""
+        return self._adams["critic"].optimizer
+
+    @property
+    def alpha_optimizer(self) -> torch.optim.Adam:
+        """Adam over the log of the entropy temperature."""
+        return self._adams["alpha"].optimizer
 
     @property
     def alpha(self) -> float:
@@ -419,11 +435,7 @@ class SACLearner(ReplayLearner):
         """
         state: dict[str, Any] = {
             "model": self._model_state(),
-            "optimizers": {
-                "actor": self.actor_optimizer.state_dict(),
-                "critic": self.critic_optimizer.state_dict(),
-                "alpha": self.alpha_optimizer.state_dict(),
-            },
+            "optimizers": {name: adam.state_dict() for name, adam in self._adams.items()},
             "counters": self.counters(),
             "schedule": {"owed": self._owed, "new_steps": self._new_steps},
             "torch_rng": self._generator.get_state(),
@@ -448,9 +460,8 @@ class SACLearner(ReplayLearner):
         state = read_checkpoint(path, self.device)
         self._load_model(state["model"])
         self._take_normalization(state, path)
-        load_optimizer(self.actor_optimizer, state["optimizers"]["actor"])
-        load_optimizer(self.critic_optimizer, state["optimizers"]["critic"])
-        load_optimizer(self.alpha_optimizer, state["optimizers"]["alpha"])
+        for name, adam in self._adams.items():
+            adam.load_state_dict(state["optimizers"][name])
         self._restore_counters(state["counters"])
         self._owed = float(state["schedule"]["owed"])
         self._new_steps = int(state["schedule"]["new_steps"])
