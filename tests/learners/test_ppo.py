@@ -1026,6 +1026,8 @@ def test_a_cuda_learner_trains_and_resumes_on_cuda_and_on_the_cpu(tmp_path: Path
     # torch.load's map_location moved the minibatch generator's state to the GPU, and a CPU
     # generator refused it: every resume of a CUDA run fell back to a fresh start.
     a = PPOLearner(OBS_SPACE, DISCRETE, _config(device="cuda"))
+    a.save(tmp_path / "untrained.pt", {})  # no optimiser built yet: none saved, none loaded
+    a.load(tmp_path / "untrained.pt")
     a.ingest(collect(a, 64))
     _assert_metrics_finite(a.update())
     path = tmp_path / "ckpt.pt"
@@ -1036,6 +1038,26 @@ def test_a_cuda_learner_trains_and_resumes_on_cuda_and_on_the_cpu(tmp_path: Path
         b.ingest(collect(b, 64, seed=1))
         _assert_metrics_finite(b.update())
         assert b.version == 2
+
+
+def test_a_checkpoint_saved_before_any_update_resumes_and_trains(tmp_path: Path) -> None:
+    a = PPOLearner(OBS_SPACE, DISCRETE, _config())
+    path = tmp_path / "untrained.pt"
+    a.save(path, {})
+    b = PPOLearner(OBS_SPACE, DISCRETE, _config())
+    b.ingest(collect(b, 64))
+    b.update()  # its optimiser is built and has a state, which the load resets
+
+    def adam_steps() -> set[float]:
+        return {float(s["step"]) for s in b.optimizer.state_dict()["state"].values()}
+
+    steps_of_one_update = adam_steps()
+    b.load(path)
+    assert b.version == 0
+    b.ingest(collect(b, 64, seed=1))
+    _assert_metrics_finite(b.update())
+    assert b.version == 1
+    assert adam_steps() == steps_of_one_update  # counted from 0 again, not carried on
 
 
 def test_checkpoint_loads_with_weights_only(tmp_path: Path) -> None:
