@@ -58,6 +58,12 @@ typecheck: $(STAMP)
 # cores shortens the run (4 did better than 5 on the 2-core VM, docs/benchmarks.md).
 TEST_WORKERS ?= 4
 
+# Some environments turn Python's bytecode caches off (PYTHONDONTWRITEBYTECODE=1 in a container
+# image, say); the test targets turn them back on. Otherwise every server, learner, client and
+# xdist worker the tests start compiles rlserve's modules again, and every worker rewrites the
+# test modules' asserts again (a worker's collection: 7 CPU-s without the caches, 3 with).
+unit compat-% cpp-test: export PYTHONDONTWRITEBYTECODE :=
+
 unit: $(STAMP) system-tools
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
