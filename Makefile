@@ -101,24 +101,26 @@ compat: $(addprefix compat-,$(COMPAT_PYTHONS))
 wheel-check: $(STAMP)
 	$(BIN)/python scripts/wheel_check.py
 
-# The C++ client: one configure (kept between runs in clients/cpp/build), a build on two cores,
-# then its ctest suite (the protocol vectors, bad input, the C ABI, an installed consumer, and
+# The C++ client: one configure (kept between runs in clients/cpp/build), a Release build on two
+# cores of the library, the examples and the tests that use them (an installed consumer, and
 # end-to-end tests against a real server from .venv: two at once, as they mostly wait on it).
-# Then the unit tests once more under AddressSanitizer and UndefinedBehaviorSanitizer
-# (RLSERVE_SANITIZE, an unoptimised Debug build in clients/cpp/build-asan), the codec's
-# random-bytes loop included: only the unit tests' programs are built there. The end-to-end
-# tests pass there too but add about 70 s: `make cpp-test CPP_ASAN_SKIP=` builds and runs them.
+# The unit tests (the protocol vectors, bad input, the C ABI, the codec's random-bytes loop) are
+# built once, under AddressSanitizer and UndefinedBehaviorSanitizer (RLSERVE_SANITIZE, an
+# unoptimised Debug build in clients/cpp/build-asan): only their programs are built there. The
+# end-to-end tests pass there too but add about 70 s: `make cpp-test CPP_ASAN_SKIP=` builds and
+# runs them.
 CPP_BUILD := clients/cpp/build
 CPP_ASAN_BUILD := clients/cpp/build-asan
 CPP_ASAN_SKIP ?= ^e2e_
 CPP_UNIT_TARGETS := test_codec test_framing test_forward test_model test_spaces test_requests \
 	write_fixtures test_client_parts test_c_api
 cpp-test: system-tools $(STAMP)
-	cmake -S clients/cpp -B $(CPP_BUILD) -DCMAKE_BUILD_TYPE=Release -DRLSERVE_PYTHON_BIN=$(abspath $(BIN))
+	cmake -S clients/cpp -B $(CPP_BUILD) -DCMAKE_BUILD_TYPE=Release -DRLSERVE_UNIT_TESTS=OFF \
+		-DRLSERVE_PYTHON_BIN=$(abspath $(BIN))
 	cmake --build $(CPP_BUILD) -j2
 	ctest --test-dir $(CPP_BUILD) --output-on-failure --parallel 2
 	cmake -S clients/cpp -B $(CPP_ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DRLSERVE_SANITIZE=ON \
-		-DRLSERVE_PYTHON_BIN=$(abspath $(BIN))
+		-DRLSERVE_UNIT_TESTS=ON -DRLSERVE_PYTHON_BIN=$(abspath $(BIN))
 	cmake --build $(CPP_ASAN_BUILD) -j2 $(if $(CPP_ASAN_SKIP),--target $(CPP_UNIT_TARGETS))
 	ctest --test-dir $(CPP_ASAN_BUILD) --output-on-failure --parallel 2 $(if $(CPP_ASAN_SKIP),-E '$(CPP_ASAN_SKIP)')
 
