@@ -4,8 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-cpp test beside-unit lint typecheck unit compat wheel-check cpp-test bench clean \
-	system-tools
+.PHONY: demo demo-cpp test beside-unit lint typecheck unit compat wheel-check cpp-build cpp-test \
+	bench clean system-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -101,27 +101,30 @@ compat: $(addprefix compat-,$(COMPAT_PYTHONS))
 wheel-check: $(STAMP)
 	$(BIN)/python scripts/wheel_check.py
 
-# The C++ client: one configure (kept between runs in clients/cpp/build), a Release build on two
-# cores of the library, the examples and the tests that use them (an installed consumer, and
-# end-to-end tests against a real server from .venv: two at once, as they mostly wait on it).
-# The unit tests (the protocol vectors, bad input, the C ABI, the codec's random-bytes loop) are
-# built once, under AddressSanitizer and UndefinedBehaviorSanitizer (RLSERVE_SANITIZE, an
-# unoptimised Debug build in clients/cpp/build-asan): only their programs are built there. The
-# end-to-end tests pass there too but add about 70 s: `make cpp-test CPP_ASAN_SKIP=` builds and
-# runs them.
+# The C++ client. cpp-build: one configure each (kept between runs), on two cores, a Release
+# build of the library, the examples and the tests that use them (an installed consumer, and
+# end-to-end tests against a real server from .venv), and the unit tests (the protocol vectors,
+# bad input, the C ABI, the codec's random-bytes loop) built once, under AddressSanitizer and
+# UndefinedBehaviorSanitizer (RLSERVE_SANITIZE, an unoptimised Debug build in
+# clients/cpp/build-asan): only their programs are built there. It needs no .venv, so `make
+# test` builds it while .venv is made. cpp-test runs both ctest suites (the end-to-end tests two
+# at once, as they mostly wait on the server). The end-to-end tests pass under the sanitizers
+# too but add about 70 s: `make cpp-test CPP_ASAN_SKIP=` builds and runs them there.
 CPP_BUILD := clients/cpp/build
 CPP_ASAN_BUILD := clients/cpp/build-asan
 CPP_ASAN_SKIP ?= ^e2e_
 CPP_UNIT_TARGETS := test_codec test_framing test_forward test_model test_spaces test_requests \
 	write_fixtures test_client_parts test_c_api
-cpp-test: system-tools $(STAMP)
+cpp-build: system-tools
 	cmake -S clients/cpp -B $(CPP_BUILD) -DCMAKE_BUILD_TYPE=Release -DRLSERVE_UNIT_TESTS=OFF \
 		-DRLSERVE_PYTHON_BIN=$(abspath $(BIN))
 	cmake --build $(CPP_BUILD) -j2
-	ctest --test-dir $(CPP_BUILD) --output-on-failure --parallel 2
 	cmake -S clients/cpp -B $(CPP_ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DRLSERVE_SANITIZE=ON \
 		-DRLSERVE_UNIT_TESTS=ON -DRLSERVE_PYTHON_BIN=$(abspath $(BIN))
 	cmake --build $(CPP_ASAN_BUILD) -j2 $(if $(CPP_ASAN_SKIP),--target $(CPP_UNIT_TARGETS))
+
+cpp-test: cpp-build $(STAMP)
+	ctest --test-dir $(CPP_BUILD) --output-on-failure --parallel 2
 	ctest --test-dir $(CPP_ASAN_BUILD) --output-on-failure --parallel 2 $(if $(CPP_ASAN_SKIP),-E '$(CPP_ASAN_SKIP)')
 
 # The C++ CartPole (clients/cpp/examples/cartpole_train.cpp) trained to 475 through a real
@@ -133,11 +136,12 @@ demo-cpp: system-tools $(STAMP)
 
 # pytest's workers leave part of the two cores idle (most end-to-end tests wait on servers and
 # sockets), so the other checks run beside it, one at a time, in a second job; each target's
-# output is printed whole once it is done (--output-sync), not interleaved.
-test: $(STAMP)
+# output is printed whole once it is done (--output-sync), not interleaved. The C++ builds and
+# the compat venvs need no .venv: listed first, they start while .venv is made (pip on one core).
+test:
 	$(MAKE) --no-print-directory -j2 --output-sync=target unit beside-unit
 
-beside-unit: lint typecheck compat wheel-check cpp-test
+beside-unit: cpp-build compat lint typecheck wheel-check cpp-test
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
