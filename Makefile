@@ -4,8 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-cpp test beside-unit lint typecheck unit compat wheel-check cpp-build cpp-test \
-	bench clean system-tools
+.PHONY: demo demo-cpp test beside-unit beside-unit-early lint typecheck unit compat wheel-check \
+	cpp-build cpp-test bench clean system-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -136,12 +136,19 @@ demo-cpp: system-tools $(STAMP)
 
 # pytest's workers leave part of the two cores idle (most end-to-end tests wait on servers and
 # sockets), so the other checks run beside it, one at a time, in a second job; each target's
-# output is printed whole once it is done (--output-sync), not interleaved. The C++ builds and
-# the compat venvs need no .venv: listed first, they start while .venv is made (pip on one core).
+# output is printed whole once it is done (--output-sync), not interleaved. They run at a lower
+# priority (nice): pytest, and the .venv it waits for, are the longer path. The C++ builds and
+# the compat venvs need no .venv, so they start while .venv is made (pip works on one core).
 test:
 	$(MAKE) --no-print-directory -j2 --output-sync=target unit beside-unit
 
-beside-unit: cpp-build compat lint typecheck wheel-check cpp-test
+BESIDE := nice -n 10 $(MAKE) --no-print-directory -j1
+
+beside-unit: beside-unit-early $(STAMP)
+	$(BESIDE) lint typecheck wheel-check cpp-test
+
+beside-unit-early: system-tools
+	$(BESIDE) cpp-build compat
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
