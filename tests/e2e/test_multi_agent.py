@@ -131,9 +131,11 @@ def test_the_shared_policy_learns_from_every_agent(server: Any) -> None:
         before = server.metrics()["learner/steps_consumed"]
         for i in range(40):
             play_episode(client, env, seed=100 + i)
-    metrics = server.wait_until(
-        lambda m: m["learner/steps_consumed"] >= before + 64, timeout=60, what="training"
+    # Both agents' steps reached the one policy they share, and it published what it trained
+    # (the learner counts the steps it takes in before its update publishes the weights).
+    server.wait_until(
+        lambda m: m["learner/steps_consumed"] >= before + 64 and m["server/weights_version"] >= 1,
+        timeout=60,
+        what="training",
     )
-    # Both agents' steps reached the one policy they share.
-    assert metrics["server/weights_version"] >= 1
     assert len(AGENTS) == 2
