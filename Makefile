@@ -101,7 +101,7 @@ compat: $(addprefix compat-,$(COMPAT_PYTHONS))
 wheel-check: $(STAMP)
 	$(BIN)/python scripts/wheel_check.py
 
-# The C++ client. cpp-build: one configure each (kept between runs), on two cores, a Release
+# The C++ client. cpp-build: one configure each (kept between runs), on CPP_JOBS cores, a Release
 # build of the library, the examples and the tests that use them (an installed consumer, and
 # end-to-end tests against a real server from .venv), and the unit tests (the protocol vectors,
 # bad input, the C ABI, the codec's random-bytes loop) built once, under AddressSanitizer and
@@ -113,15 +113,16 @@ wheel-check: $(STAMP)
 CPP_BUILD := clients/cpp/build
 CPP_ASAN_BUILD := clients/cpp/build-asan
 CPP_ASAN_SKIP ?= ^e2e_
+CPP_JOBS ?= 2
 CPP_UNIT_TARGETS := test_codec test_framing test_forward test_model test_spaces test_requests \
 	write_fixtures test_client_parts test_c_api
 cpp-build: system-tools
 	cmake -S clients/cpp -B $(CPP_BUILD) -DCMAKE_BUILD_TYPE=Release -DRLSERVE_UNIT_TESTS=OFF \
 		-DRLSERVE_PYTHON_BIN=$(abspath $(BIN))
-	cmake --build $(CPP_BUILD) -j2
+	cmake --build $(CPP_BUILD) -j$(CPP_JOBS)
 	cmake -S clients/cpp -B $(CPP_ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DRLSERVE_SANITIZE=ON \
 		-DRLSERVE_UNIT_TESTS=ON -DRLSERVE_PYTHON_BIN=$(abspath $(BIN))
-	cmake --build $(CPP_ASAN_BUILD) -j2 $(if $(CPP_ASAN_SKIP),--target $(CPP_UNIT_TARGETS))
+	cmake --build $(CPP_ASAN_BUILD) -j$(CPP_JOBS) $(if $(CPP_ASAN_SKIP),--target $(CPP_UNIT_TARGETS))
 
 cpp-test: cpp-build $(STAMP)
 	ctest --test-dir $(CPP_BUILD) --output-on-failure --parallel 2
@@ -136,13 +137,14 @@ demo-cpp: system-tools $(STAMP)
 
 # pytest's workers leave part of the two cores idle (most end-to-end tests wait on servers and
 # sockets), so the other checks run beside it, one at a time, in a second job; each target's
-# output is printed whole once it is done (--output-sync), not interleaved. They run at a lower
-# priority (nice): pytest, and the .venv it waits for, are the longer path. The C++ builds and
-# the compat venvs need no .venv, so they start while .venv is made (pip works on one core).
+# output is printed whole once it is done (--output-sync), not interleaved. The C++ builds and
+# the compat venvs need no .venv, so they start while it is made: pip works on one core, and the
+# C++ build here on the other (CPP_JOBS=1; with two compilers, or with these checks niced,
+# pytest started or ended later: docs/benchmarks.md).
 test:
 	$(MAKE) --no-print-directory -j2 --output-sync=target unit beside-unit
 
-BESIDE := nice -n 10 $(MAKE) --no-print-directory -j1
+BESIDE := $(MAKE) --no-print-directory -j1 CPP_JOBS=1
 
 beside-unit: beside-unit-early $(STAMP)
 	$(BESIDE) lint typecheck wheel-check cpp-test
