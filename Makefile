@@ -52,10 +52,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Tests run in parallel workers, a test file per worker at a time (xdist groups, set in
-# tests/conftest.py: the modules on the Ray test cluster go in two groups, so that at most two
-# clusters run at once): most end-to-end tests wait on servers and sockets, so more workers than
-# cores shortens the run (4 did better than 5 on the 2-core VM, docs/benchmarks.md).
+# Tests run in parallel workers, a test file per worker at a time (--dist loadfile, refined in
+# tests/conftest.py: the modules on the Ray test cluster go in two units, so that at most two
+# clusters run at once, and the longest modules are handed out first): most end-to-end tests
+# wait on servers and sockets, so more workers than cores shortens the run (4 did better than 5
+# on the 2-core VM, docs/benchmarks.md).
 TEST_WORKERS ?= 4
 
 # Some environments turn Python's bytecode caches off (PYTHONDONTWRITEBYTECODE=1 in a container
@@ -65,7 +66,7 @@ TEST_WORKERS ?= 4
 unit compat-% cpp-test: export PYTHONDONTWRITEBYTECODE :=
 
 unit: $(STAMP) system-tools
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # The client and the wire protocol on the oldest and the newest Python the package supports, in
 # venvs without torch (a simulator's machine may have any of them): the tests that need neither

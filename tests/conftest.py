@@ -9,6 +9,7 @@ server a test started is stopped at teardown: SIGTERM, then SIGKILL if it does n
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import queue
 import re
@@ -357,26 +358,76 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """xdist groups (``make test`` runs ``--dist loadgroup``): a module per group, as
-    ``loadfile`` would, except the modules that use the Ray test cluster
-    (``tests/cluster/conftest.py``), which go to two groups.
+RAY_GROUPS = ("ray-other", "ray-learner")
+"""The two xdist scheduling units of the modules that use the Ray test cluster
+(``tests/cluster/conftest.py``): the learner actor's modules (``*learner*``) and the others,
+about equal in time."""
 
-    Each worker that runs a Ray module starts a cluster of its own. Spread by file over every
-    worker, up to four clusters started and ran at once beside the other tests; in two groups
-    at most two do, and each worker runs its group's modules one after another on one cluster.
-    The two: the modules of the learner actor (``*learner*``), and the others (about equal
-    time).
+RUN_FIRST = (
+    "tests/algorithm/test_doorkey_learning.py",
+    "tests/algorithm/test_memory_learning.py",
+    "tests/cli/test_demo.py",
+    "tests/e2e/test_action_spaces.py",
+    "tests/cli/test_train_cli.py",
+    "tests/e2e/test_resilience.py",
+    "tests/e2e/test_durability.py",
+    "tests/e2e/test_dqn_server.py",
+    "tests/cli/test_cli_runs.py",
+    "tests/env/test_versus.py",
+)
+"""Modules of a minute or more on the 2-core VM, after the Ray groups the first to be handed
+out: one of them left for the end would run alone while the other workers idle."""
+
+
+@functools.cache
+def scheduling_unit(module: Path) -> str:
+    """The xdist scheduling unit of a test module: itself, or one of :data:`RAY_GROUPS`.
+
+    Each worker that runs a Ray module starts a cluster of its own; in two groups at most two
+    run at once, and each worker runs its group's modules one after another on one cluster. The
+    controller sees node ids, not fixtures, so a Ray module is one whose source names the
+    ``ray_cluster`` fixture.
     """
-    ray_modules = {
-        item.path for item in items if "ray_cluster" in getattr(item, "fixturenames", ())
-    }
-    for item in items:
-        if item.path in ray_modules:
-            group = "ray-learner" if "learner" in item.path.name else "ray-other"
-        else:
-            group = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+    if module.parent.name == "cluster" and "ray_cluster" in module.read_text(encoding="utf-8"):
+        return RAY_GROUPS[1] if "learner" in module.name else RAY_GROUPS[0]
+    return module.as_posix()
+
+
+def _run_order(item: pytest.Item, root: Path) -> int:
+    group = scheduling_unit(item.path)
+    if group in RAY_GROUPS:
+        return RAY_GROUPS.index(group)
+    module = item.path.relative_to(root).as_posix()
+    return len(RAY_GROUPS) + (RUN_FIRST.index(module) if module in RUN_FIRST else len(RUN_FIRST))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The order xdist hands the modules out in (see :func:`pytest_xdist_make_scheduler`): the
+    Ray groups, then :data:`RUN_FIRST`, then the others as collected. A stable sort: each
+    module's tests keep their order."""
+    items.sort(key=lambda item: _run_order(item, config.rootpath))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` (``make test``), except that the Ray modules go to two units
+    (:func:`scheduling_unit`) and the units are handed out in collection order.
+
+    Not ``--dist loadgroup`` with ``xdist_group`` marks: with pytest 9.2 those are silently
+    ignored (pytest-dev/pytest-xdist#1386: xdist renames node ids through a field pytest no
+    longer reads), and every test went to any worker, with its module's fixtures and Ray
+    cluster started again there.
+    """
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scheduling_unit(config.rootpath / nodeid.split("::", 1)[0])
+
+    config.option.loadscopereorder = False
+    return ModuleScheduling(config, log)
 
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
