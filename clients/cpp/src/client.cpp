@@ -8,15 +8,10 @@
 #include "actions.hpp"
 #include "numbers.hpp"
 #include "remote_session.hpp"
+#include "rlserve/limits.hpp"
 #include "rlserve/requests.hpp"
 
 namespace rlserve {
-namespace {
-
-constexpr double kMaxAbsReward = 1e9;
-
-}  // namespace
-
 std::string random_hex_id() {
   static thread_local std::mt19937_64 gen{std::random_device{}() ^
                                           (static_cast<std::uint64_t>(std::random_device{}()) << 32)};

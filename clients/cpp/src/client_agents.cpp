@@ -8,11 +8,6 @@
 #include "rlserve/messages.hpp"
 
 namespace rlserve {
-namespace {
-
-Value strings(const std::vector<std::string>& items) { return Value(Value::Array(items.begin(), items.end())); }
-
-}  // namespace
 
 Result<std::string> Client::agent_policy(const std::string& agent) const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -48,7 +43,7 @@ Result<std::map<std::string, ServerAction>> Client::get_agent_actions(const std:
   }
   const std::uint64_t seq = session_->next_seq(episode_id);
   auto reply = session_->request(make_message(MessageType::get_action, 0,
-                                              {{"episode_id", episode_id}, {"agent_ids", strings(agents)},
+                                              {{"episode_id", episode_id}, {"agent_ids", string_array(agents)},
                                                {"observations", Value(std::move(values))}, {"seq", seq}}));
   if (!reply) return reply.error();
   session_->accepted(episode_id, seq);
@@ -75,10 +70,10 @@ Status Client::log_agent_returns(const std::string& episode_id, const std::map<s
   const std::uint64_t seq = session_->next_seq(episode_id);
   Value::Map fields;
   fields.emplace_back("episode_id", Value(episode_id));
-  fields.emplace_back("agent_ids", strings(agents));
+  fields.emplace_back("agent_ids", string_array(agents));
   fields.emplace_back("rewards", Value(std::move(amounts)));
-  if (!terminated.empty()) fields.emplace_back("terminated_agents", strings(terminated));
-  if (!truncated.empty()) fields.emplace_back("truncated_agents", strings(truncated));
+  if (!terminated.empty()) fields.emplace_back("terminated_agents", string_array(terminated));
+  if (!truncated.empty()) fields.emplace_back("truncated_agents", string_array(truncated));
   fields.emplace_back("seq", seq);
   auto reply = session_->request(make_message(MessageType::log_returns, 0, std::move(fields)));
   if (!reply) return reply.error();
@@ -97,7 +92,7 @@ Status Client::end_agent_episode(const std::string& episode_id, const std::map<s
     values.push_back(observation);
   }
   const std::uint64_t seq = session_->next_seq(episode_id);
-  Value::Map fields{{"episode_id", episode_id}, {"agent_ids", strings(agents)}};
+  Value::Map fields{{"episode_id", episode_id}, {"agent_ids", string_array(agents)}};
   if (!agents.empty()) fields.emplace_back("observations", Value(std::move(values)));
   fields.emplace_back("truncated", truncated);
   fields.emplace_back("seq", seq);

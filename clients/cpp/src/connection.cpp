@@ -27,10 +27,6 @@ std::string type_of(const Value& message) {
   return t != nullptr && t->as_string() != nullptr ? *t->as_string() : "request";
 }
 
-bool is_connection_failure(const Error& e) {
-  return e.code == ErrorCode::connection_lost || e.code == ErrorCode::timeout;
-}
-
 }  // namespace
 
 std::vector<std::string> episodes_of(const Value& message) {

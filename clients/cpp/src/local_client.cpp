@@ -9,11 +9,10 @@
 #include "actions.hpp"
 #include "local_episode.hpp"
 #include "numbers.hpp"
+#include "rlserve/limits.hpp"
 
 namespace rlserve {
 namespace {
-
-constexpr double kMaxAbsReward = 1e9;
 
 NDArray int64_array(const std::vector<std::int64_t>& values, std::vector<std::uint32_t> shape) {
   NDArray a(DType::int64, std::move(shape));

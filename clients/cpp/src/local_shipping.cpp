@@ -13,10 +13,6 @@ namespace {
 
 using Clock = Connection::Clock;
 
-bool connection_failure(const Error& e) {
-  return e.code == ErrorCode::connection_lost || e.code == ErrorCode::timeout;
-}
-
 Clock::time_point after(double seconds) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
@@ -85,7 +81,7 @@ Result<std::uint64_t> LocalClient::fetch_weights(double reconnect_s) {
     if (policy_) have = policy_->version();
   }
   auto reply = weights_conn_->request(get_weights_request(0, options_.policy_id, have));
-  if (!reply && connection_failure(reply.error())) {  // fetching is idempotent: ask again
+  if (!reply && is_connection_failure(reply.error())) {  // fetching is idempotent: ask again
     auto w = weights_conn_->reconnect(after(reconnect_s));
     if (!w) return w.error();
     if (w->instance_id != weights_instance_) have.reset();  // another server: the whole model
@@ -185,7 +181,7 @@ Result<Value> LocalClient::send_batch(const Batch& batch, bool drop_reply) {
     if (drop_reply) report_conn_->drop_next_reply();
     drop_reply = false;
     auto reply = report_conn_->request(batch.message);
-    if (reply || !connection_failure(reply.error())) return reply;
+    if (reply || !is_connection_failure(reply.error())) return reply;
     for (;;) {  // the same batch_id again once the server is back: it is trained on once
       {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -197,7 +193,7 @@ Result<Value> LocalClient::send_batch(const Batch& batch, bool drop_reply) {
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
         continue;
       }
-      if (!connection_failure(w.error())) return w.error();
+      if (!is_connection_failure(w.error())) return w.error();
     }
   }
 }

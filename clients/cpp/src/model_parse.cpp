@@ -11,14 +11,14 @@ namespace {
 constexpr std::uint64_t kMaxDim = 1u << 26;  // a guard against absurd sizes, far above real nets
 constexpr std::size_t kMaxCells = 4096;      // section 7.9
 
-Error bad(const std::string& message) { return make_error(ErrorCode::decode_error, "model: " + message); }
+Error bad_model(const std::string& message) { return make_error(ErrorCode::decode_error, "model: " + message); }
 Error unsupported(const std::string& message) {
   return make_error(ErrorCode::unsupported_model,
                     "model: " + message + "; this client cannot compute its actions: upgrade the "
                     "client or use remote inference");
 }
 
-std::string shape_text(const std::vector<std::uint32_t>& shape) {
+std::string bracketed_shape(const std::vector<std::uint32_t>& shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
@@ -32,15 +32,15 @@ class ModelParser {
   ModelParser(const Value& model, const Value& arrays) : model_(model), arrays_(arrays) {}
 
   Result<Model> run() {
-    if (model_.as_map() == nullptr) return bad("the description is not a map");
-    if (arrays_.as_map() == nullptr) return bad("'arrays' is not a map");
+    if (model_.as_map() == nullptr) return bad_model("the description is not a map");
+    if (arrays_.as_map() == nullptr) return bad_model("'arrays' is not a map");
     Model m;
     auto obs_dim = size_field("obs_dim");
     if (!obs_dim) return obs_dim.error();
     m.obs_dim_ = *obs_dim;
 
     const std::string* activation = string_field("activation");
-    if (activation == nullptr) return bad("'activation' is missing or not a string");
+    if (activation == nullptr) return bad_model("'activation' is missing or not a string");
     if (*activation == "tanh") m.activation_ = Activation::tanh;
     else if (*activation == "relu") m.activation_ = Activation::relu;
     else return unsupported("activation '" + *activation + "' is not tanh or relu");
@@ -70,7 +70,7 @@ class ModelParser {
   Result<std::size_t> size_field(const char* name, const Value* in = nullptr) const {
     const Value* v = (in ? *in : model_).present(name);
     const auto n = v ? v->as_uint() : std::nullopt;
-    if (!n || *n > kMaxDim) return bad(std::string("'") + name + "' is missing or not an integer in 0.." + std::to_string(kMaxDim));
+    if (!n || *n > kMaxDim) return bad_model(std::string("'") + name + "' is missing or not an integer in 0.." + std::to_string(kMaxDim));
     return static_cast<std::size_t>(*n);
   }
 
@@ -79,15 +79,15 @@ class ModelParser {
     const Value* v = model_.present(name);
     std::vector<double> out;
     if (v == nullptr) {
-      if (required) return bad(std::string("'") + name + "' is missing");
+      if (required) return bad_model(std::string("'") + name + "' is missing");
       return out;
     }
     const auto* list = v->as_array();
-    if (list == nullptr) return bad(std::string("'") + name + "' is not a list of numbers");
+    if (list == nullptr) return bad_model(std::string("'") + name + "' is not a list of numbers");
     for (const Value& item : *list) {
       if (item.is_nil()) { out.push_back(nil_as); continue; }
       const auto x = item.as_number();
-      if (!x) return bad(std::string("'") + name + "' holds something that is not a number");
+      if (!x) return bad_model(std::string("'") + name + "' holds something that is not a number");
       out.push_back(*x);
     }
     return out;
@@ -96,11 +96,11 @@ class ModelParser {
   /// arrays[name] as float32 of exactly `shape`.
   Result<std::vector<float>> array(const std::string& name, std::vector<std::uint32_t> shape) const {
     const Value* v = arrays_.present(name);
-    if (v == nullptr || v->as_ndarray() == nullptr) return bad("array '" + name + "' is missing or not an ndarray");
+    if (v == nullptr || v->as_ndarray() == nullptr) return bad_model("array '" + name + "' is missing or not an ndarray");
     const NDArray& a = *v->as_ndarray();
-    if (!dtype_is_float(a.dtype())) return bad("array '" + name + "' has dtype " + dtype_name(a.dtype()) + "; weights are float32");
+    if (!dtype_is_float(a.dtype())) return bad_model("array '" + name + "' has dtype " + dtype_name(a.dtype()) + "; weights are float32");
     if (a.shape() != shape) {
-      return bad("array '" + name + "' has shape " + shape_text(a.shape()) + "; the description needs " + shape_text(shape));
+      return bad_model("array '" + name + "' has shape " + bracketed_shape(a.shape()) + "; the description needs " + bracketed_shape(shape));
     }
     return a.to_floats();
   }
@@ -109,7 +109,7 @@ class ModelParser {
 
   Status parse_head_kind(Model& m) {
     const std::string* d = string_field("distribution");
-    if (d == nullptr) return bad("'distribution' is missing or not a string");
+    if (d == nullptr) return bad_model("'distribution' is missing or not a string");
     static const std::pair<const char*, DistributionKind> kinds[] = {
         {"categorical", DistributionKind::categorical}, {"gaussian", DistributionKind::gaussian},
         {"multi_categorical", DistributionKind::multi_categorical}, {"bernoulli", DistributionKind::bernoulli},
@@ -120,7 +120,7 @@ class ModelParser {
         m.head_.kind = kind;
         auto dim = size_field("action_dim");
         if (!dim) return dim.error();
-        if (*dim == 0) return bad("'action_dim' is 0");
+        if (*dim == 0) return bad_model("'action_dim' is 0");
         m.head_.action_dim = *dim;
         return ok_status();
       }
@@ -132,7 +132,7 @@ class ModelParser {
   Status parse_mask(Model& m) {
     const Value* mask = model_.present("action_mask");
     if (mask == nullptr) return ok_status();
-    if (mask->as_map() == nullptr) return bad("'action_mask' is not a map");
+    if (mask->as_map() == nullptr) return bad_model("'action_mask' is not a map");
     auto start = size_field("start", mask);
     auto size = size_field("size", mask);
     if (!start) return start.error();
@@ -143,7 +143,7 @@ class ModelParser {
       return unsupported("a legal-move mask with distribution other than categorical, multi_categorical or epsilon_greedy");
     }
     if (*size == 0 || *size != m.head_.action_dim || *start + *size > m.obs_dim_) {
-      return bad("'action_mask' {start, size} must lie within obs_dim and size must equal action_dim");
+      return bad_model("'action_mask' {start, size} must lie within obs_dim and size must equal action_dim");
     }
     m.mask_start_ = *start;
     m.mask_size_ = *size;
@@ -158,12 +158,12 @@ class ModelParser {
     if (!std_) return std_.error();
     const Value* clip = model_.present("obs_clip");
     if (mean->size() != input_dim || std_->size() != input_dim) {
-      return bad("'obs_mean' and 'obs_std' need " + std::to_string(input_dim) + " values each");
+      return bad_model("'obs_mean' and 'obs_std' need " + std::to_string(input_dim) + " values each");
     }
-    if (clip == nullptr || !clip->as_number() || !(*clip->as_number() > 0)) return bad("'obs_clip' must be a positive number");
+    if (clip == nullptr || !clip->as_number() || !(*clip->as_number() > 0)) return bad_model("'obs_clip' must be a positive number");
     for (std::size_t i = 0; i < input_dim; ++i) {
       if (!std::isfinite((*mean)[i]) || !((*std_)[i] > 0) || !std::isfinite((*std_)[i])) {
-        return bad("'obs_mean' must be finite and 'obs_std' finite and positive");
+        return bad_model("'obs_mean' must be finite and 'obs_std' finite and positive");
       }
       m.obs_mean_.push_back(static_cast<float>((*mean)[i]));
       m.obs_std_.push_back(static_cast<float>((*std_)[i]));
@@ -175,18 +175,18 @@ class ModelParser {
   Status parse_encoder(Model& m, std::size_t input_dim) {
     const Value* enc = model_.present("encoder");
     if (enc == nullptr) return ok_status();
-    if (enc->as_map() == nullptr) return bad("'encoder' is not a map");
+    if (enc->as_map() == nullptr) return bad_model("'encoder' is not a map");
     auto in = size_field("input_dim", enc);
     if (!in) return in.error();
-    if (*in != input_dim) return bad("'encoder.input_dim' is " + std::to_string(*in) + "; the observation gives " + std::to_string(input_dim));
+    if (*in != input_dim) return bad_model("'encoder.input_dim' is " + std::to_string(*in) + "; the observation gives " + std::to_string(input_dim));
     const Value* images = enc->present("images");
-    if (images == nullptr || images->as_array() == nullptr) return bad("'encoder.images' is not a list");
+    if (images == nullptr || images->as_array() == nullptr) return bad_model("'encoder.images' is not a list");
     std::vector<ImageEncoder> out;
     std::size_t encoded = input_dim, next_free = 0;
     for (const Value& img : *images->as_array()) {
-      if (img.as_map() == nullptr) return bad("an encoder image is not a map");
+      if (img.as_map() == nullptr) return bad_model("an encoder image is not a map");
       const Value* kind = img.present("kind");
-      if (kind == nullptr || kind->as_string() == nullptr) return bad("an encoder image has no 'kind'");
+      if (kind == nullptr || kind->as_string() == nullptr) return bad_model("an encoder image has no 'kind'");
       if (*kind->as_string() != "conv") return unsupported("encoder kind '" + *kind->as_string() + "'");
       ImageEncoder e;
       auto start = size_field("start", &img);
@@ -195,38 +195,38 @@ class ModelParser {
       const Value* cf = img.present("channels_first");
       e.channels_first = cf && cf->as_bool() && *cf->as_bool();
       const Value* shape = img.present("shape");
-      if (shape == nullptr || shape->as_array() == nullptr || shape->as_array()->size() != 3) return bad("an encoder image's 'shape' is not 3 integers");
+      if (shape == nullptr || shape->as_array() == nullptr || shape->as_array()->size() != 3) return bad_model("an encoder image's 'shape' is not 3 integers");
       std::size_t dims[3];
       for (int k = 0; k < 3; ++k) {
         const auto n = (*shape->as_array())[static_cast<std::size_t>(k)].as_uint();
-        if (!n || *n == 0 || *n > kMaxDim) return bad("an encoder image's 'shape' is not 3 positive integers");
+        if (!n || *n == 0 || *n > kMaxDim) return bad_model("an encoder image's 'shape' is not 3 positive integers");
         dims[k] = static_cast<std::size_t>(*n);
       }
       if (e.channels_first) { e.channels = dims[0]; e.height = dims[1]; e.width = dims[2]; }
       else { e.height = dims[0]; e.width = dims[1]; e.channels = dims[2]; }
-      if (e.start < next_free || e.start + e.input_dim() > input_dim) return bad("encoder images overlap, are out of order or leave the input");
+      if (e.start < next_free || e.start + e.input_dim() > input_dim) return bad_model("encoder images overlap, are out of order or leave the input");
       next_free = e.start + e.input_dim();
       const Value* div = img.present("divisor");
       e.divisor = div && div->as_number() ? static_cast<float>(*div->as_number()) : 1.0f;
-      if (!(e.divisor > 0)) return bad("an encoder image's 'divisor' must be positive");
+      if (!(e.divisor > 0)) return bad_model("an encoder image's 'divisor' must be positive");
       const Value* act = img.present("activation");
       if (act && act->as_string() && *act->as_string() != "relu") return unsupported("encoder activation '" + *act->as_string() + "'");
       const Value* layers = img.present("layers");
-      if (layers == nullptr || layers->as_array() == nullptr || layers->as_array()->empty()) return bad("an encoder image has no 'layers'");
+      if (layers == nullptr || layers->as_array() == nullptr || layers->as_array()->empty()) return bad_model("an encoder image has no 'layers'");
       std::size_t c = e.channels, h = e.height, w = e.width, flat = 0;
       bool seen_linear = false;
       for (const Value& lv : *layers->as_array()) {
         const Value* name = lv.present("name");
         const Value* lk = lv.present("kind");
-        if (name == nullptr || !name->as_string() || lk == nullptr || !lk->as_string()) return bad("an encoder layer needs 'name' and 'kind'");
+        if (name == nullptr || !name->as_string() || lk == nullptr || !lk->as_string()) return bad_model("an encoder layer needs 'name' and 'kind'");
         auto size = size_field("size", &lv);
         if (!size) return size.error();
-        if (*size == 0) return bad("an encoder layer has size 0");
+        if (*size == 0) return bad_model("an encoder layer has size 0");
         EncoderLayer layer;
         layer.size = *size;
         const std::string& n = *name->as_string();
         if (*lk->as_string() == "conv") {
-          if (seen_linear) return bad("an encoder's conv layer follows a linear one");
+          if (seen_linear) return bad_model("an encoder's conv layer follows a linear one");
           const Value* kernel = lv.present("kernel");
           const Value* stride = lv.present("stride");
           auto pair = [](const Value* v, std::size_t& a, std::size_t& b) {
@@ -237,8 +237,8 @@ class ModelParser {
             b = static_cast<std::size_t>(*y);
             return true;
           };
-          if (!pair(kernel, layer.kh, layer.kw) || !pair(stride, layer.sh, layer.sw)) return bad("conv layer '" + n + "' needs positive 'kernel' and 'stride' pairs");
-          if (layer.kh > h || layer.kw > w) return bad("conv layer '" + n + "' has a kernel larger than its input");
+          if (!pair(kernel, layer.kh, layer.kw) || !pair(stride, layer.sh, layer.sw)) return bad_model("conv layer '" + n + "' needs positive 'kernel' and 'stride' pairs");
+          if (layer.kh > h || layer.kw > w) return bad_model("conv layer '" + n + "' has a kernel larger than its input");
           layer.conv = true;
           layer.in_channels = c; layer.in_height = h; layer.in_width = w;
           auto wt = array(n + ".weight", {u32(layer.size), u32(c), u32(layer.kh), u32(layer.kw)});
@@ -276,13 +276,13 @@ class ModelParser {
   Status parse_memory(Model& m, std::size_t& actor_in) {
     const Value* mem = model_.present("memory");
     if (mem == nullptr) return ok_status();
-    if (mem->as_map() == nullptr) return bad("'memory' is not a map");
+    if (mem->as_map() == nullptr) return bad_model("'memory' is not a map");
     const Value* kind = mem->present("kind");
-    if (kind == nullptr || kind->as_string() == nullptr) return bad("'memory' has no 'kind'");
+    if (kind == nullptr || kind->as_string() == nullptr) return bad_model("'memory' has no 'kind'");
     if (*kind->as_string() != "lstm") return unsupported("memory kind '" + *kind->as_string() + "'");
     auto cells = size_field("cell_size", mem);
     if (!cells) return cells.error();
-    if (*cells == 0 || *cells > kMaxCells) return bad("'memory.cell_size' must be 1.." + std::to_string(kMaxCells));
+    if (*cells == 0 || *cells > kMaxCells) return bad_model("'memory.cell_size' must be 1.." + std::to_string(kMaxCells));
     Lstm l;
     l.cells = *cells;
     l.input = m.encoded_dim_;
@@ -303,15 +303,15 @@ class ModelParser {
   Status parse_layers(Model& m, std::size_t actor_in) {
     const Value* names = model_.present("actor_layers");
     if (names == nullptr || names->as_array() == nullptr || names->as_array()->empty()) {
-      return bad("'actor_layers' is not a non-empty list of names");
+      return bad_model("'actor_layers' is not a non-empty list of names");
     }
     std::size_t in = actor_in;
     for (const Value& nv : *names->as_array()) {
-      if (nv.as_string() == nullptr) return bad("'actor_layers' holds something that is not a string");
+      if (nv.as_string() == nullptr) return bad_model("'actor_layers' holds something that is not a string");
       const std::string& name = *nv.as_string();
       const Value* wv = arrays_.present(name + ".weight");
       if (wv == nullptr || wv->as_ndarray() == nullptr || wv->as_ndarray()->shape().size() != 2) {
-        return bad("array '" + name + ".weight' is missing or not 2-dimensional");
+        return bad_model("array '" + name + ".weight' is missing or not 2-dimensional");
       }
       Dense d;
       d.in = in;
@@ -326,7 +326,7 @@ class ModelParser {
       m.layers_.push_back(std::move(d));
     }
     if (in != m.head_.action_dim) {
-      return bad("the last actor layer has " + std::to_string(in) + " outputs; 'action_dim' is " +
+      return bad_model("the last actor layer has " + std::to_string(in) + " outputs; 'action_dim' is " +
                  std::to_string(m.head_.action_dim));
     }
     return ok_status();
@@ -335,13 +335,13 @@ class ModelParser {
   Result<std::vector<ActionPart>> parts() const {
     const Value* v = model_.present("action_parts");
     std::vector<ActionPart> out;
-    if (v == nullptr || v->as_array() == nullptr) return bad("'action_parts' is missing or not a list");
+    if (v == nullptr || v->as_array() == nullptr) return bad_model("'action_parts' is missing or not a list");
     for (const Value& p : *v->as_array()) {
       const Value* kind = p.present("kind");
-      if (kind == nullptr || kind->as_string() == nullptr) return bad("an action part has no 'kind'");
+      if (kind == nullptr || kind->as_string() == nullptr) return bad_model("an action part has no 'kind'");
       auto size = size_field("size", &p);
       if (!size) return size.error();
-      if (*size == 0) return bad("an action part has size 0");
+      if (*size == 0) return bad_model("an action part has size 0");
       const std::string& k = *kind->as_string();
       PartKind pk;
       if (k == "categorical") pk = PartKind::categorical;
@@ -351,7 +351,7 @@ class ModelParser {
       else return unsupported("action part kind '" + k + "'");
       out.push_back({pk, *size});
     }
-    if (out.empty()) return bad("'action_parts' is empty");
+    if (out.empty()) return bad_model("'action_parts' is empty");
     return out;
   }
 
@@ -381,9 +381,9 @@ class ModelParser {
       if (p.kind == PartKind::gaussian) gaussians += p.size;
       if (p.kind == PartKind::squashed_gaussian) ++squashed;
     }
-    if (outputs != n) return bad("the action parts read " + std::to_string(outputs) + " outputs; 'action_dim' is " + std::to_string(n));
+    if (outputs != n) return bad_model("the action parts read " + std::to_string(outputs) + " outputs; 'action_dim' is " + std::to_string(n));
     if ((h.kind == DistributionKind::squashed_gaussian) != (squashed > 0) || (squashed > 0 && h.parts.size() != 1)) {
-      return bad("a squashed_gaussian part stands alone, and only in a squashed_gaussian model");
+      return bad_model("a squashed_gaussian part stands alone, and only in a squashed_gaussian model");
     }
     const std::size_t cols = h.columns();
     if (h.kind == DistributionKind::categorical || h.kind == DistributionKind::epsilon_greedy) {
@@ -397,15 +397,15 @@ class ModelParser {
       if (!high) return high.error();
       h.low = low->empty() ? std::vector<double>(cols, -inf) : std::move(low).value();
       h.high = high->empty() ? std::vector<double>(cols, inf) : std::move(high).value();
-      if (h.low.size() != cols || h.high.size() != cols) return bad("'action_low'/'action_high' need one value per action column (" + std::to_string(cols) + ")");
+      if (h.low.size() != cols || h.high.size() != cols) return bad_model("'action_low'/'action_high' need one value per action column (" + std::to_string(cols) + ")");
       auto off = numbers("action_offsets", 0.0, false);
       if (!off) return off.error();
       h.offsets = off->empty() ? std::vector<double>(cols, 0.0) : std::move(off).value();
-      if (h.offsets.size() != cols) return bad("'action_offsets' needs one value per action column");
+      if (h.offsets.size() != cols) return bad_model("'action_offsets' needs one value per action column");
       if (h.kind == DistributionKind::squashed_gaussian) {
         for (std::size_t c = 0; c < cols; ++c) {
           if (!std::isfinite(h.low[c]) || !std::isfinite(h.high[c]) || !(h.high[c] > h.low[c])) {
-            return bad("a squashed_gaussian needs finite bounds with high > low");
+            return bad_model("a squashed_gaussian needs finite bounds with high > low");
           }
         }
       }
@@ -420,7 +420,7 @@ class ModelParser {
     if (!scale) return scale.error();
     if (!bias) return bias.error();
     if (!scale->empty()) {
-      if (scale->size() != cols || bias->size() != cols) return bad("'action_scale' and 'action_bias' need one value per action column");
+      if (scale->size() != cols || bias->size() != cols) return bad_model("'action_scale' and 'action_bias' need one value per action column");
       for (std::size_t c = 0; c < cols; ++c) {
         h.scale.push_back(static_cast<float>((*scale)[c]));
         h.bias.push_back(static_cast<float>((*bias)[c]));
@@ -429,7 +429,7 @@ class ModelParser {
     if (h.kind == DistributionKind::epsilon_greedy) {
       const Value* eps = model_.present("epsilon");
       h.epsilon = eps && eps->as_number() ? *eps->as_number() : 0.0;
-      if (!(h.epsilon >= 0.0 && h.epsilon <= 1.0)) return bad("'epsilon' must be within [0, 1]");
+      if (!(h.epsilon >= 0.0 && h.epsilon <= 1.0)) return bad_model("'epsilon' must be within [0, 1]");
     }
     return ok_status();
   }

@@ -6,10 +6,6 @@
 namespace rlserve {
 namespace {
 
-bool connection_failure(const Error& e) {
-  return e.code == ErrorCode::connection_lost || e.code == ErrorCode::timeout;
-}
-
 std::string text_field(const Value& message, const char* key) {
   const Value* v = message.present(key);
   return v != nullptr && v->as_string() != nullptr ? *v->as_string() : std::string();
@@ -40,7 +36,7 @@ Result<std::optional<Value>> RemoteSession::call(Value message, bool wait) {
     while (!replay.empty() && !failure) {
       auto r = conn_.request(replay.front());
       if (!r) {
-        if (!connection_failure(r.error())) {
+        if (!is_connection_failure(r.error())) {
           undo_refused(replay.front());
           return r.error();
         }
@@ -61,7 +57,7 @@ Result<std::optional<Value>> RemoteSession::call(Value message, bool wait) {
         failure = s.error();
       }
     }
-    if (!connection_failure(*failure)) {
+    if (!is_connection_failure(*failure)) {
       if (conn_.failed_message()) undo_refused(*conn_.failed_message());  // a refused pipelined end
       return *failure;
     }

@@ -10,11 +10,6 @@ Value opt(const std::optional<double>& x) { return x ? Value(*x) : Value(); }
 Value opt(const std::optional<std::uint64_t>& x) { return x ? Value(*x) : Value(); }
 Value opt(const std::optional<Value>& v) { return v ? *v : Value(); }
 
-Value strings(const std::vector<std::string>& items) {
-  Value::Array out(items.begin(), items.end());
-  return out;
-}
-
 void add_extras(Value::Map& m, const StepExtras& e) {
   m.emplace_back("reward", opt(e.reward));
   m.emplace_back("info", opt(e.info));
@@ -45,7 +40,7 @@ Value get_action_request(std::uint64_t id, const std::string& episode_id, Value 
 Value get_action_batch_request(std::uint64_t id, const std::vector<std::string>& episode_ids, Value observations,
                                const std::optional<std::vector<double>>& rewards,
                                const std::optional<std::vector<std::uint64_t>>& seqs) {
-  Value::Map m{{"episode_ids", strings(episode_ids)}, {"observations", std::move(observations)}};
+  Value::Map m{{"episode_ids", string_array(episode_ids)}, {"observations", std::move(observations)}};
   if (rewards) m.emplace_back("rewards", Value::Array(rewards->begin(), rewards->end()));
   if (seqs) m.emplace_back("seqs", Value::Array(seqs->begin(), seqs->end()));
   return make_message(MessageType::get_action, id, std::move(m));

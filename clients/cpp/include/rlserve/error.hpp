@@ -45,6 +45,12 @@ struct Error {
   std::string message;
 };
 
+/// Whether `e` is a broken or silent connection (connection_lost, timeout): a call that is safe to
+/// repeat may succeed on a new connection.
+inline bool is_connection_failure(const Error& e) noexcept {
+  return e.code == ErrorCode::connection_lost || e.code == ErrorCode::timeout;
+}
+
 /// Either a value or an Error.
 template <class T>
 class Result {

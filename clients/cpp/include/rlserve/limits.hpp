@@ -7,6 +7,10 @@ namespace rlserve {
 
 class Value;
 
+/// The largest magnitude of one step's reward (docs/protocol.md section 6.4): the rewards logged
+/// for one action add up to at most this, or the call is refused with bad_value.
+inline constexpr double kMaxAbsReward = 1e9;
+
 /// Limits checked while a frame is read and decoded. The defaults are the server's defaults; a
 /// session replaces them with `welcome.limits` (from_welcome).
 struct Limits {

@@ -81,4 +81,7 @@ class Value {
       v_;
 };
 
+/// Strings (ids, say) as one array Value.
+inline Value string_array(const std::vector<std::string>& items) { return Value(Value::Array(items.begin(), items.end())); }
+
 }  // namespace rlserve
