@@ -8,6 +8,7 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +244,20 @@ def test_sigterm_exits_promptly_while_a_large_model_trains(launch_server: Any) -
     assert "Traceback" not in server.log()
 
 
+def _retry_while_the_server_writes(change: Callable[[], None], timeout: float = 10.0) -> None:
+    """Make ``change`` to the run folder, again while it fails because the running server is in
+    the middle of writing there (its temporary file exists for a moment: a CI failure)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            change()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def test_failing_writes_degrade_health_and_recover(launch_server: Any) -> None:
     server = launch_server(*SMALL_PPO, "--metrics-interval", "0.2", "--idle-timeout", "1")
     server.wait_for_weights(0)
@@ -250,10 +265,14 @@ def test_failing_writes_degrade_health_and_recover(launch_server: Any) -> None:
     # Writes fail as on a full disk or a read-only folder (a directory where the file's
     # temporary copy goes: even root cannot write a file there).
     blocker = run / ".server_state.json.tmp"
-    blocker.mkdir()
+    _retry_while_the_server_writes(blocker.mkdir)
     weights_dir = run / "weights"
-    shutil.rmtree(weights_dir)
-    weights_dir.write_text("not a folder")
+
+    def weights_folder_to_file() -> None:
+        shutil.rmtree(weights_dir, ignore_errors=True)
+        weights_dir.write_text("not a folder")
+
+    _retry_while_the_server_writes(weights_folder_to_file)
     try:
         with PolicyClient(server.address, inference_mode="remote", timeout=30) as client:
             seed = 0
