@@ -9,7 +9,6 @@ server a test started is stopped at teardown: SIGTERM, then SIGKILL if it does n
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import queue
 import re
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from xdist_units import run_order, scheduling_unit
 
 # A developer's own token or CA must not leak into the servers and clients of the tests; the
 # tests that need them set them (monkeypatch.setenv).
@@ -358,54 +359,12 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-RAY_GROUPS = ("ray-other", "ray-learner")
-"""The two xdist scheduling units of the modules that use the Ray test cluster
-(``tests/cluster/conftest.py``): the learner actor's modules (``*learner*``) and the others,
-about equal in time."""
-
-RUN_FIRST = (
-    "tests/algorithm/test_doorkey_learning.py",
-    "tests/algorithm/test_memory_learning.py",
-    "tests/cli/test_demo.py",
-    "tests/e2e/test_action_spaces.py",
-    "tests/cli/test_train_cli.py",
-    "tests/e2e/test_resilience.py",
-    "tests/e2e/test_durability.py",
-    "tests/e2e/test_dqn_server.py",
-    "tests/cli/test_cli_runs.py",
-    "tests/env/test_versus.py",
-)
-"""Modules of a minute or more on the 2-core VM, after the Ray groups the first to be handed
-out: one of them left for the end would run alone while the other workers idle."""
-
-
-@functools.cache
-def scheduling_unit(module: Path) -> str:
-    """The xdist scheduling unit of a test module: itself, or one of :data:`RAY_GROUPS`.
-
-    Each worker that runs a Ray module starts a cluster of its own; in two groups at most two
-    run at once, and each worker runs its group's modules one after another on one cluster. The
-    controller sees node ids, not fixtures, so a Ray module is one whose source names the
-    ``ray_cluster`` fixture.
-    """
-    if module.parent.name == "cluster" and "ray_cluster" in module.read_text(encoding="utf-8"):
-        return RAY_GROUPS[1] if "learner" in module.name else RAY_GROUPS[0]
-    return module.as_posix()
-
-
-def _run_order(item: pytest.Item, root: Path) -> int:
-    group = scheduling_unit(item.path)
-    if group in RAY_GROUPS:
-        return RAY_GROUPS.index(group)
-    module = item.path.relative_to(root).as_posix()
-    return len(RAY_GROUPS) + (RUN_FIRST.index(module) if module in RUN_FIRST else len(RUN_FIRST))
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The order xdist hands the modules out in (see :func:`pytest_xdist_make_scheduler`): the
-    Ray groups, then :data:`RUN_FIRST`, then the others as collected. A stable sort: each
+    Ray units, then the longest modules (:func:`xdist_units.run_order`), then the others as
+    collected. A stable sort: each
     module's tests keep their order."""
-    items.sort(key=lambda item: _run_order(item, config.rootpath))
+    items.sort(key=lambda item: run_order(item.path, config.rootpath))
 
 
 @pytest.hookimpl(optionalhook=True)
