@@ -362,8 +362,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The order xdist hands the modules out in (see :func:`pytest_xdist_make_scheduler`): the
     Ray units, then the longest modules (:func:`xdist_units.run_order`), then the others as
-    collected. A stable sort: each
-    module's tests keep their order."""
+    collected. A stable sort: each module's tests keep their order."""
     items.sort(key=lambda item: run_order(item.path, config.rootpath))
 
 
