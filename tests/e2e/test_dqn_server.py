@@ -123,6 +123,11 @@ def test_a_fast_client_is_held_to_the_learner(launch_server: Any) -> None:
         "32",
         "--max-learner-lag-steps",
         str(bound),
+        # Holds time out after 10 s by default; a learner starved by other work on a loaded
+        # machine can fall that far behind its schedule (one CI run: a hold timed out). 50 s
+        # stays under the client's 60-s reply timeout.
+        "--max-hold-seconds",
+        "50",
         "--dqn-learning-starts",
         "200",
         "--dqn-train-every",

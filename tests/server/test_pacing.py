@@ -138,3 +138,9 @@ def test_fragments_are_cut_at_half_the_bound_while_pacing() -> None:
 def test_a_negative_bound_is_refused() -> None:
     with pytest.raises(ConfigError, match="max_learner_lag_steps must be >= 0"):
         ServerConfig(max_learner_lag_steps=-1)
+
+
+@pytest.mark.parametrize("seconds", [0.0, -1.0, float("inf"), float("nan")])
+def test_a_hold_limit_that_is_not_a_positive_number_of_seconds_is_refused(seconds: float) -> None:
+    with pytest.raises(ConfigError, match="max_hold_seconds must be a positive number of seconds"):
+        ServerConfig(max_hold_seconds=seconds)

@@ -173,7 +173,9 @@ class PolicyServer:
         bound = max_lag_steps(
             self.config.max_learner_lag_steps, self._training_rounds(), self._recurrent()
         )
-        self.pace = LearnerPace(bound if self.learner_factory is None else 0)
+        self.pace = LearnerPace(
+            bound if self.learner_factory is None else 0, self.config.max_hold_seconds
+        )
         """Holds clients while the learner process is too far behind (off-policy learners)."""
         self.stats.metric_sources.append(self.pace.metrics)
         self.learner: LearnerSide = (

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 from rlserve.config.fields import TOKEN_ENV, option
 from rlserve.errors import ConfigError
 from rlserve.protocol.limits import DEFAULT_LIMITS, MAX_FRAME_BYTES_CEILING, Limits
+from rlserve.server.pacing import DEFAULT_MAX_HOLD_SECONDS
 
 
 @dataclass
@@ -62,6 +63,12 @@ class ServerConfig:
         "plus owed training; fragments are cut at half of it); 0: never hold; default: an "
         "off-policy policy's train_every (DQN, SAC), 256 for PPO with memory (use_lstm), 0 for "
         "other PPO.",
+    )
+    max_hold_seconds: float = option(
+        DEFAULT_MAX_HOLD_SECONDS,
+        "Longest time a reply is held for a lagging learner (--max-learner-lag-steps); past it "
+        "the reply is sent anyway, so a stuck learner cannot stall the clients past their reply "
+        "timeouts (the reference client's: 60 s).",
     )
     learner_niceness: int = option(
         0,
@@ -148,6 +155,11 @@ class ServerConfig:
             raise ConfigError(
                 f"max_learner_lag_steps must be >= 0 (0: never hold clients), got "
                 f"{self.max_learner_lag_steps}"
+            )
+        if not 0 < self.max_hold_seconds < float("inf"):
+            raise ConfigError(
+                f"max_hold_seconds must be a positive number of seconds, got "
+                f"{self.max_hold_seconds}"
             )
         if not 0 <= self.learner_niceness <= 19:
             raise ConfigError(
