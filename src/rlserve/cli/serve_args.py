@@ -30,7 +30,6 @@ SERVER_GROUPS: dict[str, tuple[str, ...]] = {
         "idle_timeout",
         "max_sample_queue_steps",
         "max_learner_lag_steps",
-        "max_hold_seconds",
         "learner_niceness",
         "sync_reports",
     ),

@@ -67,8 +67,8 @@ class ServerConfig:
     max_hold_seconds: float = option(
         DEFAULT_MAX_HOLD_SECONDS,
         "Longest time a reply is held for a lagging learner (--max-learner-lag-steps); past it "
-        "the reply is sent anyway, so a stuck learner cannot stall the clients past their reply "
-        "timeouts (the reference client's: 60 s).",
+        "the reply is sent anyway, so that a stuck learner does not stall the clients (keep it "
+        "under their reply timeouts: the reference client's is 60 s).",
     )
     learner_niceness: int = option(
         0,
