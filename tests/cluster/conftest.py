@@ -4,8 +4,9 @@ The head node listens on 127.0.0.2 and the second node, which alone has the cust
 ``sim`` and one GPU (fake: Ray takes ``--num-gpus`` on trust), on 127.0.0.3: Ray rewrites
 127.0.0.1 to the machine's network address, and no test traffic may leave loopback. Each
 cluster has a temp dir of its own, so parallel test sessions do not share one, and it is stopped
-by killing the processes that name that dir (``ray stop`` would stop every Ray cluster of the
-machine, other sessions' too). A test process starts its cluster for the first module that
+by killing the processes that name that dir, and the head's client server, which names only the
+cluster's address (``ray stop`` would stop every Ray cluster of the machine, other sessions'
+too). A test process starts its cluster for the first module that
 needs one and stops it when its next test does not (under xdist a worker runs other directories'
 files in between). The tests are skipped when Ray is not installed (``pip install
 'rlserve[ray]'``).
@@ -187,8 +188,18 @@ def _ray_command() -> str:
 
 def _cluster_pids(temp_dir: Path, *also: str) -> list[int]:
     """The processes whose command line names ``temp_dir`` (and ``also``): this cluster's."""
+    return _pids_naming(str(temp_dir).encode(), *(a.encode() for a in also))
+
+
+def _client_server_pids(address: str) -> list[int]:
+    """The head's Ray client server, whose command line names the cluster's GCS address but
+    not its temp dir (the NUL ends the argument: port 4955 is not 49551)."""
+    return _pids_naming(b"ray.util.client.server", f"--address={address}\0".encode())
+
+
+def _pids_naming(*markers: bytes) -> list[int]:
+    """The processes (other than this one) whose command line holds every one of ``markers``."""
     found = []
-    markers = [str(temp_dir).encode(), *(a.encode() for a in also)]
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -199,9 +210,9 @@ def _cluster_pids(temp_dir: Path, *also: str) -> list[int]:
     return found
 
 
-def _stop(temp_dir: Path) -> None:
+def _stop(temp_dir: Path, address: str) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = _cluster_pids(temp_dir)
+        pids = _cluster_pids(temp_dir) + _client_server_pids(address)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
@@ -308,14 +319,14 @@ def _start_nodes(ray: Any) -> RayCluster:
             env,
         )
     except BaseException:
-        _stop_and_remove(temp_dir)
+        _stop_and_remove(temp_dir, address)
         _restore_priority()
         raise
     return RayCluster(ray, address, temp_dir, env)
 
 
-def _stop_and_remove(temp_dir: Path) -> None:
-    _stop(temp_dir)
+def _stop_and_remove(temp_dir: Path, address: str) -> None:
+    _stop(temp_dir, address)
     shutil.rmtree(temp_dir, ignore_errors=True)
 
 
@@ -324,7 +335,7 @@ def _stop_running() -> None:
     if _running is not None:
         cluster, _running = _running, None
         try:
-            _stop_and_remove(cluster.temp_dir)
+            _stop_and_remove(cluster.temp_dir, cluster.address)
         finally:
             _restore_priority()
 
