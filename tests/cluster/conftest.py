@@ -304,6 +304,8 @@ def _start_nodes(ray: Any) -> RayCluster:
                 f"--port={port}",
                 f"--node-ip-address={HEAD_IP}",
                 "--include-dashboard=false",
+                # Not Ray's fixed 10001: two test sessions' clusters run at once.
+                f"--ray-client-server-port={_free_port(HEAD_IP)}",
                 *common,
             ],
             env,
