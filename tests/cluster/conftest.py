@@ -6,10 +6,9 @@ The head node listens on 127.0.0.2 and the second node, which alone has the cust
 cluster has a temp dir of its own, so parallel test sessions do not share one, and it is stopped
 by killing the processes that name that dir, and the head's client server, which names only the
 cluster's address (``ray stop`` would stop every Ray cluster of the machine, other sessions'
-too). A test process starts its cluster for the first module that
-needs one and stops it when its next test does not (under xdist a worker runs other directories'
-files in between). The tests are skipped when Ray is not installed (``pip install
-'rlserve[ray]'``).
+too). A test process starts its cluster for the first module that needs one and stops it when
+its next test does not (under xdist a worker runs other directories' files in between). The
+tests are skipped when Ray is not installed (``pip install 'rlserve[ray]'``).
 """
 
 from __future__ import annotations
@@ -304,7 +303,7 @@ def _start_nodes(ray: Any) -> RayCluster:
                 f"--port={port}",
                 f"--node-ip-address={HEAD_IP}",
                 "--include-dashboard=false",
-                # Not Ray's fixed 10001: two test sessions' clusters run at once.
+                # Not Ray's fixed 10001: the clusters of two test processes may run at once.
                 f"--ray-client-server-port={_free_port(HEAD_IP)}",
                 *common,
             ],
