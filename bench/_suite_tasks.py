@@ -89,15 +89,20 @@ def all_pairs() -> list[tuple[str, str]]:
 
 
 def plan(
-    pairs: list[tuple[str, str]], contenders: list[str], seeds: int, scale: float
+    pairs: list[tuple[str, str]],
+    contenders: list[str],
+    seeds: int,
+    scale: float,
+    first_seed: int = 0,
 ) -> list[RunKey]:
-    """The runs, seed-major: every pair and contender gets seed 0 before any gets seed 1.
+    """The runs, seed-major: every pair and contender gets one seed before any gets the next.
 
-    So an interrupted suite already holds one seed of everything.
+    So an interrupted suite already holds one seed of everything. The seeds are
+    ``first_seed .. first_seed + seeds - 1``.
     """
     return [
         RunKey(algo, task, contender, seed, max(1, round(BUDGETS[algo][task] * scale)))
-        for seed in range(seeds)
+        for seed in range(first_seed, first_seed + seeds)
         for algo, task in pairs
         for contender in contenders
     ]

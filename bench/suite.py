@@ -21,9 +21,10 @@ skips the runs it already holds. At the end: a table of medians per (algorithm, 
 contender), and every run.
 
 Options: ``--quick`` (one seed, a subset), ``--only ppo:CartPole-v1 ...``, ``--seeds N``,
-``--contenders rlserve,sb3,zoo``, ``--budget-scale 0.01`` (developers: tiny budgets),
-``--plot FILE.png`` (the curves), ``--plot-only RESULTS`` (tables and plot from a results file,
-no training), ``--dry-run`` (the plan, and with ``--resume`` an estimate of its time).
+``--first-seed K`` (seeds K..K+N-1), ``--contenders rlserve,sb3,zoo``, ``--budget-scale 0.01``
+(developers: tiny budgets), ``--plot FILE.png`` (the curves), ``--plot-only RESULTS`` (tables and
+plot from a results file, no training), ``--dry-run`` (the plan, and with ``--resume`` an
+estimate of its time).
 """
 
 from __future__ import annotations
@@ -155,6 +156,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="one seed, a subset (dev loop)")
     parser.add_argument("--only", nargs="+", metavar="ALGO:TASK", help="only these pairs")
     parser.add_argument("--seeds", type=int, help="seeds per run (default 3; --quick: 1)")
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="seeds from this one on (default 0)"
+    )
     parser.add_argument("--contenders", default=",".join(CONTENDERS), help="rlserve,sb3,zoo")
     parser.add_argument("--budget-scale", type=float, default=1.0, help="x the issue's budgets")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (processes)")
@@ -183,12 +187,12 @@ def main() -> int:
     unknown = sorted(set(contenders) - set(CONTENDERS))
     if unknown or not contenders:
         raise SystemExit(f"--contenders {args.contenders}: choose from {','.join(CONTENDERS)}")
-    if args.budget_scale <= 0 or args.jobs < 1:
-        raise SystemExit("--budget-scale must be > 0 and --jobs >= 1")
+    if args.budget_scale <= 0 or args.jobs < 1 or args.first_seed < 0:
+        raise SystemExit("--budget-scale must be > 0, --jobs >= 1 and --first-seed >= 0")
     pairs = parse_pairs(args.only) if args.only else list(QUICK) if args.quick else all_pairs()
     seeds = args.seeds if args.seeds is not None else 1 if args.quick else 3
     results = args.resume or args.results
-    runs = plan(pairs, contenders, seeds, args.budget_scale)
+    runs = plan(pairs, contenders, seeds, args.budget_scale, args.first_seed)
     held = finished(load(results)) if args.resume else set()
     pending = [key for key in runs if run_id(key.as_dict()) not in held]
     print(f"{len(pending)} runs to do ({len(runs) - len(pending)} already in {results})")
