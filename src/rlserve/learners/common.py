@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from rlserve.learners.replay import checked_chosen, storage_dtype
+from rlserve.learners.setting_checks import check_device_present
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.values import indices_within, within
 from rlserve.run.durable import atomic_write_bytes
@@ -39,9 +40,14 @@ _FLOAT32 = np.dtype(np.float32)
 
 
 def resolve_device(name: str) -> torch.device:
-    """Map ``auto`` to cuda when available, else cpu."""
+    """Map ``auto`` to cuda when available, else cpu.
+
+    Raises:
+        ConfigError: ``name`` is a cuda device this machine's torch cannot use.
+    """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    check_device_present(name)
     return torch.device(name)
 
 

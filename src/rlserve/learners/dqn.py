@@ -360,7 +360,7 @@ class DQNLearner(ReplayLearner):
     def _after_gradient_step(self) -> None:
         self._counters["gradient_steps"] += 1
         if self._counters["gradient_steps"] % self.config.target_update_interval == 0:
-            self.sync_target(self.config.tau)
+            self.sync_target(self.config.target_tau)
 
     def sync_target(self, tau: float = 1.0) -> None:
         """Move the target towards the online network: ``tau*online + (1-tau)*target``."""

@@ -18,9 +18,14 @@ from dataclasses import dataclass
 from rlserve.config.fields import option
 from rlserve.errors import ConfigError
 from rlserve.learners.replay import check_warm_up
+from rlserve.learners.setting_checks import check_network
 from rlserve.policy.encoder_choice import check_encoder_settings
 from rlserve.policy.frame_stacking import check_frame_stack
 from rlserve.policy.memory import PPO_ONLY
+
+SOFT_TAU = 0.0075
+"""The target network's share of the online weights per gradient step (``tau`` unset, copies
+every gradient step): a soft copy."""
 
 
 @dataclass
@@ -72,8 +77,11 @@ class DQNSettings:
     target_update_interval: int = option(
         1, "Gradient steps between copies of the online network into the target network."
     )
-    tau: float = option(
-        0.0075, "Share of the online weights mixed into the target at each copy (1: a hard copy)."
+    tau: float | None = option(
+        None,
+        "Share of the online weights mixed into the target at each copy (1: a hard copy; "
+        f"unset: {SOFT_TAU} when target_update_interval is 1, a hard copy when it is more, as "
+        "RLlib's and SB3's target_update_interval mean).",
     )
     huber_delta: float = option(1.0, "Huber loss threshold between quadratic and linear.")
     clip_q_targets: bool = option(
@@ -151,7 +159,7 @@ class DQNSettings:
             raise ConfigError(f"updates_per_step must be positive, got {self.updates_per_step}")
         if not 0.0 <= self.gamma <= 1.0:
             raise ConfigError(f"gamma must be within [0, 1], got {self.gamma}")
-        if not 0.0 < self.tau <= 1.0:
+        if self.tau is not None and not 0.0 < self.tau <= 1.0:
             raise ConfigError(f"tau must be within (0, 1], got {self.tau}")
         for name in ("epsilon_start", "epsilon_end"):
             if not 0.0 <= getattr(self, name) <= 1.0:
@@ -164,12 +172,16 @@ class DQNSettings:
             raise ConfigError(f"max_abs_input must be positive, got {self.max_abs_input}")
         if not (math.isfinite(self.obs_clip) and self.obs_clip > 0):
             raise ConfigError(f"obs_clip must be a finite positive number, got {self.obs_clip}")
-        if self.activation not in ("tanh", "relu"):
-            raise ConfigError(f"activation must be tanh or relu, got '{self.activation}'")
+        check_network(self)
         self.conv_filters = check_encoder_settings(self.encoder, self.conv_filters) or None
         check_frame_stack(self.frame_stack)
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise ConfigError(f"device must be auto, cpu or cuda[:N], got '{self.device}'")
+
+    @property
+    def target_tau(self) -> float:
+        """``tau`` resolved: :data:`SOFT_TAU` every gradient step, else a hard copy."""
+        if self.tau is not None:
+            return float(self.tau)
+        return SOFT_TAU if self.target_update_interval == 1 else 1.0
 
     def learning_rate(self, env_steps: int) -> float:
         """The learning rate after ``env_steps`` env steps (linear to ``lr_end``, then constant)."""

@@ -7,6 +7,13 @@ from dataclasses import dataclass
 
 from rlserve.config.fields import option
 from rlserve.errors import ConfigError
+from rlserve.learners.setting_checks import (
+    check_at_least,
+    check_finite,
+    check_network,
+    check_rate,
+    check_within,
+)
 from rlserve.policy.encoder_choice import check_encoder_settings
 from rlserve.policy.frame_stacking import check_frame_stack
 
@@ -171,13 +178,28 @@ class PPOSettings:
             )
         if not self.bc_coef >= 0:
             raise ConfigError(f"bc_coef must be 0 or more, got {self.bc_coef}")
-        if self.activation not in ("tanh", "relu"):
-            raise ConfigError(f"activation must be tanh or relu, got '{self.activation}'")
+        self._check_update()
+        check_network(self)
         self.conv_filters = check_encoder_settings(self.encoder, self.conv_filters) or None
         check_frame_stack(self.frame_stack)
         self._check_memory()
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise ConfigError(f"device must be auto, cpu or cuda[:N], got '{self.device}'")
+
+    def _check_update(self) -> None:
+        """The ranges of the update's settings (a value out of them fails every update)."""
+        check_at_least("num_epochs", self.num_epochs, 1)
+        check_at_least("max_policy_lag", self.max_policy_lag, 0)
+        for name in ("lr", "clip_coef"):
+            check_rate(name, getattr(self, name))
+        if not (isinstance(self.max_grad_norm, (int, float)) and self.max_grad_norm > 0):
+            raise ConfigError(
+                f"max_grad_norm must be positive (inf: no clipping), got {self.max_grad_norm!r}"
+            )
+        if self.target_kl is not None:
+            check_rate("target_kl", self.target_kl)
+        for name in ("gamma", "gae_lambda"):
+            check_within(name, getattr(self, name), 0.0, 1.0)
+        check_finite("vf_coef", self.vf_coef, 0.0)
+        check_finite("ent_coef", self.ent_coef)
 
     def _check_memory(self) -> None:
         for name in ("max_seq_len", "lstm_cell_size"):

@@ -11,6 +11,7 @@ from gymnasium import spaces
 from rlserve.config.fields import option
 from rlserve.errors import ConfigError, UnsupportedSpaceError
 from rlserve.learners.replay import check_warm_up
+from rlserve.learners.setting_checks import check_network
 from rlserve.policy.action_mask import MASK_KEY
 from rlserve.policy.distribution import ActionDistribution
 from rlserve.policy.encoder_choice import check_encoder_settings
@@ -135,12 +136,9 @@ class SACSettings:
             raise ConfigError(f"max_abs_input must be positive, got {self.max_abs_input}")
         if not (math.isfinite(self.obs_clip) and self.obs_clip > 0):
             raise ConfigError(f"obs_clip must be a finite positive number, got {self.obs_clip}")
-        if self.activation not in ("tanh", "relu"):
-            raise ConfigError(f"activation must be tanh or relu, got '{self.activation}'")
+        check_network(self)
         self.conv_filters = check_encoder_settings(self.encoder, self.conv_filters) or None
         check_frame_stack(self.frame_stack)
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise ConfigError(f"device must be auto, cpu or cuda[:N], got '{self.device}'")
 
     @property
     def updates_per_hand_off(self) -> int:
