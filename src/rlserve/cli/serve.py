@@ -75,7 +75,11 @@ def _run_algorithm(args: argparse.Namespace, tables: dict[str, Any], resumed: bo
     """
     from rlserve.learners.registry import algorithm, run_algorithm
 
-    run_algo = run_algorithm(tables).name
+    try:
+        run_algo = run_algorithm(tables).name
+    except ConfigError as exc:
+        source = args.resume or args.config_from_run or args.config
+        raise ConfigError(f"{source}: {exc}") from None
     if resumed and args.algo and args.algo != run_algo:
         raise ConfigError(
             f"--algo {args.algo}: the run was started with {run_algo}; a run keeps its "
@@ -114,7 +118,7 @@ def _settings_of(
         if not replaying:
             raise ConfigError(
                 f"--checkpoint-replay: {', '.join(names)} keeps no replay buffer; it applies to "
-                "off-policy algorithms (--algo dqn, or a policy with algo = 'dqn')"
+                "off-policy algorithms (--algo dqn or sac, or a policy with algo = 'dqn' or 'sac')"
             )
         for one in replaying:
             one.checkpoint_replay = bool(args.checkpoint_replay)
@@ -137,7 +141,9 @@ def serve_command(args: argparse.Namespace) -> int:
     """Run ``rlserve serve`` with its parsed arguments; 0 once stopped."""
     from rlserve.algorithm.network import NetworkAlgorithm
     from rlserve.algorithm.network_config import mapping_function_of, serving_config
+    from rlserve.cli.serve_args import refuse_unused_algorithm_flags
     from rlserve.learners.registry import ALGORITHMS
+    from rlserve.learners.setting_checks import check_device_present
     from rlserve.run.run_folder import IN_USE_RESUME, RunFolder
     from rlserve.server.config import ServerConfig, with_token_from_env
     from rlserve.server.policies import policies_from_run
@@ -188,6 +194,19 @@ def serve_command(args: argparse.Namespace) -> int:
     for spec in policies.values():
         if spec.algorithm_of(algo_name) not in names:
             names.append(spec.algorithm_of(algo_name))
+    refuse_unused_algorithm_flags(args, names)
+    for name in ALGORITHMS:
+        if isinstance(tables.get(name), dict) and name not in names and not args.resume:
+            logger.warning(
+                "%s: the [%s] table is not used: no policy learns with %s (the run's algorithm "
+                "is %s; [algorithm] name = '%s' or --algo %s would use it)",
+                source,
+                name,
+                name,
+                algo_name,
+                name,
+                name,
+            )
     settings = _settings_of(names, args, tables, source)
     ppo_config = settings.pop(algo_name)
     # Loaded now, so a bad certificate or key stops the command before anything is created.
@@ -200,6 +219,9 @@ def serve_command(args: argparse.Namespace) -> int:
         {name: to_table(one) for name, one in settings.items()},
     )
     on_ray = ray_serving(args, server_config)
+    if on_ray.learner_link is None:  # on Ray the learner may have a GPU node of its own
+        for name, one in [(algo_name, ppo_config), *settings.items()]:
+            check_device_present(one.device, f"--{name}-device")
     server_config = on_ray.server_config
     replicas = on_ray.replicas(args.argv)
     _check_ports_free(server_config)

@@ -161,3 +161,37 @@ def add_ray_arguments(serve: argparse.ArgumentParser) -> None:
         )
     )
     FullHelp.hide(hidden)
+
+
+def refuse_unused_algorithm_flags(args: argparse.Namespace, used: list[str]) -> None:
+    """Refuse ``--ALGO-*`` settings flags of an algorithm no policy learns with.
+
+    ``used`` names the algorithms in use, the run's first. Without this check such a flag would
+    be dropped without a word (``rlserve serve --algo dqn --ppo-lr 0.1`` trains DQN).
+
+    Raises:
+        ConfigError: A flag of an algorithm not in ``used`` was given.
+    """
+    import dataclasses
+
+    from rlserve.errors import ConfigError
+    from rlserve.learners.registry import ALGORITHMS
+
+    for other in ALGORITHMS.values():
+        if other.name in used:
+            continue
+        given = [
+            f"--{other.name}-{f.name.replace('_', '-')}"
+            for f in dataclasses.fields(other.settings)
+            if getattr(args, f"{other.name}_{f.name}", None) is not None
+        ]
+        if given:
+            learns = (
+                f"the algorithm is {used[0]}"
+                if len(used) == 1
+                else (f"the policies learn with {', '.join(used)}")
+            )
+            raise ConfigError(
+                f"{', '.join(given)} set {other.name} settings, but {learns}; pass --algo "
+                f"{other.name}, or --{used[0]}-* settings"
+            )

@@ -286,22 +286,13 @@ def train_defaults(algo: str) -> dict[str, Any]:
 
 def train_command(args: argparse.Namespace) -> int:
     """Run ``rlserve train`` from parsed arguments."""
+    from rlserve.cli.serve_args import refuse_unused_algorithm_flags
     from rlserve.config.fields import build
-    from rlserve.learners.registry import ALGORITHMS, algorithm
+    from rlserve.learners.registry import algorithm
 
     config = build(TrainConfig, None, args)
     entry = algorithm(config.algo)
-    for other in ALGORITHMS.values():
-        given = [
-            f"--{other.name}-{f.name.replace('_', '-')}"
-            for f in dataclasses.fields(other.settings)
-            if getattr(args, f"{other.name}_{f.name}", None) is not None
-        ]
-        if other is not entry and given:
-            raise ConfigError(
-                f"{', '.join(given)} set {other.name} settings, but the algorithm is "
-                f"{entry.name}; pass --algo {other.name}, or --{entry.name}-* settings"
-            )
+    refuse_unused_algorithm_flags(args, [entry.name])
     overrides = {
         f.name: getattr(args, f"{entry.name}_{f.name}")
         for f in dataclasses.fields(entry.settings)
@@ -314,7 +305,7 @@ def train_command(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"{', '.join(ignored)}: a resumed run keeps its environment and settings "
                 f"(saved in {config.resume}); drop them, or start a new run with --env and a "
-                "new --name (only --stop-return, --stop-steps, --time-limit and --progress "
-                "apply to a resumed run)"
+                "new --name (only --stop-return, --stop-steps, --time-limit, --progress and "
+                "--callbacks apply to a resumed run)"
             )
     return run_training(config, overrides)

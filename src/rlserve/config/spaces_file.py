@@ -14,6 +14,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from rlserve.config.registered_envs import make_registered
 from rlserve.errors import ConfigError, RLServeError
 from rlserve.protocol.spaces import describe, from_description
 
@@ -143,12 +144,10 @@ def spaces_of_env(
     client that rebuilt them from the welcome does (e.g. the key order of a Dict).
 
     Raises:
-        ConfigError: ``gym.make`` refused the id; the message starts with ``label`` and the id.
+        ConfigError: ``gym.make`` refused the id (see :func:`make_registered`); the message
+            starts with ``label`` and the id.
     """
-    try:
-        env = gym.make(env_id)
-    except gym.error.Error as exc:
-        raise ConfigError(f"{label} {env_id}: {exc}") from exc
+    env = make_registered(env_id, label)
     try:
         return (
             from_description(describe(env.observation_space)),

@@ -16,13 +16,13 @@ expects a dict works) that also says which copy it is making (``worker_index``,
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
 
+from rlserve.config.registered_envs import make_registered
 from rlserve.errors import ConfigError
 
 __all__ = ["EnvContext", "EnvSpec", "env_creator", "make_env"]
@@ -92,16 +92,9 @@ def _make_from_id(env_id: str, config: EnvContext, render_mode: str | None) -> A
     kwargs = dict(config)
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
-    try:
-        return gym.make(env_id, **kwargs)
-    except gym.error.UnregisteredEnv as e:
-        close = difflib.get_close_matches(env_id, list(gym.registry), n=5, cutoff=0.6)
-        hint = f" Did you mean: {', '.join(close)}?" if close else ""
-        raise ConfigError(
-            f"env {env_id!r} is not a registered Gymnasium id ({e}).{hint} Register it with "
-            "gymnasium.register(...), import the package that registers it first, or pass "
-            "the env class or a creator function instead."
-        ) from e
+    return make_registered(
+        env_id, "env", ", or pass the env class or a creator function instead", **kwargs
+    )
 
 
 def _call_style(fn: Callable[..., Any]) -> tuple[str, bool]:

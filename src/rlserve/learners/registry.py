@@ -167,10 +167,22 @@ def run_algorithm(tables: dict[str, Any]) -> AlgorithmEntry:
     existed. Its settings are the table named after it (``[ppo]``, ``[dqn]``).
 
     Raises:
-        ConfigError: The run names an unknown algorithm.
+        ConfigError: The run names an unknown algorithm, or the table has another key than
+            ``name``.
     """
     table = tables.get("algorithm") or {}
-    return algorithm(table.get("name") if isinstance(table, dict) else None)
+    if not isinstance(table, dict):
+        raise ConfigError("'algorithm' must be a table: [algorithm] with name = 'ppo' under it")
+    unknown = sorted(set(table) - {"name"})
+    if unknown:
+        raise ConfigError(
+            f"[algorithm] has the key(s) {', '.join(unknown)}; its only key is name, one of "
+            f"{', '.join(ALGORITHMS)} (e.g. name = 'dqn')"
+        )
+    name = table.get("name")
+    if name is not None and not isinstance(name, str):
+        raise ConfigError(f"[algorithm] name must be a string, one of {', '.join(ALGORITHMS)}")
+    return algorithm(name)
 
 
 register(

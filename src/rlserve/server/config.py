@@ -93,7 +93,9 @@ class ServerConfig:
         DEFAULT_LIMITS.max_array_elements, "Largest array (elements) in a message."
     )
     max_episodes_per_client: int = option(
-        DEFAULT_LIMITS.max_episodes_per_client, "Concurrent episodes per client connection."
+        DEFAULT_LIMITS.max_episodes_per_client,
+        "Concurrent episodes per client identity (its hello's client_id; its connections "
+        "together).",
     )
     max_episodes_per_server: int = option(
         DEFAULT_LIMITS.max_episodes_per_server, "Concurrent episodes on the server."
@@ -149,8 +151,28 @@ class ServerConfig:
                 "could feed the learner. Pass --token SECRET or set RLSERVE_TOKEN (clients then "
                 "pass token=SECRET or set RLSERVE_TOKEN), or bind 127.0.0.1"
             )
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port must be from 0 (a free one) to 65535, got {self.port}")
+        if not -1 <= self.http_port <= 65535:
+            raise ConfigError(
+                f"http_port must be from -1 (none) or 0 (a free one) to 65535, got {self.http_port}"
+            )
         if self.fragment_length < 1:
             raise ConfigError("fragment_length must be at least 1")
+        if self.checkpoint_every < 0:
+            raise ConfigError(
+                f"checkpoint_every must be 0 (only at shutdown) or more, got "
+                f"{self.checkpoint_every}"
+            )
+        if self.keep_checkpoints < 1:
+            raise ConfigError(
+                f"keep_checkpoints must be at least 1 (the newest), got {self.keep_checkpoints}"
+            )
+        if not 0 < self.metrics_interval < float("inf"):
+            raise ConfigError(
+                f"metrics_interval must be a positive number of seconds, got "
+                f"{self.metrics_interval}"
+            )
         if self.max_learner_lag_steps is not None and self.max_learner_lag_steps < 0:
             raise ConfigError(
                 f"max_learner_lag_steps must be >= 0 (0: never hold clients), got "
