@@ -120,6 +120,20 @@ def test_export_needs_a_checkpoint(tmp_path: Path) -> None:
         export_onnx(tmp_path / "missing")
 
 
+def test_a_missing_or_foreign_checkpoint_is_named_with_the_fix(tmp_path: Path) -> None:
+    run, _ = make_run(tmp_path, gym.spaces.Box(-1.0, 1.0, (3,), np.float32), DISCRETE_2)
+    with pytest.raises(ConfigError, match=r"no such file.*newest: ckpt_0000000\.pt"):
+        export_onnx(run, checkpoint=tmp_path / "missing.pt")
+    other, _ = make_run(tmp_path / "other", gym.spaces.Box(-1.0, 1.0, (5,), np.float32), DISCRETE_2)
+    foreign = other / "checkpoints" / "ckpt_0000000.pt"
+    with pytest.raises(ConfigError, match=r"is not a checkpoint of policy 'default'.*size"):
+        export_onnx(run, checkpoint=foreign)
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint")
+    with pytest.raises(ConfigError, match="is not a checkpoint of policy 'default'"):
+        export_onnx(run, checkpoint=garbage)
+
+
 def test_the_onnx_file_is_self_contained(tmp_path: Path) -> None:
     run, policy = make_run(tmp_path, gym.spaces.Box(-1.0, 1.0, (3,), np.float32), DISCRETE_2)
     path = export_onnx(run, output=tmp_path / "out" / "policy.onnx")

@@ -279,7 +279,8 @@ def load_model(
         policy_id: The policy, in a run with several.
 
     Raises:
-        ConfigError: Not a run folder, no such policy in it, or no checkpoint of it.
+        ConfigError: Not a run folder, no such policy in it, no checkpoint of it, or
+            ``checkpoint`` is missing or not one of this policy.
     """
     run = RunFolder.existing(run_dir)
     tables, spaces = run.load()
@@ -312,9 +313,9 @@ def load_model(
         )
     else:
         model = ppo_model(space, spec.action_space, settings)
+    folder = policy_paths(run.path, policy_id, is_flat(policies)).checkpoints
+    files = checkpoints_in(folder)
     if checkpoint is None:
-        folder = policy_paths(run.path, policy_id, is_flat(policies)).checkpoints
-        files = checkpoints_in(folder)
         if not files:
             raise ConfigError(
                 f"{folder} has no checkpoint yet; train (rlserve serve) first"
@@ -322,11 +323,26 @@ def load_model(
                 else f"policy '{policy_id}' of {run.path} has no checkpoint yet ({folder})"
             )
         checkpoint = files[-1]
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    if isinstance(model, SquashedGaussianActor):
-        model.load_state_dict(state["model"]["actor"])  # a SAC checkpoint holds its critics too
-    else:
-        model.load_state_dict(state["model"])
+    elif not Path(checkpoint).is_file():
+        newest = ", ".join(p.name for p in files[-3:]) or "none yet"
+        raise ConfigError(
+            f"checkpoint {checkpoint}: no such file; the policy's checkpoints are in {folder} "
+            f"(newest: {newest}), or leave --checkpoint out for the newest"
+        )
+    try:
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        if isinstance(model, SquashedGaussianActor):
+            # A SAC checkpoint holds its critics too.
+            model.load_state_dict(state["model"]["actor"])
+        else:
+            model.load_state_dict(state["model"])
+    except Exception as exc:  # any file: not torch's, damaged, or another model's weights
+        detail = " ".join(str(exc).split())  # one line, however many torch gave
+        detail = detail if len(detail) <= 300 else f"{detail[:300]}..."
+        raise ConfigError(
+            f"{checkpoint} is not a checkpoint of policy '{policy_id}' of {run.path} "
+            f"({type(exc).__name__}: {detail}); pick one from {folder}"
+        ) from exc
     if isinstance(model, ActorCritic):
         # A checkpoint without the flag predates normalised actions: its Gaussian is in the
         # Box's units.
