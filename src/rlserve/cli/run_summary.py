@@ -9,12 +9,34 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
 
 from rlserve.errors import ConfigError
 from rlserve.run.progress_file import PROGRESS_FILE, read_progress
+
+
+def server_gone(endpoints: dict[str, Any]) -> bool:
+    """Whether the server process ``endpoints.json`` names is gone (killed, crashed).
+
+    Its ``state`` stays ``running`` then: only a server that stops cleanly rewrites it. Only
+    checked on the machine that wrote it (a run folder may be shared with a container).
+    """
+    if endpoints.get("machine") != socket.gethostname():
+        return False
+    pid = endpoints.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
 
 
 def run_checkpoints(folder: Path) -> list[Path]:
@@ -25,7 +47,7 @@ def run_checkpoints(folder: Path) -> list[Path]:
 
 
 def _state(folder: Path) -> str:
-    """``finished``, ``running`` (a served run), or ``hosted`` (no server: an Algorithm's run)."""
+    """The run's state: finished, running, not running (its server is gone), or hosted."""
     try:
         endpoints = json.loads((folder / "endpoints.json").read_text())
     except (OSError, ValueError):
@@ -34,6 +56,11 @@ def _state(folder: Path) -> str:
         return (
             f"finished (stopped {endpoints.get('stopped', '?')}; 'rlserve serve --resume "
             f"{folder}' continues it)"
+        )
+    if server_gone(endpoints):
+        return (
+            f"not running (its server, process {endpoints['pid']}, is gone: killed or crashed; "
+            f"'rlserve serve --resume {folder}' continues it)"
         )
     return "running"
 

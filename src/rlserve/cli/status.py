@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from rlserve.cli.run_summary import folder_summary, format_summary
+from rlserve.cli.run_summary import folder_summary, format_summary, server_gone
 from rlserve.config.fields import TOKEN_ENV
 from rlserve.errors import ConfigError
 from rlserve.run.progress_file import PROGRESS_FILE
@@ -34,12 +34,16 @@ def _newest_run(runs: Path) -> Path | None:
 
 
 def _served_live(folder: Path) -> bool:
-    """Whether ``folder``'s server says it runs with an HTTP carrier (``endpoints.json``)."""
+    """Whether ``folder``'s server runs with an HTTP carrier (``endpoints.json``, its pid)."""
     try:
         endpoints = json.loads((folder / "endpoints.json").read_text())
     except (OSError, ValueError):
         return False
-    return endpoints.get("state") != "stopped" and bool(endpoints.get("http"))
+    return (
+        endpoints.get("state") != "stopped"
+        and bool(endpoints.get("http"))
+        and not server_gone(endpoints)
+    )
 
 
 def http_url(target: str | None) -> tuple[str, str]:
@@ -78,6 +82,11 @@ def http_url(target: str | None) -> tuple[str, str]:
             raise ConfigError(
                 f"the server of {path} stopped at {endpoints.get('stopped', '?')}; start it again "
                 f"with 'rlserve serve --resume {path}'"
+            )
+        if server_gone(endpoints):
+            raise ConfigError(
+                f"the server of {path} is not running: its process ({endpoints['pid']}) is gone, "
+                f"killed or crashed; start it again with 'rlserve serve --resume {path}'"
             )
         http = endpoints.get("http")
         if not http:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -42,12 +43,13 @@ else:  # Python 3.10: the same parser, as a package
 ENDPOINTS_FILE = "endpoints.json"
 """Where a server writes its addresses once it listens, for launchers and ``rlserve status``.
 
-``{"state": "running", "pid": ..., "started": ISO time, "tls": bool, "binary": {"host", "port",
-"url"}, "http": {"host", "port", "url"}}`` (``http`` is the binary port when there is no
-separate HTTP port), written atomically once both carriers listen (so a launcher that passed
-``--port 0`` can read the ports instead of parsing stdout). On a clean exit ``state`` becomes
-``"stopped"`` and ``stopped`` gives the time; after a crash it still says ``"running"``, with a
-``pid`` that no longer runs.
+``{"state": "running", "pid": ..., "machine": host name, "started": ISO time, "tls": bool,
+"binary": {"host", "port", "url"}, "http": {"host", "port", "url"}}`` (``http`` is the binary
+port when there is no separate HTTP port), written atomically once both carriers listen (so a
+launcher that passed ``--port 0`` can read the ports instead of parsing stdout). On a clean exit
+``state`` becomes ``"stopped"`` and ``stopped`` gives the time; after a crash it still says
+``"running"``, with a ``pid`` that no longer runs on ``machine`` (``rlserve status`` checks it
+there).
 """
 
 IN_USE_NEW = "stop it or choose another --name"
@@ -68,6 +70,7 @@ def endpoints(host: str, port: int, http_port: int | None, tls: bool) -> dict[st
     return {
         "state": "running",
         "pid": os.getpid(),
+        "machine": socket.gethostname(),
         "started": _now_iso(),
         "tls": tls,
         "binary": {"host": host, "port": port, "url": f"{binary_scheme}://{shown}:{port}"},
