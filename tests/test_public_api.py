@@ -22,6 +22,7 @@ EXPECTED_ALL = {
     "EpisodeLostError",
     "PPOConfig",
     "SACConfig",
+    "LocalConfig",
     "PolicyClient",
     "ProtocolError",
     "RLServeError",
@@ -63,6 +64,7 @@ def test_version_matches_the_distribution() -> None:
 NOT_ERRORS = {
     "AlgorithmConfig",
     "DQNConfig",
+    "LocalConfig",
     "PPOConfig",
     "PolicyClient",
     "SACConfig",

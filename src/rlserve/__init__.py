@@ -12,6 +12,7 @@ from types import ModuleType as _ModuleType
 from typing import Any as _Any
 
 from rlserve.algorithm.config import AlgorithmConfig, DQNConfig, PPOConfig, SACConfig
+from rlserve.client.local_config import LocalConfig
 from rlserve.client.policy_client import PolicyClient
 from rlserve.errors import (
     AuthenticationError,
@@ -39,6 +40,7 @@ __all__ = [
     "DQNConfig",
     "EpisodeError",
     "EpisodeLostError",
+    "LocalConfig",
     "PPOConfig",
     "PolicyClient",
     "ProtocolError",

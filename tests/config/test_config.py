@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
 from pathlib import Path
 
@@ -37,6 +38,24 @@ def test_the_example_config_lists_every_option_with_its_default() -> None:
     }
     assert {f.name for f in dataclasses.fields(ServerConfig)} <= documented | commented
     assert {f.name for f in dataclasses.fields(PPOSettings)} <= documented | commented
+
+
+def test_the_example_configs_comments_are_the_options_help() -> None:
+    helps = {
+        (table, f.name): f.metadata["help"]
+        for cls, table in ((ServerConfig, "server"), (PPOSettings, "ppo"))
+        for f in dataclasses.fields(cls)
+    }
+    table, compared = "", 0
+    for number, line in enumerate(EXAMPLE.read_text().splitlines(), 1):
+        if line.startswith("["):
+            table = line.strip("[]")
+            continue
+        match = re.match(r"^(?:# )?(\w+) = .*?  # (.*)$", line)
+        if match and (table, match[1]) in helps:
+            assert match[2] == helps[table, match[1]], f"examples/rlserve.toml, line {number}"
+            compared += 1
+    assert compared == len(helps)
 
 
 def test_flags_win_over_the_table_and_unknown_keys_are_named() -> None:

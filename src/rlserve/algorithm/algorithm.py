@@ -312,7 +312,7 @@ class Algorithm(CheckpointMixin, ActingMixin):
         Raises:
             ValueError: ``episodes`` is below 1.
         """
-        wanted = episodes or self.config.evaluation_duration
+        wanted = self.config.evaluation_duration if episodes is None else episodes
         if wanted < 1:
             raise ValueError(f"evaluate(episodes={episodes}): evaluate at least one episode")
         if self._eval is None:

@@ -317,8 +317,10 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig):
     def serving(self, **settings: Any) -> AlgorithmConfig:
         """Attach a network server: external clients become one more source of experience.
 
-        Takes host, port, http_port, token, tls_cert, tls_key and max_queued_steps_per_source
-        (see :class:`rlserve.algorithm.serving_settings.ServingSettings`).
+        Takes the fields of :class:`rlserve.algorithm.serving_settings.ServingSettings`: host,
+        port, http_port, token, tls_cert, tls_key, max_queued_steps_per_source, idle_timeout,
+        sync_reports, metrics_interval, ray_address, ray_node_ip, replicas, and ``server``
+        (any other ``rlserve serve`` setting, by its name in ``[server]``).
         """
         from rlserve.algorithm.serving_settings import ServingSettings
 

@@ -1,5 +1,6 @@
 """The client side: what a simulator embeds (numpy, msgpack and the standard library)."""
 
+from rlserve.client.local_config import LocalConfig
 from rlserve.client.policy_client import PolicyClient
 
-__all__ = ["PolicyClient"]
+__all__ = ["LocalConfig", "PolicyClient"]
