@@ -135,7 +135,10 @@ class Algorithm(CheckpointMixin, ActingMixin):
         """Each policy's learner, by id: in this process, or a Ray actor's proxy
         (``.learners(num_gpus_per_learner=...)``: :mod:`rlserve.algorithm.placement`)."""
         self.driver = TrainingDriver(
-            {pid: PolicyLearner.in_process(pid, learner) for pid, learner in self.learners.items()},
+            {
+                pid: PolicyLearner.in_process(pid, learner, self.specs[pid].frozen)
+                for pid, learner in self.learners.items()
+            },
             self._updated,
             max_updates_per_round=MAX_UPDATES_PER_ROUND,
         )
@@ -206,6 +209,9 @@ class Algorithm(CheckpointMixin, ActingMixin):
         elapsed = time.perf_counter() - started
         self.time_total_s += elapsed
         result = self._result(sampled, network_steps, elapsed)
+        interval = self.config.evaluation_interval
+        if interval and self.iteration % interval == 0:
+            result.update(self.evaluate())  # RLlib's place for it: result["evaluation"]
         self.callbacks.fire("on_train_result", algorithm=self, result=result)
         report(
             result,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from rlserve.algorithm.builder_arguments import builder
 from rlserve.errors import ConfigError
 from rlserve.run.callbacks import (
     EVENTS,
@@ -43,6 +44,7 @@ class CallbacksConfig:
     """The callbacks: classes, instances, ``module:Class`` references (see :meth:`callbacks`)."""
     callbacks_fail_fast: bool
 
+    @builder
     def callbacks(
         self,
         callbacks_class: Any = None,

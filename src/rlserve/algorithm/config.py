@@ -25,9 +25,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlserve.algorithm.builder_arguments import builder
 from rlserve.algorithm.callbacks import CallbacksConfig
 from rlserve.algorithm.placement import LearnersConfig, amount, resource_map
 from rlserve.algorithm.policy_entries import MultiAgentConfig
+from rlserve.algorithm.rllib_compat import RLlibCompatConfig
 from rlserve.algorithm.training_settings import (
     HOSTED_DEFAULTS,
     observation_filter,
@@ -62,7 +64,12 @@ def assemble(config: AlgorithmConfig, resume: Path | None = None) -> Algorithm:
     return _assembler(config, resume)
 
 
-class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig):
+def _whole(value: Any, least: int) -> bool:
+    """Whether ``value`` is an int (not a bool) of ``least`` or more."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig, RLlibCompatConfig):
     """Settings of an :class:`~rlserve.algorithm.Algorithm`, built by chained method calls."""
 
     algo_name = "ppo"
@@ -95,6 +102,9 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig):
         self.seed = 0
         self.device = "auto"
         self.evaluation_duration = 10
+        self.evaluation_interval: int | None = None
+        """Iterations between evaluations that ``train()`` runs itself (None: only
+        :meth:`Algorithm.evaluate`)."""
         self.policies: dict[str, dict[str, Any]] | None = None
         """Each policy's settings overrides (of its algorithm's settings), by id."""
         self.policy_algorithms: dict[str, str] = {}
@@ -106,6 +116,8 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig):
         """Policies declared with their spaces (``PolicySpec`` or RLlib's 4-tuples), by id."""
         self.policy_mapping: list[tuple[str, str]] = []
         self.policy_mapping_fn: Any = None
+        self.policies_to_train: frozenset[str] | None = None
+        """The policies that learn (None: all); the others are frozen."""
         self.serving_settings: dict[str, Any] | None = None
         self.run_dir: str | None = None
         self.run_name: str | None = None
@@ -117,6 +129,7 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig):
 
     # -- builders ----------------------------------------------------------------------------
 
+    @builder
     def environment(
         self,
         env: Any = None,
@@ -124,6 +137,7 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig):
         env_config: dict[str, Any] | None = None,
         observation_space: Any = None,
         action_space: Any = None,
+        disable_env_checking: bool | None = None,
     ) -> AlgorithmConfig:
         """The environment: a ``gymnasium.Env``, a registered id, a class or a creator.
 
@@ -132,6 +146,9 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig):
         accepted too. Without an environment (``env=None``, as RLlib's policy-server example
         has it), give the policy's ``observation_space`` and ``action_space`` and attach a
         server with :meth:`serving`: its network clients are then the only source.
+
+        ``disable_env_checking`` is RLlib's: rlserve does not check an environment when it
+        builds (``rlserve check-env`` does, on demand), so it has no effect.
         """
         if env is not None:
             self.env = env
@@ -152,6 +169,7 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig):
             self.env_config = dict(env_config)
         return self
 
+    @builder
     def env_runners(
         self,
         *,
@@ -260,6 +278,7 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig):
             self.step_timeout_s = float(sample_timeout_s)
         return self
 
+    @builder
     def training(self, **settings: Any) -> AlgorithmConfig:
         """The algorithm's settings (checked at once).
 
@@ -282,7 +301,13 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig):
         """
         settings = dict(settings)
         if "min_env_steps_per_iteration" in settings:
-            self.min_env_steps_per_iteration = int(settings.pop("min_env_steps_per_iteration"))
+            steps = settings.pop("min_env_steps_per_iteration")
+            if not _whole(steps, 1):
+                raise ConfigError(
+                    f"min_env_steps_per_iteration must be a whole number of env steps, 1 or more, "
+                    f"got {steps!r}"
+                )
+            self.min_env_steps_per_iteration = int(steps)
         self.training_settings.update(
             settings_fields(self.algo_name, settings, "training()", iteration=True)
         )
@@ -293,27 +318,83 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig):
         self.training_settings["normalize_observations"] = observation_filter(value)
         self.algo_settings()
 
+    @builder
     def debugging(self, *, seed: int | None = None) -> AlgorithmConfig:
         """The seed of environments, sampling and the learner."""
         if seed is not None:
+            if not _whole(seed, 0):
+                raise ConfigError(
+                    f"debugging(): seed must be a whole number, 0 or more, got {seed!r}"
+                )
             self.seed = int(seed)
         return self
 
-    def resources(self, *, device: str | None = None) -> AlgorithmConfig:
-        """The learner's torch device: ``auto`` (cuda when present), ``cpu`` or ``cuda[:N]``."""
+    @builder
+    def resources(
+        self, *, device: str | None = None, num_gpus: float | None = None
+    ) -> AlgorithmConfig:
+        """The learner's torch device: ``auto`` (cuda when present), ``cpu`` or ``cuda[:N]``.
+
+        ``num_gpus`` is RLlib's form: 0 is ``cpu``, more is ``cuda`` (one learner uses one
+        device; several learners on Ray: :meth:`learners`).
+        """
+        if num_gpus is not None:
+            if device is not None:
+                raise ConfigError("resources(): pass device or num_gpus, not both")
+            if isinstance(num_gpus, bool) or not isinstance(num_gpus, (int, float)) or num_gpus < 0:
+                raise ConfigError(f"resources(): num_gpus must be 0 or more, got {num_gpus!r}")
+            device = "cuda" if num_gpus > 0 else "cpu"
         if device is not None:
             self.training_settings["device"] = device
             self.algo_settings()
         return self
 
-    def evaluation(self, *, evaluation_duration: int | None = None) -> AlgorithmConfig:
-        """Episodes run by :meth:`Algorithm.evaluate` (exploration off, not trained on)."""
+    @builder
+    def evaluation(
+        self,
+        *,
+        evaluation_duration: int | None = None,
+        evaluation_interval: int | None = None,
+        evaluation_duration_unit: str | None = None,
+        evaluation_num_env_runners: int | None = None,
+    ) -> AlgorithmConfig:
+        """Greedy episodes (exploration off, not trained on) that measure the policy.
+
+        Args:
+            evaluation_duration: Episodes per evaluation (default 10).
+            evaluation_interval: ``train()`` evaluates every this many iterations and puts
+                the figures under its result's ``evaluation`` key, as RLlib does (None, the
+                default: only when :meth:`Algorithm.evaluate` is called).
+            evaluation_duration_unit: RLlib's unit of the duration; only ``"episodes"``.
+            evaluation_num_env_runners: RLlib's evaluation workers; rlserve evaluates in this
+                process on its own copy of the environment, whatever the number.
+        """
         if evaluation_duration is not None:
-            if evaluation_duration < 1:
-                raise ConfigError("evaluation_duration must be at least 1 episode")
+            if not _whole(evaluation_duration, 1):
+                raise ConfigError(
+                    f"evaluation_duration must be a whole number of episodes, 1 or more, got "
+                    f"{evaluation_duration!r}"
+                )
             self.evaluation_duration = int(evaluation_duration)
+        if evaluation_interval is not None:
+            if not _whole(evaluation_interval, 1):
+                raise ConfigError(
+                    f"evaluation_interval must be a whole number of iterations, 1 or more "
+                    f"(None: no evaluation in train()), got {evaluation_interval!r}"
+                )
+            self.evaluation_interval = int(evaluation_interval)
+        if evaluation_duration_unit not in (None, "episodes"):
+            raise ConfigError(
+                f"evaluation_duration_unit '{evaluation_duration_unit}': rlserve evaluates whole "
+                "episodes; pass 'episodes' (or leave it out)"
+            )
+        if evaluation_num_env_runners is not None and not _whole(evaluation_num_env_runners, 0):
+            raise ConfigError(
+                f"evaluation_num_env_runners must be 0 or more, got {evaluation_num_env_runners!r}"
+            )
         return self
 
+    @builder
     def serving(self, **settings: Any) -> AlgorithmConfig:
         """Attach a network server: external clients become one more source of experience.
 
@@ -331,6 +412,7 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig):
         self.serving_settings = dict(settings)
         return self
 
+    @builder
     def reporting(
         self,
         *,
@@ -353,9 +435,19 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig):
         if progress is not None:
             self.progress = bool(progress)
         if checkpoint_every is not None:
+            if not _whole(checkpoint_every, 0):
+                raise ConfigError(
+                    f"reporting(): checkpoint_every must be a whole number, 0 (only on save and "
+                    f"stop) or more, got {checkpoint_every!r}"
+                )
             self.checkpoint_every = int(checkpoint_every)
         if keep_checkpoints is not None:
-            self.keep_checkpoints = max(1, int(keep_checkpoints))
+            if not _whole(keep_checkpoints, 1):
+                raise ConfigError(
+                    f"reporting(): keep_checkpoints must be a whole number, 1 or more, got "
+                    f"{keep_checkpoints!r}"
+                )
+            self.keep_checkpoints = int(keep_checkpoints)
         return self
 
     # -- results -----------------------------------------------------------------------------

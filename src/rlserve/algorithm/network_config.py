@@ -60,6 +60,7 @@ def network_policies(config: AlgorithmConfig) -> tuple[dict[str, PolicySpec], Po
                 spec,
                 policy_id=check_policy_id(pid),
                 config=dict(declared[pid]),
+                frozen=spec.frozen or not config.trains(pid),
                 algo=config.policy_algorithms.get(pid),
             )
             for pid, spec in config.policy_specs.items()
@@ -77,6 +78,7 @@ def network_policies(config: AlgorithmConfig) -> tuple[dict[str, PolicySpec], Po
                 specs[DEFAULT_POLICY_ID],
                 policy_id=pid,
                 config=dict(declared.get(pid, {})),
+                frozen=not config.trains(pid),
                 algo=config.policy_algorithms.get(pid),
             )
         }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from rlserve.algorithm.builder_arguments import builder
 from rlserve.errors import ConfigError
 from rlserve.learners.registry import algorithm
 
@@ -68,6 +69,7 @@ class LearnersConfig:
     num_gpus_per_learner: float
     custom_resources_per_learner: dict[str, float]
 
+    @builder
     def learners(
         self: _Config,
         *,

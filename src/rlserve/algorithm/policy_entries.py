@@ -10,9 +10,11 @@ overrides)`` tuple or an rlserve ``PolicySpec``; the overrides may name the poli
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from rlserve.algorithm.builder_arguments import builder
 from rlserve.algorithm.training_settings import settings_fields
 from rlserve.errors import ConfigError
 from rlserve.learners.registry import algorithm
@@ -34,7 +36,9 @@ class MultiAgentConfig:
     policy_specs: dict[str, Any]
     policy_mapping: list[tuple[str, str]]
     policy_mapping_fn: Any
+    policies_to_train: frozenset[str] | None
 
+    @builder
     def multi_agent(
         self: _Config,
         *,
@@ -42,6 +46,7 @@ class MultiAgentConfig:
         policy_mapping_fn: Any = None,
         policy_mapping: Any = None,
         algorithm_settings: dict[str, dict[str, Any]] | None = None,
+        policies_to_train: Any = None,
     ) -> _Config:
         """Several policies: ``policies`` (ids, or id -> settings overrides) and who uses which.
 
@@ -66,6 +71,8 @@ class MultiAgentConfig:
             algorithm_settings: Per algorithm name, the settings every policy of that
                 algorithm starts from (RLlib's names work too), as the top ``[dqn]`` table of
                 a config file does for ``rlserve serve``.
+            policies_to_train: RLlib's list of the policies that learn (None: all); the others
+                act with their initial weights and are never trained (``frozen``).
         """
         if algorithm_settings is not None:
             if not isinstance(algorithm_settings, dict):
@@ -94,6 +101,11 @@ class MultiAgentConfig:
                     if declared.spec is not None:
                         self.policy_specs[str(key)] = declared.spec
                     self.policies[str(key)] = declared.overrides
+            elif isinstance(policies, str) or not isinstance(policies, Iterable):
+                raise ConfigError(
+                    f"multi_agent(policies={policies!r}): pass the policy ids as a list or set "
+                    "(e.g. policies=['main']), or a dict of id -> settings overrides"
+                )
             else:
                 self.policies = {str(p): {} for p in policies}
             if not self.policies:
@@ -103,10 +115,27 @@ class MultiAgentConfig:
                 raise ConfigError("policy_mapping_fn must be callable")
             self.policy_mapping_fn = policy_mapping_fn
         if policy_mapping is not None:
-            rules = getattr(policy_mapping, "rules", None)
-            pairs = rules if rules is not None else list(policy_mapping.items())
-            self.policy_mapping = [(str(k), str(v)) for k, v in pairs]
+            self.policy_mapping = _mapping_rules(policy_mapping)
+        if policies_to_train is not None:
+            if isinstance(policies_to_train, str) or not isinstance(policies_to_train, Iterable):
+                raise ConfigError(
+                    "multi_agent(policies_to_train=...): pass the ids of the policies that learn "
+                    "as a list (a function of the batch is RLlib's other form, which rlserve "
+                    "does not take)"
+                )
+            self.policies_to_train = frozenset(str(p) for p in policies_to_train)
+        if self.policies_to_train is not None and self.policies is not None:
+            unknown = sorted(self.policies_to_train - set(self.policies))
+            if unknown:
+                raise ConfigError(
+                    f"multi_agent(policies_to_train=...) names {unknown}, which policies does "
+                    f"not declare ({sorted(self.policies)})"
+                )
         return self
+
+    def trains(self, policy_id: str) -> bool:
+        """Whether ``policy_id`` learns (``policies_to_train`` names it, or is unset)."""
+        return self.policies_to_train is None or policy_id in self.policies_to_train
 
     def algorithm_of(self, policy_id: str) -> str:
         """The algorithm that trains ``policy_id`` (its own, else :attr:`algo_name`)."""
@@ -187,3 +216,28 @@ def _overrides(
     chosen = algo or named
     name = None if chosen is None else algorithm(chosen).name
     return settings_fields(name or default_algo, overrides, f"policy '{policy_id}'"), name
+
+
+def _mapping_rules(policy_mapping: Any) -> list[tuple[str, str]]:
+    """``policy_mapping`` as (agent id or pattern, policy id) rules.
+
+    It may be a dict, a ``PolicyMapping`` or a list of (pattern, policy id) pairs.
+
+    Raises:
+        ConfigError: Anything else.
+    """
+    rules = getattr(policy_mapping, "rules", None)
+    if rules is not None:
+        pairs: Any = list(rules)
+    elif isinstance(policy_mapping, dict):
+        pairs = list(policy_mapping.items())
+    elif isinstance(policy_mapping, (list, tuple)):
+        pairs = list(policy_mapping)
+    else:
+        pairs = None
+    if pairs is None or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in pairs):
+        raise ConfigError(
+            f"multi_agent(policy_mapping={policy_mapping!r}): pass {{agent id or pattern: policy "
+            "id}, e.g. {'red_*': 'red'}, or a list of (pattern, policy id) pairs"
+        )
+    return [(str(k), str(v)) for k, v in pairs]

@@ -44,6 +44,7 @@ _PLAIN = (
     "training_settings",
     "seed",
     "evaluation_duration",
+    "evaluation_interval",
     "policies",
     "policy_algorithms",
     "algorithm_settings",
@@ -85,6 +86,8 @@ def save_config(config: AlgorithmConfig, folder: Path) -> None:
         for name, values in config.algorithm_settings.items()
     }
     plain["algo"] = config.algo_name
+    if config.policies_to_train is not None:
+        plain["policies_to_train"] = sorted(config.policies_to_train)
     plain["env"] = env_reference(config.env)
     if config.policy_mapping_fn is not None:
         # A module-level function is saved by name; a lambda or a local one cannot be, and
@@ -120,6 +123,8 @@ def load_config(folder: Path) -> AlgorithmConfig:
         if name in plain:
             setattr(config, name, plain[name])
     config.policy_mapping = [tuple(rule) for rule in config.policy_mapping]  # type: ignore[misc]
+    if plain.get("policies_to_train") is not None:
+        config.policies_to_train = frozenset(plain["policies_to_train"])
     mapping_fn = plain.get("policy_mapping_fn")
     if mapping_fn == UNSAVED:
         raise ConfigError(

@@ -15,6 +15,7 @@ from rlserve.learners.registry import algorithm
 from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.mapping import PolicyMapping
 from rlserve.protocol.spaces import describe
+from rlserve.server.mapping_function import as_two_argument
 from rlserve.server.policies import PolicySpec
 
 
@@ -76,8 +77,9 @@ def source_policies(
     else:
         rules = list(config.policy_mapping)
         if config.policy_mapping_fn is not None:
+            mapping_fn = as_two_argument(config.policy_mapping_fn)
             for agent_id in agents:
-                policy_id = config.policy_mapping_fn(agent_id, None)
+                policy_id = mapping_fn(agent_id, None)
                 if policy_id not in declared:
                     raise ConfigError(
                         f"policy_mapping_fn maps the agent '{agent_id}' to '{policy_id}', which "
@@ -105,7 +107,12 @@ def source_policies(
                     "have different spaces; give them separate policies"
                 )
         spec = PolicySpec(
-            pid, obs_space, act_space, dict(overrides), algo=config.policy_algorithms.get(pid)
+            pid,
+            obs_space,
+            act_space,
+            dict(overrides),
+            frozen=not config.trains(pid),
+            algo=config.policy_algorithms.get(pid),
         )
         try:
             algorithm(spec.algorithm_of(config.algo_name)).check(obs_space, act_space)

@@ -12,6 +12,8 @@ agent; the server goes on.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +25,23 @@ from rlserve.protocol.replies import AgentsMapped
 
 MappingFn = Callable[..., Any]
 """RLlib's ``policy_mapping_fn(agent_id, episode, **kwargs) -> policy id``."""
+
+
+def as_two_argument(fn: MappingFn) -> MappingFn:
+    """``fn`` callable as ``fn(agent_id, episode)``, given ``worker=None`` where it takes one.
+
+    RLlib's older API stack calls ``policy_mapping_fn(agent_id, episode, worker=worker)`` and its
+    examples declare ``worker`` without a default; rlserve has no rollout worker to give.
+    """
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # builtins and C callables: call as they are
+        return fn
+    worker = parameters.get("worker")
+    named = worker is not None and worker.kind is not worker.POSITIONAL_ONLY
+    if named or any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        return functools.partial(fn, worker=None)
+    return fn
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +65,7 @@ class MappingFunction:
     """
 
     def __init__(self, fn: MappingFn, mapping: PolicyMapping, policies: Iterable[str]):
-        self.fn = fn
+        self.fn = as_two_argument(fn)
         self.mapping = mapping
         self.policies = frozenset(policies)
         self.calls = 0

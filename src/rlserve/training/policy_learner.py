@@ -126,9 +126,12 @@ class PolicyLearner:
         self._taken: list[Fragment] = []
 
     @classmethod
-    def in_process(cls, policy_id: str, learner: Learner) -> PolicyLearner:
-        """A policy whose trainer checkpoints it by itself (the in-process Algorithm's)."""
-        return cls({"policy_id": policy_id}, learner, {}, 0)
+    def in_process(cls, policy_id: str, learner: Learner, frozen: bool = False) -> PolicyLearner:
+        """A policy whose trainer checkpoints it by itself (the in-process Algorithm's).
+
+        ``frozen``: never trained (``multi_agent(policies_to_train=...)`` leaves it out).
+        """
+        return cls({"policy_id": policy_id, "frozen": frozen}, learner, {}, 0)
 
     @classmethod
     def start(cls, setup: dict[str, Any], published: int, keep_checkpoints: int) -> PolicyLearner:
