@@ -38,6 +38,20 @@ def test_missing_port() -> None:
         parse_address("tls://host")
 
 
+@pytest.mark.parametrize(
+    ("address", "message"),
+    [
+        ("9900", r"'9900' is a port without a host; write 'localhost:9900'"),
+        ("tcp://host:9900/v1", "has a path; a server address is host:port only"),
+        ("localhost:99999", "the port must be from 1 to 65535, got 99999"),
+        ("localhost:0", "the port must be from 1 to 65535, got 0"),
+    ],
+)
+def test_an_address_mistake_says_what_to_write(address: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_address(address)
+
+
 def test_a_tls_address_always_gets_a_verifying_context(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

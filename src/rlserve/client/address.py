@@ -35,8 +35,8 @@ def parse_address(address: str) -> Address:
     gets TLS; there is no fallback to plain text.
 
     Raises:
-        ConfigError: An unknown scheme (a ``ValueError`` too).
-        ValueError: No port, or a port that is not a number.
+        ConfigError: An unknown scheme, a bare port, a path, no port or a port out of range
+            (a ``ValueError`` too).
     """
     if not isinstance(address, str):
         # A user's mistake (a tuple, a bare port): say what to write, never an AttributeError.
@@ -58,8 +58,20 @@ def parse_address(address: str) -> Address:
             "or http:// (plain text), or tls:// or https:// (TLS)"
         )
     host, sep, port = rest.rstrip("/").rpartition(":")
+    if not sep and rest.isdigit():
+        raise ConfigError(
+            f"address '{address}' is a port without a host; write 'localhost:{rest}' (or the "
+            f"server's host:{rest})"
+        )
+    if "/" in rest.rstrip("/"):
+        raise ConfigError(
+            f"address '{address}' has a path; a server address is host:port only, e.g. "
+            "'localhost:9900'"
+        )
     if not sep or not port.isdigit():
-        raise ValueError(f"address '{address}' needs a port, e.g. 'localhost:9900'")
+        raise ConfigError(f"address '{address}' needs a port, e.g. 'localhost:9900'")
+    if not 1 <= int(port) <= 65535:
+        raise ConfigError(f"address '{address}': the port must be from 1 to 65535, got {port}")
     return Address(host.strip("[]") or "127.0.0.1", int(port), scheme.lower() in TLS_SCHEMES)
 
 

@@ -2,17 +2,19 @@
 
 Rewards must be finite numbers in range, multi-agent values are dicts keyed by agent id (the
 keys read as strings), ``info`` maps must be able to travel, and RLlib's done and truncated
-dicts become one mark per agent.
+dicts become one mark per agent; the client's timings must neither spin nor never wait.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from rlserve.errors import SpaceError
+from rlserve.client.local_config import MIN_INTERVAL_S
+from rlserve.errors import ConfigError, SpaceError
 from rlserve.protocol.info import check_info_size, wire_info
 from rlserve.protocol.values import MAX_ABS_REWARD
 
@@ -125,3 +127,33 @@ def agent_infos(
         check_info_size(plain, max_info_bytes, where)
         out[str(agent_id)] = plain
     return out
+
+
+def check_timings(
+    update_interval: float | None, timeout: float, connect_timeout: float, reconnect_timeout: float
+) -> None:
+    """Refuse, naming the argument, a ``PolicyClient`` time that would spin or never wait.
+
+    Raises:
+        ConfigError: ``update_interval`` below :data:`MIN_INTERVAL_S` (None: refresh only on
+            ``update_policy_weights()``), ``timeout`` or ``connect_timeout`` not positive,
+            ``reconnect_timeout`` negative, or any of them not a finite number.
+    """
+    if update_interval is not None and not (
+        _seconds(update_interval) and update_interval >= MIN_INTERVAL_S
+    ):
+        raise ConfigError(
+            f"update_interval must be at least {MIN_INTERVAL_S} s, or None to refresh the "
+            f"weights only on update_policy_weights(); got {update_interval!r}"
+        )
+    for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+        if not (_seconds(value) and value > 0):
+            raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+    if not (_seconds(reconnect_timeout) and reconnect_timeout >= 0):
+        raise ConfigError(
+            f"reconnect_timeout must be 0 (no retry) or more seconds, got {reconnect_timeout!r}"
+        )
+
+
+def _seconds(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -29,9 +29,8 @@ def split_addresses(address: str | Sequence[str]) -> list[str]:
     Every address is parsed here, so a bad one fails before anything is dialled.
 
     Raises:
-        ConfigError: An empty list or entry, a bad address in a list (the error names it), or
+        ConfigError: An empty list or entry, a bad address (in a list, the error names it), or
             something that is not a string.
-        ValueError: A single address without a port (as :func:`parse_address`).
     """
     if isinstance(address, str):
         if "," not in address:

@@ -20,7 +20,13 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from rlserve.client.arguments import agent_infos, agent_rewards, done_marks, reward_number
+from rlserve.client.arguments import (
+    agent_infos,
+    agent_rewards,
+    check_timings,
+    done_marks,
+    reward_number,
+)
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.engine import Engine, ServerView
 from rlserve.client.local import LocalConfig, LocalInference
@@ -138,6 +144,12 @@ class PolicyClient:
     ):
         if inference_mode not in ("remote", "local"):
             raise ConfigError(f"inference_mode must be 'remote' or 'local', got '{inference_mode}'")
+        check_timings(
+            update_interval=update_interval,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            reconnect_timeout=reconnect_timeout,
+        )
         self.address = address
         self.inference_mode = inference_mode
         self.update_interval = update_interval
