@@ -60,3 +60,22 @@ def test_a_training_runs_folder_is_not_taken_over_while_it_trains(tmp_path: Path
     # b was let go when the second moved to a, and a when it stopped.
     for folder in (folder_a, folder_b):
         RunFolder(folder).hold(IN_USE_RESUME).release()
+
+
+def test_save_refuses_a_folder_another_process_writes_or_a_served_run(tmp_path: Path) -> None:
+    config = PPOConfig().environment("CartPole-v1").training(**SMALL).debugging(seed=2)
+    with config.build() as algo:
+        held = tmp_path / "served"
+        held.mkdir()
+        lock = RunFolder(held).hold(IN_USE_RESUME)  # as a live server holds its run folder
+        try:
+            with pytest.raises(ConfigError, match=f"{held} is in use by pid .*another folder"):
+                algo.save(held)
+        finally:
+            lock.release()
+        assert not (held / "config.toml").exists()  # nothing of it was written
+        (held / "config.toml").write_text("[server]\n")  # a stopped server's run
+        with pytest.raises(ConfigError, match="holds a run of rlserve serve"):
+            algo.save(held)
+        mine = algo.save(tmp_path / "mine")
+        assert algo.save(mine) == mine  # its own checkpoint folder again: fine

@@ -23,12 +23,14 @@ from rlserve.algorithm.checkpoint_state import (
     write_state,
 )
 from rlserve.algorithm.results import RETURN_WINDOW
-from rlserve.algorithm.saved_config import save_config
+from rlserve.algorithm.saved_config import CONFIG_FILE, save_config
 from rlserve.algorithm.sources import make_source
 from rlserve.config.fields import to_table
+from rlserve.errors import ConfigError
 from rlserve.learners.registry import DEFAULT_ALGORITHM
 from rlserve.run.metrics import MetricsWriter, ProgressLine
 from rlserve.run.run_folder import IN_USE_NEW, IN_USE_RESUME, RunFolder
+from rlserve.run.run_lock import RunLock
 from rlserve.server.policies import is_flat, run_folder_form
 
 if TYPE_CHECKING:
@@ -78,16 +80,30 @@ class CheckpointMixin:
         Without ``checkpoint_dir``: into the run folder when there is one, else a new folder
         under ``runs/``. Episodes in flight are not part of it: a restored Algorithm starts
         fresh episodes (their environments are reset with a seed derived from the iteration).
+
+        Raises:
+            ConfigError: ``checkpoint_dir`` is in use by another process (a server, another
+                Algorithm), or holds a run that is not an Algorithm's (``rlserve serve``'s).
         """
         if checkpoint_dir is None:
             if self.run is None:
                 self.run = RunFolder.create("runs", None).hold(IN_USE_NEW)
                 self._write_run_files(self.run.path)
             folder = self.run.path
+        elif self.run is not None and _same(Path(checkpoint_dir), self.run.path):
+            folder = self.run.path  # its own run folder, whose lock it holds
+            self._write_run_files(folder)
         else:
             folder = Path(checkpoint_dir)
             folder.mkdir(parents=True, exist_ok=True)
-            self._write_run_files(folder)
+            lock = RunLock.acquire(folder, "save into another folder")
+            try:
+                _refuse_another_run(folder)
+                self._write_run_files(folder)
+                self._checkpoint(folder)
+            finally:
+                lock.release()
+            return folder
         self._checkpoint(folder)
         return folder
 
@@ -185,6 +201,19 @@ class CheckpointMixin:
     @property
     def _episodes_failed(self) -> int:
         raise NotImplementedError
+
+
+def _refuse_another_run(folder: Path) -> None:
+    """Refuse to save into a run folder that is not an Algorithm's (its files would be replaced).
+
+    Raises:
+        ConfigError: ``folder`` holds a run's ``config.toml`` but no saved Algorithm config.
+    """
+    if (folder / "config.toml").exists() and not (folder / CONFIG_FILE).exists():
+        raise ConfigError(
+            f"{folder} holds a run of rlserve serve (config.toml, no {CONFIG_FILE}), which a "
+            "save would overwrite; save into a new folder"
+        )
 
 
 def _same(a: Path, b: Path) -> bool:
