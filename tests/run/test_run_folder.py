@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+
+import pytest
 
 from rlserve.config.fields import to_table
 from rlserve.run.run_folder import RunFolder
@@ -31,3 +34,11 @@ def test_a_run_without_a_token_does_not_require_one(tmp_path: Path) -> None:
     loaded = RunFolder.existing(run.path)
     loaded.load()
     assert not loaded.token_required
+
+
+def test_runs_started_in_the_same_second_get_folders_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(time, "strftime", lambda fmt, *args: "20261128-120000")
+    names = [RunFolder.create(str(tmp_path), None).path.name for _ in range(3)]
+    assert names == ["20261128-120000", "20261128-120000-2", "20261128-120000-3"]

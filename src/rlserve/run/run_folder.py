@@ -20,6 +20,7 @@ Layout::
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -141,11 +142,23 @@ class RunFolder:
     def create(cls, run_dir: str, name: str | None) -> RunFolder:
         """Make a new run folder (``name`` defaults to a timestamp).
 
+        A timestamp taken already (two runs started in one second) gets ``-2``, ``-3``...: the
+        folder is created atomically, so two processes never share one.
+
         Raises:
-            ConfigError: The folder exists already (resume it with ``--resume`` instead).
+            ConfigError: The named folder exists already (resume it with ``--resume`` instead).
         """
-        name = name or time.strftime("%Y%m%d-%H%M%S")
-        path = Path(run_dir) / name
+        if not name:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            Path(run_dir).mkdir(parents=True, exist_ok=True)
+            for n in itertools.count(1):
+                path = Path(run_dir) / (stamp if n == 1 else f"{stamp}-{n}")
+                try:
+                    path.mkdir()
+                except FileExistsError:
+                    continue
+                return cls(path)
+        path = Path(run_dir) / str(name)
         if (path / "config.toml").exists():
             raise ConfigError(
                 f"run folder {path} exists; continue it with '{resume_command(path)}' or "
