@@ -613,3 +613,17 @@ def test_the_records_stay_importable_from_the_table_module() -> None:
 
     for name in ("SINGLE_AGENT", "AgentTrajectory", "Episode", "EpisodeStatus", "EpisodeSummary"):
         assert getattr(episodes, name) is getattr(episode_records, name)
+
+
+def test_a_local_clients_table_names_its_own_limit() -> None:
+    table = EpisodeTable(
+        10,
+        1,
+        1,
+        lambda fragment: None,
+        holder="this client",
+        limit_setting="LocalConfig(max_episodes=...)",
+    )
+    _start(table, "a", owner="A")
+    with pytest.raises(CapacityError, match=r"this client holds 1 episodes.*LocalConfig\("):
+        table.start("b", True, "default", "A")

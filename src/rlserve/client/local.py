@@ -142,6 +142,8 @@ class LocalInference(Collector):
             config.max_episodes,
             self._enqueue,
             self._add_summary,
+            holder="this client",
+            limit_setting="LocalConfig(max_episodes=...)",
         )
         if view.policies.map_agents:
             self.ask_policies = self._weights.map_agents

@@ -67,6 +67,8 @@ class Collector:
         max_episodes: Concurrent open episodes.
         sink: Takes every finished fragment (called on the thread that finished it).
         on_summary: Takes every finished episode's summary.
+        holder: Who holds the episodes, as the error at ``max_episodes`` says it.
+        limit_setting: What raises ``max_episodes``, named in that error.
     """
 
     def __init__(
@@ -77,6 +79,8 @@ class Collector:
         max_episodes: int,
         sink: Callable[[Fragment], None],
         on_summary: Callable[[EpisodeSummary], None],
+        holder: str = "the sampler",
+        limit_setting: str = "num_envs_per_env_runner (it allows 4 per env copy, 1,024 at least)",
     ):
         self.table_of_policies = table
         served = table.policies
@@ -96,7 +100,14 @@ class Collector:
         self._on_summary = on_summary
         self._sink = sink
         self._checks: dict[tuple[str, int], Callable[[Any], np.ndarray]] = {}
-        self.table = EpisodeTable(fragment_length, max_episodes, max_episodes, sink)
+        self.table = EpisodeTable(
+            fragment_length,
+            max_episodes,
+            max_episodes,
+            sink,
+            holder=holder,
+            limit_setting=limit_setting,
+        )
         self.ask_policies: AskPolicies | None = None
         """Asks the server's mapping function about new agents no rule maps (a local-inference
         client of a server that has one); None: the rules alone."""

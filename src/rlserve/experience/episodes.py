@@ -88,6 +88,9 @@ class EpisodeTable:
         max_per_owner: Most concurrent episodes one owner (client identity) may hold.
         on_fragment: Called with each finished fragment of a training episode.
         clock: Monotonic time source (seconds).
+        holder: Who holds the episodes, as the capacity error says it (a local client's
+            table: ``"this client"``).
+        limit_setting: The setting that raises ``max_episodes``, named in that error.
     """
 
     def __init__(
@@ -97,9 +100,13 @@ class EpisodeTable:
         max_per_owner: int,
         on_fragment: Callable[[Fragment], None],
         clock: Callable[[], float] = time.monotonic,
+        holder: str = "the server",
+        limit_setting: str = "max_episodes_per_server",
     ):
         self.fragment_length = fragment_length
         self.max_episodes = max_episodes
+        self.holder = holder
+        self.limit_setting = limit_setting
         self.max_per_owner = max_per_owner
         self._clock = clock
         self._single = SingleAgentSteps(fragment_length, on_fragment, clock)
@@ -135,8 +142,8 @@ class EpisodeTable:
             )
         if len(self._active) >= self.max_episodes:
             raise CapacityError(
-                f"the server holds {len(self._active)} episodes, its limit; end episodes or raise "
-                "max_episodes_per_server"
+                f"{self.holder} holds {len(self._active)} episodes, its limit; end episodes or "
+                f"raise {self.limit_setting}"
             )
         held = self._per_owner.get(owner, 0)
         if held >= self.max_per_owner:
