@@ -152,6 +152,21 @@ def test_unknown_episode_id(server: Any) -> None:
     assert _errors(server) - errors_before == 6
 
 
+@pytest.mark.parametrize("mode", ["remote", "local"])
+def test_an_id_that_is_no_episode_id_is_named_in_both_modes(server: Any, mode: str) -> None:
+    with PolicyClient(server.address, inference_mode=mode, timeout=30) as client:
+        for bad in (5, ""):
+            with pytest.raises(EpisodeError, match="episode_id must be a non-empty string"):
+                client.start_episode(bad)  # type: ignore[arg-type]
+        with pytest.raises(EpisodeError, match="an episode id is the string start_episode"):
+            client.get_action(5, GOOD)  # type: ignore[arg-type]
+        eid = client.start_episode()
+        with pytest.raises(SpaceError, match=r"the observation dict has no entry for \['other'\]"):
+            client.get_action([eid, "other"], {eid: GOOD})
+        assert client.get_action([eid], {eid: GOOD})[eid] in (0, 1)
+        client.end_episode(eid, GOOD)
+
+
 def test_log_returns_after_a_refused_call_is_not_swallowed(server: Any) -> None:
     """A get_action the server refused is not an action: a reward after it is still an error."""
     with _client(server) as client:

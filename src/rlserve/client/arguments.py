@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from rlserve.client.local_config import MIN_INTERVAL_S
-from rlserve.errors import ConfigError, SpaceError
+from rlserve.errors import ConfigError, EpisodeError, SpaceError
 from rlserve.protocol.info import check_info_size, wire_info
 from rlserve.protocol.values import MAX_ABS_REWARD
 
@@ -157,3 +157,17 @@ def check_timings(
 
 def _seconds(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def episode_ids(episode_id: Any, call: str) -> list[str]:
+    """The episode ids of a call on several episodes (a list or tuple of strings).
+
+    Raises:
+        EpisodeError: ``episode_id`` is neither a string nor a sequence of strings.
+    """
+    if isinstance(episode_id, (list, tuple)) and all(isinstance(e, str) for e in episode_id):
+        return list(episode_id)
+    raise EpisodeError(
+        f"{call}: an episode id is the string start_episode returned (or a list of them for "
+        f"several episodes at once), got {episode_id!r} ({type(episode_id).__name__})"
+    )

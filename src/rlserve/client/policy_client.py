@@ -25,6 +25,7 @@ from rlserve.client.arguments import (
     agent_rewards,
     check_timings,
     done_marks,
+    episode_ids,
     reward_number,
 )
 from rlserve.client.connection import Connection, Timeouts
@@ -246,6 +247,11 @@ class PolicyClient:
         Raises:
             EpisodeError: The id is active or was used before.
         """
+        if episode_id is not None and (not isinstance(episode_id, str) or not episode_id):
+            raise EpisodeError(
+                f"start_episode: episode_id must be a non-empty string (or None for a random "
+                f"one), got {episode_id!r} ({type(episode_id).__name__})"
+            )
         with self._lock:
             if policy_id is not None and policy_id not in self._view.policies.policies:
                 raise EpisodeError(
@@ -284,8 +290,15 @@ class PolicyClient:
                         f"{type(observation).__name__}"
                     )
                 return self._engine.get_agent_actions(episode_id, observation)
-            ids = list(episode_id)
+            ids = episode_ids(episode_id, "get_action")
             keyed = isinstance(observation, Mapping)
+            if keyed:
+                missing = [eid for eid in ids if eid not in observation]
+                if missing:
+                    raise SpaceError(
+                        f"get_action for episodes {ids}: the observation dict has no entry for "
+                        f"{missing}; key it by the same ids"
+                    )
             values = [observation[eid] for eid in ids] if keyed else observation
             return self._engine.get_actions(ids, values, keyed)
 
