@@ -4,6 +4,7 @@ streams, a shipper that spins after close()."""
 from __future__ import annotations
 
 import json
+import logging
 import resource
 import time
 from pathlib import Path
@@ -173,3 +174,27 @@ def test_a_short_timeout_while_the_server_starts_does_not_fail(launch_server: An
         assert client.weights_version is not None
     finally:
         client.close()
+
+
+def test_steps_of_episodes_left_open_are_shipped_at_close(
+    cartpole: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    before = cartpole.metrics()
+    client = PolicyClient(cartpole.address, inference_mode="local", update_interval=None)
+    env = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=5)
+    eid = client.start_episode()
+    for _ in range(5):  # a random CartPole episode lasts longer than this
+        obs, reward, terminated, _, _ = env.step(client.get_action(eid, obs))
+        assert not terminated
+        client.log_returns(eid, float(reward))
+    with caplog.at_level(logging.WARNING, logger="rlserve.client"):
+        client.close()
+    assert "1 episodes were still open; their steps so far (5) are shipped" in caplog.text
+    # The last step has no next observation: the other 4 bootstrap from it, as at idle expiry.
+    after = cartpole.wait_until(
+        lambda m: m["samples/steps_reported"] >= before["samples/steps_reported"] + 4,
+        what="the open episode's steps",
+    )
+    assert after["samples/steps_reported"] == before["samples/steps_reported"] + 4
+    assert after["episodes/completed"] == before["episodes/completed"]

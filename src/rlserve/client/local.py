@@ -209,7 +209,7 @@ class LocalInference(Collector):
             if self._buffered_steps >= self.config.batch_steps:
                 self._lock.notify_all()
             while self._buffered_steps > self.config.max_buffered_steps and not self._stopping:
-                if self.config.when_full == "block":
+                if self.config.when_full == "block" and not self._closed:  # close never waits
                     self._lock.wait(1.0)
                     continue
                 if not self._outbox:
@@ -405,6 +405,7 @@ class LocalInference(Collector):
         self._closed = True
         forget_closed(self)
         deadline = time.monotonic() + timeout
+        self._hand_on_open_episodes()
         # Keep a little of the time for the threads to notice the stop.
         self.flush(max(0.0, timeout - min(1.0, timeout / 4)))
         with self._lock:
@@ -434,6 +435,26 @@ class LocalInference(Collector):
             conn.abort()
             with contextlib.suppress(ConnectionLostError, ServerError):
                 conn.close()
+
+    def _hand_on_open_episodes(self) -> None:
+        """Queue the steps of episodes still open at close, as a server does at idle expiry.
+
+        They are trained on (bootstrapping from their last observation); the episodes are not
+        counted as finished, since they did not end.
+        """
+        left_open = self.table.open_episodes()
+        if not left_open:
+            return
+        steps = sum(episode.length for episode in left_open)
+        for episode in left_open:
+            self.table.abandon(episode, "client_closed")  # its summary is not reported
+        logger.warning(
+            "rlserve: close(): %d episodes were still open; their steps so far (%d) are shipped "
+            "for training, but they are not counted as finished episodes (call end_episode "
+            "before close to count them)",
+            len(left_open),
+            steps,
+        )
 
     def _undelivered_episodes(self) -> set[str]:
         """Ids of the episodes with steps or a summary the server has not accepted."""

@@ -461,6 +461,10 @@ class EpisodeTable:
             episode.policy_id,
         )
 
+    def open_episodes(self) -> list[Episode]:
+        """The episodes not ended yet, oldest first."""
+        return list(self._active.values())
+
     def owners(self) -> dict[str, int]:
         """Open episodes per owner."""
         return dict(self._per_owner)
