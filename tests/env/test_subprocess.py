@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from toy_envs import FaultyEnv, Float64Env
+from toy_envs import FaultyEnv, Float64Env, OldGymApi
 
 from rlserve.env import InProcessVectorSource, ProcessVectorSource
 from rlserve.errors import ConfigError
@@ -185,5 +185,16 @@ def test_every_copy_of_a_failed_process_is_reported() -> None:
         assert sorted(batch.failed) == [2, 3]
         assert source.episodes_failed == 2 and source.restarts == 1
         assert not source.step_all([1] * 5).failed
+    finally:
+        source.close()
+
+
+@pytest.mark.timeout(60)
+def test_an_old_gym_step_in_a_sub_process_stops_with_the_fix_not_a_restart_loop() -> None:
+    source = ProcessVectorSource(OldGymApi, {"step": 4}, num_envs=2, seed=0)
+    try:
+        source.reset_all()
+        with pytest.raises(ConfigError, match=r"in its sub-process: OldGymApi.step\(\) must"):
+            source.step_all([0, 0])
     finally:
         source.close()

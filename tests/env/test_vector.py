@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
 import pytest
-from toy_envs import Float64Env
+from toy_envs import Float64Env, OldGymApi
 
 from rlserve.env import SINGLE_AGENT, InProcessVectorSource, to_source
+from rlserve.errors import EnvError
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -98,3 +101,20 @@ def test_generic_poll_interface() -> None:
     assert poll.episode_over(0) and poll.episode_over(1)
     assert poll.rewards[0][SINGLE_AGENT] == 1.0
     assert set(poll.reset_obs) == {0, 1}
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"reset": "obs"}, r"OldGymApi.reset\(\) must return \(obs, info\).*got ndarray of shape"),
+        ({"step": 4}, r"OldGymApi.step\(\) must return \(obs, reward, .*got a tuple of 4"),
+    ],
+)
+def test_an_env_of_the_old_gym_api_is_named_with_the_fix(
+    config: dict[str, Any], message: str
+) -> None:
+    source = InProcessVectorSource(OldGymApi, config, num_envs=2, seed=0)
+    with pytest.raises(EnvError, match=message):
+        source.reset_all()
+        source.step_all(np.zeros(2, np.int64))
+    source.close()

@@ -95,3 +95,24 @@ class RecordContext(gym.Env[np.ndarray, int]):
 
     def step(self, action: int) -> Any:
         return np.array(self.ids, dtype=np.float32), 0.0, False, False, {}
+
+
+class OldGymApi(gym.Env[np.ndarray, int]):
+    """The pre-Gymnasium gym API: ``reset()`` returns the observation alone (``config["reset"]
+    == "obs"``) or ``step()`` returns ``(obs, reward, done, info)`` (``config["step"] == 4``)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, config: Any = None) -> None:
+        self.config = dict(config or {})
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        obs = np.zeros(2, np.float32)
+        return obs if self.config.get("reset") == "obs" else (obs, {})
+
+    def step(self, action: int) -> Any:
+        obs = np.zeros(2, np.float32)
+        if self.config.get("step") == 4:
+            return obs, 1.0, False, {}
+        return obs, 1.0, False, False, {}

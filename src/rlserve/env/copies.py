@@ -25,8 +25,8 @@ import gymnasium as gym
 from rlserve.env.multi_agent import MultiAgentEnv, agent_space, known_agents
 from rlserve.env.pettingzoo import as_multi_agent
 from rlserve.env.stacking import ObsStacker
-from rlserve.env.vector import step_copies
-from rlserve.errors import ConfigError
+from rlserve.env.vector import reset_checked, step_copies
+from rlserve.errors import ConfigError, EnvError
 from rlserve.protocol.mapping import ALL_AGENTS
 
 __all__ = ["EnvCopies"]
@@ -112,11 +112,13 @@ class EnvCopies:
                 if self.multi_agent:
                     result = {j: self._reset_agents(j, s) for j, s in seeds.items()}
                 else:
-                    result = [env.reset(seed=s) for env, s in zip(self._envs, seeds, strict=True)]
+                    result = [
+                        reset_checked(env, seed=s) for env, s in zip(self._envs, seeds, strict=True)
+                    ]
             else:
                 self.done = True
                 return {"type": "closed"}
-        except ConfigError as e:
+        except (ConfigError, EnvError) as e:  # the env breaks the API: restarting cannot help
             self.done = True
             return {"type": "config_error", "reason": str(e)}
         except Exception as e:

@@ -20,7 +20,7 @@ import numpy as np
 from rlserve.env.base import StepBatch, VectorEnvSource
 from rlserve.env.make import EnvContext, EnvSpec, env_creator
 from rlserve.env.stacking import ObsStacker
-from rlserve.errors import ConfigError
+from rlserve.errors import ConfigError, EnvError
 
 __all__ = ["InProcessVectorSource", "step_copies"]
 
@@ -61,12 +61,15 @@ def step_copies(envs: list[gym.Env[Any, Any]], actions: Any, stacker: ObsStacker
     infos: dict[int, dict[str, Any]] = {}
     reset_infos: dict[int, dict[str, Any]] = {}
     for i, env in enumerate(envs):
-        obs, reward, term, trunc, info = env.step(actions[i])
+        result = env.step(actions[i])
+        if type(result) is not tuple or len(result) != 5:
+            raise EnvError(step_error(env, result))
+        obs, reward, term, trunc, info = result
         if info:
             infos[i] = info
         if term or trunc:
             final_obs[i] = stacker.cast(obs)
-            obs, reset_info = env.reset()
+            obs, reset_info = reset_checked(env)
             if reset_info:
                 reset_infos[i] = reset_info
             terminated[i] = bool(term)
@@ -74,6 +77,41 @@ def step_copies(envs: list[gym.Env[Any, Any]], actions: Any, stacker: ObsStacker
         obs_list[i] = obs
         rewards[i] = reward
     return obs_list, rewards, terminated, truncated, final_obs, infos, reset_infos
+
+
+def reset_checked(env: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+    """``env.reset(**kwargs)``, refused with the fix unless it is Gymnasium's ``(obs, info)``.
+
+    Raises:
+        EnvError: The env returned something else (an old gym env returns the observation
+            alone, which would otherwise be unpacked as an observation and an info).
+    """
+    result = env.reset(**kwargs)
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
+        return result
+    raise EnvError(
+        f"{type(env).__name__}.reset() must return (obs, info) as a Gymnasium env does, got "
+        f"{_described(result)}; an env of the pre-Gymnasium gym API returns the observation "
+        "alone: update it, or wrap it with shimmy's GymV26CompatibilityV0 ('rlserve check-env' "
+        "checks an env)"
+    )
+
+
+def step_error(env: Any, result: Any) -> str:
+    """Why a ``step()`` result is not Gymnasium's 5-tuple, with the fix."""
+    return (
+        f"{type(env).__name__}.step() must return (obs, reward, terminated, truncated, info) as "
+        f"a Gymnasium env does, got {_described(result)}; a 4-tuple with 'done' is the "
+        "pre-Gymnasium gym API: split done into terminated and truncated, or wrap the env with "
+        "shimmy's GymV26CompatibilityV0 ('rlserve check-env' checks an env)"
+    )
+
+
+def _described(value: Any) -> str:
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)}"
+    shape = getattr(value, "shape", None)
+    return type(value).__name__ + ("" if shape is None else f" of shape {tuple(shape)}")
 
 
 class InProcessVectorSource(VectorEnvSource):
@@ -169,7 +207,7 @@ class InProcessVectorSource(VectorEnvSource):
         obs_list: list[Any] = []
         infos: list[dict[str, Any]] = []
         for i, env in enumerate(self.envs):
-            obs, info = env.reset(seed=None if seed is None else seed + i)
+            obs, info = reset_checked(env, seed=None if seed is None else seed + i)
             if seed is not None:
                 env.action_space.seed(seed + i)
             obs_list.append(obs)
