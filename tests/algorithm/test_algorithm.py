@@ -91,9 +91,9 @@ def test_compute_actions_and_evaluate_on_discrete_cartpole() -> None:
         before = (algo.iteration, algo.env_steps_sampled, algo.episodes_total)
         learner_updates = algo.learners["default"].counters()["updates"]
         evaluation = algo.evaluate()
-        for episodes in (0, -1):
-            with pytest.raises(ValueError, match="at least one episode"):
-                algo.evaluate(episodes=episodes)
+        for episodes in (0, -1, "2"):
+            with pytest.raises(ValueError, match="a whole number of episodes, 1 or more"):
+                algo.evaluate(episodes=episodes)  # type: ignore[arg-type]
         assert (algo.iteration, algo.env_steps_sampled, algo.episodes_total) == before
         assert algo.learners["default"].counters()["updates"] == learner_updates
     runners = evaluation["evaluation"]["env_runners"]

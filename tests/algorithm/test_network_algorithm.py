@@ -232,6 +232,9 @@ def test_rllib_style_policy_tuples_declare_a_multi_policy_server(tmp_path: Path)
         (lambda: PPOConfig().serving(port=0).build(), "observation_space=..., action_space"),
         (lambda: PPOConfig().environment(observation_space="Box(4)"), "gymnasium space"),
         (lambda: PPOConfig().serving(server={"run_dir": "x"}), r"reporting\(run_dir"),
+        (lambda: PPOConfig().serving(port="abc"), r"serving\(\): option 'port' must be an int"),
+        (lambda: PPOConfig().serving(prot=1), r"serving\(\): .*'prot'.*did you mean 'port'"),
+        (lambda: PPOConfig().env_runners(sample_timeout_s="x"), "sample_timeout_s must be sec"),
         (lambda: PPOConfig().multi_agent(policies={"a": (OBS, ACT)}), "RLlib's PolicySpec"),
     ],
 )

@@ -319,8 +319,10 @@ class Algorithm(CheckpointMixin, ActingMixin):
             ValueError: ``episodes`` is below 1.
         """
         wanted = self.config.evaluation_duration if episodes is None else episodes
-        if wanted < 1:
-            raise ValueError(f"evaluate(episodes={episodes}): evaluate at least one episode")
+        if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 1:
+            raise ValueError(
+                f"evaluate(episodes={episodes!r}): pass a whole number of episodes, 1 or more"
+            )
         if self._eval is None:
             seed = self.config.seed + 1_000_003
             self._eval = Evaluator(

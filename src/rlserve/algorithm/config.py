@@ -273,6 +273,8 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig, RLlibCo
         if remote_worker_envs is not None:
             self.remote_worker_envs = bool(remote_worker_envs)
         if sample_timeout_s is not None:
+            if isinstance(sample_timeout_s, bool) or not isinstance(sample_timeout_s, (int, float)):
+                raise ConfigError(f"sample_timeout_s must be seconds, got {sample_timeout_s!r}")
             if not sample_timeout_s > 0:
                 raise ConfigError(f"sample_timeout_s must be positive, got {sample_timeout_s}")
             self.step_timeout_s = float(sample_timeout_s)
@@ -404,11 +406,12 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig, RLlibCo
         (any other ``rlserve serve`` setting, by its name in ``[server]``).
         """
         from rlserve.algorithm.serving_settings import ServingSettings
+        from rlserve.config.fields import build
 
         try:
-            ServingSettings(**settings)  # refuses a bad setting now, not at build()
-        except TypeError as exc:
-            raise ConfigError(f"serving(): {exc}") from exc
+            build(ServingSettings, settings, None)  # names, types and ranges: now, not at build()
+        except ConfigError as exc:
+            raise ConfigError(f"serving(): {exc}") from None
         self.serving_settings = dict(settings)
         return self
 
