@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -567,3 +568,12 @@ def test_a_call_that_raises_took_no_effect(server: Any) -> None:
         eid = client.start_episode("started-or-not")
         client.get_action(eid, GOOD)
         client.end_episode(eid, GOOD)
+
+
+def test_a_token_sent_to_a_server_without_one_is_warned_about_there(server: Any) -> None:
+    with PolicyClient(server.address, token="s3cret", timeout=30) as client:
+        client.end_episode(client.start_episode(), GOOD)  # admitted: the server has no token
+    deadline = time.monotonic() + 30
+    while "a client sent a token, but this server has none" not in server.log():
+        assert time.monotonic() < deadline, server.log()
+        time.sleep(0.05)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from rlserve.errors import AuthenticationError, VersionMismatchError
 from rlserve.protocol.limits import PROTOCOL_VERSION
 from rlserve.protocol.messages import Hello
+from rlserve.server.throttled_log import SERVER_LOG
 
 INFERENCE_MODES = ("remote", "local")
 """Inference modes this server offers."""
@@ -99,6 +100,13 @@ def accept_hello(
             "must ask about with 'map_agents' (docs/protocol.md section 7.12), and this client "
             "does not say it can (hello 'map_agents': true); upgrade the client, connect with "
             "inference_mode='remote', or give the server mapping rules instead"
+        )
+    if token is None and hello.token:
+        # The client believes it authenticates; nothing here checks it.
+        SERVER_LOG.warn(
+            "hello:token_unused",
+            "a client sent a token, but this server has none and admits any client that reaches "
+            "it; start the server with --token (or RLSERVE_TOKEN) to require it",
         )
     session.name = hello.client_name
     if session.identity_by_hello:
