@@ -76,7 +76,9 @@ def add_arguments(
         default = shown[f.name] if f.name in shown else _default_of(f)
         if tp is bool and default is None:
             default = "auto"  # --x / --no-x decide; unset leaves it to the field's rule
-        help_text = f"{f.metadata.get('help', '')} (default: {default})"
+        help_text = f.metadata.get("help", "")
+        if default is not None or "(default" not in help_text:  # its own words say it better
+            help_text = f"{help_text} (default: {'unset' if default is None else default})"
         if tp is bool:
             action = parser.add_argument(
                 flag, dest=prefix + f.name, action=argparse.BooleanOptionalAction, help=help_text
