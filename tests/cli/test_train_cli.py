@@ -200,6 +200,8 @@ def test_train_help_shows_the_defaults_train_applies(algo: str) -> None:
         value = getattr(applied, field.name)
         if value is None and field.type in ("bool | None", bool | None):
             value = "auto"
+        elif value is None:
+            value = "unset"
         assert shown.endswith(f"(default: {value})"), (field.name, shown, value)
     if algo == "ppo":
         assert helps["ppo_train_batch_size"].endswith("(default: 2048)")
