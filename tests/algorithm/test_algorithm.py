@@ -15,7 +15,7 @@ from algorithm_toys import GuessSign, Mimic, strip_times
 
 from rlserve import PPOConfig
 from rlserve.algorithm.algorithm import RESULT_KEYS, Algorithm
-from rlserve.errors import ConfigError
+from rlserve.errors import ConfigError, SpaceError
 
 SMALL = {
     "train_batch_size": 256,
@@ -91,6 +91,10 @@ def test_compute_actions_and_evaluate_on_discrete_cartpole() -> None:
         before = (algo.iteration, algo.env_steps_sampled, algo.episodes_total)
         learner_updates = algo.learners["default"].counters()["updates"]
         evaluation = algo.evaluate()
+        with pytest.raises(SpaceError, match=r"as env.reset\(\) returns \(obs, info\)"):
+            algo.compute_single_action(gym.make("CartPole-v1").reset(seed=0))
+        with pytest.raises(SpaceError, match=r"cannot be read as an array"):
+            algo.compute_single_action([[1.0, 2.0], [3.0]])
         for episodes in (0, -1, "2"):
             with pytest.raises(ValueError, match="a whole number of episodes, 1 or more"):
                 algo.evaluate(episodes=episodes)  # type: ignore[arg-type]

@@ -162,6 +162,10 @@ def test_an_id_that_is_no_episode_id_is_named_in_both_modes(server: Any, mode: s
         with pytest.raises(EpisodeError, match="an episode id is the string start_episode"):
             client.get_action(5, GOOD)  # type: ignore[arg-type]
         eid = client.start_episode()
+        with pytest.raises(SpaceError, match=r"as env.reset\(\) returns \(obs, info\)"):
+            client.get_action(eid, (GOOD, {}))
+        with pytest.raises(SpaceError, match=r"shape \(1, 4\) does not fit"):
+            client.get_action(eid, GOOD[None])
         with pytest.raises(SpaceError, match=r"the observation dict has no entry for \['other'\]"):
             client.get_action([eid, "other"], {eid: GOOD})
         assert client.get_action([eid], {eid: GOOD})[eid] in (0, 1)

@@ -18,7 +18,7 @@ from rlserve.policy import NumpyPolicy
 from rlserve.policy.distributions import actions_to_space
 from rlserve.policy.frame_stacking import stacked_space
 from rlserve.protocol.messages import DEFAULT_POLICY_ID
-from rlserve.protocol.spaces import check_batch
+from rlserve.protocol.spaces import batch_of_one, check_batch
 
 if TYPE_CHECKING:
     from rlserve.server.policies import PolicySpec
@@ -60,7 +60,7 @@ class ActingMixin:
         if spec is None:
             raise ConfigError(f"no policy '{pid}'; the policies are {sorted(self.specs)}")
         space = self._observation_space(pid)
-        batch = single_batch(space, observation)
+        batch = batch_of_one(space, observation)
         policy = self._acting_policy(pid)
         checked = observation_batch(space, batch, 1)
         if state is None and not policy.state_size:
@@ -105,11 +105,6 @@ class ActingMixin:
     @property
     def _default_policy(self) -> str:
         return DEFAULT_POLICY_ID if DEFAULT_POLICY_ID in self.specs else next(iter(self.specs))
-
-
-def single_batch(space: gym.Space[Any], observation: Any) -> Any:
-    """One observation as a batch of one (an array for a Box, else a list)."""
-    return np.asarray(observation)[None] if isinstance(space, gym.spaces.Box) else [observation]
 
 
 def observation_batch(space: gym.Space[Any], observations: Any, count: int) -> Any:

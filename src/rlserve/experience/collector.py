@@ -49,7 +49,7 @@ from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.limits import DEFAULT_LIMITS
 from rlserve.protocol.mapping import ALL_AGENTS
-from rlserve.protocol.spaces import check_batch, check_value
+from rlserve.protocol.spaces import batch_of_one, check_batch, check_value
 from rlserve.protocol.stacked_checks import StackedBoxCheck, stacked_check
 from rlserve.protocol.values import check_float32
 
@@ -152,8 +152,7 @@ class Collector:
         episode = self.table.get(episode_id)
         policy, spaces_ = self._single(episode)
         space = spaces_.observation_space
-        batch = np.asarray(observation)[None] if isinstance(space, spaces.Box) else [observation]
-        obs = check_batch(space, batch, 1, "observation")
+        obs = check_batch(space, batch_of_one(space, observation), 1, "observation")
         rule, frames = spaces_.frames, None
         if rule is not None:
             frames, obs = rule.next([episode], obs)

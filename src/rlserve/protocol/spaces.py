@@ -221,6 +221,11 @@ def check_value(space: spaces.Space[Any], value: Any, where: str = "value") -> A
         SpaceError: Wrong shape, dtype, NaN, out of bounds, missing or extra keys.
     """
     if isinstance(space, spaces.Box):
+        if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], dict):
+            raise SpaceError(
+                f"{where}: got a pair of a value and a dict, as env.reset() returns (obs, "
+                "info); pass the observation alone (obs, info = env.reset())"
+            )
         array = _as_array(value, space.dtype, where, space)
         if array.shape != space.shape:
             raise SpaceError(
@@ -381,6 +386,23 @@ def check_one(space: spaces.Space[Any], value: Any, where: str) -> np.ndarray:
         return check_float32(flat, where)  # integers: always within float32's range
     row = np.asarray(spaces.flatten(space, check_value(space, value, where)))
     return check_float32(row.reshape(1, -1), where)
+
+
+def batch_of_one(space: spaces.Space[Any], value: Any, where: str = "observation") -> Any:
+    """One value of ``space`` as a batch of one (an array for a Box, else a list).
+
+    A Box value that is not an array of the space's shape is checked first with
+    :func:`check_value`, so a wrong one is told as one value (its shape against the space's),
+    never as a batch or by numpy.
+
+    Raises:
+        SpaceError: A Box value that does not fit the space (see :func:`check_value`).
+    """
+    if not isinstance(space, spaces.Box):
+        return [value]
+    if type(value) is np.ndarray and value.shape == space.shape:
+        return value[None]  # the common case, checked with the batch
+    return check_value(space, value, where)[None]
 
 
 def check_batch(space: spaces.Space[Any], values: Any, count: int, where: str) -> np.ndarray:
