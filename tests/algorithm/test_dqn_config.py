@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from rlserve import DQNConfig, PPOConfig
 from rlserve.algorithm.config import config_for
-from rlserve.algorithm.saved_config import load_config, save_config
+from rlserve.algorithm.saved_config import CONFIG_FILE, load_config, save_config
 from rlserve.errors import ConfigError
-from rlserve.learners.dqn_config import DQNSettings
+from rlserve.learners.dqn_config import SOFT_TAU, DQNSettings
 from rlserve.learners.ppo_config import PPOSettings
 
 
@@ -93,3 +94,15 @@ def test_a_saved_config_loads_as_its_algorithm(tmp_path: Path) -> None:
     assert isinstance(config_for(None), PPOConfig)
     with pytest.raises(ConfigError, match="unknown algorithm 'a3c'"):
         config_for("a3c")
+
+
+def test_a_config_saved_before_tau_became_automatic_keeps_its_soft_copies(
+    tmp_path: Path,
+) -> None:
+    config = DQNConfig().environment("CartPole-v1").training(target_update_interval=100)
+    save_config(config, tmp_path)
+    assert load_config(tmp_path).algo_settings().target_tau == 1.0  # now: a hard copy
+    saved = json.loads((tmp_path / CONFIG_FILE).read_text())
+    del saved["format"]  # as saved before the change
+    (tmp_path / CONFIG_FILE).write_text(json.dumps(saved))
+    assert load_config(tmp_path).algo_settings().target_tau == pytest.approx(SOFT_TAU)

@@ -11,8 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+import numpy as np
 import pytest
-from algorithm_toys import Mimic
+from algorithm_toys import OBS1, Mimic
 
 from rlserve import DQNConfig, PPOConfig, SACConfig
 from rlserve.algorithm.algorithm import Algorithm
@@ -35,6 +37,10 @@ def test_rllibs_setup_calls_are_taken() -> None:
     assert config.algo_settings().device == "cpu"
     assert (config.evaluation_interval, config.evaluation_duration) == (2, 4)
     assert DQNConfig().resources(num_gpus=1).algo_settings().device == "cuda"
+    assert PPOConfig().rollouts(num_workers=0).num_env_runners == 0
+    assert PPOConfig().evaluation(evaluation_interval=0).evaluation_interval is None  # RLlib's off
+    numpy_ints = PPOConfig().debugging(seed=np.int64(3)).training(min_env_steps_per_iteration=4e3)
+    assert (numpy_ints.seed, numpy_ints.min_env_steps_per_iteration) == (3, 4000)
 
 
 MISTAKES: dict[str, tuple[Any, str]] = {
@@ -44,7 +50,7 @@ MISTAKES: dict[str, tuple[Any, str]] = {
     ),
     "an RLlib name renamed": (
         lambda: PPOConfig().env_runners(num_rollout_workers=2),  # type: ignore[call-arg]
-        r"env_runners\(\): no setting 'num_rollout_workers'; rlserve calls it num_env_runners",
+        r"env_runners\(\): no setting 'num_rollout_workers'; in rlserve it is num_env_runners",
     ),
     "a misspelt setting": (
         lambda: SACConfig().debugging(sed=1),  # type: ignore[call-arg]
@@ -91,6 +97,28 @@ MISTAKES: dict[str, tuple[Any, str]] = {
         r"rlserve evaluates whole episodes; pass 'episodes'",
     ),
     "negative GPUs": (lambda: PPOConfig().resources(num_gpus=-1), r"num_gpus must be 0 or more"),
+    "a rollouts() setting": (
+        lambda: PPOConfig().rollouts(num_rollout_worker=1),
+        r"^rollouts\(\): no setting 'num_rollout_worker'",
+    ),
+    "GPUs for env runners": (
+        lambda: PPOConfig().env_runners(num_gpus_per_worker=1),  # type: ignore[call-arg]
+        r"in rlserve it is nothing: its env runners act with a numpy copy",
+    ),
+    "evaluation without an environment": (
+        lambda: (
+            PPOConfig()
+            .environment(observation_space=OBS1, action_space=gym.spaces.Discrete(2))
+            .serving(port=0)
+            .evaluation(evaluation_interval=1)
+            .build()
+        ),
+        r"without an environment has nothing to evaluate on",
+    ),
+    "a policy to train of an Algorithm without policies": (
+        lambda: PPOConfig().environment("CartPole-v1").multi_agent(policies_to_train=["x"]).build(),
+        r"names \['x'\], which are not policies of this Algorithm \(\['default'\]\)",
+    ),
 }
 
 

@@ -75,6 +75,7 @@ def test_save_refuses_a_folder_another_process_writes_or_a_served_run(tmp_path: 
             lock.release()
         assert not (held / "config.toml").exists()  # nothing of it was written
         (held / "config.toml").write_text("[server]\n")  # a stopped server's run
+        (held / "spaces.json").write_text("{}")
         with pytest.raises(ConfigError, match="holds a run of rlserve serve"):
             algo.save(held)
         mine = algo.save(tmp_path / "mine")

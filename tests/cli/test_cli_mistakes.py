@@ -110,7 +110,10 @@ def test_a_cuda_learner_without_cuda_stops_serve_before_listening(
     monkeypatch.chdir(tmp_path)
     code, err = _run([*SERVE, "--ppo-device", "cuda"], "", capsys)
     assert code == 2
-    assert "--ppo-device cuda: torch" in err and "use auto (cuda where present) or cpu" in err
+    assert (
+        "the ppo device (--ppo-device, [ppo] device) cuda: torch" in err
+        and "use auto (cuda where present) or cpu" in err
+    )
     assert not (tmp_path / "runs").exists()
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from rlserve import LocalConfig, PolicyClient
-from rlserve.errors import ConfigError
+from rlserve.errors import ConfigError, ConnectionLostError
 
 LOCAL_MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
     "no batch interval": ({"batch_interval": 0}, "batch_interval must be at least 0.01 s"),
@@ -42,3 +42,9 @@ def test_a_client_timing_mistake_is_refused_before_connecting(case: str) -> None
     # Port 1 on loopback: nothing listens, so reaching the network would fail differently.
     with pytest.raises(ConfigError, match=message):
         PolicyClient("127.0.0.1:1", **settings)
+
+
+def test_no_reply_timeout_is_still_allowed() -> None:
+    # timeout=None waits for a reply without a limit: it passes the checks and dials.
+    with pytest.raises(ConnectionLostError):
+        PolicyClient("127.0.0.1:1", timeout=None, reconnect_timeout=0)

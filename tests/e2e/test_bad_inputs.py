@@ -169,6 +169,8 @@ def test_an_id_that_is_no_episode_id_is_named_in_both_modes(server: Any, mode: s
         with pytest.raises(SpaceError, match=r"the observation dict has no entry for \['other'\]"):
             client.get_action([eid, "other"], {eid: GOOD})
         assert client.get_action([eid], {eid: GOOD})[eid] in (0, 1)
+        keyed = {eid: GOOD}
+        assert client.get_action(keyed.keys(), keyed)[eid] in (0, 1)  # any iterable of ids
         client.end_episode(eid, GOOD)
 
 

@@ -23,8 +23,12 @@ _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 RLLIB_NAMES = {
     "num_rollout_workers": "num_env_runners",
+    "num_workers": "num_env_runners",
     "num_envs_per_worker": "num_envs_per_env_runner",
-    "num_gpus_per_worker": "learners(num_gpus_per_learner=...)",
+    "num_gpus_per_worker": (
+        "nothing: its env runners act with a numpy copy of the policy on CPU (GPUs are for "
+        "learners: learners(num_gpus_per_learner=...))"
+    ),
     "num_learner_workers": "learners(num_learners=...)",
 }
 """RLlib's older setting names, with what rlserve calls them."""
@@ -58,7 +62,7 @@ def _explained(name: str, problem: str, settings: list[str]) -> str:
     if unknown:
         key = unknown[1]
         if key in RLLIB_NAMES:
-            hint = f"; rlserve calls it {RLLIB_NAMES[key]}"
+            hint = f"; in rlserve it is {RLLIB_NAMES[key]}"
         else:
             close = difflib.get_close_matches(key, settings, n=1)
             hint = f"; did you mean {close[0]}?" if close else ""

@@ -207,12 +207,14 @@ def _refuse_another_run(folder: Path) -> None:
     """Refuse to save into a run folder that is not an Algorithm's (its files would be replaced).
 
     Raises:
-        ConfigError: ``folder`` holds a run's ``config.toml`` but no saved Algorithm config.
+        ConfigError: ``folder`` holds a run (``config.toml`` and ``spaces.json``) but no saved
+            Algorithm config.
     """
-    if (folder / "config.toml").exists() and not (folder / CONFIG_FILE).exists():
+    run_files = (folder / "config.toml").exists() and (folder / "spaces.json").exists()
+    if run_files and not (folder / CONFIG_FILE).exists():
         raise ConfigError(
-            f"{folder} holds a run of rlserve serve (config.toml, no {CONFIG_FILE}), which a "
-            "save would overwrite; save into a new folder"
+            f"{folder} holds a run of rlserve serve (config.toml and spaces.json, no "
+            f"{CONFIG_FILE}), which a save would overwrite; save into a new folder"
         )
 
 

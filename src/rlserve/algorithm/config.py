@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import multiprocessing as mp
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,7 @@ from rlserve.algorithm.training_settings import (
 )
 from rlserve.errors import ConfigError
 from rlserve.learners.registry import algorithm
+from rlserve.learners.setting_checks import whole_number
 
 if TYPE_CHECKING:
     from rlserve.algorithm.algorithm import Algorithm
@@ -65,8 +67,9 @@ def assemble(config: AlgorithmConfig, resume: Path | None = None) -> Algorithm:
 
 
 def _whole(value: Any, least: int) -> bool:
-    """Whether ``value`` is an int (not a bool) of ``least`` or more."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+    """Whether ``value`` is a whole number (a numpy int, 4000.0; not a bool) of ``least`` up."""
+    number = whole_number(value)
+    return number is not None and number >= least
 
 
 class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig, RLlibCompatConfig):
@@ -379,12 +382,12 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig, RLlibCo
                 )
             self.evaluation_duration = int(evaluation_duration)
         if evaluation_interval is not None:
-            if not _whole(evaluation_interval, 1):
+            if not _whole(evaluation_interval, 0):
                 raise ConfigError(
-                    f"evaluation_interval must be a whole number of iterations, 1 or more "
-                    f"(None: no evaluation in train()), got {evaluation_interval!r}"
+                    f"evaluation_interval must be a whole number of iterations (0 or None: no "
+                    f"evaluation in train()), got {evaluation_interval!r}"
                 )
-            self.evaluation_interval = int(evaluation_interval)
+            self.evaluation_interval = int(evaluation_interval) or None
         if evaluation_duration_unit not in (None, "episodes"):
             raise ConfigError(
                 f"evaluation_duration_unit '{evaluation_duration_unit}': rlserve evaluates whole "
@@ -408,6 +411,9 @@ class AlgorithmConfig(MultiAgentConfig, CallbacksConfig, LearnersConfig, RLlibCo
         from rlserve.algorithm.serving_settings import ServingSettings
         from rlserve.config.fields import build
 
+        settings = {
+            k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in settings.items()
+        }
         try:
             build(ServingSettings, settings, None)  # names, types and ranges: now, not at build()
         except ConfigError as exc:

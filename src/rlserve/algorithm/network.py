@@ -88,6 +88,12 @@ class NetworkAlgorithm(Algorithm):
         background: bool = True,
         learner_link: Callable[..., Any] | None = None,
     ):
+        if config.evaluation_interval:
+            raise ConfigError(
+                "evaluation(evaluation_interval=...): an Algorithm without an environment has "
+                "nothing to evaluate on; drop it (clients evaluate with "
+                "start_episode(training_enabled=False)), or build with .environment(env)"
+            )
         self._learner_link = learner_link
         self.config = config
         self.iteration = 0

@@ -40,6 +40,7 @@ FRAMEWORK_TUNING = frozenset(
 
 ROLLOUTS_NAMES = {
     "num_rollout_workers": "num_env_runners",
+    "num_workers": "num_env_runners",
     "num_envs_per_worker": "num_envs_per_env_runner",
 }
 """``rollouts()`` settings that ``env_runners()`` calls otherwise."""
@@ -88,8 +89,12 @@ class RLlibCompatConfig:
     def rollouts(self: _Config, **settings: Any) -> _Config:
         """RLlib's older name of :meth:`env_runners`, with its older setting names.
 
-        ``num_rollout_workers`` is ``num_env_runners`` and ``num_envs_per_worker`` is
-        ``num_envs_per_env_runner``; the other settings keep their names.
+        ``num_rollout_workers`` (or ``num_workers``) is ``num_env_runners`` and
+        ``num_envs_per_worker`` is ``num_envs_per_env_runner``; the other settings keep their
+        names.
         """
         renamed = {ROLLOUTS_NAMES.get(name, name): value for name, value in settings.items()}
-        return self.env_runners(**renamed)
+        try:
+            return self.env_runners(**renamed)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace("env_runners()", "rollouts()", 1)) from None

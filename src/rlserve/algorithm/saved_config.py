@@ -17,6 +17,7 @@ from typing import Any
 
 from rlserve.algorithm.config import AlgorithmConfig, config_for
 from rlserve.errors import ConfigError
+from rlserve.learners.dqn_config import SOFT_TAU
 
 CONFIG_FILE = "algorithm_config.json"
 
@@ -50,6 +51,22 @@ _PLAIN = (
     "algorithm_settings",
     "policy_mapping",
 )
+
+
+SAVED_FORMAT = 2
+"""Format of a saved config: 2 since DQN's ``tau`` became unset by default (a hard target copy
+with a ``target_update_interval`` above 1); format 1 meant 0.0075 whatever the interval."""
+
+
+def _keep_dqn_soft_copies(config: AlgorithmConfig) -> None:
+    """Give a format-1 config's DQN settings the ``tau`` they trained with (0.0075).
+
+    So a restored run goes on as it was, whatever its ``target_update_interval``.
+    """
+    if config.algo_name == "dqn":
+        config.training_settings.setdefault("tau", SOFT_TAU)
+    if config.algo_name != "dqn" and "dqn" in config.policy_algorithms.values():
+        config.algorithm_settings.setdefault("dqn", {}).setdefault("tau", SOFT_TAU)
 
 
 def env_reference(env: Any) -> str | None:
@@ -86,6 +103,7 @@ def save_config(config: AlgorithmConfig, folder: Path) -> None:
         for name, values in config.algorithm_settings.items()
     }
     plain["algo"] = config.algo_name
+    plain["format"] = SAVED_FORMAT
     if config.policies_to_train is not None:
         plain["policies_to_train"] = sorted(config.policies_to_train)
     plain["env"] = env_reference(config.env)
@@ -123,6 +141,8 @@ def load_config(folder: Path) -> AlgorithmConfig:
         if name in plain:
             setattr(config, name, plain[name])
     config.policy_mapping = [tuple(rule) for rule in config.policy_mapping]  # type: ignore[misc]
+    if plain.get("format", 1) < 2:
+        _keep_dqn_soft_copies(config)
     if plain.get("policies_to_train") is not None:
         config.policies_to_train = frozenset(plain["policies_to_train"])
     mapping_fn = plain.get("policy_mapping_fn")

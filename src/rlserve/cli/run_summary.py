@@ -11,6 +11,7 @@ import json
 import math
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,8 @@ def server_gone(endpoints: dict[str, Any]) -> bool:
     Its ``state`` stays ``running`` then: only a server that stops cleanly rewrites it. Only
     checked on the machine that wrote it (a run folder may be shared with a container).
     """
-    if endpoints.get("machine") != socket.gethostname():
-        return False
+    if sys.platform == "win32" or endpoints.get("machine") != socket.gethostname():
+        return False  # Windows: os.kill(pid, 0) would send CTRL_C_EVENT
     pid = endpoints.get("pid")
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return False

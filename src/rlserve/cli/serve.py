@@ -221,7 +221,13 @@ def serve_command(args: argparse.Namespace) -> int:
     on_ray = ray_serving(args, server_config)
     if on_ray.learner_link is None:  # on Ray the learner may have a GPU node of its own
         for name, one in [(algo_name, ppo_config), *settings.items()]:
-            check_device_present(one.device, f"--{name}-device")
+            check_device_present(
+                one.device, f"the {name} device (--{name}-device, [{name}] device)"
+            )
+        for pid, spec in policies.items():
+            device = spec.config.get("device")
+            if isinstance(device, str):
+                check_device_present(device, f"the device of policy '{pid}'")
     server_config = on_ray.server_config
     replicas = on_ray.replicas(args.argv)
     _check_ports_free(server_config)

@@ -8,7 +8,7 @@ dicts become one mark per agent; the client's timings must neither spin nor neve
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -130,14 +130,17 @@ def agent_infos(
 
 
 def check_timings(
-    update_interval: float | None, timeout: float, connect_timeout: float, reconnect_timeout: float
+    update_interval: float | None,
+    timeout: float | None,
+    connect_timeout: float,
+    reconnect_timeout: float,
 ) -> None:
     """Refuse, naming the argument, a ``PolicyClient`` time that would spin or never wait.
 
     Raises:
         ConfigError: ``update_interval`` below :data:`MIN_INTERVAL_S` (None: refresh only on
-            ``update_policy_weights()``), ``timeout`` or ``connect_timeout`` not positive,
-            ``reconnect_timeout`` negative, or any of them not a finite number.
+            ``update_policy_weights()``), ``timeout`` (None: no limit) or ``connect_timeout`` not
+            positive, ``reconnect_timeout`` negative, or any of them not a finite number.
     """
     if update_interval is not None and not (
         _seconds(update_interval) and update_interval >= MIN_INTERVAL_S
@@ -146,9 +149,14 @@ def check_timings(
             f"update_interval must be at least {MIN_INTERVAL_S} s, or None to refresh the "
             f"weights only on update_policy_weights(); got {update_interval!r}"
         )
-    for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
-        if not (_seconds(value) and value > 0):
-            raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+    if timeout is not None and not (_seconds(timeout) and timeout > 0):
+        raise ConfigError(
+            f"timeout must be a positive number of seconds (None: no limit), got {timeout!r}"
+        )
+    if not (_seconds(connect_timeout) and connect_timeout > 0):
+        raise ConfigError(
+            f"connect_timeout must be a positive number of seconds, got {connect_timeout!r}"
+        )
     if not (_seconds(reconnect_timeout) and reconnect_timeout >= 0):
         raise ConfigError(
             f"reconnect_timeout must be 0 (no retry) or more seconds, got {reconnect_timeout!r}"
@@ -160,13 +168,15 @@ def _seconds(value: Any) -> bool:
 
 
 def episode_ids(episode_id: Any, call: str) -> list[str]:
-    """The episode ids of a call on several episodes (a list or tuple of strings).
+    """The episode ids of a call on several episodes (any iterable of strings but a string).
 
     Raises:
         EpisodeError: ``episode_id`` is neither a string nor a sequence of strings.
     """
-    if isinstance(episode_id, (list, tuple)) and all(isinstance(e, str) for e in episode_id):
-        return list(episode_id)
+    if not isinstance(episode_id, (str, bytes)) and isinstance(episode_id, Iterable):
+        ids = list(episode_id)  # a list, a tuple, dict keys, an array of strings...
+        if all(isinstance(e, str) for e in ids):
+            return ids
     raise EpisodeError(
         f"{call}: an episode id is the string start_episode returned (or a list of them for "
         f"several episodes at once), got {episode_id!r} ({type(episode_id).__name__})"

@@ -114,6 +114,8 @@ class LocalInference(Collector):
         self._summaries: list[EpisodeSummary] = []
         self._buffered_steps = 0
         self._stopping = False
+        self._enqueued_steps = 0
+        """Steps ever queued for shipping (what close hands on is the difference it makes)."""
         self._closed = False
         self._flushing = 0  # flush() calls waiting: the shipper sends what it has at once
         # The reports the shipper has taken from the outbox and not yet had answered.
@@ -206,10 +208,13 @@ class LocalInference(Collector):
         with self._lock:
             self._outbox.append(fragment)
             self._buffered_steps += len(fragment)
+            self._enqueued_steps += len(fragment)
             if self._buffered_steps >= self.config.batch_steps:
                 self._lock.notify_all()
             while self._buffered_steps > self.config.max_buffered_steps and not self._stopping:
-                if self.config.when_full == "block" and not self._closed:  # close never waits
+                if self._closed:
+                    break  # close never waits, nor drops: its flush and warning deal with it
+                if self.config.when_full == "block":
                     self._lock.wait(1.0)
                     continue
                 if not self._outbox:
@@ -442,18 +447,22 @@ class LocalInference(Collector):
         They are trained on (bootstrapping from their last observation); the episodes are not
         counted as finished, since they did not end.
         """
-        left_open = self.table.open_episodes()
-        if not left_open:
+        try:
+            left_open = self.table.open_episodes()
+            if not left_open:
+                return
+            before = self._enqueued_steps
+            for episode in left_open:
+                self.table.abandon(episode, "client_closed")  # its summary is not reported
+        except Exception as exc:  # another thread still calls (at exit): flush what is queued
+            logger.warning("rlserve: close(): open episodes were not handed on (%r)", exc)
             return
-        steps = sum(episode.length for episode in left_open)
-        for episode in left_open:
-            self.table.abandon(episode, "client_closed")  # its summary is not reported
         logger.warning(
-            "rlserve: close(): %d episodes were still open; their steps so far (%d) are shipped "
-            "for training, but they are not counted as finished episodes (call end_episode "
-            "before close to count them)",
+            "rlserve: close(): %d episodes were still open; %d of their steps are shipped for "
+            "training (the last step of each has no next observation), but they are not "
+            "counted as finished episodes (call end_episode before close to count them)",
             len(left_open),
-            steps,
+            self._enqueued_steps - before,
         )
 
     def _undelivered_episodes(self) -> set[str]:

@@ -6,6 +6,7 @@ either.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 from rlserve.config.fields import option
@@ -30,7 +31,7 @@ class LocalConfig:
     def __post_init__(self) -> None:
         for name in ("batch_steps", "fragment_length", "max_buffered_steps", "max_episodes"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ConfigError(
                     f"LocalConfig {name} must be a whole number of 1 or more, got {value!r}"
                 )

@@ -62,7 +62,7 @@ def step_copies(envs: list[gym.Env[Any, Any]], actions: Any, stacker: ObsStacker
     reset_infos: dict[int, dict[str, Any]] = {}
     for i, env in enumerate(envs):
         result = env.step(actions[i])
-        if type(result) is not tuple or len(result) != 5:
+        if not isinstance(result, tuple) or len(result) != 5:
             raise EnvError(step_error(env, result))
         obs, reward, term, trunc, info = result
         if info:

@@ -188,8 +188,8 @@ class PPOSettings:
         """The ranges of the update's settings (a value out of them fails every update)."""
         check_at_least("num_epochs", self.num_epochs, 1)
         check_at_least("max_policy_lag", self.max_policy_lag, 0)
-        for name in ("lr", "clip_coef"):
-            check_rate(name, getattr(self, name))
+        check_finite("lr", self.lr, 0.0)  # 0: a policy that does not learn (RLlib's way)
+        check_rate("clip_coef", self.clip_coef)
         if not (isinstance(self.max_grad_norm, (int, float)) and self.max_grad_norm > 0):
             raise ConfigError(
                 f"max_grad_norm must be positive (inf: no clipping), got {self.max_grad_norm!r}"

@@ -8,6 +8,7 @@ anything starts, instead of a learner that fails at every restart.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 from rlserve.errors import ConfigError
@@ -22,9 +23,25 @@ def check_rate(name: str, value: float) -> None:
         raise ConfigError(f"{name} must be a finite positive number, got {value!r}")
 
 
+def whole_number(value: Any) -> int | None:
+    """``value`` as an int when it is a whole number (an int, a numpy int, ``4000.0``), else None.
+
+    A bool is not a number here.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def check_at_least(name: str, value: Any, low: int) -> None:
     """A whole number of ``low`` or more."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    number = whole_number(value)
+    if number is None or number < low:
         raise ConfigError(f"{name} must be a whole number of {low} or more, got {value!r}")
 
 

@@ -221,11 +221,7 @@ def check_value(space: spaces.Space[Any], value: Any, where: str = "value") -> A
         SpaceError: Wrong shape, dtype, NaN, out of bounds, missing or extra keys.
     """
     if isinstance(space, spaces.Box):
-        if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], dict):
-            raise SpaceError(
-                f"{where}: got a pair of a value and a dict, as env.reset() returns (obs, "
-                "info); pass the observation alone (obs, info = env.reset())"
-            )
+        _refuse_reset_pair(value, where)
         array = _as_array(value, space.dtype, where, space)
         if array.shape != space.shape:
             raise SpaceError(
@@ -388,6 +384,15 @@ def check_one(space: spaces.Space[Any], value: Any, where: str) -> np.ndarray:
     return check_float32(row.reshape(1, -1), where)
 
 
+def _refuse_reset_pair(value: Any, where: str) -> None:
+    """Name the common mistake of passing ``env.reset()``'s ``(obs, info)`` as an observation."""
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], dict):
+        raise SpaceError(
+            f"{where}: got a pair of a value and a dict, as env.reset() returns (obs, info); "
+            "pass the observation alone (obs, info = env.reset())"
+        )
+
+
 def batch_of_one(space: spaces.Space[Any], value: Any, where: str = "observation") -> Any:
     """One value of ``space`` as a batch of one (an array for a Box, else a list).
 
@@ -396,13 +401,20 @@ def batch_of_one(space: spaces.Space[Any], value: Any, where: str = "observation
     never as a batch or by numpy.
 
     Raises:
-        SpaceError: A Box value that does not fit the space (see :func:`check_value`).
+        SpaceError: A Box value that cannot be read as an array of the space's shape (its
+            values are left to :func:`check_batch`).
     """
     if not isinstance(space, spaces.Box):
         return [value]
     if type(value) is np.ndarray and value.shape == space.shape:
-        return value[None]  # the common case, checked with the batch
-    return check_value(space, value, where)[None]
+        return value[None]  # the common case: its values are checked with the batch
+    _refuse_reset_pair(value, where)
+    array = _as_array(value, space.dtype, where, space)
+    if array.shape != space.shape:
+        raise SpaceError(
+            f"{where}: shape {array.shape} does not fit {space}; expected shape {space.shape}"
+        )
+    return array[None]  # its values are checked with the batch
 
 
 def check_batch(space: spaces.Space[Any], values: Any, count: int, where: str) -> np.ndarray:
