@@ -237,8 +237,10 @@ class ServerLauncher:
             command += [*spaces, "--run-dir", str(self.base / "runs")]
             command += ["--name", name or f"run{self._count}"]
         command += ["--port", str(port), "--http-port", "0", "--no-progress"]
-        if "--ppo-device" not in flags:
-            command += ["--ppo-device", "cpu"]
+        algo = flags[flags.index("--algo") + 1] if "--algo" in flags else "ppo"
+        if resume is None and not any(flag.endswith("-device") for flag in flags):
+            # The run's algorithm's learner (a resumed run keeps the device it started with).
+            command += [f"--{algo}-device", "cpu"]
         command += list(flags)
         with log_path.open("w") as log:
             process = subprocess.Popen(

@@ -16,8 +16,8 @@ from rlserve.learners.setting_checks import check_device_present
 
 PPO_MISTAKES: dict[str, tuple[dict[str, Any], str]] = {
     "no epochs": ({"num_epochs": 0}, "num_epochs must be a whole number of 1 or more, got 0"),
-    "negative lr": ({"lr": -1.0}, "lr must be a finite positive number, got -1.0"),
-    "nan lr": ({"lr": float("nan")}, "lr must be a finite positive number"),
+    "negative lr": ({"lr": -1.0}, r"lr must be a finite number of 0.0 or more, got -1.0"),
+    "nan lr": ({"lr": float("nan")}, "lr must be a finite number of 0.0 or more"),
     "gamma above 1": ({"gamma": 1.5}, r"gamma must be within \[0.0, 1.0\], got 1.5"),
     "lambda above 1": ({"gae_lambda": 2.0}, r"gae_lambda must be within \[0.0, 1.0\]"),
     "negative clip": ({"clip_coef": -0.2}, "clip_coef must be a finite positive number"),
