@@ -88,12 +88,7 @@ def network_policies(config: AlgorithmConfig) -> tuple[dict[str, PolicySpec], Po
             ".environment(observation_space=..., action_space=...) (or multi_agent(policies="
             "{id: (None, observation_space, action_space, overrides)}))"
         )
-    unknown = sorted((config.policies_to_train or set()) - set(specs))
-    if unknown:
-        raise ConfigError(
-            f"multi_agent(policies_to_train=...) names {unknown}, which are not policies of this "
-            f"Algorithm ({sorted(specs)})"
-        )
+    config.check_policies_to_train(specs)
     mapping = PolicyMapping(config.policy_mapping, specs) if config.policy_mapping else None
     return specs, mapping
 

@@ -133,6 +133,20 @@ class MultiAgentConfig:
                 )
         return self
 
+    def check_policies_to_train(self, policy_ids: Iterable[str]) -> None:
+        """Refuse a ``policies_to_train`` id that is not one of ``policy_ids`` (the built ones).
+
+        Raises:
+            ConfigError: It names a policy the Algorithm does not have.
+        """
+        known = sorted(policy_ids)
+        unknown = sorted((self.policies_to_train or set()) - set(known))
+        if unknown:
+            raise ConfigError(
+                f"multi_agent(policies_to_train=...) names {unknown}, which are not policies of "
+                f"this Algorithm ({known})"
+            )
+
     def trains(self, policy_id: str) -> bool:
         """Whether ``policy_id`` learns (``policies_to_train`` names it, or is unset)."""
         return self.policies_to_train is None or policy_id in self.policies_to_train

@@ -66,12 +66,7 @@ def source_policies(
     """
     agents = list(source.observation_spaces)
     declared = config.policies or {DEFAULT_POLICY_ID: {}}
-    unknown = sorted((config.policies_to_train or set()) - set(declared))
-    if unknown:
-        raise ConfigError(
-            f"multi_agent(policies_to_train=...) names {unknown}, which are not policies of this "
-            f"Algorithm ({sorted(declared)})"
-        )
+    config.check_policies_to_train(declared)
     if not source.multi_agent:
         if len(declared) != 1:
             raise ConfigError(
