@@ -14,6 +14,7 @@ from rlserve.algorithm.sources import policy_table
 from rlserve.env import ALL_AGENTS, SINGLE_AGENT, EnvSource, InProcessVectorSource, Poll
 from rlserve.env.base import EnvId
 from rlserve.env.runner import EnvRunner
+from rlserve.errors import EnvError
 from rlserve.experience.collector import Collector
 from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.learners.ppo import PPOLearner
@@ -195,6 +196,7 @@ class Generic(EnvSource):
     """A vector source seen only through poll/send_actions (the runner's generic path)."""
 
     def __init__(self, inner: InProcessVectorSource) -> None:
+        self.env_name = inner.env_name
         self.inner = inner
         self.observation_spaces = inner.observation_spaces
         self.action_spaces = inner.action_spaces
@@ -326,3 +328,34 @@ def test_the_vector_path_takes_dict_observations() -> None:
     # flatten: the Discrete part one-hot (keys in order: mode, pos), then the Box values.
     np.testing.assert_allclose(first[1], [0, 1, 0, 0.1, 0.1])
     np.testing.assert_allclose(first[2], [0, 0, 1, 0.2, 0.2])
+
+
+class ShrinkingObsEnv(gym.Env[np.ndarray, int]):
+    """Declares 4 observation values but its step() returns 3 (a common env bug)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        return np.zeros(3, np.float32), 1.0, False, False, {}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("generic", [False, True])
+def test_an_observation_off_the_env_space_is_blamed_on_the_env(generic: bool) -> None:
+    source = InProcessVectorSource(ShrinkingObsEnv, num_envs=2, seed=0)
+    collector, _, _ = make_collector(source.observation_space, source.action_space)
+    runner = EnvRunner(Generic(source) if generic else source, collector)
+    with pytest.raises(EnvError) as caught:
+        runner.sample(10)
+    message = str(caught.value)
+    assert "env ShrinkingObsEnv" in message
+    assert "reset() or step()" in message and "observation_space" in message
+    assert "(2, 3)" in message or "(3,)" in message  # what the env returned
+    source.close()

@@ -104,6 +104,8 @@ class EnvSource(abc.ABC):
 
     observation_spaces: dict[str, gym.Space[Any]]
     action_spaces: dict[str, gym.Space[Any]]
+    env_name: str | None = None
+    """What messages call the env (its registered id, or its class or creator's name)."""
 
     @property
     def multi_agent(self) -> bool:

@@ -39,6 +39,7 @@ from gymnasium.utils.passive_env_checker import env_render_passive_checker
 from rlserve.env.check_multi import MultiAgentChecks, is_multi_agent
 from rlserve.env.check_single import SingleAgentChecks, Step
 from rlserve.env.determinism import check_determinism
+from rlserve.env.make import env_label
 from rlserve.env.report import EnvReport, plain_warning
 from rlserve.errors import ConfigError
 
@@ -84,7 +85,7 @@ def check_env(
             exception raised by the env itself, even while it is created, is a problem of
             the report instead.
     """
-    report = EnvReport(env_name=_name_of(env))
+    report = EnvReport(env_name=env_label(env))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -131,28 +132,17 @@ def _make_env(env: Any, env_config: dict[str, Any] | None) -> Any:
         except TypeError:
             if config:
                 raise ConfigError(
-                    f"{_name_of(env)} takes no env_config argument: drop the env config, or give "
+                    f"{env_label(env)} takes no env_config argument: drop the env config, or give "
                     "it a parameter, e.g. def __init__(self, config=None)"
                 ) from None
             return env()
         return env(config)
     if config:
         raise ConfigError(
-            f"an env_config was given with an env instance ({_name_of(env)}): pass the class or "
+            f"an env_config was given with an env instance ({env_label(env)}): pass the class or "
             "creator instead, or leave out the env_config"
         )
     return env
-
-
-def _name_of(env: Any) -> str:
-    if isinstance(env, str):
-        return env
-    if isinstance(env, type) or inspect.isfunction(env):
-        return str(env.__qualname__)
-    spec = getattr(env, "spec", None)
-    if spec is not None and getattr(spec, "id", None):
-        return str(spec.id)
-    return type(getattr(env, "unwrapped", env)).__name__
 
 
 def _run_checks(report: EnvReport, env: Any, episodes: int, max_steps: int, seed: int) -> None:

@@ -53,6 +53,7 @@ class ExternalEnvSource(EnvSource):
                 f"{type(env).__name__}"
             )
         self.env = env
+        self.env_name = type(env).__name__
         self.poll_timeout = poll_timeout
         self.observation_spaces = {}
         self.action_spaces = {}

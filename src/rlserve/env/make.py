@@ -266,3 +266,15 @@ def _describe(env: Any) -> str:
     if isinstance(env, str):
         return f"env {env!r}"
     return f"env creator {getattr(env, '__qualname__', repr(env))}"
+
+
+def env_label(env: Any) -> str:
+    """What messages call ``env``: its registered id, or its class or creator's name."""
+    if isinstance(env, str):
+        return env
+    if isinstance(env, type) or inspect.isfunction(env):
+        return str(env.__qualname__)
+    spec = getattr(env, "spec", None)
+    if spec is not None and getattr(spec, "id", None):
+        return str(spec.id)
+    return type(getattr(env, "unwrapped", env)).__name__

@@ -225,6 +225,7 @@ class MultiAgentSource(EnvSource):
         self.num_envs = len(envs)
         self.seed = seed
         self._copies = [_Copy(e, _name(e)) for e in envs]
+        self.env_name = self._copies[0].name
         self.observation_spaces = {}
         self.action_spaces = {}
         for agent_id in known_agents(envs[0]):

@@ -33,6 +33,7 @@ from rlserve.env.base import (
     StepBatch,
     VectorEnvSource,
 )
+from rlserve.errors import EnvError, SpaceError
 from rlserve.experience.collector import Collector
 from rlserve.experience.vector_rollout import VectorRollout
 
@@ -72,13 +73,32 @@ class EnvRunner:
         self._pending_obs: dict[EnvId, Any] = {}
 
     def sample(self, min_steps: int) -> int:
-        """Step until at least ``min_steps`` more agent steps were acted on; return how many."""
-        if self._vector:
-            return self._sample_vector(min_steps)
-        before = self.env_steps
-        while self.env_steps - before < min_steps:
-            self._round()
-        return self.env_steps - before
+        """Step until at least ``min_steps`` more agent steps were acted on; return how many.
+
+        Raises:
+            EnvError: The env returned an observation (or reward, action space...) its spaces
+                refuse; the message names the env and the fix.
+        """
+        try:
+            if self._vector:
+                return self._sample_vector(min_steps)
+            before = self.env_steps
+            while self.env_steps - before < min_steps:
+                self._round()
+            return self.env_steps - before
+        except SpaceError as exc:
+            # The collector's checks are worded for network callers; what a hosted env got
+            # wrong is its own reset()/step() result.
+            raise EnvError(self._space_error(exc)) from exc
+
+    def _space_error(self, exc: SpaceError) -> str:
+        name = self.source.env_name
+        env = "the env" if name is None else f"env {name}"
+        return (
+            f"{env}: its reset() or step() returned a value its own spaces refuse: {exc}; "
+            "make them return values of the env's observation_space, or correct the space "
+            "('rlserve check-env' checks an env)"
+        )
 
     def cut(self) -> None:
         """Hand on every open episode's steps so far (they go on afterwards).

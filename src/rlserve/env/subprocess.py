@@ -115,6 +115,7 @@ class ProcessVectorSource(VectorEnvSource):
             supervise=supervise,
         )
         self._workers = workers
+        self.env_name = workers.env_name
         if workers.multi_agent:
             workers.close()
             raise ConfigError(

@@ -141,6 +141,7 @@ class ProcessMultiAgentSource(MultiAgentSource):
             for _ in range(workers.num_envs)
         ]
         super().__init__(self._views, seed=seed)
+        self.env_name = workers.env_name
         for copy in self._copies:
             copy.name = str(first["name"])
 

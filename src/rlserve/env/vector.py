@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlserve.env.base import StepBatch, VectorEnvSource
-from rlserve.env.make import EnvContext, EnvSpec, env_creator
+from rlserve.env.make import EnvContext, EnvSpec, env_creator, env_label
 from rlserve.env.stacking import ObsStacker
 from rlserve.errors import ConfigError, EnvError
 
@@ -174,6 +174,7 @@ class InProcessVectorSource(VectorEnvSource):
                 raise
         self.envs: list[gym.Env[Any, Any]] = envs
         """The copies, in index order."""
+        self.env_name = env_label(envs[0] if isinstance(env, gym.Env) else env)
         self.num_envs = num_envs
         self.observation_space = envs[0].observation_space
         self.action_space = envs[0].action_space
