@@ -65,8 +65,9 @@ def test_the_learning_rate_falls_linearly_to_lr_end_then_stays() -> None:
     assert settings.learning_rate(500) == pytest.approx(5.5e-4)
     assert settings.learning_rate(1000) == settings.learning_rate(9999) == pytest.approx(1e-4)
     assert DQNSettings(lr=3e-4).learning_rate(10**6) == 3e-4  # no lr_end: constant
-    with pytest.raises(ConfigError, match="lr_end must be a finite positive number"):
-        DQNSettings(lr_end=0.0)
+    with pytest.raises(ConfigError, match=r"lr_end must be a finite number of 0\.0 or more"):
+        DQNSettings(lr_end=-1e-4)
+    assert DQNSettings(lr_end=0.0).lr_end == 0.0  # a decay to zero, as SB3's schedules end
     with pytest.raises(ConfigError, match="lr_decay_steps must be positive"):
         DQNSettings(lr_end=1e-4, lr_decay_steps=0)
 

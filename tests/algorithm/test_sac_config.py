@@ -46,7 +46,7 @@ def test_rllibs_sac_names_land_in_the_settings() -> None:
     [
         ({"actor_lr": 3e-5, "critic_lr": 3e-4, "alpha_lr": 3e-4}, r"one learning rate .* lr"),
         ({"actor_lr": 3e-4}, r"pass lr=\.\.\., or actor_lr and alpha_lr both"),
-        ({"critic_lr": 0.0}, "critic_lr must be a finite positive number"),
+        ({"critic_lr": -1e-3}, "critic_lr must be a finite number of 0.0 or more"),
         ({"twin_q": False}, "always learns twin critics; drop twin_q"),
         ({"training_intensity": 256.0}, r"updates_per_step \(RLlib's training_intensity / "),
         ({"target_network_update_freq": 1}, r"after every gradient step \(set tau\)"),

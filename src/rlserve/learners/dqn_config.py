@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from rlserve.config.fields import option
 from rlserve.errors import ConfigError
 from rlserve.learners.replay import check_warm_up
-from rlserve.learners.setting_checks import check_network
+from rlserve.learners.setting_checks import check_finite, check_network
 from rlserve.policy.encoder_choice import check_encoder_settings
 from rlserve.policy.frame_stacking import check_frame_stack
 from rlserve.policy.memory import PPO_ONLY
@@ -149,10 +149,9 @@ class DQNSettings:
                 "lower it"
             )
         check_warm_up(self.learning_starts, self.buffer_size)
-        for name in ("lr", "lr_end"):
-            value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"{name} must be a finite positive number, got {value}")
+        for name in ("lr", "lr_end"):  # 0: no learning (a frozen policy; a decay to zero)
+            if getattr(self, name) is not None:
+                check_finite(name, getattr(self, name), 0.0)
         if self.lr_decay_steps <= 0:
             raise ConfigError(f"lr_decay_steps must be positive, got {self.lr_decay_steps}")
         if not self.updates_per_step > 0:

@@ -11,7 +11,7 @@ from gymnasium import spaces
 from rlserve.config.fields import option
 from rlserve.errors import ConfigError, UnsupportedSpaceError
 from rlserve.learners.replay import check_warm_up
-from rlserve.learners.setting_checks import check_network
+from rlserve.learners.setting_checks import check_finite, check_network
 from rlserve.policy.action_mask import MASK_KEY
 from rlserve.policy.distribution import ActionDistribution
 from rlserve.policy.encoder_choice import check_encoder_settings
@@ -124,8 +124,7 @@ class SACSettings:
         if not self.updates_per_step > 0:
             raise ConfigError(f"updates_per_step must be positive, got {self.updates_per_step}")
         for name, rate in (("lr", self.lr), ("critic_lr", self.critic_lr)):
-            if not (math.isfinite(rate) and rate > 0):
-                raise ConfigError(f"{name} must be a finite positive number, got {rate}")
+            check_finite(name, rate, 0.0)  # 0: that part does not learn (as PPO's lr)
         if not 0.0 < self.tau <= 1.0:
             raise ConfigError(f"tau must be in (0, 1], got {self.tau}")
         if not 0.0 <= self.gamma <= 1.0:
