@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlserve import PolicyClient, SpaceError
+from rlserve import ConnectionLostError, PolicyClient, SpaceError
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.local import LocalConfig
 
@@ -240,3 +240,56 @@ def test_a_full_buffer_drops_the_oldest_steps_and_says_so(
     assert "dropped" in caplog.text
     assert client.local.dropped_steps + client.local.buffered_steps <= steps
     client.local.close(timeout=0.5)
+
+
+def test_close_wakes_a_get_action_blocked_on_a_full_buffer(
+    launch_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = launch_server()
+    full_blocks = LocalConfig(
+        batch_steps=32, batch_interval=0.1, max_buffered_steps=100, when_full="block"
+    )
+    client = PolicyClient(server.address, inference_mode="local", local=full_blocks)
+    assert client.local is not None
+    server.stop()  # nothing ships from now on: the buffer fills and get_action waits
+    outcome: list[BaseException | None] = []
+
+    def simulator() -> None:
+        try:
+            play(client, 1000, seed=0)
+            outcome.append(None)
+        except BaseException as exc:  # what the simulator sees once the client is closed
+            outcome.append(exc)
+
+    player = threading.Thread(target=simulator, daemon=True)
+    player.start()
+    deadline = time.monotonic() + 60
+    while client.local.buffered_steps <= full_blocks.max_buffered_steps:
+        assert time.monotonic() < deadline, "the buffer never filled"
+        assert player.is_alive(), outcome
+        time.sleep(0.05)
+    with caplog.at_level("WARNING", logger="rlserve.client"):
+        client.close(timeout=1.0)
+    player.join(30)
+    assert not player.is_alive(), "get_action stayed blocked after close()"
+    assert isinstance(outcome[0], ConnectionLostError)
+    assert "was closed" in str(outcome[0])
+    assert client.local.dropped_steps == 0  # block mode waits; it never drops
+    assert "were not delivered" in caplog.text
+
+
+@pytest.mark.parametrize("mode", ["remote", "local"])
+def test_calls_after_close_are_refused_with_the_fix(launch_server: Any, mode: str) -> None:
+    server = launch_server()
+    with PolicyClient(server.address, inference_mode=mode, local=QUICK) as client:
+        episode = client.start_episode()
+        client.get_action(episode, np.zeros(4, np.float32))
+    for call, run in (
+        ("start_episode", lambda: client.start_episode()),
+        ("get_action", lambda: client.get_action(episode, np.zeros(4, np.float32))),
+        ("log_returns", lambda: client.log_returns(episode, 1.0)),
+        ("end_episode", lambda: client.end_episode(episode, np.zeros(4, np.float32))),
+    ):
+        with pytest.raises(ConnectionLostError, match=f"{call}: this PolicyClient was closed"):
+            run()
+    client.close()  # a second close does nothing

@@ -128,6 +128,13 @@ class Engine(Protocol):
         """Fetch the newest weights now, where the client acts itself."""
         ...
 
+    def stop_waiting(self) -> None:
+        """Let a call that waits for room return: :meth:`close` follows, from another thread.
+
+        Called without the client's lock, which the waiting call holds.
+        """
+        ...
+
     def close(self, timeout: float) -> None:
         """Settle or ship what is outstanding, within ``timeout`` seconds, and disconnect."""
         ...

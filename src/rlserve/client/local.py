@@ -117,6 +117,8 @@ class LocalInference(Collector):
         self._enqueued_steps = 0
         """Steps ever queued for shipping (what close hands on is the difference it makes)."""
         self._closed = False
+        self._closing = False
+        """Set by :meth:`stop_waiting`: a call waiting for room gives up waiting."""
         self._flushing = 0  # flush() calls waiting: the shipper sends what it has at once
         # The reports the shipper has taken from the outbox and not yet had answered.
         self._in_flight: list[tuple[str, list[Fragment], list[EpisodeSummary]]] = []
@@ -212,7 +214,7 @@ class LocalInference(Collector):
             if self._buffered_steps >= self.config.batch_steps:
                 self._lock.notify_all()
             while self._buffered_steps > self.config.max_buffered_steps and not self._stopping:
-                if self._closed:
+                if self._closed or self._closing:
                     break  # close never waits, nor drops: its flush and warning deal with it
                 if self.config.when_full == "block":
                     self._lock.wait(1.0)
@@ -387,6 +389,15 @@ class LocalInference(Collector):
             finally:
                 self._flushing -= 1
             return self._buffered_steps == 0
+
+    def stop_waiting(self) -> None:
+        """Wake a call waiting for room in a full buffer (``when_full="block"``).
+
+        Its steps stay buffered, for :meth:`close` (which follows) to ship or name as lost.
+        """
+        with self._lock:
+            self._closing = True
+            self._lock.notify_all()
 
     def close(self, timeout: float = 30.0) -> None:
         """Ship what is buffered, stop the threads and disconnect, within ``timeout`` seconds.

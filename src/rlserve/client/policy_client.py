@@ -168,6 +168,7 @@ class PolicyClient:
             )
 
         self._lock = threading.RLock()
+        self._closed = False
         self._conn = connect()
         self._view = ServerView(self._open_first(), policy_ids or {}, multiagent)
         self._local: LocalInference | None = None
@@ -253,6 +254,7 @@ class PolicyClient:
                 f"one), got {episode_id!r} ({type(episode_id).__name__})"
             )
         with self._lock:
+            self._check_open("start_episode")
             if policy_id is not None and policy_id not in self._view.policies.policies:
                 raise EpisodeError(
                     f"start_episode names the policy '{policy_id}', which the server does not "
@@ -280,6 +282,7 @@ class PolicyClient:
             episode: a dict of actions keyed by agent id, for exactly the agents observed.
         """
         with self._lock:
+            self._check_open("get_action")
             if isinstance(episode_id, str):
                 if not self._view.multiagent:
                     return self._engine.get_one_action(episode_id, observation)
@@ -308,6 +311,7 @@ class PolicyClient:
         In a multi-agent episode both are dicts keyed by agent id, with the same keys.
         """
         with self._lock:
+            self._check_open("log_action")
             if not self._view.multiagent:
                 self._engine.log_action(episode_id, observation, action)
                 return
@@ -371,6 +375,7 @@ class PolicyClient:
         """
         if self._view.multiagent or multiagent_done_dict is not None:
             with self._lock:
+                self._check_open("log_returns")
                 if not self._view.multiagent:
                     raise ConfigError(
                         "log_returns got a multiagent_done_dict, but this client's episodes are "
@@ -389,6 +394,7 @@ class PolicyClient:
         else:
             info = None  # an empty map is no map
         with self._lock:
+            self._check_open("log_returns")
             self._engine.log_returns(episode_id, reward, info)
 
     def _checked_returns(
@@ -423,6 +429,7 @@ class PolicyClient:
         episode, those without a final observation as in ``multiagent_done_dict``.
         """
         with self._lock:
+            self._check_open("end_episode")
             if not self._view.multiagent:
                 self._engine.end_episode(episode_id, observation, truncated)
                 return
@@ -437,6 +444,7 @@ class PolicyClient:
     def update_policy_weights(self) -> None:
         """Fetch the newest weights now (local mode); in remote mode the server always has them."""
         with self._lock:
+            self._check_open("update_policy_weights")
             self._engine.update_weights()
 
     def close(self, timeout: float = 30.0) -> None:
@@ -447,9 +455,23 @@ class PolicyClient:
         closed does this when the interpreter exits, within
         :data:`~rlserve.client.exit_flush.EXIT_FLUSH_TIMEOUT`. Remote mode reads outstanding
         replies (raising a deferred error).
+
+        It may be called from another thread: a call blocked on a full buffer
+        (``when_full="block"``) returns first. Every call after it raises
+        :class:`~rlserve.errors.ConnectionLostError`; a second ``close()`` does nothing.
         """
+        self._closed = True  # calls from now on are refused
+        # A call of another thread blocked on a full buffer holds the lock: let it return.
+        self._engine.stop_waiting()
         with self._lock:
             self._engine.close(timeout)
+
+    def _check_open(self, call: str) -> None:
+        if self._closed:
+            raise ConnectionLostError(
+                f"{call}: this PolicyClient was closed (close(), or the end of its 'with' "
+                "block); make a new PolicyClient to go on"
+            )
 
     @property
     def weights_version(self) -> int | None:

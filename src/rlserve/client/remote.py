@@ -218,6 +218,9 @@ class RemoteEngine:
     def update_weights(self) -> None:
         """Nothing to fetch: the server acts with its newest weights."""
 
+    def stop_waiting(self) -> None:
+        """Nothing waits for room here: a call waits for its reply, bounded by the timeouts."""
+
     def close(self, timeout: float) -> None:
         """Read outstanding replies (raising a deferred error) and disconnect.
 
