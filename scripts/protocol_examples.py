@@ -1620,9 +1620,9 @@ async def _served(service: Any, session: Any, message: dict[str, Any]) -> Exchan
 def two_policy_example(log: list[Exchange]) -> dict[str, str]:
     """15.8: the request handler of a server with two policies and a mapping, in process.
 
-    ``rlserve serve`` serves one policy in this version, so this runs the server's own request
-    handler (:class:`rlserve.server.service.Service`) with two policies and fixed weights; the
-    messages are encoded as the binary carrier encodes them.
+    To keep the weights small and fixed (a served policy starts from random ones), this runs the
+    server's own request handler (:class:`rlserve.server.service.Service`) with two policies;
+    the messages are encoded as the binary carrier encodes them.
     """
     import asyncio
 

@@ -155,7 +155,7 @@ def test_a_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setitem(sys.modules, "mlflow.tracking", None)  # makes the import fail
     monkeypatch.setitem(sys.modules, "wandb", None)
-    with pytest.raises(ConfigError, match=r"pip install 'rlserve\[tracking\]'"):
+    with pytest.raises(ConfigError, match=r"pip install -e '\.\[tracking\]' in the checkout"):
         MLflowLoggerCallback()
-    with pytest.raises(ConfigError, match=r"pip install 'rlserve\[tracking\]'"):
+    with pytest.raises(ConfigError, match=r"pip install -e '\.\[tracking\]' in the checkout"):
         WandbLoggerCallback()

@@ -8,7 +8,7 @@ by killing the processes that name that dir, and the head's client server, which
 cluster's address (``ray stop`` would stop every Ray cluster of the machine, other sessions'
 too). A test process starts its cluster for the first module that needs one and stops it when
 its next test does not (under xdist a worker runs other directories' files in between). The
-tests are skipped when Ray is not installed (``pip install 'rlserve[ray]'``).
+tests are skipped when Ray is not installed (``pip install -e '.[ray]'``).
 """
 
 from __future__ import annotations
@@ -372,7 +372,7 @@ def ray_cluster() -> Iterator[RayCluster]:
     processes as before (with Ray initialised, env runners default to Ray actors).
     """
     global _running
-    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'rlserve[ray]'")
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]'")
     if _running is None:
         _running = _start_nodes(ray)
     cluster = _running

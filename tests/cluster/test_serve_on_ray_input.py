@@ -23,13 +23,15 @@ def _closed_port(host: str) -> int:
 
 def test_ray_without_the_extra_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)
-    with pytest.raises(ConfigError, match=r"--ray needs Ray.*pip install 'rlserve\[ray\]'") as e:
+    with pytest.raises(
+        ConfigError, match=r"--ray needs Ray.*pip install -e '\.\[ray\]' in the checkout"
+    ) as e:
         connect("127.0.0.2:6379")
     assert "\n" not in str(e.value)
 
 
 def test_a_cluster_that_does_not_answer_is_named_with_the_fix() -> None:
-    pytest.importorskip("ray", reason="Ray is not installed: pip install 'rlserve[ray]'")
+    pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]'")
     address = f"127.0.0.2:{_closed_port('127.0.0.2')}"
     with pytest.raises(ConfigError, match=rf"the Ray cluster at {address} does not answer") as e:
         connect(address, timeout_s=2.0)
@@ -51,7 +53,7 @@ def test_learner_resources_are_read_as_json() -> None:
 def test_serve_refuses_an_unanswering_cluster_before_making_the_run(
     run_rlserve: Any, tmp_path: Path
 ) -> None:
-    pytest.importorskip("ray", reason="Ray is not installed: pip install 'rlserve[ray]'")
+    pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]'")
     address = f"127.0.0.2:{_closed_port('127.0.0.2')}"
     done = run_rlserve(
         "serve",

@@ -20,7 +20,7 @@ def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_asking_for_ray_without_it_names_the_install(no_ray: None) -> None:
-    with pytest.raises(ConfigError, match=r"pip install 'rlserve\[ray\]'") as caught:
+    with pytest.raises(ConfigError, match=r"pip install -e '\.\[ray\]' in the checkout") as caught:
         PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=2, backend="ray")
     assert "\n" not in str(caught.value)
 
@@ -72,7 +72,7 @@ def test_placement_settings_are_saved_with_a_checkpoint(tmp_path: Path) -> None:
 
 
 def test_backend_ray_before_ray_init_names_the_fix() -> None:
-    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'rlserve[ray]'")
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[ray]'")
     assert not ray.is_initialized()
     config = PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=1, backend="ray")
     with pytest.raises(ConfigError, match=r"call ray.init\(address=\.\.\.\) first"):

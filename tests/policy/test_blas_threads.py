@@ -77,7 +77,7 @@ def test_without_threadpoolctl_it_warns_once_and_names_the_fix() -> None:
     assert done.returncode == 0, done.stderr
     count, message = done.stdout.strip().split("\n", 1)
     assert count == "1"
-    assert "rlserve[images]" in message and "OPENBLAS_NUM_THREADS=1" in message
+    assert "'.[images]'" in message and "OPENBLAS_NUM_THREADS=1" in message
 
 
 def test_the_current_process_keeps_its_own_pool() -> None:

@@ -163,6 +163,6 @@ def test_without_onnxruntime_the_numpy_pass_runs_and_says_why_once() -> None:
     assert lines.count("ObservationForward") == 2
     logged = [line for line in lines if line.startswith("LOG")]
     assert len(logged) == 1, lines
-    assert "runs in numpy" in logged[0] and "rlserve[images]" in logged[0]
+    assert "runs in numpy" in logged[0] and "'.[images]'" in logged[0]
     (refused,) = [line for line in lines if line.startswith("REFUSED")]
-    assert "pip install 'rlserve[images]'" in refused and "unset RLSERVE_CONV_BACKEND" in refused
+    assert "pip install -e '.[images]'" in refused and "unset RLSERVE_CONV_BACKEND" in refused

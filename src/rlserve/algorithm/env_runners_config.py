@@ -78,7 +78,7 @@ class EnvRunnersConfig:
                 unset, the algorithm's default (PPO: on for unbounded Box observations).
             backend: Where the env runners run: ``"process"`` (forked processes on this
                 machine), ``"ray"`` (Ray actors anywhere in the cluster ``ray.init``
-                connected to; ``pip install 'rlserve[ray]'``) or ``"auto"`` (the default: Ray
+                connected to; ``pip install -e '.[ray]'``) or ``"auto"`` (the default: Ray
                 when this process has called ``ray.init``, else processes).
             num_cpus_per_env_runner: CPUs each Ray env-runner actor holds (default 1).
             custom_resources_per_env_runner: Custom resources each Ray env-runner actor holds,

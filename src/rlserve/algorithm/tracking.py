@@ -9,7 +9,7 @@ config's plain settings as parameters, every result's numbers as metrics (``a/b`
 ``log_checkpoints``, and closes the run when the Algorithm stops. Episodes are not logged one by
 one: the results carry their statistics.
 
-wandb and mlflow are imported only when a logger is made: ``pip install 'rlserve[tracking]'``.
+wandb and mlflow are imported only when a logger is made: ``pip install -e '.[tracking]'``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 from rlserve.errors import ConfigError
 from rlserve.run.callbacks import Callbacks
 
-TRACKING_EXTRA = "pip install 'rlserve[tracking]'"
+TRACKING_EXTRA = "pip install -e '.[tracking]' in the checkout (or add [tracking] to the wheel)"
 
 
 def _require(module: str, package: str) -> Any:

@@ -114,7 +114,7 @@ def add_server_arguments(serve: argparse.ArgumentParser) -> None:
 
 def add_ray_arguments(serve: argparse.ArgumentParser) -> None:
     """Add the flags that run the server on a Ray cluster (all but ``--ray`` in --help-all)."""
-    group = serve.add_argument_group("Ray cluster (pip install 'rlserve[ray]'; docs/scaling.md)")
+    group = serve.add_argument_group("Ray cluster (pip install -e '.[ray]'; docs/scaling.md)")
     group.add_argument(
         "--ray",
         metavar="ADDRESS",

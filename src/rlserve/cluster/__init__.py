@@ -1,4 +1,4 @@
-"""Running parts of rlserve on a Ray cluster (``pip install 'rlserve[ray]'``).
+"""Running parts of rlserve on a Ray cluster (``pip install -e '.[ray]'``).
 
 Only this package imports Ray, and only when a Ray backend is asked for: without Ray installed
 everything else works as before, and asking for it raises a one-line

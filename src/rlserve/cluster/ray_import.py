@@ -9,7 +9,7 @@ from rlserve.errors import ConfigError
 
 __all__ = ["BACKENDS", "RAY_INSTALL", "import_ray", "use_ray"]
 
-RAY_INSTALL = "pip install 'rlserve[ray]'"
+RAY_INSTALL = "pip install -e '.[ray]' in the checkout (or add [ray] to the wheel you installed)"
 """The command that installs the Ray this package runs on."""
 
 BACKENDS = ("ray", "process")

@@ -211,7 +211,8 @@ def observation_forward(
     except ImportError as exc:
         reason = (
             f"onnxruntime or onnx is not installed ({exc}); install them with "
-            "pip install 'rlserve[images]' for about 2.5x the frames per second"
+            "pip install -e '.[images]' in the checkout (or add [images] to the wheel) for "
+            "about 2.5x the frames per second"
         )
         level = logging.INFO
     except Exception as exc:  # onnxruntime's own errors have no common base class
