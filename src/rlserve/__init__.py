@@ -17,6 +17,7 @@ from rlserve.client.policy_client import PolicyClient
 from rlserve.errors import (
     AuthenticationError,
     CapacityError,
+    ClientClosedError,
     ConfigError,
     ConnectionLostError,
     EpisodeError,
@@ -35,6 +36,7 @@ __all__ = [
     "AlgorithmConfig",
     "AuthenticationError",
     "CapacityError",
+    "ClientClosedError",
     "ConfigError",
     "ConnectionLostError",
     "DQNConfig",

@@ -17,7 +17,8 @@ The hierarchy::
     │   └── CapacityError        too many concurrent episodes
     ├── ConnectionLostError      the server cannot be reached or went away
     │   ├── RequestTimeoutError  no reply within the configured timeout
-    │   └── TLSError             the TLS handshake failed (certificate, or no TLS on one side)
+    │   ├── TLSError             the TLS handshake failed (certificate, or no TLS on one side)
+    │   └── ClientClosedError    a call on a PolicyClient after its close()
     ├── ConfigError              an invalid configuration value
     ├── CallbackError            a user callback raised (only with callbacks' fail_fast)
     └── EnvError                 a hosted environment returned something unusable, or failed
@@ -143,6 +144,14 @@ class TLSError(ConnectionLostError):
     """The TLS handshake failed; nothing was sent in plain text.
 
     The server's certificate was not accepted, or only one side uses TLS.
+    """
+
+
+class ClientClosedError(ConnectionLostError):
+    """A call on a :class:`~rlserve.PolicyClient` after its ``close()``: make a new client.
+
+    A ``ConnectionLostError`` (the client has no connection), of its own class so that a retry
+    loop around ``ConnectionLostError`` can tell it apart: retrying cannot help.
     """
 
 

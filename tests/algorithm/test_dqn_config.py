@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rlserve import DQNConfig, PPOConfig
@@ -68,6 +69,10 @@ def test_the_learning_rate_falls_linearly_to_lr_end_then_stays() -> None:
     with pytest.raises(ConfigError, match=r"lr_end must be a finite number of 0\.0 or more"):
         DQNSettings(lr_end=-1e-4)
     assert DQNSettings(lr_end=0.0).lr_end == 0.0  # a decay to zero, as SB3's schedules end
+    assert DQNSettings(lr=0.0).lr == 0.0  # a policy that does not learn, as PPO's lr 0
+    assert DQNSettings(lr=np.float32(5e-4)).lr == pytest.approx(5e-4)  # numpy numbers too
+    with pytest.raises(ConfigError, match="lr must be a finite number"):
+        DQNSettings(lr=True)
     with pytest.raises(ConfigError, match="lr_decay_steps must be positive"):
         DQNSettings(lr_end=1e-4, lr_decay_steps=0)
 

@@ -74,3 +74,10 @@ def test_a_sac_policy_of_a_mixed_run_takes_rllibs_names_too() -> None:
     assert (settings.lr, settings.critic_lr, settings.tau) == (1e-3, 1e-3, 0.02)
     with pytest.raises(ConfigError, match=r"policy 'arm': sac setting 'training_intensity'"):
         PPOConfig().multi_agent(policies={"arm": {"algo": "sac", "training_intensity": 2.0}})
+
+
+def test_sac_learning_rates_of_zero_freeze_that_part() -> None:
+    frozen = SACConfig().training(lr=0.0, critic_lr=0.0).algo_settings()
+    assert (frozen.lr, frozen.critic_lr) == (0.0, 0.0)  # as PPO's lr 0: nothing learns
+    with pytest.raises(ConfigError, match="lr must be a finite number"):
+        SACSettings(lr=float("inf"))

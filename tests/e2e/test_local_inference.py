@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlserve import ConnectionLostError, PolicyClient, SpaceError
+from rlserve import ClientClosedError, PolicyClient, SpaceError
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.local import LocalConfig
 
@@ -246,17 +246,28 @@ def test_close_wakes_a_get_action_blocked_on_a_full_buffer(
     launch_server: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     server = launch_server()
+    # Fragments of 8 steps: the buffer fills within the first 13 fragments.
     full_blocks = LocalConfig(
-        batch_steps=32, batch_interval=0.1, max_buffered_steps=100, when_full="block"
+        batch_steps=32,
+        batch_interval=0.1,
+        fragment_length=8,
+        max_buffered_steps=100,
+        when_full="block",
     )
     client = PolicyClient(server.address, inference_mode="local", local=full_blocks)
     assert client.local is not None
-    server.stop()  # nothing ships from now on: the buffer fills and get_action waits
+    server.stop()  # nothing ships from now on: the buffer fills and the simulator waits
     outcome: list[BaseException | None] = []
+    blocked_in: list[str] = []
 
     def simulator() -> None:
+        # One endless episode: every fragment is cut, and the wait happens, in get_action.
+        obs = np.zeros(4, np.float32)
         try:
-            play(client, 1000, seed=0)
+            episode = client.start_episode()
+            for _ in range(100_000):
+                client.get_action(episode, obs)
+                client.log_returns(episode, 1.0)
             outcome.append(None)
         except BaseException as exc:  # what the simulator sees once the client is closed
             outcome.append(exc)
@@ -268,11 +279,19 @@ def test_close_wakes_a_get_action_blocked_on_a_full_buffer(
         assert time.monotonic() < deadline, "the buffer never filled"
         assert player.is_alive(), outcome
         time.sleep(0.05)
+    frame = sys._current_frames().get(player.ident or 0)
+    while frame is not None:
+        blocked_in.append(frame.f_code.co_name)
+        frame = frame.f_back
+    closer = threading.Thread(target=client.close, kwargs={"timeout": 1.0}, daemon=True)
     with caplog.at_level("WARNING", logger="rlserve.client"):
-        client.close(timeout=1.0)
-    player.join(30)
-    assert not player.is_alive(), "get_action stayed blocked after close()"
-    assert isinstance(outcome[0], ConnectionLostError)
+        closer.start()
+        closer.join(20)
+    assert not closer.is_alive(), "close() hung behind the blocked call"
+    player.join(20)
+    assert not player.is_alive(), "the blocked call stayed blocked after close()"
+    assert "get_action" in blocked_in, blocked_in
+    assert isinstance(outcome[0], ClientClosedError)
     assert "was closed" in str(outcome[0])
     assert client.local.dropped_steps == 0  # block mode waits; it never drops
     assert "were not delivered" in caplog.text
@@ -281,15 +300,28 @@ def test_close_wakes_a_get_action_blocked_on_a_full_buffer(
 @pytest.mark.parametrize("mode", ["remote", "local"])
 def test_calls_after_close_are_refused_with_the_fix(launch_server: Any, mode: str) -> None:
     server = launch_server()
+    obs = np.zeros(4, np.float32)
     with PolicyClient(server.address, inference_mode=mode, local=QUICK) as client:
         episode = client.start_episode()
-        client.get_action(episode, np.zeros(4, np.float32))
+        client.get_action(episode, obs)
     for call, run in (
         ("start_episode", lambda: client.start_episode()),
-        ("get_action", lambda: client.get_action(episode, np.zeros(4, np.float32))),
+        ("get_action", lambda: client.get_action(episode, obs)),
+        ("log_action", lambda: client.log_action(episode, obs, 0)),
         ("log_returns", lambda: client.log_returns(episode, 1.0)),
-        ("end_episode", lambda: client.end_episode(episode, np.zeros(4, np.float32))),
+        ("end_episode", lambda: client.end_episode(episode, obs)),
+        ("update_policy_weights", lambda: client.update_policy_weights()),
     ):
-        with pytest.raises(ConnectionLostError, match=f"{call}: this PolicyClient was closed"):
+        with pytest.raises(ClientClosedError, match=f"{call}: this PolicyClient was closed"):
             run()
     client.close()  # a second close does nothing
+
+
+def test_a_client_whose_local_engine_was_closed_refuses_calls(launch_server: Any) -> None:
+    server = launch_server()
+    client = PolicyClient(server.address, inference_mode="local", local=QUICK)
+    assert client.local is not None
+    client.local.close(timeout=5.0)
+    with pytest.raises(ClientClosedError, match="start_episode: this PolicyClient was closed"):
+        client.start_episode()
+    client.close()

@@ -14,7 +14,7 @@ from rlserve.algorithm.sources import policy_table
 from rlserve.env import ALL_AGENTS, SINGLE_AGENT, EnvSource, InProcessVectorSource, Poll
 from rlserve.env.base import EnvId
 from rlserve.env.runner import EnvRunner
-from rlserve.errors import EnvError
+from rlserve.errors import EnvError, SpaceError
 from rlserve.experience.collector import Collector
 from rlserve.experience.episode_records import EpisodeSummary
 from rlserve.learners.ppo import PPOLearner
@@ -346,16 +346,61 @@ class ShrinkingObsEnv(gym.Env[np.ndarray, int]):
         return np.zeros(3, np.float32), 1.0, False, False, {}
 
 
+class NanRewardEnv(ShrinkingObsEnv):
+    """Right observations, but a NaN reward on its third step."""
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        self.steps = 0
+        return super().reset(seed=seed)
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.steps += 1
+        reward = float("nan") if self.steps == 3 else 1.0
+        return np.zeros(4, np.float32), reward, False, False, {}
+
+
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("generic", [False, True])
-def test_an_observation_off_the_env_space_is_blamed_on_the_env(generic: bool) -> None:
-    source = InProcessVectorSource(ShrinkingObsEnv, num_envs=2, seed=0)
-    collector, _, _ = make_collector(source.observation_space, source.action_space)
-    runner = EnvRunner(Generic(source) if generic else source, collector)
-    with pytest.raises(EnvError) as caught:
-        runner.sample(10)
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        (ShrinkingObsEnv, ["reset() or step()", "observation_space", "(2, 3)"]),
+        (NanRewardEnv, ["step() returned a reward", "reward nan", "TransformReward"]),
+    ],
+)
+def test_the_env_own_bad_values_are_blamed_on_the_env(
+    generic: bool, env: type[gym.Env[Any, Any]], expected: list[str]
+) -> None:
+    source = InProcessVectorSource(env, num_envs=2, seed=0)
+    try:
+        collector, _, _ = make_collector(source.observation_space, source.action_space)
+        runner = EnvRunner(Generic(source) if generic else source, collector)
+        with pytest.raises(EnvError) as caught:
+            runner.sample(10)
+    finally:
+        source.close()
     message = str(caught.value)
-    assert "env ShrinkingObsEnv" in message
-    assert "reset() or step()" in message and "observation_space" in message
-    assert "(2, 3)" in message or "(3,)" in message  # what the env returned
-    source.close()
+    assert message.startswith(f"env {env.__name__}: ")
+    for part in expected:
+        assert part in message
+    assert "log_returns" not in message  # the network callers' wording is not shown
+
+
+@pytest.mark.timeout(30)
+def test_a_refusal_that_is_not_the_env_values_is_not_blamed_on_the_env() -> None:
+    package = PPOLearner(OBS, ACT, PPOSettings(hidden=(8,), device="cpu")).weights()
+    specs = {pid: PolicySpec(pid, OBS, ACT) for pid in ("a", "b")}
+    collector = Collector(
+        policy_table(specs, PolicyMapping([("x", "a")], ["a", "b"])),
+        {pid: NumpyPolicy(package.spec, package.arrays, package.version) for pid in specs},
+        100,
+        64,
+        lambda fragment: None,
+        lambda summary: None,
+    )
+    source = ScriptedSource(["x", "y"], [Poll(obs={"m": {"x": _o(0), "y": _o(1)}})])
+    with pytest.raises(SpaceError, match="'y' maps to no policy") as caught:
+        EnvRunner(source, collector).sample(2)
+    assert not isinstance(caught.value, EnvError)

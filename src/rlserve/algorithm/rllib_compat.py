@@ -49,7 +49,7 @@ ROLLOUTS_NAMES = {
 class RLlibCompatConfig:
     """RLlib's builder calls that change nothing here, or map onto another call."""
 
-    env_runners: Callable[..., Any]  # AlgorithmConfig's
+    env_runners: Callable[..., Any]  # EnvRunnersConfig's
 
     @builder
     def framework(self: _Config, framework: str | None = "torch", **options: Any) -> _Config:

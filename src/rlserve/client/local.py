@@ -390,6 +390,11 @@ class LocalInference(Collector):
                 self._flushing -= 1
             return self._buffered_steps == 0
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (the client then refuses every call)."""
+        return self._closed
+
     def stop_waiting(self) -> None:
         """Wake a call waiting for room in a full buffer (``when_full="block"``).
 

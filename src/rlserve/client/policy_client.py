@@ -33,7 +33,14 @@ from rlserve.client.engine import Engine, ServerView
 from rlserve.client.local import LocalConfig, LocalInference
 from rlserve.client.remote import RemoteEngine
 from rlserve.config.fields import TOKEN_ENV
-from rlserve.errors import ConfigError, ConnectionLostError, EpisodeError, SpaceError, TLSError
+from rlserve.errors import (
+    ClientClosedError,
+    ConfigError,
+    ConnectionLostError,
+    EpisodeError,
+    SpaceError,
+    TLSError,
+)
 from rlserve.experience.agent_values import PolicyTable
 from rlserve.protocol.info import check_info_size, wire_info
 from rlserve.protocol.replies import Welcome
@@ -458,7 +465,9 @@ class PolicyClient:
 
         It may be called from another thread: a call blocked on a full buffer
         (``when_full="block"``) returns first. Every call after it raises
-        :class:`~rlserve.errors.ConnectionLostError`; a second ``close()`` does nothing.
+        :class:`~rlserve.errors.ClientClosedError` (a ``ConnectionLostError``); a second
+        ``close()`` does nothing. A call of another thread in flight (a remote request, a
+        weights fetch) is waited for, as its own timeouts bound it.
         """
         self._closed = True  # calls from now on are refused
         # A call of another thread blocked on a full buffer holds the lock: let it return.
@@ -467,8 +476,8 @@ class PolicyClient:
             self._engine.close(timeout)
 
     def _check_open(self, call: str) -> None:
-        if self._closed:
-            raise ConnectionLostError(
+        if self._closed or (self._local is not None and self._local.closed):
+            raise ClientClosedError(
                 f"{call}: this PolicyClient was closed (close(), or the end of its 'with' "
                 "block); make a new PolicyClient to go on"
             )

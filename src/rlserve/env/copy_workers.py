@@ -19,7 +19,7 @@ from multiprocessing.context import BaseContext
 from typing import Any
 
 from rlserve.env.copies import EnvCopies
-from rlserve.env.make import EnvContext, EnvSpec, env_creator
+from rlserve.env.make import EnvContext, EnvSpec, env_creator, env_label
 from rlserve.errors import ConfigError
 from rlserve.processes.child import enter_child
 from rlserve.processes.restarts import Failure
@@ -133,7 +133,7 @@ class CopyWorkers:
                 f"num_envs and envs_per_process must be at least 1, got {num_envs} and "
                 f"{envs_per_process}"
             )
-        self.env_name = env if isinstance(env, str) else getattr(env, "__qualname__", repr(env))
+        self.env_name = env_label(env)
         self.num_envs = num_envs
         context = EnvContext(env_config)
         self._workers: list[_Worker] = []

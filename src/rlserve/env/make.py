@@ -16,6 +16,7 @@ expects a dict works) that also says which copy it is making (``worker_index``,
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -272,6 +273,9 @@ def env_label(env: Any) -> str:
     """What messages call ``env``: its registered id, or its class or creator's name."""
     if isinstance(env, str):
         return env
+    if isinstance(env, functools.partial):  # partial(gym.make, "Id-v0"): the id
+        first = env.args[0] if env.args else None
+        return first if isinstance(first, str) else env_label(env.func)
     if isinstance(env, type) or inspect.isfunction(env):
         return str(env.__qualname__)
     spec = getattr(env, "spec", None)

@@ -76,8 +76,9 @@ class EnvRunner:
         """Step until at least ``min_steps`` more agent steps were acted on; return how many.
 
         Raises:
-            EnvError: The env returned an observation (or reward, action space...) its spaces
-                refuse; the message names the env and the fix.
+            EnvError: The env returned an observation its own observation space refuses, or a
+                reward that is not finite (or beyond 1e9); the message names the env and the
+                fix.
         """
         try:
             if self._vector:
@@ -87,18 +88,34 @@ class EnvRunner:
                 self._round()
             return self.env_steps - before
         except SpaceError as exc:
-            # The collector's checks are worded for network callers; what a hosted env got
-            # wrong is its own reset()/step() result.
-            raise EnvError(self._space_error(exc)) from exc
+            message = self._env_fault(str(exc))
+            if message is None:
+                raise  # not the env's values (a mapping, an action mask...): as it is
+            raise EnvError(message) from exc
 
-    def _space_error(self, exc: SpaceError) -> str:
+    def _env_fault(self, check: str) -> str | None:
+        """The hosted user's message for a check that refused the env's own values, else None.
+
+        The collector's checks are worded for network callers (their ``where`` first:
+        ``observation...``, ``log_returns for episode '...'``); what a hosted env got wrong
+        is its reset()/step() result.
+        """
         name = self.source.env_name
         env = "the env" if name is None else f"env {name}"
-        return (
-            f"{env}: its reset() or step() returned a value its own spaces refuse: {exc}; "
-            "make them return values of the env's observation_space, or correct the space "
-            "('rlserve check-env' checks an env)"
-        )
+        if check.startswith("observation"):
+            return (
+                f"{env}: its reset() or step() returned an observation its own observation_space "
+                f"refuses ({check}); make them return values of that space, or correct the "
+                "space ('rlserve check-env' checks an env)"
+            )
+        where, _, detail = check.partition(": ")
+        if where.startswith("log_returns") and detail.startswith("reward"):
+            return (
+                f"{env}: its step() returned a reward rlserve cannot train on ({detail}); scale "
+                "or clip the env's rewards (gymnasium.wrappers.TransformReward), or fix what "
+                "makes them so"
+            )
+        return None
 
     def cut(self) -> None:
         """Hand on every open episode's steps so far (they go on afterwards).

@@ -174,7 +174,7 @@ class InProcessVectorSource(VectorEnvSource):
                 raise
         self.envs: list[gym.Env[Any, Any]] = envs
         """The copies, in index order."""
-        self.env_name = env_label(envs[0] if isinstance(env, gym.Env) else env)
+        self.env_name = env_label(env)
         self.num_envs = num_envs
         self.observation_space = envs[0].observation_space
         self.action_space = envs[0].action_space

@@ -8,8 +8,11 @@ anything starts, instead of a learner that fails at every restart.
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 from typing import Any
+
+import numpy as np
 
 from rlserve.errors import ConfigError
 
@@ -45,15 +48,20 @@ def check_at_least(name: str, value: Any, low: int) -> None:
         raise ConfigError(f"{name} must be a whole number of {low} or more, got {value!r}")
 
 
+def _real(value: Any) -> bool:
+    """A real number: Python's or numpy's (``np.float32(1e-3)``), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
 def check_within(name: str, value: float, low: float, high: float) -> None:
     """A number within ``[low, high]``."""
-    if not (isinstance(value, (int, float)) and low <= value <= high):
+    if not (_real(value) and low <= value <= high):
         raise ConfigError(f"{name} must be within [{low}, {high}], got {value!r}")
 
 
 def check_finite(name: str, value: float, low: float = -math.inf) -> None:
     """A finite number of ``low`` or more (a loss weight)."""
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= low):
+    if not (_real(value) and math.isfinite(value) and value >= low):
         more = "" if low == -math.inf else f" of {low} or more"
         raise ConfigError(f"{name} must be a finite number{more}, got {value!r}")
 

@@ -35,8 +35,8 @@ def _make_limit() -> Callable[[], contextlib.AbstractContextManager[Any]]:
         warnings.warn(
             "rlserve: the conv policy's numpy forward pass runs on numpy's default BLAS "
             "threads, which makes it 30-100x slower on a busy machine; install threadpoolctl "
-            "(pip install -e '.[images]') or set OPENBLAS_NUM_THREADS=1 before starting "
-            "Python",
+            "(pip install -e '.[images]' in the checkout, or add [images] to the wheel) or set "
+            "OPENBLAS_NUM_THREADS=1 before starting Python",
             RuntimeWarning,
             stacklevel=3,
         )
