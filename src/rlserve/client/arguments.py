@@ -48,6 +48,30 @@ def reward_number(reward: Any, where: str) -> float:
     return value
 
 
+def step_returns(
+    episode_id: str, reward: Any, info: dict[str, Any] | None, max_info_bytes: int
+) -> tuple[float, dict[str, Any] | None]:
+    """A single-agent step's reward as a float and its ``info`` as a plain map (or None).
+
+    Raises:
+        SpaceError: The reward is not a finite number in range, or ``info`` cannot travel.
+        LimitExceededError: ``info`` is over ``max_info_bytes``.
+    """
+    if not isinstance(reward, int | float | np.number) or isinstance(reward, bool):
+        raise SpaceError(
+            f"log_returns for episode '{episode_id}': reward must be a number, got "
+            f"{type(reward).__name__} (a dict of rewards is for multi-agent episodes: "
+            "PolicyClient(..., multiagent=True))"
+        )
+    where = f"log_returns for episode '{episode_id}'"
+    value = reward_number(reward, where)
+    plain = None
+    if info:
+        plain = wire_info(info, where)
+        check_info_size(plain, max_info_bytes, where)
+    return value, plain
+
+
 def agent_keys(values: Mapping[Any, Any]) -> list[str]:
     """The keys of a dict keyed by agent id, as strings."""
     keys = list(values)

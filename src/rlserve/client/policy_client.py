@@ -17,7 +17,6 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 from gymnasium import spaces
 
 from rlserve.client.arguments import (
@@ -26,7 +25,7 @@ from rlserve.client.arguments import (
     check_timings,
     done_marks,
     episode_ids,
-    reward_number,
+    step_returns,
 )
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.engine import Engine, ServerView
@@ -42,7 +41,6 @@ from rlserve.errors import (
     TLSError,
 )
 from rlserve.experience.agent_values import PolicyTable
-from rlserve.protocol.info import check_info_size, wire_info
 from rlserve.protocol.replies import Welcome
 from rlserve.protocol.values import MAX_ABS_REWARD
 
@@ -397,30 +395,12 @@ class PolicyClient:
                 )
             return
         if info or type(reward) is not float or not -MAX_ABS_REWARD <= reward <= MAX_ABS_REWARD:
-            reward, info = self._checked_returns(episode_id, reward, info)
+            reward, info = step_returns(episode_id, reward, info, self._conn.limits.max_info_bytes)
         else:
             info = None  # an empty map is no map
         with self._lock:
             self._check_open("log_returns")
             self._engine.log_returns(episode_id, reward, info)
-
-    def _checked_returns(
-        self, episode_id: str, reward: Any, info: dict[str, Any] | None
-    ) -> tuple[float, dict[str, Any] | None]:
-        """A single-agent step's reward as a float and its ``info`` as a plain map (or None)."""
-        if not isinstance(reward, int | float | np.number) or isinstance(reward, bool):
-            raise SpaceError(
-                f"log_returns for episode '{episode_id}': reward must be a number, got "
-                f"{type(reward).__name__} (a dict of rewards is for multi-agent episodes: "
-                "PolicyClient(..., multiagent=True))"
-            )
-        where = f"log_returns for episode '{episode_id}'"
-        value = reward_number(reward, where)
-        plain = None
-        if info:
-            plain = wire_info(info, where)
-            check_info_size(plain, self._conn.limits.max_info_bytes, where)
-        return value, plain
 
     def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> None:
         """Finish an episode with its final observation.
