@@ -28,9 +28,9 @@ import numpy as np
 from rlserve.errors import EpisodeError
 from rlserve.experience.agent_groups import AgentGrouper, AskPolicies
 from rlserve.experience.agent_values import PolicySpaces, PolicyTable
+from rlserve.experience.collector_agents import MultiAgentCalls
 from rlserve.experience.episode_records import Episode, EpisodeSummary
 from rlserve.experience.episodes import EpisodeTable
-from rlserve.experience.multi_agent_calls import MultiAgentCalls
 from rlserve.experience.recurrent_states import (
     advance,
     log_steps,
