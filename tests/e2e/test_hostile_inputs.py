@@ -305,6 +305,19 @@ def test_http_needs_json_content_type(server: Any) -> None:
         assert http.post("/v1/ping", json={}).status_code == 200
 
 
+def test_the_http_layers_own_refusals_count_as_error_replies(server: Any) -> None:
+    before = server.metrics()["server/errors"]
+    with httpx.Client(base_url=server.http_url, timeout=30) as http:
+        refusals = [
+            http.post("/v1/no_such_type", json={}),  # 404
+            http.get("/v1/ping"),  # 405
+            http.post("/v1/ping", content=b"{}", headers={"content-type": "text/plain"}),  # 415
+            http.post("/v1/ping", content=b"{", headers={"content-type": "application/json"}),
+        ]
+    assert [r.status_code for r in refusals] == [404, 405, 415, 400]
+    assert server.metrics()["server/errors"] - before == len(refusals)
+
+
 def test_http_refuses_foreign_origins_and_hosts(server: Any) -> None:
     with httpx.Client(base_url=server.http_url, timeout=30) as http:
         evil = http.post("/v1/ping", json={}, headers={"origin": "https://evil.example"})

@@ -448,6 +448,9 @@ def test_seq_next_retry_and_out_of_order() -> None:
     table, _ = _table()
     ep = _start(table, "e")
     assert not table.check_seq(ep, None, "get_action")  # untracked: always applied
+    with pytest.raises(EpisodeError, match=r"the next call is 1; number") as first:
+        table.check_seq(ep, 5, "get_action")
+    assert "retry" not in str(first.value)  # nothing to retry before the first call (0 is refused)
     assert not table.check_seq(ep, 1, "get_action")
     table.record_seq(ep, 1, "get_action", answer=1)
     assert table.check_seq(ep, 1, "get_action")  # a retry
@@ -456,7 +459,7 @@ def test_seq_next_retry_and_out_of_order() -> None:
     with pytest.raises(EpisodeError, match="repeats the number of its get_action"):
         table.check_seq(ep, 1, "log_returns")
     for wrong in (3, 7):
-        with pytest.raises(EpisodeError, match="out of order: the next call is 2"):
+        with pytest.raises(EpisodeError, match=r"next call is 2 \(or 1 to retry the last one\)"):
             table.check_seq(ep, wrong, "get_action")
     table.record_seq(ep, 2, "log_returns")
     with pytest.raises(EpisodeError, match="out of order"):

@@ -218,10 +218,11 @@ class EpisodeTable:
                 f"{call} seq {seq} for episode '{episode.episode_id}' repeats the number of its "
                 f"{episode.seq_call}; each call of an episode takes the next number"
             )
+        retry = f" (or {episode.seq} to retry the last one)" if episode.seq else ""
         raise EpisodeError(
             f"{call} seq {seq} for episode '{episode.episode_id}' is out of order: the next "
-            f"call is {episode.seq + 1} (or {episode.seq} to retry the last one); number an "
-            "episode's calls 1, 2, 3, ... and re-send a call only with its own number"
+            f"call is {episode.seq + 1}{retry}; number an episode's calls 1, 2, 3, ... and "
+            "re-send a call only with its own number"
         )
 
     @staticmethod

@@ -189,6 +189,16 @@ def build_http_app(
     registry.register(StatsCollector(service.stats.snapshot))
     limits = service.limits
 
+    def refused(
+        request_id: Any, code: str, problem: str, status: int, headers: dict[str, str] | None = None
+    ) -> Response:
+        """An error reply of the HTTP layer itself, counted in ``server/errors``.
+
+        The service counts its own error replies, and the binary carrier its refusals.
+        """
+        service.stats.count_error(code)
+        return _json(ErrorReply(request_id, code, problem).to_wire(), status, headers)
+
     def authorised(request: HTTPRequest) -> bool:
         if token is None:
             return True
@@ -197,12 +207,10 @@ def build_http_app(
         return scheme.lower() == "bearer" and hmac.compare_digest(value.encode(), token.encode())
 
     def unauthorised() -> Response:
-        return _json(
-            ErrorReply(
-                None,
-                "unauthorized",
-                "missing or wrong token: send the header 'Authorization: Bearer <token>'",
-            ).to_wire(),
+        return refused(
+            None,
+            "unauthorized",
+            "missing or wrong token: send the header 'Authorization: Bearer <token>'",
             401,
         )
 
@@ -236,13 +244,11 @@ def build_http_app(
         if not authorised(request):
             return unauthorised()
         if not _is_json(request):
-            return _json(
-                ErrorReply(
-                    None,
-                    "decode_error",
-                    "POST /v1/* needs the header 'Content-Type: application/json', got "
-                    f"{request.headers.get('content-type')!r}",
-                ).to_wire(),
+            return refused(
+                None,
+                "decode_error",
+                "POST /v1/* needs the header 'Content-Type: application/json', got "
+                f"{request.headers.get('content-type')!r}",
                 415,
             )
         raw: Any = None
@@ -257,17 +263,14 @@ def build_http_app(
                 raw["token"] = token
             parsed = parse_request(raw, limits)
         except RLServeError as exc:  # a ProtocolError, or a SpaceError of an out-of-range reward
-            return _json(
-                ErrorReply(valid_request_id(raw), exc.code, str(exc)).to_wire(),
-                STATUS_FOR_CODE.get(exc.code, 400),
+            return refused(
+                valid_request_id(raw), exc.code, str(exc), STATUS_FOR_CODE.get(exc.code, 400)
             )
         except TimeoutError:
-            return _json(
-                ErrorReply(
-                    None,
-                    "timeout",
-                    f"the request body did not arrive within {policy.request_timeout:g} s",
-                ).to_wire(),
+            return refused(
+                None,
+                "timeout",
+                f"the request body did not arrive within {policy.request_timeout:g} s",
                 408,
             )
         except ClientDisconnect:
@@ -275,19 +278,12 @@ def build_http_app(
             return Response(status_code=400)
         except Exception as exc:  # the parser's bug, but the body is at fault: answer it
             SERVER_LOG.warn("http_parse", f"unexpected error parsing an HTTP body: {exc!r}")
-            return _json(
-                ErrorReply(
-                    valid_request_id(raw), "decode_error", f"malformed message: {exc}"
-                ).to_wire(),
-                400,
-            )
+            return refused(valid_request_id(raw), "decode_error", f"malformed message: {exc}", 400)
         # The header is the client identity (a bearer secret): its episodes are its own.
         client = request.headers.get("x-rlserve-client", "anonymous")
         if not 1 <= len(client) <= limits.max_id_length:
             message = f"header X-RLServe-Client must have 1 to {limits.max_id_length} characters"
-            return _json(
-                ErrorReply(valid_request_id(raw), "limit_exceeded", message).to_wire(), 413
-            )
+            return refused(valid_request_id(raw), "limit_exceeded", message, 413)
         session = sessions.get(client)
         if session is None:
             if len(sessions) >= MAX_HTTP_SESSIONS:
@@ -334,12 +330,10 @@ def build_http_app(
         path, method = request.scope["path"], request.method
         allowed = KNOWN_PATHS.get(path) if dashboard or path not in DASHBOARD_PATHS else None
         if allowed is not None and method not in allowed:
-            return _json(
-                ErrorReply(
-                    None,
-                    "decode_error",
-                    f"{path} does not take {method}; use {' or '.join(allowed)}",
-                ).to_wire(),
+            return refused(
+                None,
+                "decode_error",
+                f"{path} does not take {method}; use {' or '.join(allowed)}",
                 405,
                 headers={"Allow": ", ".join(allowed)},
             )
@@ -352,7 +346,7 @@ def build_http_app(
                 "type), GET /v1/health, GET /v1/metrics and GET /metrics"
                 + (", and the dashboard at GET /" if dashboard else "")
             )
-        return _json(ErrorReply(None, "decode_error", problem).to_wire(), 404)
+        return refused(None, "decode_error", problem, 404)
 
     routes = [Route(f"/v1/{kind}", guarded(message), methods=["POST"]) for kind in REQUEST_TYPES]
     routes += [
@@ -388,10 +382,15 @@ class _AnyMethod:
 async def _read_body(request: HTTPRequest, max_bytes: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise LimitExceededError(f"body of {declared} bytes is over the limit of {max_bytes}")
+        raise LimitExceededError(
+            f"body of {declared} bytes is over the limit of {max_bytes} (the server's "
+            "--max-frame-bytes)"
+        )
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > max_bytes:
-            raise LimitExceededError(f"body is over the limit of {max_bytes} bytes")
+            raise LimitExceededError(
+                f"body is over the limit of {max_bytes} bytes (the server's --max-frame-bytes)"
+            )
     return bytes(body)
