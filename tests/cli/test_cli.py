@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from rlserve import __version__
+from rlserve.cli.status import http_url
 from rlserve.config.spaces_file import load_spaces_file
+from rlserve.errors import ConfigError
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 GOOD_SPACES = {
@@ -141,7 +143,12 @@ def test_version_and_help(run_rlserve: Any) -> None:
 def test_status_of_a_folder_without_a_server(run_rlserve: Any, tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     done = run_rlserve("status", "empty")
-    assert_one_line_error(done, "empty has no endpoints.json")
+    assert_one_line_error(done, "empty is not a run folder", "runs/<name>")
+    never = tmp_path / "runs" / "never"
+    never.mkdir(parents=True)
+    (never / "config.toml").write_text("[server]\n")
+    assert_one_line_error(run_rlserve("status", "runs/never"), "has no endpoints.json")
+    assert_one_line_error(run_rlserve("status", "runs"), "a folder of runs", "runs/never")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         free = probe.getsockname()[1]
@@ -246,3 +253,22 @@ def test_a_server_command_without_the_server_extra_names_it(tmp_path: Path) -> N
     assert_one_line_error(
         done, "'rlserve export' needs the server extra", "pip install -e '.[server]'"
     )
+
+
+@pytest.mark.parametrize(
+    ("given", "base"),
+    [
+        ("localhost:9901", "http://localhost:9901"),
+        ("tcp://127.0.0.1:9900", "http://127.0.0.1:9900"),  # endpoints.json's binary URL
+        ("tls://example.org:9900", "https://example.org:9900"),
+        ("http://127.0.0.1:9901/v1/health", "http://127.0.0.1:9901"),
+        ("https://[::1]:9901/", "https://[::1]:9901"),
+    ],
+)
+def test_status_takes_either_port_in_any_url_form(given: str, base: str) -> None:
+    assert http_url(given) == (base, base)
+
+
+def test_status_refuses_an_address_it_cannot_read() -> None:
+    with pytest.raises(ConfigError, match="reads the server's HTTP API"):
+        http_url("ftp://127.0.0.1:9901")

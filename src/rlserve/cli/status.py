@@ -71,11 +71,7 @@ def http_url(target: str | None) -> tuple[str, str]:
         try:
             endpoints = json.loads(endpoints_file.read_text())
         except FileNotFoundError:
-            raise ConfigError(
-                f"{path} has no endpoints.json: the server of this run folder never listened "
-                "(or is older than rlserve 0.1); pass the HTTP address instead, e.g. "
-                "localhost:9901"
-            ) from None
+            raise ConfigError(_not_served(path)) from None
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{endpoints_file}: unreadable ({exc})") from None
         if endpoints.get("state") == "stopped":
@@ -109,13 +105,38 @@ def http_url(target: str | None) -> tuple[str, str]:
                 "host:port of the HTTP carrier (default port 9901)"
             )
         target = f"http://{target}"
-    scheme = target.split("://", 1)[0].lower()
+    scheme, _, rest = target.partition("://")
+    # The binary port answers HTTP too, so endpoints.json's tcp:// and tls:// URLs work as given.
+    scheme = {"tcp": "http", "tls": "https"}.get(scheme.lower(), scheme.lower())
     if scheme not in ("http", "https"):
         raise ConfigError(
-            f"'{target}': rlserve status reads the HTTP carrier; pass http://host:port or "
-            "https://host:port (default port 9901), not the binary port"
+            f"'{target}': rlserve status reads the server's HTTP API; pass host:port, "
+            "http://host:port or https://host:port (either of the server's ports)"
         )
-    return target.rstrip("/"), target.rstrip("/")
+    base = f"{scheme}://{rest.split('/', 1)[0]}"  # a path (/v1/health) is left out
+    return base, base
+
+
+def _not_served(path: Path) -> str:
+    """Why ``path`` (a folder without ``endpoints.json``) cannot be asked, with the fix."""
+    markers = ("endpoints.json", "config.toml")
+    runs = sorted(
+        str(child)
+        for child in path.iterdir()
+        if child.is_dir() and any((child / marker).exists() for marker in markers)
+    )
+    if runs:
+        shown = ", ".join(runs[:5]) + (", ..." if len(runs) > 5 else "")
+        return f"{path} is a folder of runs, not a run folder; pass one of them: {shown}"
+    if not (path / "config.toml").exists():
+        return (
+            f"{path} is not a run folder (it has no config.toml nor endpoints.json); pass "
+            "runs/<name> or the server's address, e.g. localhost:9901"
+        )
+    return (
+        f"{path} has no endpoints.json: the server of this run folder never listened; pass "
+        "the server's address instead, e.g. localhost:9901"
+    )
 
 
 def _get(url: str, token: str | None, context: ssl.SSLContext | None, timeout: float) -> Any:
@@ -127,8 +148,10 @@ def _get(url: str, token: str | None, context: ssl.SSLContext | None, timeout: f
             return json.loads(reply.read())
     except urllib.error.HTTPError as exc:
         if exc.code == 401:
+            problem = "refused the token given" if token else "needs its token"
             raise ConfigError(
-                f"{url}: the server needs its token; pass --token SECRET or set {TOKEN_ENV}"
+                f"{url}: the server {problem}; pass its --token value as --token SECRET or in "
+                f"{TOKEN_ENV}"
             ) from None
         raise ConfigError(f"{url}: HTTP {exc.code} {exc.reason}") from None
     except (urllib.error.URLError, OSError) as exc:
