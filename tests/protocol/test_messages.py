@@ -366,6 +366,17 @@ def test_wrong_field_type(kind: str, name: str, value: Any, expected: str) -> No
         parse_request(_with(kind, **{name: value}))
 
 
+@pytest.mark.parametrize(
+    ("value", "shown"), [(-5, "got int -5"), (1.5, "got float 1.5"), ("1", "got str")]
+)
+def test_a_wrong_number_is_shown_with_its_type(value: Any, shown: str) -> None:
+    with pytest.raises(DecodeError, match=f"'id' must be a non-negative integer, {shown}$"):
+        parse_request(_with("ping", id=value))
+    with pytest.raises(DecodeError, match=r"got int -10{30,}$") as caught:  # a huge one, cut
+        parse_request(_with("ping", id=-(10**400)))
+    assert len(str(caught.value)) < 200
+
+
 @pytest.mark.parametrize("ids", [[], "abc", ["a", 2], {"a": 1}], ids=repr)
 def test_batched_episode_ids_must_be_non_empty_list_of_strings(ids: Any) -> None:
     with pytest.raises(DecodeError, match="episode_ids"):

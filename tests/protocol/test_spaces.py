@@ -582,3 +582,11 @@ def test_a_float32_observation_in_its_box_comes_back_as_one_row() -> None:
     np.testing.assert_array_equal(row[0], value)
     with pytest.raises(SpaceError, match="expected shape"):
         check_one(space, np.zeros(3, dtype=np.float32), "observation")
+
+
+def test_a_ragged_batch_names_the_item_that_breaks_the_shape() -> None:
+    box = spaces.Box(-1.0, 1.0, (4,), np.float32)
+    with pytest.raises(SpaceError, match=r"item 1 has shape \(2,\), item 0 has shape \(4,\)"):
+        check_batch(box, [[0.0] * 4, [1.0, 2.0]], 2, "observations")
+    with pytest.raises(SpaceError, match="cannot be read as an array"):  # deeper: numpy's words
+        check_batch(box, [[0.0] * 4, [[1.0, 2.0], [3.0]]], 2, "observations")

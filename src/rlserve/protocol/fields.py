@@ -33,9 +33,10 @@ class RequestFields:
 
     def wrong(self, name: str, expected: str, value: Any) -> DecodeError:
         """The error for a field ``name`` whose ``value`` is not ``expected``."""
-        return DecodeError(
-            f"'{self.kind}' field '{name}' must be {expected}, got {type(value).__name__}"
-        )
+        got = type(value).__name__
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            got = f"{got} {value!r}"[:48]  # a number out of range, or not the type: show it
+        return DecodeError(f"'{self.kind}' field '{name}' must be {expected}, got {got}")
 
     def int_(self, name: str, default: int | None = None) -> int:
         """The non-negative integer ``name`` (``default`` when absent; None: required)."""

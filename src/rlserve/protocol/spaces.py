@@ -172,6 +172,9 @@ def _as_array(value: Any, dtype: np.dtype[Any], where: str, space: spaces.Space[
     try:
         array = np.asarray(value)
     except (ValueError, TypeError) as exc:
+        ragged = _ragged(value)
+        if ragged is not None:
+            raise SpaceError(f"{where}: {ragged}; {space} takes shape {space.shape}") from exc
         raise SpaceError(f"{where}: cannot be read as an array for {space}: {exc}") from exc
     if array.dtype == object or array.dtype.kind not in "biuf":
         raise SpaceError(f"{where}: expected numbers for {space}, got {array.dtype} values")
@@ -201,6 +204,20 @@ def _as_array(value: Any, dtype: np.dtype[Any], where: str, space: spaces.Space[
         raise SpaceError(
             f"{where}: values {array.min()}..{array.max()} overflow dtype {dtype} of {space}"
         ) from None
+
+
+def _ragged(value: Any) -> str | None:
+    """Which item of a list breaks its shape (numpy only says the list is inhomogeneous)."""
+    if not isinstance(value, list | tuple) or not value:
+        return None
+    try:
+        shapes = [np.shape(item) for item in value]
+    except ValueError:  # an item ragged itself: numpy cannot shape it either
+        return None
+    odd = next((i for i, shape in enumerate(shapes) if shape != shapes[0]), None)
+    if odd is None:
+        return None
+    return f"item {odd} has shape {shapes[odd]}, item 0 has shape {shapes[0]}"
 
 
 def check_value(space: spaces.Space[Any], value: Any, where: str = "value") -> Any:
