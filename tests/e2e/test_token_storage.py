@@ -52,6 +52,7 @@ def test_token_from_the_environment_is_never_saved_and_resume_asks_again(
     assert refused_resume.returncode == 2
     assert "RLSERVE_TOKEN" in refused_resume.stderr
     assert "--token" in refused_resume.stderr
+    assert "delete the line 'token_required = true'" in refused_resume.stderr
 
     resumed = launch_server("--token", TOKEN, resume=server.run_folder)
     with pytest.raises(AuthenticationError):

@@ -211,8 +211,7 @@ def run_folder_config(folder: Path) -> AlgorithmConfig:
     server = build(ServerConfig, with_token_from_env(tables.get("server")), None)
     if run.token_required and not server.token:
         raise ConfigError(
-            f"the run in {run.path} was started with a token, which is not saved in the run "
-            "folder: set RLSERVE_TOKEN, or pass a config with .serving(token=...)"
+            run.token_refusal("set RLSERVE_TOKEN, or pass a config with .serving(token=...)")
         )
     policies, mapping = policies_from_run(tables, spaces)
     entry = run_algorithm(tables)

@@ -164,10 +164,7 @@ def serve_command(args: argparse.Namespace) -> int:
             source=(source, "server"),
         )
         if run.token_required and not server_config.token:
-            raise ConfigError(
-                f"the run in {run.path} was started with a token, which is not saved in the run "
-                "folder: pass it again with RLSERVE_TOKEN=... or --token"
-            )
+            raise ConfigError(run.token_refusal("pass it again with RLSERVE_TOKEN=... or --token"))
         algo_name = _run_algorithm(args, tables, resumed=True)
         policies, mapping = policies_from_run(tables, spaces)
         mapping_fn = mapping_function_of(tables, str(run.path))

@@ -195,6 +195,14 @@ class RunFolder:
         self.config_file.write_text(tomli_w.dumps({**tables, "server": server}))
         self.spaces_file.write_text(json.dumps(spaces, indent=2))
 
+    def token_refusal(self, how_to_pass: str) -> str:
+        """The error of a resume without a token of a run served with one, with the fix."""
+        return (
+            f"the run in {self.path} was served with a token in an earlier session (a token is "
+            f"never saved in the run folder): {how_to_pass}; to serve it without a token from "
+            f"now on, delete the line 'token_required = true' of {self.config_file}"
+        )
+
     def load(self) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
         """Read what :meth:`save` wrote; ``token_required`` is moved to :attr:`token_required`.
 
