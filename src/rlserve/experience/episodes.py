@@ -182,7 +182,8 @@ class EpisodeTable:
         if episode.owner != owner:
             raise EpisodeError(
                 f"episode '{episode_id}' belongs to another client; a client may only act in "
-                "the episodes it started (reconnect with the same client_id to continue yours)"
+                "the episodes it started (to continue yours, reconnect as the same identity: "
+                "the client_id of hello, or over HTTP the X-RLServe-Client header)"
             )
         return episode
 

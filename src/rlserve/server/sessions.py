@@ -87,7 +87,8 @@ def accept_hello(
         )
     if token is not None and not hmac.compare_digest((hello.token or "").encode(), token.encode()):
         raise AuthenticationError(
-            "wrong or missing token; pass the server's --token value as token= to the client"
+            "wrong or missing token; pass the server's --token value (PolicyClient(token=...), "
+            "the token field of hello)"
         )
     if hello.inference_mode not in INFERENCE_MODES:
         raise VersionMismatchError(
