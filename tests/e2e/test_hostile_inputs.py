@@ -409,6 +409,31 @@ def test_slow_loris_http_connections_are_closed(server: Any) -> None:
         conn.close()
 
 
+def _reply_then_close(conn: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (fails after 30 s)."""
+    conn.settimeout(30)
+    received = b""
+    while chunk := conn.recv(65536):
+        received += chunk
+    return received
+
+
+@pytest.mark.parametrize("case", ["body too slow", "body too large"])
+def test_a_reply_to_a_body_left_unread_closes_the_connection(server: Any, case: str) -> None:
+    """The rest of such a body cannot be told from a next request: the reply ends the connection."""
+    with socket.create_connection(("127.0.0.1", server.http_port), 30) as conn:
+        if case == "body too slow":
+            conn.sendall(_http_request(server, b'{"id": 1}')[:-3])  # 3 bytes short, for ever
+            status = b" 408 "
+        else:
+            head = _http_request(server, b"")
+            conn.sendall(head.replace(b"Content-Length: 0", b"Content-Length: 999999999999"))
+            status = b" 413 "
+        reply = _reply_then_close(conn)  # a connection kept open would time this out
+    assert status in reply.split(b"\r\n", 1)[0], reply[:200]
+    assert b"connection: close" in reply.lower()
+
+
 def test_http_clients_dropping_mid_body_log_no_traceback(server: Any) -> None:
     for _ in range(20):
         conn = socket.create_connection(("127.0.0.1", server.http_port), 30)

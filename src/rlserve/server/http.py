@@ -252,6 +252,9 @@ def build_http_app(
                 415,
             )
         raw: Any = None
+        body: bytes | None = None
+        # A body not read to its end leaves the connection mid-request: close it after the reply.
+        unread = {"Connection": "close"}
         try:
             body = await asyncio.wait_for(
                 _read_body(request, limits.max_frame_bytes), policy.request_timeout
@@ -263,15 +266,16 @@ def build_http_app(
                 raw["token"] = token
             parsed = parse_request(raw, limits)
         except RLServeError as exc:  # a ProtocolError, or a SpaceError of an out-of-range reward
-            return refused(
-                valid_request_id(raw), exc.code, str(exc), STATUS_FOR_CODE.get(exc.code, 400)
-            )
+            status = STATUS_FOR_CODE.get(exc.code, 400)
+            closing = unread if body is None else None
+            return refused(valid_request_id(raw), exc.code, str(exc), status, closing)
         except TimeoutError:
             return refused(
                 None,
                 "timeout",
                 f"the request body did not arrive within {policy.request_timeout:g} s",
                 408,
+                unread,
             )
         except ClientDisconnect:
             SERVER_LOG.warn("http_disconnect", "an HTTP client disconnected mid-request")
