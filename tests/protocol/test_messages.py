@@ -589,3 +589,8 @@ def test_rewards_outside_the_trained_range_are_bad_values(reward: float) -> None
                 "rewards": [reward],
             }
         )
+
+
+def test_a_huge_integer_reward_is_refused_without_echoing_all_its_digits() -> None:
+    with pytest.raises(DecodeError, match=r"must be finite, got 10{29}\.\.\. \(401 characters\)"):
+        parse_request(_with("log_returns", reward=10**400))

@@ -590,3 +590,15 @@ def test_a_ragged_batch_names_the_item_that_breaks_the_shape() -> None:
         check_batch(box, [[0.0] * 4, [1.0, 2.0]], 2, "observations")
     with pytest.raises(SpaceError, match="cannot be read as an array"):  # deeper: numpy's words
         check_batch(box, [[0.0] * 4, [[1.0, 2.0], [3.0]]], 2, "observations")
+
+
+def test_integers_beyond_int64_are_numbers_to_the_range_checks() -> None:
+    box = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    big = 10**24  # JSON allows it; numpy alone would make an object array of it
+    np.testing.assert_allclose(check_value(box, [0, big]), [0.0, 1e24], rtol=1e-6)
+    with pytest.raises(SpaceError, match=r"value 1e\+40 at index \(1,\) is out of range"):
+        check_value(box, [0, 10**40], "observation")  # beyond float32
+    with pytest.raises(SpaceError, match="beyond the float64 range"):
+        check_value(box, [0, 10**400], "observation")
+    with pytest.raises(SpaceError, match="expected numbers"):
+        check_value(box, [0, "1"], "observation")

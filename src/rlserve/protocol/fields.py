@@ -63,7 +63,9 @@ class RequestFields:
             raise self.wrong(name, "a number", value)
         number = finite_number(value)
         if number is None:
-            raise DecodeError(f"'{self.kind}' field '{name}' must be finite, got {value!r}")
+            shown = f"{value!r}"
+            shown = shown if len(shown) <= 40 else f"{shown[:30]}... ({len(shown)} characters)"
+            raise DecodeError(f"'{self.kind}' field '{name}' must be finite, got {shown}")
         return check_reward(number, f"'{self.kind}' field '{name}'")
 
     def seq_opt(self, name: str) -> int | None:

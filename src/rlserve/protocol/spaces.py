@@ -176,6 +176,8 @@ def _as_array(value: Any, dtype: np.dtype[Any], where: str, space: spaces.Space[
         if ragged is not None:
             raise SpaceError(f"{where}: {ragged}; {space} takes shape {space.shape}") from exc
         raise SpaceError(f"{where}: cannot be read as an array for {space}: {exc}") from exc
+    if array.dtype == object:
+        array = _big_integers(array, where)
     if array.dtype == object or array.dtype.kind not in "biuf":
         raise SpaceError(f"{where}: expected numbers for {space}, got {array.dtype} values")
     if array.dtype == dtype:
@@ -203,6 +205,18 @@ def _as_array(value: Any, dtype: np.dtype[Any], where: str, space: spaces.Space[
         check_float32(array, where)
         raise SpaceError(
             f"{where}: values {array.min()}..{array.max()} overflow dtype {dtype} of {space}"
+        ) from None
+
+
+def _big_integers(array: np.ndarray, where: str) -> np.ndarray:
+    """Integers beyond int64 (JSON allows any), as float64: the range checks then apply."""
+    if not all(type(item) is int for item in array.flat):
+        return array  # not numbers alone: refused as they are
+    try:
+        return array.astype(np.float64)
+    except OverflowError:
+        raise SpaceError(
+            f"{where}: an integer beyond the float64 range (over 308 digits)"
         ) from None
 
 
