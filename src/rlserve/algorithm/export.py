@@ -318,7 +318,9 @@ def load_model(
     if checkpoint is None:
         if not files:
             raise ConfigError(
-                f"{folder} has no checkpoint yet; train (rlserve serve) first"
+                f"{folder} has no checkpoint yet: a run writes one when it stops and, as it "
+                "trains, every --checkpoint-every (rlserve serve: 20 learner updates by "
+                "default); train longer, or stop the run"
                 if len(policies) == 1
                 else f"policy '{policy_id}' of {run.path} has no checkpoint yet ({folder})"
             )
