@@ -77,6 +77,9 @@ def test_wrong_token_or_forged_cookie_is_refused(token_server: Any) -> None:
         wrong = http.post("/dashboard/login", data={"token": "wrong"})
         assert wrong.status_code == 401
         assert "set-cookie" not in wrong.headers
+        assert "That token is wrong" in http.post("/dashboard/login", data={"token": ""}).text
+        as_json = http.post("/dashboard/login", json={"token": TOKEN})  # not a form
+        assert as_json.status_code == 401 and "No token field arrived" in as_json.text
         http.cookies.set(f"rlserve_dashboard_{token_server.http_port}", cookie_value("wrong"))
         assert http.get("/dashboard/state").status_code == 401
         assert http.get("/").status_code == 401

@@ -156,9 +156,15 @@ def dashboard_routes(
             return login_page("The login form did not arrive in time.", 408)
         if body is None:
             return login_page("The login form was too large.", 413)
-        given = parse_qs(body.decode("utf-8", "replace")).get("token", [""])[0]
+        form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+        given = form.get("token", [""])[0]
         if token is None or right_token(given):
             return signed_in_page(request)
+        if "token" not in form:
+            return login_page(
+                "No token field arrived: post the form (token=..., as "
+                "application/x-www-form-urlencoded), or send 'Authorization: Bearer <token>'."
+            )
         return login_page("That token is wrong; enter the server's --token value.")
 
     def unauthorised() -> Response:
