@@ -40,6 +40,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from rlserve.client.connection import Connection, Timeouts
@@ -119,6 +120,8 @@ class LocalInference(Collector):
         self._closed = False
         self._closing = False
         """Set by :meth:`stop_waiting`: a call waiting for room gives up waiting."""
+        self.on_close: Callable[[], None] | None = None
+        """Called once by :meth:`close` (the PolicyClient then refuses every call)."""
         self._flushing = 0  # flush() calls waiting: the shipper sends what it has at once
         # The reports the shipper has taken from the outbox and not yet had answered.
         self._in_flight: list[tuple[str, list[Fragment], list[EpisodeSummary]]] = []
@@ -390,11 +393,6 @@ class LocalInference(Collector):
                 self._flushing -= 1
             return self._buffered_steps == 0
 
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` was called (the client then refuses every call)."""
-        return self._closed
-
     def stop_waiting(self) -> None:
         """Wake a call waiting for room in a full buffer (``when_full="block"``).
 
@@ -424,6 +422,8 @@ class LocalInference(Collector):
         if self._closed:
             return
         self._closed = True
+        if self.on_close is not None:
+            self.on_close()
         forget_closed(self)
         deadline = time.monotonic() + timeout
         self._hand_on_open_episodes()

@@ -196,6 +196,8 @@ class PolicyClient:
                 timeouts,
                 seed,
             )
+            # Also when the engine is closed directly (client.local.close()).
+            self._local.on_close = self._mark_closed
 
     def _open_first(self) -> Welcome:
         try:
@@ -259,7 +261,8 @@ class PolicyClient:
                 f"one), got {episode_id!r} ({type(episode_id).__name__})"
             )
         with self._lock:
-            self._check_open("start_episode")
+            if self._closed:
+                raise self._closed_error("start_episode")
             if policy_id is not None and policy_id not in self._view.policies.policies:
                 raise EpisodeError(
                     f"start_episode names the policy '{policy_id}', which the server does not "
@@ -287,7 +290,8 @@ class PolicyClient:
             episode: a dict of actions keyed by agent id, for exactly the agents observed.
         """
         with self._lock:
-            self._check_open("get_action")
+            if self._closed:
+                raise self._closed_error("get_action")
             if isinstance(episode_id, str):
                 if not self._view.multiagent:
                     return self._engine.get_one_action(episode_id, observation)
@@ -316,7 +320,8 @@ class PolicyClient:
         In a multi-agent episode both are dicts keyed by agent id, with the same keys.
         """
         with self._lock:
-            self._check_open("log_action")
+            if self._closed:
+                raise self._closed_error("log_action")
             if not self._view.multiagent:
                 self._engine.log_action(episode_id, observation, action)
                 return
@@ -380,7 +385,8 @@ class PolicyClient:
         """
         if self._view.multiagent or multiagent_done_dict is not None:
             with self._lock:
-                self._check_open("log_returns")
+                if self._closed:
+                    raise self._closed_error("log_returns")
                 if not self._view.multiagent:
                     raise ConfigError(
                         "log_returns got a multiagent_done_dict, but this client's episodes are "
@@ -399,7 +405,8 @@ class PolicyClient:
         else:
             info = None  # an empty map is no map
         with self._lock:
-            self._check_open("log_returns")
+            if self._closed:
+                raise self._closed_error("log_returns")
             self._engine.log_returns(episode_id, reward, info)
 
     def end_episode(self, episode_id: str, observation: Any, truncated: bool = False) -> None:
@@ -416,7 +423,8 @@ class PolicyClient:
         episode, those without a final observation as in ``multiagent_done_dict``.
         """
         with self._lock:
-            self._check_open("end_episode")
+            if self._closed:
+                raise self._closed_error("end_episode")
             if not self._view.multiagent:
                 self._engine.end_episode(episode_id, observation, truncated)
                 return
@@ -431,7 +439,8 @@ class PolicyClient:
     def update_policy_weights(self) -> None:
         """Fetch the newest weights now (local mode); in remote mode the server always has them."""
         with self._lock:
-            self._check_open("update_policy_weights")
+            if self._closed:
+                raise self._closed_error("update_policy_weights")
             self._engine.update_weights()
 
     def close(self, timeout: float = 30.0) -> None:
@@ -455,12 +464,14 @@ class PolicyClient:
         with self._lock:
             self._engine.close(timeout)
 
-    def _check_open(self, call: str) -> None:
-        if self._closed or (self._local is not None and self._local.closed):
-            raise ClientClosedError(
-                f"{call}: this PolicyClient was closed (close(), or the end of its 'with' "
-                "block); make a new PolicyClient to go on"
-            )
+    def _closed_error(self, call: str) -> ClientClosedError:
+        return ClientClosedError(
+            f"{call}: this PolicyClient was closed (close(), or the end of its 'with' block); "
+            "make a new PolicyClient to go on"
+        )
+
+    def _mark_closed(self) -> None:
+        self._closed = True
 
     @property
     def weights_version(self) -> int | None:
