@@ -22,8 +22,8 @@ contender), and every run.
 
 Options: ``--quick`` (one seed, a subset), ``--only ppo:CartPole-v1 ...``, ``--seeds N``,
 ``--first-seed K`` (seeds K..K+N-1), ``--contenders rlserve,sb3,zoo``, ``--budget-scale 0.01``
-(developers: tiny budgets), ``--plot FILE.png`` (the curves), ``--plot-only RESULTS`` (tables and
-plot from a results file, no training), ``--dry-run`` (the plan, and with ``--resume`` an
+(developers: tiny budgets), ``--plot FILE.png`` (the curves), ``--plot-only RESULTS...`` (tables and
+plot from results files, merged; no training), ``--dry-run`` (the plan, and with ``--resume`` an
 estimate of its time).
 """
 
@@ -165,7 +165,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--results", type=Path, default=Path("suite-results.jsonl"))
     parser.add_argument("--resume", type=Path, help="append to FILE, skip its finished runs")
     parser.add_argument("--plot", type=Path, help="write the curves to FILE.png at the end")
-    parser.add_argument("--plot-only", type=Path, metavar="RESULTS", help="no training")
+    parser.add_argument(
+        "--plot-only", type=Path, nargs="+", metavar="RESULTS", help="no training; files merged"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the plan, train nothing")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     return parser.parse_args()
@@ -177,7 +179,9 @@ def main() -> int:
     if args.child:
         return child(*args.child)
     if args.plot_only:
-        records = load(args.plot_only)
+        # A run found in several files counts once (the last file's record).
+        merged = {run_id(record): record for path in args.plot_only for record in load(path)}
+        records = list(merged.values())
         print(tables(records))
         if args.plot:
             plot(records, args.plot)
