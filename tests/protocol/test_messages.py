@@ -372,9 +372,8 @@ def test_wrong_field_type(kind: str, name: str, value: Any, expected: str) -> No
 def test_a_wrong_number_is_shown_with_its_type(value: Any, shown: str) -> None:
     with pytest.raises(DecodeError, match=f"'id' must be a non-negative integer, {shown}$"):
         parse_request(_with("ping", id=value))
-    with pytest.raises(DecodeError, match=r"got int -10{30,}$") as caught:  # a huge one, cut
-        parse_request(_with("ping", id=-(10**400)))
-    assert len(str(caught.value)) < 200
+    with pytest.raises(DecodeError, match=r"got int -10{28}\.\.\. \(402 characters\)$"):
+        parse_request(_with("ping", id=-(10**400)))  # a huge one is cut, with a mark
 
 
 @pytest.mark.parametrize("ids", [[], "abc", ["a", 2], {"a": 1}], ids=repr)
@@ -592,5 +591,7 @@ def test_rewards_outside_the_trained_range_are_bad_values(reward: float) -> None
 
 
 def test_a_huge_integer_reward_is_refused_without_echoing_all_its_digits() -> None:
-    with pytest.raises(DecodeError, match=r"must be finite, got 10{29}\.\.\. \(401 characters\)"):
+    with pytest.raises(DecodeError, match=r"is out of range, got 10{29}\.\.\. \(401 characters\)"):
         parse_request(_with("log_returns", reward=10**400))
+    with pytest.raises(DecodeError, match=r"'seq' must be an integer .*got 10{29}\.\.\. \(401"):
+        parse_request(_with("log_returns", reward=1.0, seq=10**400))

@@ -602,3 +602,6 @@ def test_integers_beyond_int64_are_numbers_to_the_range_checks() -> None:
         check_value(box, [0, 10**400], "observation")
     with pytest.raises(SpaceError, match="expected numbers"):
         check_value(box, [0, "1"], "observation")
+    for integers in (spaces.Box(-10, 10, (2,), np.int64), spaces.MultiDiscrete([3, 3])):
+        with pytest.raises(SpaceError, match=r"value 1180591620717411303424 at flat index 1 does"):
+            check_value(integers, [0, 2**70], "observation")  # not "send int64 values"

@@ -16,7 +16,7 @@ from rlserve.errors import DecodeError, LimitExceededError
 from rlserve.protocol.episode_requests import MAX_SEQ
 from rlserve.protocol.info import check_info_size
 from rlserve.protocol.limits import DEFAULT_LIMITS, Limits
-from rlserve.protocol.values import MAX_ABS_REWARD, check_reward
+from rlserve.protocol.values import MAX_ABS_REWARD, check_reward, short_repr
 
 
 @dataclass(slots=True)
@@ -35,7 +35,7 @@ class RequestFields:
         """The error for a field ``name`` whose ``value`` is not ``expected``."""
         got = type(value).__name__
         if isinstance(value, int | float) and not isinstance(value, bool):
-            got = f"{got} {value!r}"[:48]  # a number out of range, or not the type: show it
+            got = f"{got} {short_repr(value)}"  # a number out of range, or not the type
         return DecodeError(f"'{self.kind}' field '{name}' must be {expected}, got {got}")
 
     def int_(self, name: str, default: int | None = None) -> int:
@@ -63,9 +63,11 @@ class RequestFields:
             raise self.wrong(name, "a number", value)
         number = finite_number(value)
         if number is None:
-            shown = f"{value!r}"
-            shown = shown if len(shown) <= 40 else f"{shown[:30]}... ({len(shown)} characters)"
-            raise DecodeError(f"'{self.kind}' field '{name}' must be finite, got {shown}")
+            problem = "is out of range" if isinstance(value, int) else "must be finite"
+            raise DecodeError(
+                f"'{self.kind}' field '{name}' {problem}, got {short_repr(value)}; a reward must "
+                f"be within -{MAX_ABS_REWARD:g}..{MAX_ABS_REWARD:g}"
+            )
         return check_reward(number, f"'{self.kind}' field '{name}'")
 
     def seq_opt(self, name: str) -> int | None:
@@ -78,7 +80,7 @@ class RequestFields:
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SEQ:
             raise DecodeError(
                 f"'{self.kind}' field '{name}' must be an integer from 1 to {MAX_SEQ} (the "
-                f"episode's call number), got {value!r}"
+                f"episode's call number), got {short_repr(value)}"
             )
         return value
 

@@ -17,7 +17,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rlserve.errors import SpaceError, UnsupportedSpaceError
-from rlserve.protocol.values import FLOAT32_MAX, check_float32
+from rlserve.protocol.values import FLOAT32_MAX, check_float32, short_repr
 
 MAX_SPACE_DEPTH = 8
 """Deepest nesting of Dict/Tuple spaces accepted in a description."""
@@ -176,10 +176,11 @@ def _as_array(value: Any, dtype: np.dtype[Any], where: str, space: spaces.Space[
         if ragged is not None:
             raise SpaceError(f"{where}: {ragged}; {space} takes shape {space.shape}") from exc
         raise SpaceError(f"{where}: cannot be read as an array for {space}: {exc}") from exc
-    if array.dtype == object:
-        array = _big_integers(array, where)
-    if array.dtype == object or array.dtype.kind not in "biuf":
-        raise SpaceError(f"{where}: expected numbers for {space}, got {array.dtype} values")
+    if array.dtype.kind not in "biuf":
+        if array.dtype.kind == "O":
+            array = _big_integers(array, dtype, where, space)
+        if array.dtype.kind not in "biuf":
+            raise SpaceError(f"{where}: expected numbers for {space}, got {array.dtype} values")
     if array.dtype == dtype:
         return array  # the usual case, on every step: nothing to cast or range-check
     if dtype.kind in "iu" and array.dtype.kind in "iub":
@@ -208,10 +209,24 @@ def _as_array(value: Any, dtype: np.dtype[Any], where: str, space: spaces.Space[
         ) from None
 
 
-def _big_integers(array: np.ndarray, where: str) -> np.ndarray:
-    """Integers beyond int64 (JSON allows any), as float64: the range checks then apply."""
+def _big_integers(
+    array: np.ndarray, dtype: np.dtype[Any], where: str, space: spaces.Space[Any]
+) -> np.ndarray:
+    """Integers beyond int64 (JSON allows any) as float64, for a float space's range checks.
+
+    An integer space cannot hold them at all: that is said at once.
+    """
     if not all(type(item) is int for item in array.flat):
         return array  # not numbers alone: refused as they are
+    if dtype.kind in "iu":
+        lo, hi = _int_range(dtype)
+        index, value = next(
+            (i, v) for i, v in enumerate(array.flat) if not lo <= v <= hi
+        )  # numpy made an object array: one of them is beyond int64/uint64
+        raise SpaceError(
+            f"{where}: value {short_repr(value)} at flat index {index} does not fit dtype "
+            f"{dtype} of {space} (range {lo}..{hi})"
+        )
     try:
         return array.astype(np.float64)
     except OverflowError:

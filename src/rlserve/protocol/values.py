@@ -102,3 +102,9 @@ def check_reward(value: float, field: str) -> float:
             f"{field}: reward {value!r} is out of range; it must be {_range_text(MAX_ABS_REWARD)}"
         )
     return value
+
+
+def short_repr(value: Any) -> str:
+    """``repr(value)`` for an error message, cut with a mark when long (a 400-digit integer)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
