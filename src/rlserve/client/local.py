@@ -95,6 +95,8 @@ class LocalInference(Collector):
         config: Batching and buffering.
         timeouts: Connection timeouts.
         seed: Entropy of this client's sampling ``SeedSequence``; None: fresh entropy.
+        on_close: Called once when it closes, whoever closes it (the PolicyClient then refuses
+            every call).
     """
 
     def __init__(
@@ -106,6 +108,7 @@ class LocalInference(Collector):
         config: LocalConfig,
         timeouts: Timeouts,
         seed: int | None = None,
+        on_close: Callable[[], None] | None = None,
     ):
         self.update_interval = update_interval
         self.config = config
@@ -120,8 +123,7 @@ class LocalInference(Collector):
         self._closed = False
         self._closing = False
         """Set by :meth:`stop_waiting`: a call waiting for room gives up waiting."""
-        self.on_close: Callable[[], None] | None = None
-        """Called once by :meth:`close` (the PolicyClient then refuses every call)."""
+        self._on_close = on_close
         self._flushing = 0  # flush() calls waiting: the shipper sends what it has at once
         # The reports the shipper has taken from the outbox and not yet had answered.
         self._in_flight: list[tuple[str, list[Fragment], list[EpisodeSummary]]] = []
@@ -393,6 +395,11 @@ class LocalInference(Collector):
                 self._flushing -= 1
             return self._buffered_steps == 0
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (the client then refuses every call)."""
+        return self._closed
+
     def stop_waiting(self) -> None:
         """Wake a call waiting for room in a full buffer (``when_full="block"``).
 
@@ -419,11 +426,12 @@ class LocalInference(Collector):
         )
 
     def _close(self, timeout: float, fix: str) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self.on_close is not None:
-            self.on_close()
+        with self._lock:  # an exit-time close and a close of another thread: one runs
+            if self._closed:
+                return
+            self._closed = True
+        if self._on_close is not None:
+            self._on_close()
         forget_closed(self)
         deadline = time.monotonic() + timeout
         self._hand_on_open_episodes()

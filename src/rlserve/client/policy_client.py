@@ -195,9 +195,8 @@ class PolicyClient:
                 local or LocalConfig(),
                 timeouts,
                 seed,
+                on_close=self._mark_closed,  # also when client.local.close() closes it
             )
-            # Also when the engine is closed directly (client.local.close()).
-            self._local.on_close = self._mark_closed
 
     def _open_first(self) -> Welcome:
         try:
