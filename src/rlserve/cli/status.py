@@ -50,8 +50,9 @@ def http_url(target: str | None) -> tuple[str, str]:
     """The base URL of the server's HTTP carrier and a description of where it came from.
 
     Args:
-        target: A run folder (with ``endpoints.json``), ``host:port``, or ``http(s)://host:port``;
-            None looks for the newest run under ``runs/``.
+        target: A run folder (with ``endpoints.json``), ``host:port``, or a URL of either of
+            the server's ports (``http(s)://``, or endpoints.json's ``tcp://``/``tls://``; a path
+            is left out); None looks for the newest run under ``runs/``.
 
     Raises:
         ConfigError: Nothing to connect to (no run folder, a stopped server, no HTTP carrier).
@@ -119,23 +120,29 @@ def http_url(target: str | None) -> tuple[str, str]:
 
 def _not_served(path: Path) -> str:
     """Why ``path`` (a folder without ``endpoints.json``) cannot be asked, with the fix."""
-    markers = ("endpoints.json", "config.toml")
-    runs = sorted(
-        str(child)
-        for child in path.iterdir()
-        if child.is_dir() and any((child / marker).exists() for marker in markers)
-    )
-    if runs:
-        shown = ", ".join(runs[:5]) + (", ..." if len(runs) > 5 else "")
-        return f"{path} is a folder of runs, not a run folder; pass one of them: {shown}"
-    if not (path / "config.toml").exists():
+    if (path / "config.toml").exists():
         return (
-            f"{path} is not a run folder (it has no config.toml nor endpoints.json); pass "
-            "runs/<name> or the server's address, e.g. localhost:9901"
+            f"{path} has no endpoints.json: the server of this run folder never listened; pass "
+            "the server's address instead, e.g. localhost:9901"
+        )
+    try:
+        runs = [
+            child
+            for child in path.iterdir()
+            if (child / "endpoints.json").exists() or (child / "config.toml").exists()
+        ]
+    except OSError as exc:
+        return f"{path} cannot be read ({exc}); pass runs/<name> or the server's address"
+    if runs:
+        runs.sort(key=lambda run: run.stat().st_mtime, reverse=True)
+        shown = ", ".join(map(str, runs[:5])) + (", ..." if len(runs) > 5 else "")
+        return (
+            f"{path} is a folder of runs, not a run folder; pass one of them (newest first: "
+            f"{shown}), or nothing for the newest under runs/"
         )
     return (
-        f"{path} has no endpoints.json: the server of this run folder never listened; pass "
-        "the server's address instead, e.g. localhost:9901"
+        f"{path} is not a run folder (it has no config.toml nor endpoints.json); pass "
+        "runs/<name> or the server's address, e.g. localhost:9901"
     )
 
 

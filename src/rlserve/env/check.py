@@ -118,9 +118,9 @@ def _make_env(env: Any, env_config: dict[str, Any] | None) -> Any:
         except gym.error.Error as exc:
             raise ConfigError(
                 f"{env!r} is not a registered gymnasium id ({exc}): pass a registered id (e.g. "
-                "CartPole-v1), or module:Name of a class or creator taking an env_config dict "
-                "(e.g. examples/corridor.py:SimpleCorridor); in Python, an env instance or "
-                "class too"
+                "CartPole-v1); on the command line also module:Name of a class or creator "
+                "taking an env_config dict (e.g. examples/corridor.py:SimpleCorridor), in "
+                "Python the env instance or class itself"
             ) from None
         # Our own checks replace gymnasium's passive checker, which would only warn once.
         return gym.make(env, disable_env_checker=True, **config)

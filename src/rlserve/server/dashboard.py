@@ -163,7 +163,8 @@ def dashboard_routes(
         if "token" not in form:
             return login_page(
                 "No token field arrived: post the form (token=..., as "
-                "application/x-www-form-urlencoded), or send 'Authorization: Bearer <token>'."
+                "application/x-www-form-urlencoded); a script may instead send "
+                "'Authorization: Bearer <token>' with each request to the dashboard's pages."
             )
         return login_page("That token is wrong; enter the server's --token value.")
 
