@@ -179,8 +179,16 @@ def main() -> int:
     if args.child:
         return child(*args.child)
     if args.plot_only:
-        # A run found in several files counts once (the last file's record).
-        merged = {run_id(record): record for path in args.plot_only for record in load(path)}
+        missing = [str(path) for path in args.plot_only if not path.is_file()]
+        if missing:
+            raise SystemExit(f"--plot-only: no such results file: {', '.join(missing)}")
+        # A run found in several files counts once: a finished record before a failed one,
+        # else the last file's.
+        merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for record in (r for path in args.plot_only for r in load(path)):
+            kept = merged.get(run_id(record))
+            if kept is None or "error" in kept or "error" not in record:
+                merged[run_id(record)] = record
         records = list(merged.values())
         print(tables(records))
         if args.plot:

@@ -154,6 +154,11 @@ def _refusal(request: HTTPRequest, policy: BrowserPolicy) -> Response | None:
     return None
 
 
+CLOSE_AFTER = {"Connection": "close"}
+"""The header of a reply to a body not read to its end: the connection is mid-request, so it
+closes after the reply (the rest of the body cannot be told from a next request)."""
+
+
 def _is_json(request: HTTPRequest) -> bool:
     media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     return media == "application/json"
@@ -253,8 +258,6 @@ def build_http_app(
             )
         raw: Any = None
         body: bytes | None = None
-        # A body not read to its end leaves the connection mid-request: close it after the reply.
-        unread = {"Connection": "close"}
         try:
             body = await asyncio.wait_for(
                 _read_body(request, limits.max_frame_bytes), policy.request_timeout
@@ -267,7 +270,7 @@ def build_http_app(
             parsed = parse_request(raw, limits)
         except RLServeError as exc:  # a ProtocolError, or a SpaceError of an out-of-range reward
             status = STATUS_FOR_CODE.get(exc.code, 400)
-            closing = unread if body is None else None
+            closing = CLOSE_AFTER if body is None else None
             return refused(valid_request_id(raw), exc.code, str(exc), status, closing)
         except TimeoutError:
             return refused(
@@ -275,7 +278,7 @@ def build_http_app(
                 "timeout",
                 f"the request body did not arrive within {policy.request_timeout:g} s",
                 408,
-                unread,
+                CLOSE_AFTER,
             )
         except ClientDisconnect:
             SERVER_LOG.warn("http_disconnect", "an HTTP client disconnected mid-request")
