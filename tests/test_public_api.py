@@ -15,6 +15,7 @@ EXPECTED_ALL = {
     "AlgorithmConfig",
     "AuthenticationError",
     "CapacityError",
+    "ClientClosedError",
     "ConfigError",
     "ConnectionLostError",
     "DQNConfig",
