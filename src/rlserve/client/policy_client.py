@@ -451,11 +451,9 @@ class PolicyClient:
         :data:`~rlserve.client.exit_flush.EXIT_FLUSH_TIMEOUT`. Remote mode reads outstanding
         replies (raising a deferred error).
 
-        It may be called from another thread: a call blocked on a full buffer
-        (``when_full="block"``) returns first. Every call after it raises
-        :class:`~rlserve.errors.ClientClosedError` (a ``ConnectionLostError``); a second
-        ``close()`` does nothing. A call of another thread in flight (a remote request, a
-        weights fetch) is waited for, as its own timeouts bound it.
+        From another thread, a call blocked on a full buffer returns first; one in flight (a
+        request, a weights fetch) is waited for, within its own timeouts. Every call after it
+        raises :class:`~rlserve.errors.ClientClosedError`; a second ``close()`` does nothing.
         """
         self._closed = True  # calls from now on are refused
         # A call of another thread blocked on a full buffer holds the lock: let it return.

@@ -17,6 +17,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rlserve.errors import SpaceError, UnsupportedSpaceError
+from rlserve.protocol.ragged import ragged_item
 from rlserve.protocol.values import FLOAT32_MAX, check_float32, short_repr
 
 MAX_SPACE_DEPTH = 8
@@ -172,7 +173,7 @@ def _as_array(value: Any, dtype: np.dtype[Any], where: str, space: spaces.Space[
     try:
         array = np.asarray(value)
     except (ValueError, TypeError) as exc:
-        ragged = _ragged(value)
+        ragged = ragged_item(value)
         if ragged is not None:
             raise SpaceError(f"{where}: {ragged}; {space} takes shape {space.shape}") from exc
         raise SpaceError(f"{where}: cannot be read as an array for {space}: {exc}") from exc
@@ -233,20 +234,6 @@ def _big_integers(
         raise SpaceError(
             f"{where}: an integer beyond the float64 range (over 308 digits)"
         ) from None
-
-
-def _ragged(value: Any) -> str | None:
-    """Which item of a list breaks its shape (numpy only says the list is inhomogeneous)."""
-    if not isinstance(value, list | tuple) or not value:
-        return None
-    try:
-        shapes = [np.shape(item) for item in value]
-    except ValueError:  # an item ragged itself: numpy cannot shape it either
-        return None
-    odd = next((i for i, shape in enumerate(shapes) if shape != shapes[0]), None)
-    if odd is None:
-        return None
-    return f"item {odd} has shape {shapes[odd]}, item 0 has shape {shapes[0]}"
 
 
 def check_value(space: spaces.Space[Any], value: Any, where: str = "value") -> Any:
