@@ -344,7 +344,9 @@ def test_from_checkpoint_finds_a_named_mapping_function_and_says_when_it_cannot(
             with Algorithm.from_checkpoint(saved, config) as restored:  # the fix it names
                 assert set(restored.learners) == {"p1", "p2"}
             continue
-        with Algorithm.from_checkpoint(saved) as restored:
+        with pytest.raises(ConfigError, match="trust_code=True"):
+            Algorithm.from_checkpoint(saved)  # a function named by a folder: the caller's word
+        with Algorithm.from_checkpoint(saved, trust_code=True) as restored:
             assert restored.config.policy_mapping_fn is map_agent
             assert restored.train()["env_runners"]["num_episodes"] > 0
 

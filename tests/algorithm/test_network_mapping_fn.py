@@ -196,7 +196,10 @@ def test_a_run_folder_keeps_the_function_by_name(tmp_path: Path) -> None:
         folder = served.folder.path
         saved = (folder / "config.toml").read_text()
         assert f'name = "{team_of.__module__}:team_of"' in saved
-        assert run_folder_config(folder).policy_mapping_fn is team_of
+        assert run_folder_config(folder, trust_code=True).policy_mapping_fn is team_of
+        # A folder may come from anyone: without the caller's word its function is not taken.
+        with pytest.raises(ConfigError, match="trust_code=True"):
+            run_folder_config(folder)
     finally:
         served.stop()
 
@@ -222,6 +225,14 @@ def test_a_lambda_cannot_be_found_again_and_the_error_says_what_to_pass(
 )
 def test_a_bad_mapping_function_table_names_the_fix(table: Any, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
-        mapping_function_of({"mapping_function": table}, "serve.toml")
-    assert mapping_function_of({}, "serve.toml") is None
-    assert mapping_function_of({"mapping_function": {"name": "math:floor"}}, "x") is math.floor
+        mapping_function_of({"mapping_function": table}, "serve.toml", trust_code=True)
+    assert mapping_function_of({}, "serve.toml", trust_code=False) is None
+    floor = {"mapping_function": {"name": "math:floor"}}
+    assert mapping_function_of(floor, "x", trust_code=True) is math.floor
+
+
+def test_a_run_folder_naming_a_command_is_refused() -> None:
+    """The audit's case: ``shutil:rmtree`` as the function the server calls with agent ids."""
+    table = {"mapping_function": {"name": "shutil:rmtree"}}
+    with pytest.raises(ConfigError, match=r"shutil:rmtree, a function.*--trust-code"):
+        mapping_function_of(table, "runs/sent", trust_code=False)

@@ -171,7 +171,7 @@ def test_a_policy_left_out_of_policies_to_train_acts_but_never_learns(tmp_path: 
         folder = algo.save(tmp_path / "checkpoint")
     assert "evaluation" not in first  # every second iteration
     assert second["evaluation"]["env_runners"]["num_episodes"] == 2
-    with Algorithm.from_checkpoint(folder) as again:  # the saved config keeps both
+    with Algorithm.from_checkpoint(folder, trust_code=True) as again:  # config keeps both
         assert again.config.policies_to_train == {"a"}
         assert again.config.evaluation_interval == 2
         assert [pid for pid, spec in again.specs.items() if spec.frozen] == ["b"]

@@ -21,6 +21,8 @@ def test_a_new_drivers_front_ends_start_from_its_flags(tmp_path: Path) -> None:
     assert "--spaces-from" not in again and "--replicas" not in first + again
     assert first[first.index("--front-end-of") + 1] == "rlserve-learner-x"
     assert first[first.index("--host") + 1] == "127.0.0.3"
+    # Their configuration comes back from folders the run wrote: its mapping function is trusted.
+    assert "--trust-code" in first and "--trust-code" in again
 
 
 def test_a_resumed_drivers_new_front_end_starts_from_the_run_folder(tmp_path: Path) -> None:

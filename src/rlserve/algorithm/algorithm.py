@@ -341,22 +341,31 @@ class Algorithm(CheckpointMixin, ActingMixin):
 
     @classmethod
     def from_checkpoint(
-        cls, checkpoint_dir: str | Path, config: AlgorithmConfig | None = None
+        cls,
+        checkpoint_dir: str | Path,
+        config: AlgorithmConfig | None = None,
+        *,
+        trust_code: bool = False,
     ) -> Algorithm:
         """An Algorithm restored from a checkpoint folder.
 
         The environment is found again from the saved configuration when it was a registered
-        id or an importable class/function (``module:name``); otherwise pass ``config`` (the
-        same environment and settings) explicitly. With a server attached, and the folder the
-        run folder it served from, the server continues that run: clients find the same
-        weights versions, and what it logged after the checkpoint is trained on. A run folder
-        of ``rlserve serve`` (or of an Algorithm without an environment) resumes that run.
+        id or an importable class (``module:Class``); otherwise pass ``config`` (the same
+        environment and settings) explicitly. A saved function (an env creator, a
+        ``policy_mapping_fn``) is imported only with ``trust_code=True``: a folder may come
+        from anyone, and the function would be called with arguments the folder chooses.
+
+        With a server attached, and the folder the run folder it served from, the server
+        continues that run: clients find the same weights versions, and what it logged after
+        the checkpoint is trained on. A run folder of ``rlserve serve`` (or of an Algorithm
+        without an environment) resumes that run.
         """
         folder = Path(checkpoint_dir)
         if not (folder / STATE_FILE).exists() and (folder / "experience").is_dir():
             # A run folder of a network-only Algorithm (rlserve serve): resume it.
-            return assemble((config or run_folder_config(folder)).copy(), resume=folder)
-        chosen = (config or load_config(folder)).copy()
+            chosen = config or run_folder_config(folder, trust_code)
+            return assemble(chosen.copy(), resume=folder)
+        chosen = (config or load_config(folder, trust_code)).copy()
         served = chosen.serving_settings is not None and (folder / "experience").is_dir()
         algo = cls(chosen, resume=folder if served else None)
         try:

@@ -20,7 +20,7 @@ from typing import Any
 
 from rlserve.algorithm.config import AlgorithmConfig, config_for
 from rlserve.algorithm.network_ray import load_ray_placement
-from rlserve.algorithm.saved_config import UNSAVED, env_reference, resolve_env
+from rlserve.algorithm.saved_config import UNSAVED, env_reference, resolve_saved
 from rlserve.algorithm.serving_settings import RAY_SETTINGS, ServingSettings
 from rlserve.config.fields import build
 from rlserve.errors import ConfigError
@@ -98,12 +98,19 @@ def mapping_function_table(fn: Callable[..., Any]) -> dict[str, str]:
     return {"name": env_reference(fn) or UNSAVED}
 
 
-def mapping_function_of(tables: dict[str, Any], where: str) -> Callable[..., Any] | None:
+def mapping_function_of(
+    tables: dict[str, Any], where: str, trust_code: bool
+) -> Callable[..., Any] | None:
     """The function a ``[mapping_function]`` table names (None without one).
+
+    ``trust_code``: the caller vouches for the file (the operator's own ``--config``, or a run
+    folder resumed with ``--trust-code``); a run folder may come from anyone, and the function
+    is called with agent ids from the wire (:func:`~rlserve.algorithm.saved_config.resolve_saved`).
 
     Raises:
         ConfigError: The name is not ``module:function``, cannot be imported, is not callable,
-            or was a lambda that could not be saved (the message says what to pass instead).
+            was a lambda that could not be saved, or the file is not trusted (the message says
+            what to pass instead).
     """
     table = tables.get("mapping_function")
     if table is None:
@@ -121,7 +128,7 @@ def mapping_function_of(tables: dict[str, Any], where: str) -> Callable[..., Any
             f"the server can import, e.g. with PYTHONPATH=.), got {name!r}"
         )
     try:
-        fn = resolve_env(name)
+        fn = resolve_saved(name, "policy_mapping_fn", where, trust_code)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(
             f"{where}: the policy_mapping_fn {name} cannot be imported ({exc}); run the "
@@ -200,8 +207,10 @@ def serving_config(
     return config
 
 
-def run_folder_config(folder: Path) -> AlgorithmConfig:
+def run_folder_config(folder: Path, trust_code: bool = False) -> AlgorithmConfig:
     """The AlgorithmConfig a ``rlserve serve`` run folder was started with (token: from env).
+
+    ``trust_code`` lets its ``[mapping_function]`` be imported (:func:`mapping_function_of`).
 
     A run served on Ray through ``serving(ray_address=...)`` is placed there again (its
     ``ray_placement.json``).
@@ -220,6 +229,6 @@ def run_folder_config(folder: Path) -> AlgorithmConfig:
         name: build(algorithm(name).settings, tables.get(name), None)
         for name in {spec.algorithm_of(entry.name) for spec in policies.values()} - {entry.name}
     }
-    mapping_fn = mapping_function_of(tables, str(run.path))
+    mapping_fn = mapping_function_of(tables, str(run.path), trust_code)
     config = serving_config(server, settings, policies, mapping, others, mapping_fn)
     return load_ray_placement(config, run.path)

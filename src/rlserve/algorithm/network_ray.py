@@ -80,8 +80,12 @@ def ray_serving_of(
 
 
 def front_end_argv(run: Path) -> list[str]:
-    """The ``rlserve`` arguments of the other front-ends: a new run like the run in ``run``."""
-    return ["serve", "--config-from-run", str(run)]
+    """The ``rlserve`` arguments of the other front-ends: a new run like the run in ``run``.
+
+    ``run`` was written by this process from its own config, so its mapping function is
+    trusted.
+    """
+    return ["serve", "--config-from-run", str(run), "--trust-code"]
 
 
 def save_ray_placement(config: AlgorithmConfig, run: Path) -> None:

@@ -4,7 +4,8 @@ Nothing is pickled: a checkpoint may travel, and loading one must not run code i
 environment is saved as what can name it again: a registered id, or ``module:qualname`` of an
 importable class or function (imported again on load, like any code the user installs). An
 environment that has neither (an instance, a lambda) is saved as ``null``, and
-:meth:`Algorithm.from_checkpoint` then asks for the config.
+:meth:`Algorithm.from_checkpoint` then asks for the config. A saved name of a function is taken
+only when the caller trusts the folder (:func:`resolve_saved`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+import gymnasium as gym
 
 from rlserve.algorithm.config import AlgorithmConfig, config_for
 from rlserve.errors import ConfigError
@@ -92,6 +95,61 @@ def resolve_env(reference: str) -> Any:
     return target
 
 
+TRUST_HINT = (
+    "if you made it, pass trust_code=True to Algorithm.from_checkpoint (rlserve train or "
+    "serve: --trust-code)"
+)
+
+
+def _is_env_class(target: Any) -> bool:
+    """Whether ``target`` is a class of environment (what rlserve hosts), by its bases."""
+    if not isinstance(target, type):
+        return False
+    from rlserve.env.base import EnvSource
+    from rlserve.env.external_episodes import ExternalBase
+
+    if issubclass(target, (gym.Env, gym.vector.VectorEnv, EnvSource, ExternalBase)):
+        return True
+    # PettingZoo (an optional extra) is recognised by its own base classes' module.
+    return any(base.__module__.partition(".")[0] == "pettingzoo" for base in target.__mro__)
+
+
+def resolve_saved(reference: str, what: str, where: str, trust_code: bool = False) -> Any:
+    """What a ``reference`` read from a saved file names, if it is safe to call.
+
+    A checkpoint or run folder may come from anyone, and the object it names is called with
+    values from the same file (``env_config``) or from the wire (agent ids): naming
+    ``subprocess:Popen`` or ``os:system`` would run a command. So, as ``torch.load`` with
+    ``weights_only=True`` does for tensors, only what is safe to call is taken on the file's
+    word: a registered id, or an environment class (gymnasium, PettingZoo or rlserve env). A
+    function (an env creator, a ``policy_mapping_fn``) is taken only with ``trust_code``. The
+    module is imported either way: installed code, as gymnasium imports the module of a
+    ``module:Id`` id.
+
+    Args:
+        reference: ``module:qualname`` or a registered id.
+        what: What it stands for in messages: ``"environment"``, ``"policy_mapping_fn"``.
+        where: The folder or file it was read from.
+        trust_code: The caller vouches for the file: take any importable object.
+
+    Raises:
+        ImportError, AttributeError: The module or the name within it is not there.
+        ConfigError: A function (or anything but an env class) without ``trust_code``.
+    """
+    target = resolve_env(reference)
+    if trust_code or isinstance(target, str):
+        return target
+    if what == "environment" and _is_env_class(target):
+        return target
+    kind = "a class that is no environment" if isinstance(target, type) else "a function"
+    raise ConfigError(
+        f"{where} names the {what} {reference}, {kind}; rlserve calls code that a saved file "
+        "names only if you trust the file (a checkpoint or run folder may come from anyone, "
+        f"and the file chooses the arguments): {TRUST_HINT}, or pass config=... with your own "
+        f"{what}"
+    )
+
+
 def save_config(config: AlgorithmConfig, folder: Path) -> None:
     """Write ``config`` as JSON into ``folder``."""
     plain: dict[str, Any] = {name: getattr(config, name) for name in _PLAIN}
@@ -118,8 +176,11 @@ def save_config(config: AlgorithmConfig, folder: Path) -> None:
     (folder / CONFIG_FILE).write_text(text)
 
 
-def load_config(folder: Path) -> AlgorithmConfig:
-    """The config :func:`save_config` wrote into ``folder``."""
+def load_config(folder: Path, trust_code: bool = False) -> AlgorithmConfig:
+    """The config :func:`save_config` wrote into ``folder``.
+
+    ``trust_code`` takes a function the file names (:func:`resolve_saved`).
+    """
     try:
         plain = json.loads((folder / CONFIG_FILE).read_text())
     except (OSError, ValueError) as exc:
@@ -131,7 +192,7 @@ def load_config(folder: Path) -> AlgorithmConfig:
         )
     config = config_for(plain.get("algo"))
     try:
-        config.env = resolve_env(plain["env"])
+        config.env = resolve_saved(plain["env"], "environment", str(folder), trust_code)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(
             f"the environment {plain['env']} of {folder} cannot be imported ({exc}); pass "
@@ -154,7 +215,9 @@ def load_config(folder: Path) -> AlgorithmConfig:
         )
     if mapping_fn is not None:
         try:
-            config.policy_mapping_fn = resolve_env(mapping_fn)
+            config.policy_mapping_fn = resolve_saved(
+                mapping_fn, "policy_mapping_fn", str(folder), trust_code
+            )
         except (ImportError, AttributeError) as exc:
             raise ConfigError(
                 f"the policy_mapping_fn {mapping_fn} of {folder} cannot be imported ({exc}); "

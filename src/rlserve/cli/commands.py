@@ -113,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--resume", metavar="RUN_DIR", help="continue the run in this folder")
     serve.add_argument(
+        "--trust-code",
+        action="store_true",
+        help="with --resume or --config-from-run: import the policy_mapping_fn the run folder "
+        "names (a folder may come from anyone; only pass this for your own)",
+    )
+    serve.add_argument(
         "--algo",
         choices=list(ALGORITHMS),
         default=None,

@@ -167,7 +167,7 @@ def serve_command(args: argparse.Namespace) -> int:
             raise ConfigError(run.token_refusal("pass it again with RLSERVE_TOKEN=... or --token"))
         algo_name = _run_algorithm(args, tables, resumed=True)
         policies, mapping = policies_from_run(tables, spaces)
-        mapping_fn = mapping_function_of(tables, str(run.path))
+        mapping_fn = mapping_function_of(tables, str(run.path), args.trust_code)
     else:
         tables = {}
         source = args.config
@@ -185,7 +185,8 @@ def serve_command(args: argparse.Namespace) -> int:
         )
         algo_name = _run_algorithm(args, tables, resumed=False)
         policies, mapping = _declared_policies(args, tables, server_config, algo_name)
-        mapping_fn = mapping_function_of(tables, args.config or "--config")
+        # The operator's own file, like a flag: the function it names is theirs.
+        mapping_fn = mapping_function_of(tables, args.config or "--config", trust_code=True)
     # The run's algorithm, then every other one a policy names (each with its own settings).
     names = [algo_name]
     for spec in policies.values():

@@ -48,6 +48,11 @@ class TrainConfig:
     run_dir: str = option("runs", "Folder of run folders.")
     name: str | None = option(None, "Name of the run folder (default: a timestamp).")
     resume: str | None = option(None, "Continue the run in this folder.")
+    trust_code: bool = option(
+        False,
+        "With --resume: call the env creator function the folder names (a folder may come "
+        "from anyone; an env class needs no trust).",
+    )
     checkpoint_every: int = option(10, "Iterations between checkpoints.")
     iteration_steps: int = option(512, "Env steps per training iteration (per progress line).")
     progress: bool = option(True, "Show the progress line.")
@@ -145,10 +150,11 @@ def run_training(config: TrainConfig, overrides: dict[str, Any]) -> int:
     if config.resume:
         check_resumable(Path(config.resume))
         # The callbacks are not saved with the run: --callbacks names them again.
-        saved = load_config(Path(config.resume)) if config.callbacks else None
+        folder = Path(config.resume)
+        saved = load_config(folder, config.trust_code) if config.callbacks else None
         if saved is not None:
             saved.callbacks(config.callbacks)
-        algo = Algorithm.from_checkpoint(config.resume, saved)
+        algo = Algorithm.from_checkpoint(config.resume, saved, trust_code=config.trust_code)
         if config.algo is not None and config.algo != algo.config.algo_name:
             algo.stop()
             raise ConfigError(

@@ -116,6 +116,9 @@ class Replicas:
     def _commands(self, ip: str, run: Path) -> tuple[list[str], list[str]]:
         own = ["--host", ip, "--ray", self._address, "--ray-node-ip", ip]
         own += ["--front-end-of", self._name]
+        # The driver took its configuration (a mapping function too) on its operator's word;
+        # the front-ends read that configuration back from folders this run wrote itself.
+        own.append("--trust-code")
         base = [sys.executable, "-m", "rlserve.cli"]
         again = [*base, *without_flags(self._argv, (*_DROPPED, *_KEPT_BY_RUN)), *own]
         first = [*base, *without_flags(self._argv, _DROPPED), *own]
