@@ -14,6 +14,7 @@ import os
 import ssl
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from rlserve.cli.run_summary import folder_summary, format_summary, server_gone
 from rlserve.config.fields import TOKEN_ENV
 from rlserve.errors import ConfigError
 from rlserve.run.progress_file import PROGRESS_FILE
+from rlserve.server.config import is_loopback
 
 TLS_CA_ENV = "RLSERVE_TLS_CA"
 """Environment variable with the CA file of a TLS server's certificate."""
@@ -146,12 +148,22 @@ def _not_served(path: Path) -> str:
     )
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """An rlserve server never redirects its API, and urllib would send the token along."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 def _get(url: str, token: str | None, context: ssl.SSLContext | None, timeout: float) -> Any:
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     if token:
         request.add_header("Authorization", f"Bearer {token}")
+    opener = urllib.request.build_opener(
+        _NoRedirects(), urllib.request.HTTPSHandler(context=context)
+    )
     try:
-        with urllib.request.urlopen(request, timeout=timeout, context=context) as reply:
+        with opener.open(request, timeout=timeout) as reply:
             return json.loads(reply.read())
     except urllib.error.HTTPError as exc:
         if exc.code == 401:
@@ -307,6 +319,13 @@ def run_status(
         return 0
     base, where = http_url(target)
     token = token or os.environ.get(TOKEN_ENV) or None
+    host = urllib.parse.urlsplit(base).hostname or ""
+    if token and where != base and not is_loopback(host):
+        # A run folder may come from anyone: its endpoints.json must not steer the token away.
+        raise ConfigError(
+            f"{where}: its endpoints.json names {host}, not this machine's loopback; rlserve "
+            f"status sends the token only to an address you give: rlserve status {base}"
+        )
     tls_ca = tls_ca or os.environ.get(TLS_CA_ENV) or None
     context = None
     if base.startswith("https://"):
