@@ -437,6 +437,21 @@ def test_logged_steps_on_policy_take_the_proximal_policy() -> None:
     _assert_params_finite(learner)
 
 
+def test_a_batch_of_only_logged_steps_says_how_to_learn_from_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The default leaves log_action steps out: not a non-finite update, and the fix named."""
+    caplog.set_level(logging.WARNING, logger="rlserve.learner")
+    learner = PPOLearner(OBS_SPACE, DISCRETE, _config(train_batch_size=16, minibatch_size=16))
+    learner.ingest([_logged(_fragment([0] * 16), list(range(16)))])
+    metrics = learner.update()
+    assert metrics["learner/updates_skipped_nonfinite"] == 0
+    assert metrics["learner/updates"] == 0 and metrics["learner/steps_logged"] == 16
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "rlserve.learner"]
+    assert "PPO trained on none of these steps" in line and "--ppo-logged-steps" in line
+    assert line.endswith("16 logged steps left out")
+
+
 @pytest.mark.parametrize("mode", ["exclude", "value", "bc"])
 def test_logged_steps_leave_the_surrogate_and_cut_the_trace(mode: str) -> None:
     config = _config(

@@ -122,10 +122,14 @@ class Learner(abc.ABC):
         self._version = int(counters.pop("version"))
         self._counters.update({k: int(v) for k, v in counters.items()})
 
-    def _skip_update(self) -> None:
-        """Count an update that applied no step, whose version and statistics stay published."""
-        self._counters["updates_skipped_nonfinite"] += 1
-        self._warnings.add("updates that applied no step (version kept)")
+    def _skip_update(self, nonfinite: bool = True) -> None:
+        """Count an update that applied no step, whose version and statistics stay published.
+
+        ``nonfinite`` False: it had nothing to train on (its caller says why).
+        """
+        if nonfinite:
+            self._counters["updates_skipped_nonfinite"] += 1
+            self._warnings.add("updates that applied no step (version kept)")
         if self.obs_normalization is not None:
             self.obs_normalization.revert()
 

@@ -71,6 +71,7 @@ import torch
 from rlserve.learners.base import Learner
 from rlserve.learners.common import (
     DeferredAdam,
+    RateLimitedWarning,
     finite_step,
     learner_warning,
     read_checkpoint,
@@ -85,7 +86,7 @@ from rlserve.learners.normalization import (
     restore_observation_normalization,
 )
 from rlserve.learners.ppo_batch import build_batch, check_fragment, fresh_mask
-from rlserve.learners.ppo_config import PPOSettings
+from rlserve.learners.ppo_config import ONLY_LOGGED_WARNING, PPOSettings
 from rlserve.learners.ppo_losses import (
     ADVANTAGE_STD_FLOOR,
     UpdateStats,
@@ -183,6 +184,8 @@ class PPOLearner(Learner):
         }
         self._batch_stats: dict[str, float] = {}
         self._warnings = learner_warning()
+        self._only_logged = RateLimitedWarning(ONLY_LOGGED_WARNING)
+        self._logged_left_out = 0
 
     @property
     def optimizer(self) -> torch.optim.Adam:
@@ -243,6 +246,7 @@ class PPOLearner(Learner):
         for steps, problem in batch.excluded:
             self._exclude(steps, problem)
         self._counters["steps_logged"] += batch.steps_logged
+        self._logged_left_out = batch.steps_logged if self.config.logged_steps == "exclude" else 0
         self._counters["steps_dropped_cap"] += batch.steps_dropped_cap
         self._batch_stats = batch.stats
         return batch.tensors
@@ -304,7 +308,11 @@ class PPOLearner(Learner):
             explained = float("nan") if var == 0 else 1.0 - residual / var
             metrics["learner/explained_variance"] = explained
         else:
-            self._skip_update()
+            only_logged = size == 0 and self._logged_left_out > 0
+            self._skip_update(nonfinite=not only_logged)
+            if only_logged:
+                self._only_logged.add("logged steps left out", count=self._logged_left_out)
+                self._only_logged.flush()
         self._warnings.flush()
         if self.return_scaler is not None:
             metrics["learner/reward_scale"] = self._reward_divisor

@@ -20,6 +20,14 @@ from rlserve.policy.frame_stacking import check_frame_stack
 LOGGED_STEPS = ("exclude", "value", "bc", "on_policy")
 """The treatments of logged steps (``PPOSettings.logged_steps``)."""
 
+ONLY_LOGGED_WARNING = (
+    "rlserve learner: PPO trained on none of these steps: they came from log_action, and "
+    "logged_steps = exclude (the default) leaves those out; to learn from them set "
+    "logged_steps = bc, value or on_policy (rlserve serve --ppo-logged-steps; docs/learners.md), "
+    "or train an off-policy algorithm (--algo dqn or sac)"
+)
+"""What a PPO learner says of updates whose every step was a left-out logged step."""
+
 
 @dataclass
 class PPOSettings:
