@@ -74,8 +74,8 @@ class _AttachedStats(ServerStats):
 
     on_episode: Callable[[EpisodeSummary], None] | None = None
 
-    def record_episode(self, summary: EpisodeSummary) -> None:
-        super().record_episode(summary)
+    def record_episode(self, summary: EpisodeSummary, tell: bool = True) -> None:
+        super().record_episode(summary, tell)
         if self.on_episode is not None:
             self.on_episode(summary)
 

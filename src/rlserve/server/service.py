@@ -289,7 +289,9 @@ class Service:
         """Close idle episodes and count them."""
         summaries = self.episodes.expire_idle(idle_timeout)
         for summary in summaries:
-            self.stats.record_episode(summary)
+            self.stats.record_episode(summary, tell=False)
+        if summaries:
+            self.stats.tell_timed_out()  # one line that counts this sweep's episodes too
         self.stats.episodes_active = len(self.episodes)
         return summaries
 

@@ -284,17 +284,18 @@ class ServerStats:
         """Count an error reply by its code."""
         self.errors[code] += 1
 
-    def record_episode(self, summary: EpisodeSummary) -> None:
-        """Count an ended episode; its return enters the window unless it is empty or timed out."""
+    def record_episode(self, summary: EpisodeSummary, tell: bool = True) -> None:
+        """Count an ended episode; its return enters the window unless it is empty or timed out.
+
+        ``tell`` False: a timed-out episode is not warned of here (the caller records a batch
+        of them, then calls :meth:`tell_timed_out` once, so the line counts them all).
+        """
         for listener in self.episode_listeners:
             listener(summary)
         if summary.reason == "idle_timeout":
             self.episodes_timed_out += 1
-            SERVER_LOG.warn(
-                "episodes:idle_timeout",
-                f"{self.episodes_timed_out} episode(s) so far were closed after --idle-timeout "
-                f"seconds without a call, never ended by end_episode; {TIMED_OUT_FIX}",
-            )
+            if tell:
+                self.tell_timed_out()
             return
         if summary.length == 0:
             self.episodes_empty += 1
@@ -308,6 +309,14 @@ class ServerStats:
                     self.policy_returns[policy_id].append(value)
         elif summary.policy_id in self.policy_returns:
             self.policy_returns[summary.policy_id].append(summary.episode_return)
+
+    def tell_timed_out(self) -> None:
+        """Warn (at most once per interval) of the episodes ``--idle-timeout`` closed so far."""
+        SERVER_LOG.warn(
+            "episodes:idle_timeout",
+            f"{self.episodes_timed_out} episode(s) so far were closed after --idle-timeout "
+            f"seconds without a call, never ended by end_episode; {TIMED_OUT_FIX}",
+        )
 
     def record_reported_episode(self, summary: EpisodeSummary) -> None:
         """Count an episode a local-inference client reports as ended.
