@@ -166,6 +166,13 @@ def test_an_id_that_is_no_episode_id_is_named_in_both_modes(server: Any, mode: s
             client.get_action(eid, (GOOD, {}))
         with pytest.raises(SpaceError, match=r"shape \(1, 4\) does not fit"):
             client.get_action(eid, GOOD[None])
+        # One observation is told as one value in both modes, never as a batch of one.
+        for call in (client.get_action, client.log_action, client.end_episode):
+            args = (0,) if call == client.log_action else ()
+            with pytest.raises(SpaceError, match=r"^observation: value 10\.0 at index \(0,\) "):
+                call(eid, BAD_OBSERVATIONS["out_of_bounds"], *args)
+            with pytest.raises(SpaceError, match=r"^observation: .*expected shape \(4,\)"):
+                call(eid, BAD_OBSERVATIONS["wrong_shape"], *args)
         with pytest.raises(SpaceError, match=r"the observation dict has no entry for \['other'\]"):
             client.get_action([eid, "other"], {eid: GOOD})
         assert client.get_action([eid], {eid: GOOD})[eid] in (0, 1)

@@ -42,7 +42,7 @@ from rlserve.policy.acting import compute_actions, explores, greedy_in_evaluatio
 from rlserve.policy.action_layout import actions_to_space, encode_action
 from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
 from rlserve.protocol.fragment import Fragment
-from rlserve.protocol.spaces import batch_of_one, check_batch, check_value
+from rlserve.protocol.spaces import check_batch, check_one, check_value
 from rlserve.protocol.stacked_checks import StackedBoxCheck, stacked_check
 from rlserve.protocol.values import check_float32
 
@@ -145,7 +145,7 @@ class Collector(MultiAgentCalls):
         episode = self.table.get(episode_id)
         policy, spaces_ = self._single(episode)
         space = spaces_.observation_space
-        obs = check_batch(space, batch_of_one(space, observation), 1, "observation")
+        obs = check_one(space, observation, "observation")
         rule, frames = spaces_.frames, None
         if rule is not None:
             frames, obs = rule.next([episode], obs)
@@ -208,7 +208,7 @@ class Collector(MultiAgentCalls):
         episode = self.table.get(episode_id)
         self.table.check_observe(episode, None)
         policy, spaces_ = self._single(episode)
-        obs = check_batch(spaces_.observation_space, [observation], 1, "observation")
+        obs = check_one(spaces_.observation_space, observation, "observation")
         value = check_value(spaces_.action_space, action, "action")
         value = encode_action(spaces_.action_space, value)
         if not spaces_.discrete:
@@ -250,7 +250,7 @@ class Collector(MultiAgentCalls):
         """Finish an episode; its steps and summary go out with the next batch."""
         episode = self.table.get(episode_id)
         _, spaces_ = self._single(episode)
-        obs = check_batch(spaces_.observation_space, [observation], 1, "observation")
+        obs = check_one(spaces_.observation_space, observation, "observation")
         if spaces_.frames is not None:
             obs = spaces_.frames.next([episode], obs)[1]  # the frames end with the episode
         summary = self.table.end(episode, obs[0], truncated, None)
