@@ -28,7 +28,11 @@ from rlserve.errors import ConfigError
 class TrainConfig:
     """Options of ``rlserve train``."""
 
-    env: str = option("", "A registered env id (CartPole-v1) or module:Name of a class/creator.")
+    env: str = option(
+        "",
+        "A registered env id (CartPole-v1), or module:Name or path/to/file.py:Name of an env "
+        "class or creator.",
+    )
     algo: str | None = option(
         None, "The learning algorithm: ppo (default), dqn (Discrete actions) or sac (Box)."
     )
