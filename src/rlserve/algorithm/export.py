@@ -67,17 +67,14 @@ The checkpoint is loaded with ``torch.load(weights_only=True)``.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from rlserve.algorithm.export_notes import quiet_exporter
 from rlserve.config.fields import build
 from rlserve.errors import ConfigError
 from rlserve.learners import masking
@@ -407,7 +404,7 @@ def export_onnx(
         state = {"shape": ["N", model.state_size], "dtype": "float32"}
         inputs["state_in"] = outputs["state_out"] = state
         examples += (torch.zeros(2, model.state_size),)
-    with _quiet_exporter():
+    with quiet_exporter():
         torch.onnx.export(
             wrapper,
             examples,
@@ -436,38 +433,6 @@ def updates_of(checkpoint: str | Path) -> int:
     """The learner updates that made a checkpoint's weights (0: never trained)."""
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     return int(state.get("counters", {}).get("updates", 0))
-
-
-EXPORTER_LOGGER = "torch.onnx._internal.exporter._registration"
-"""The logger of torch.onnx's operator registry: it notes each torchvision operator it skips
-when torchvision (which rlserve does not use) is not installed."""
-
-
-@contextlib.contextmanager
-def _quiet_exporter() -> Iterator[None]:
-    """Hide torch.onnx's known-harmless notes for the length of one export.
-
-    Its registry's torchvision notes, a FutureWarning of torch's own pytree code
-    (``LeafSpec``) and the note that two inputs share the batch axis; every other warning still
-    shows.
-    """
-    registry = logging.getLogger(EXPORTER_LOGGER)
-    level = registry.level
-    registry.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings(
-                "ignore",
-                message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-                category=FutureWarning,
-            )
-            # A policy with memory ties its two inputs' batch axes to one dimension, as meant.
-            warnings.filterwarnings(
-                "ignore", message=r"# The axis name: batch will not be used", category=UserWarning
-            )
-            yield
-    finally:
-        registry.setLevel(level)
 
 
 def _outputs(dist: ActionDistribution) -> dict[str, dict[str, Any]]:
