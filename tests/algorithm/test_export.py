@@ -18,7 +18,7 @@ from rlserve.config.fields import build, to_table
 from rlserve.errors import ConfigError
 from rlserve.learners.ppo import PPOLearner, PPOSettings
 from rlserve.policy import NumpyPolicy
-from rlserve.protocol.spaces import describe
+from rlserve.protocol.spaces import check_batch, describe
 from rlserve.run.run_folder import RunFolder
 
 pytestmark = pytest.mark.timeout(300)
@@ -55,7 +55,13 @@ def test_discrete_policy_exports_to_the_same_actions(tmp_path: Path) -> None:
     assert_same_choices(action - 10, greedy - 10, logits, tol=2e-5)
     assert set(action.tolist()) <= {10, 11, 12}
     description = json.loads(Path(f"{path}.json").read_text())
-    assert description["inputs"]["obs"] == {"shape": ["N", 5], "dtype": "float32"}
+    assert description["inputs"]["obs"] == {
+        "shape": ["N", 5],
+        "dtype": "float32",
+        "columns": [
+            {"key": "", "start": 0, "stop": 5, "type": "Box", "encoding": "values", "shape": [5]}
+        ],
+    }
     assert set(description["outputs"]) == {"action", "logits"}
 
 
@@ -216,3 +222,27 @@ def test_export_picks_one_policy_of_a_run_with_several(tmp_path: Path) -> None:
     assert json.loads(Path(f"{wide_path}.json").read_text())["inputs"]["obs"]["shape"] == ["N", 3]
     with pytest.raises(ConfigError, match=r"no policy 'default'.*wide, narrow"):
         export_onnx(run.path)
+
+
+def test_a_dict_observations_columns_are_in_the_json(tmp_path: Path) -> None:
+    """An engine fills ``obs`` key by key: the JSON says where each key's values go."""
+    obs_space = gym.spaces.Dict(
+        {"speed": gym.spaces.Box(-1.0, 1.0, (2,), np.float32), "lane": gym.spaces.Discrete(3)}
+    )
+    run, policy = make_run(tmp_path, obs_space, DISCRETE_2)
+    path = export_onnx(run)
+    obs = json.loads(Path(f"{path}.json").read_text())["inputs"]["obs"]
+    lane, speed = obs["columns"]
+    assert lane == {
+        "key": "lane", "start": 0, "stop": 3, "type": "Discrete", "encoding": "one_hot", "n": 3,
+        "value_start": 0,
+    }  # fmt: skip
+    assert (speed["key"], speed["start"], speed["stop"]) == ("speed", 3, 5)
+    # Filled from the layout, the columns give the server's actions.
+    x = np.zeros((1, obs["shape"][1]), np.float32)
+    x[0, lane["start"] + 2] = 1.0
+    x[0, speed["start"] : speed["stop"]] = [0.5, -0.25]
+    value = {"lane": 2, "speed": np.array([0.5, -0.25], np.float32)}
+    served = policy.forward(check_batch(obs_space, [value], 1, "obs"))  # the server's flattening
+    (logits,) = ort.InferenceSession(str(path)).run(["logits"], {"obs": x})
+    np.testing.assert_allclose(logits, served, atol=1e-5)

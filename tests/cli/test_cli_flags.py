@@ -95,3 +95,11 @@ def test_a_bad_value_of_a_flag_names_the_flag(case: str, run_rlserve: Any, tmp_p
     field = fragment.split()[0].removeprefix("--ppo-").removeprefix("--").replace("-", "_")
     assert f" {field}" not in done.stderr  # the flag, not the API field
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.timeout(120)
+def test_spaces_from_takes_an_env_class_in_a_file_as_train_env_does(launch_server: Any) -> None:
+    server = launch_server(spaces=("--spaces-from", f"{EXAMPLES / 'corridor.py'}:SimpleCorridor"))
+    spaces = json.loads((server.run_folder / "spaces.json").read_text())
+    assert spaces["observation_space"]["shape"] == [1]
+    assert spaces["action_space"] == {"type": "Discrete", "n": 2, "start": 0}

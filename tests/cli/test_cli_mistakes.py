@@ -37,7 +37,10 @@ MISTAKES: dict[str, tuple[list[str], str, list[str]]] = {
     "a module:Env id whose module is missing": (
         ["serve", "--spaces-from", "no_such_module_xyz:Env", "--port", "0"],
         "",
-        ["--spaces-from no_such_module_xyz:Env: the module no_such_module_xyz does not import"],
+        [
+            "--spaces-from no_such_module_xyz:Env: no module named 'no_such_module_xyz'",
+            "pass --spaces-file FILE.json",
+        ],
     ),
     "a misspelt env id": (
         ["serve", "--spaces-from", "CartPol-v1", "--port", "0"],

@@ -211,3 +211,45 @@ def test_train_help_shows_the_defaults_train_applies(algo: str) -> None:
         ).choices["serve"]
         served = {action.dest: action.help or "" for action in serve._actions}
         assert served["ppo_train_batch_size"].endswith("(default: 2048)")  # the same
+
+
+def test_train_help_says_what_an_iteration_is_and_whose_defaults_apply() -> None:
+    """The help's claims hold: no algorithm has hosted-only defaults, so every default shown is
+    ``rlserve serve``'s (but the seed); an iteration is whole rounds of the learner's batch."""
+    import argparse
+
+    from rlserve.algorithm.training_settings import HOSTED_DEFAULTS
+    from rlserve.cli.commands import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    train, serve = commands.choices["train"], commands.choices["serve"]
+    assert "the same as 'rlserve serve'" in " ".join(train.description.split())
+    assert "not the server's" not in train.description
+    assert not any(HOSTED_DEFAULTS.values())  # else the description above must name them
+    trained = {a.dest: a.help or "" for a in train._actions}
+    served = {a.dest: a.help or "" for a in serve._actions}
+    compared = [
+        dest
+        for dest in trained
+        if dest in served
+        and dest.partition("_")[0] in HOSTED_DEFAULTS
+        and not dest.endswith("_seed")
+    ]
+    assert "dqn_train_every" in compared and "sac_lr" in compared
+    for dest in compared:
+        assert trained[dest].rpartition("(default:")[2] == served[dest].rpartition("(default:")[2]
+    iteration = trained["iteration_steps"]
+    assert "--ppo-train-batch-size, 2048 by default" in iteration
+    assert "at least one batch" in iteration
+
+
+@pytest.mark.timeout(300)
+def test_a_ppo_iteration_has_at_least_one_train_batch(tmp_path: Path) -> None:
+    proc = _rlserve(
+        "train", "--env", "CartPole-v1", "--stop-steps", "1", "--run-dir", str(tmp_path),
+        "--name", "t", "--num-envs", "4", "--iteration-steps", "64", "--no-progress",
+        "--ppo-train-batch-size", "256", "--ppo-minibatch-size", "128",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert read_progress(tmp_path / "t")[-1]["samples/env_steps"] == 256

@@ -351,7 +351,7 @@ class AlgorithmConfig(
         """The algorithm's settings these calls give (plus a policy's ``overrides``).
 
         An instance of the settings dataclass :attr:`algo_name` registers (``PPOSettings``
-        for PPO). Hosted environments start from :data:`HOSTED_DEFAULTS` (for PPO none: one
+        for PPO). Hosted environments start from :data:`HOSTED_DEFAULTS` (empty for each: one
         set serves both); a network-only Algorithm from the server's defaults.
         """
         return self.policy_settings(None, overrides)

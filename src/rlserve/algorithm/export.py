@@ -8,7 +8,7 @@ action and the distribution's parameters, so an engine can act deterministically
 =============  ====================  ===========================================================
 name           shape, dtype          meaning
 =============  ====================  ===========================================================
-``obs``        ``[N, D]`` float32    flattened observations (``D`` = ``obs_dim`` in the JSON)
+``obs``        ``[N, D]`` float32    flattened observations (``D`` = ``obs_dim``; ``columns``)
 ``action``     ``[N]`` int64         Discrete: the most likely choice, plus the space's ``start``
                ``[N, A]`` float32    Box: the mean action, clipped to the space's bounds
 ``logits``     ``[N, n]`` float32    Discrete only: unnormalised log-probabilities of choices
@@ -32,6 +32,12 @@ A SAC run (``[algorithm] name = "sac"``) exports its tanh-squashed Gaussian: ``a
 ``mean`` ``[N, A]`` and ``log_std`` ``[N, A]`` (state-dependent, clamped to ``[-20, 2]``) the
 Gaussian before the squashing; an engine samples ``u ~ N(mean, exp(log_std))`` and scales
 ``tanh(u)`` the same way.
+
+The JSON's ``inputs.obs.columns`` says where each part of the observation goes in ``obs``
+(:func:`~rlserve.protocol.flat_layout.flat_columns`, the order of ``gymnasium.spaces.flatten``):
+per leaf of a Dict or Tuple its ``key`` path, its columns ``start`` to ``stop``, and its
+``encoding``: ``values`` (Box, MultiBinary), ``one_hot`` (Discrete: ``n`` columns, 1 at
+``start + value - value_start``) or ``one_hot_each`` (MultiDiscrete).
 
 The input ``obs`` is always the raw flattened observation. A policy trained with
 ``normalize_observations`` has its statistics baked in: the model computes
@@ -67,17 +73,14 @@ The checkpoint is loaded with ``torch.load(weights_only=True)``.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from rlserve.algorithm.export_notes import quiet_exporter
 from rlserve.config.fields import build
 from rlserve.errors import ConfigError
 from rlserve.learners import masking
@@ -98,6 +101,7 @@ from rlserve.policy.distribution import ActionDistribution
 from rlserve.policy.encoder_choice import settings_encoder
 from rlserve.policy.frame_stacking import stacked_space
 from rlserve.protocol.episode_requests import DEFAULT_POLICY_ID
+from rlserve.protocol.flat_layout import flat_columns
 from rlserve.run.checkpoints import checkpoints_in
 from rlserve.run.run_folder import RunFolder
 from rlserve.server.policies import is_flat, policies_from_run, policy_paths
@@ -264,7 +268,7 @@ def load_model(
     run_dir: str | Path,
     checkpoint: str | Path | None = None,
     policy_id: str = DEFAULT_POLICY_ID,
-) -> tuple[ActorCritic | QNetwork | SquashedGaussianActor, ObservationNormalizer | None, Path]:
+) -> tuple[ActorCritic | QNetwork | SquashedGaussianActor, ObservationNormalizer | None, Path, Any]:
     """Rebuild a run's model from its configuration and a checkpoint (default: the newest).
 
     The policy's algorithm (its ``algo``, else the run's ``[algorithm] name``, PPO without one)
@@ -277,6 +281,10 @@ def load_model(
         run_dir: The run folder.
         checkpoint: The checkpoint to load (default: the policy's newest).
         policy_id: The policy, in a run with several.
+
+    Returns:
+        The model, its observation normaliser, the checkpoint, and the observation space the
+        model reads (frames stacked when the policy stacks them).
 
     Raises:
         ConfigError: Not a run folder, no such policy in it, no checkpoint of it, or
@@ -354,7 +362,7 @@ def load_model(
     model.eval()
     mask = None if isinstance(model, SquashedGaussianActor) else model.action_mask
     normalizer = load_normalizer(state.get("obs_normalization"), mask)
-    return model, normalizer, Path(checkpoint)
+    return model, normalizer, Path(checkpoint), space
 
 
 def export_onnx(
@@ -368,7 +376,7 @@ def export_onnx(
     The default output is ``RUN_DIR/policy.onnx``, or ``RUN_DIR/policy-<id>.onnx`` for a policy
     other than ``default``.
     """
-    model, normalizer, source = load_model(run_dir, checkpoint, policy_id)
+    model, normalizer, source, obs_space = load_model(run_dir, checkpoint, policy_id)
     name = "policy.onnx" if policy_id == DEFAULT_POLICY_ID else f"policy-{policy_id}.onnx"
     path = Path(output) if output is not None else Path(run_dir) / name
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -401,13 +409,19 @@ def export_onnx(
         )
     spec = model_spec.to_wire()
     batch = torch.export.Dim("batch")
-    inputs: dict[str, dict[str, Any]] = {"obs": {"shape": ["N", model.obs_dim], "dtype": "float32"}}
+    inputs: dict[str, dict[str, Any]] = {
+        "obs": {
+            "shape": ["N", model.obs_dim],
+            "dtype": "float32",
+            "columns": flat_columns(obs_space),  # where each key's values go
+        }
+    }
     examples: tuple[torch.Tensor, ...] = (torch.zeros(2, model.obs_dim),)
     if isinstance(model, RecurrentActorCritic):
         state = {"shape": ["N", model.state_size], "dtype": "float32"}
         inputs["state_in"] = outputs["state_out"] = state
         examples += (torch.zeros(2, model.state_size),)
-    with _quiet_exporter():
+    with quiet_exporter():
         torch.onnx.export(
             wrapper,
             examples,
@@ -436,38 +450,6 @@ def updates_of(checkpoint: str | Path) -> int:
     """The learner updates that made a checkpoint's weights (0: never trained)."""
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     return int(state.get("counters", {}).get("updates", 0))
-
-
-EXPORTER_LOGGER = "torch.onnx._internal.exporter._registration"
-"""The logger of torch.onnx's operator registry: it notes each torchvision operator it skips
-when torchvision (which rlserve does not use) is not installed."""
-
-
-@contextlib.contextmanager
-def _quiet_exporter() -> Iterator[None]:
-    """Hide torch.onnx's known-harmless notes for the length of one export.
-
-    Its registry's torchvision notes, a FutureWarning of torch's own pytree code
-    (``LeafSpec``) and the note that two inputs share the batch axis; every other warning still
-    shows.
-    """
-    registry = logging.getLogger(EXPORTER_LOGGER)
-    level = registry.level
-    registry.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings(
-                "ignore",
-                message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-                category=FutureWarning,
-            )
-            # A policy with memory ties its two inputs' batch axes to one dimension, as meant.
-            warnings.filterwarnings(
-                "ignore", message=r"# The axis name: batch will not be used", category=UserWarning
-            )
-            yield
-    finally:
-        registry.setLevel(level)
 
 
 def _outputs(dist: ActionDistribution) -> dict[str, dict[str, Any]]:

@@ -37,7 +37,8 @@ def _spaces(config: Any) -> tuple[Any, Any]:
 
         return load_spaces_file(config.spaces_file)
     raise ConfigError(
-        "the server needs the policy's spaces: pass --spaces-from ENV_ID (e.g. CartPole-v1) or "
+        "the server needs the policy's spaces: pass --spaces-from ENV (e.g. CartPole-v1, or "
+        "examples/corridor.py:SimpleCorridor) or "
         "--spaces-file FILE.json with observation_space and action_space descriptions, or "
         "declare [policies.<id>] tables in --config"
     )

@@ -201,12 +201,69 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
+LEARNER_FIGURES: dict[str, tuple[tuple[str, str, int], ...]] = {
+    "ppo": (
+        ("policy loss", "policy_loss", 4),
+        ("value loss", "value_loss", 4),
+        ("entropy", "entropy", 3),
+        ("kl", "approx_kl", 4),
+    ),
+    "dqn": (
+        ("q loss", "q_loss", 4),
+        ("q mean", "q_mean", 3),
+        ("epsilon", "epsilon", 3),
+        ("replay", "replay_size", 0),
+    ),
+    "sac": (
+        ("critic loss", "critic_loss", 4),
+        ("actor loss", "actor_loss", 4),
+        ("alpha", "alpha", 4),
+        ("entropy", "entropy", 3),
+    ),
+}
+"""Each algorithm's learner figures that ``rlserve status`` shows: (label, ``learner/`` name
+without the prefix, decimals); the names are those the algorithm reports (docs/metrics.md)."""
+
+_MARKERS = (("dqn", "q_loss"), ("sac", "critic_loss"))
+"""A name only that algorithm reports: a server lists it from the start for the policies that
+train with it. Every server lists PPO's names, so PPO is the algorithm without a marker."""
+
+
+def learner_algorithm(metrics: dict[str, Any], prefix: str = "") -> str:
+    """The algorithm of the learner whose metrics are under ``prefix`` (``policies/<id>/``)."""
+    for name, marker in _MARKERS:
+        if f"{prefix}learner/{marker}" in metrics:
+            return name
+    return "ppo"
+
+
+def _figures(metrics: dict[str, Any], algo: str, prefix: str = "") -> str:
+    shown = ", ".join(
+        f"{label} {_number(metrics.get(f'{prefix}learner/{name}'), digits)}"
+        for label, name, digits in LEARNER_FIGURES[algo]
+    )
+    return f"{algo}: {shown}"
+
+
 def status_rows(
     where: str, health: dict[str, Any], metrics: dict[str, Any]
 ) -> list[tuple[str, str]]:
-    """The status as (label, text) rows."""
+    """The status as (label, text) rows.
+
+    The learner row and each policy's row show the figures of that learner's own algorithm
+    (:data:`LEARNER_FIGURES`); with policies of several algorithms the learner row leaves them
+    to the policy rows (the totals of a statistic are only the newest update's).
+    """
     m = metrics
     version = int(m.get("server/weights_version", -1))
+    policies = sorted({k.split("/")[1] for k in m if k.startswith("policies/")})
+    algos = {pid: learner_algorithm(m, f"policies/{pid}/") for pid in policies}
+    kinds = set(algos.values()) if policies else {learner_algorithm(m)}
+    figures = (
+        _figures(m, kinds.pop())
+        if len(kinds) == 1
+        else f"algorithms {', '.join(sorted(kinds))}: see each policy"
+    )
     rows = [
         (
             "server",
@@ -237,15 +294,10 @@ def status_rows(
             "learner",
             f"{_number(m.get('learner/updates'))} updates, "
             f"{_number(m.get('learner/steps_trained'))} steps trained, "
-            f"{_number(m.get('samples/steps_queued'))} waiting; "
-            f"policy loss {_number(m.get('learner/policy_loss'), 4)}, "
-            f"value loss {_number(m.get('learner/value_loss'), 4)}, "
-            f"entropy {_number(m.get('learner/entropy'), 3)}, "
-            f"kl {_number(m.get('learner/approx_kl'), 4)}; "
+            f"{_number(m.get('samples/steps_queued'))} waiting; {figures}; "
             f"{_number(m.get('learner/restarts'))} restarts",
         ),
     ]
-    policies = sorted({k.split("/")[1] for k in m if k.startswith("policies/")})
     for pid in policies:
         p = f"policies/{pid}/"
         rows.append(
@@ -254,7 +306,8 @@ def status_rows(
                 f"{pid}: weights v{_number(m.get(p + 'weights_version'))}, "
                 f"{_number(m.get(p + 'learner/updates'))} updates, "
                 f"{_number(m.get(p + 'learner/steps_trained'))} steps trained, "
-                f"return(100) {_number(m.get(p + 'episodes/return_mean'), 2)}",
+                f"return(100) {_number(m.get(p + 'episodes/return_mean'), 2)}; "
+                + _figures(m, algos[pid], p),
             )
         )
     for part, problem in (health.get("problems") or {}).items():

@@ -28,7 +28,11 @@ from rlserve.errors import ConfigError
 class TrainConfig:
     """Options of ``rlserve train``."""
 
-    env: str = option("", "A registered env id (CartPole-v1) or module:Name of a class/creator.")
+    env: str = option(
+        "",
+        "A registered env id (CartPole-v1), or module:Name or path/to/file.py:Name of an env "
+        "class or creator.",
+    )
     algo: str | None = option(
         None, "The learning algorithm: ppo (default), dqn (Discrete actions) or sac (Box)."
     )
@@ -54,7 +58,14 @@ class TrainConfig:
         "from anyone; an env class needs no trust).",
     )
     checkpoint_every: int = option(10, "Iterations between checkpoints.")
-    iteration_steps: int = option(512, "Env steps per training iteration (per progress line).")
+    iteration_steps: int = option(
+        512,
+        "Least env steps of a training iteration (one progress line and progress.csv row; "
+        "--checkpoint-every counts iterations). An iteration samples whole rounds of the "
+        "learner's batch (PPO: --ppo-train-batch-size, 2048 by default; DQN and SAC: "
+        "--dqn-train-every, --sac-train-every, 64), each followed by the updates due, until it "
+        "has this many, so a PPO iteration has at least one batch.",
+    )
     progress: bool = option(True, "Show the progress line.")
     callbacks: str | None = option(
         None,
@@ -256,8 +267,9 @@ def add_train_parser(commands: Any) -> None:
         "train",
         help="train a policy on a hosted environment (vectorised, optionally in sub-processes)",
         description="Train on a hosted environment; same run folder, metrics, checkpoints, "
-        "--resume and export as 'rlserve serve'. Unset settings take the hosted defaults of "
-        "the algorithm (not the server's). Each algorithm's settings (--ppo-*, --dqn-*, "
+        "--resume and export as 'rlserve serve'. Unset settings take the algorithm's defaults, "
+        "the same as 'rlserve serve' (no algorithm has other defaults for hosted environments), "
+        "and the learner's seed is --seed. Each algorithm's settings (--ppo-*, --dqn-*, "
         "--sac-*): rlserve train --help-all.",
         usage="rlserve train [--env ENV | --resume RUN] [options]",
         formatter_class=GroupedHelp,
@@ -267,9 +279,7 @@ def add_train_parser(commands: Any) -> None:
         "--help-all", action=FullHelp, help="show every flag, the algorithms' too, and exit"
     )
     for entry in ALGORITHMS.values():
-        group = train.add_argument_group(
-            f"{entry.name.upper()} (--algo {entry.name}; defaults for hosted environments)"
-        )
+        group = train.add_argument_group(f"{entry.name.upper()} (--algo {entry.name})")
         hidden = add_arguments(
             group,
             entry.settings,
@@ -282,8 +292,8 @@ def add_train_parser(commands: Any) -> None:
 def train_defaults(algo: str) -> dict[str, Any]:
     """The defaults of ``algo``'s settings that ``rlserve train`` applies unlike the server.
 
-    The hosted defaults (:data:`~rlserve.algorithm.training_settings.HOSTED_DEFAULTS`), and
-    the seed of ``--seed``; shown in ``rlserve train --help``.
+    The hosted defaults (:data:`~rlserve.algorithm.training_settings.HOSTED_DEFAULTS`, empty
+    for every algorithm today), and the seed of ``--seed``; shown in ``rlserve train --help``.
     """
     from rlserve.algorithm.training_settings import HOSTED_DEFAULTS
 

@@ -49,7 +49,7 @@ from rlserve.protocol.spaces import from_description
 from rlserve.server.policies import PolicySpec, check_policy_id
 
 POLICY_KEYS: dict[str, str] = {
-    "spaces_from": "Gymnasium env id whose spaces the policy uses",
+    "spaces_from": "env whose spaces the policy uses: a Gymnasium id, module:Name or file.py:Name",
     "spaces_file": "JSON file with observation_space and action_space descriptions",
     "observation_space": "inline observation space description (with action_space)",
     "action_space": "inline action space description (with observation_space)",
@@ -187,12 +187,14 @@ def _spaces(where: _Where, name: str, entry: dict[str, Any]) -> tuple[Any, Any]:
         raise where.error(
             name,
             inline[0] if len(inline) == 1 else "",
-            f"give the policy's spaces one way: spaces_from = ENV_ID, spaces_file = FILE.json, "
+            f"give the policy's spaces one way: spaces_from = ENV, spaces_file = FILE.json, "
             f"or both observation_space and action_space (found: {found or 'none'})",
         )
     try:
         if "spaces_from" in entry:
-            return spaces_of_env(entry["spaces_from"], label="spaces_from")
+            return spaces_of_env(
+                entry["spaces_from"], label="spaces_from", instead='spaces_file = "FILE.json"'
+            )
         if "spaces_file" in entry:
             return load_spaces_file(entry["spaces_file"])
     except RLServeError as exc:
