@@ -91,6 +91,7 @@ class EpisodeTable:
         holder: Who holds the episodes, as the capacity error says it (a local client's
             table: ``"this client"``).
         limit_setting: The setting that raises ``max_episodes``, named in that error.
+        max_info_bytes: Largest info map of one step once merged; None: not checked.
     """
 
     def __init__(
@@ -102,6 +103,7 @@ class EpisodeTable:
         clock: Callable[[], float] = time.monotonic,
         holder: str = "the server",
         limit_setting: str = "max_episodes_per_server",
+        max_info_bytes: int | None = None,
     ):
         self.fragment_length = fragment_length
         self.max_episodes = max_episodes
@@ -109,8 +111,8 @@ class EpisodeTable:
         self.limit_setting = limit_setting
         self.max_per_owner = max_per_owner
         self._clock = clock
-        self._single = SingleAgentSteps(fragment_length, on_fragment, clock)
-        self._multi = MultiAgentSteps(fragment_length, on_fragment, clock)
+        self._single = SingleAgentSteps(fragment_length, on_fragment, clock, max_info_bytes)
+        self._multi = MultiAgentSteps(fragment_length, on_fragment, clock, max_info_bytes)
         self._active: dict[str, Episode] = {}
         # Ended ids are remembered so a reused id is refused and a retried end_episode is
         # recognised; bounded so it cannot grow forever.
@@ -253,10 +255,14 @@ class EpisodeTable:
     check_reward = staticmethod(check_reward)
 
     def check_observe(
-        self, episode: Episode, reward: float | None, call: str = "get_action"
+        self,
+        episode: Episode,
+        reward: float | None,
+        call: str = "get_action",
+        info: dict[str, Any] | None = None,
     ) -> None:
         """Raise the error :meth:`observe` would raise, without changing anything."""
-        self._single.check_observe(episode, reward, call)
+        self._single.check_observe(episode, reward, call, info)
 
     def observe(
         self,

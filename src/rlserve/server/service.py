@@ -126,6 +126,7 @@ class Service:
             limits.max_episodes_per_server,
             limits.max_episodes_per_client,
             sink.add,
+            max_info_bytes=limits.max_info_bytes,
         )
         self.ledger = BatchLedger()
         self.batcher = Batcher(self.episodes, stats)
