@@ -153,3 +153,71 @@ def test_a_multi_agent_info_merge_over_max_info_bytes_is_refused_and_changes_not
         "p": ([0.0], None),
         "q": ([0.0], [BIG_A]),
     }
+
+
+# -- max_agents_per_client / max_agents_per_server: agents across episodes ---------------------
+
+AGENT_LIMITS = Limits(max_agents_per_client=10, max_agents_per_server=25)
+
+
+def _agents(service: Service, session: Session, episode_id: str, names: list[str]) -> Any:
+    return _call(
+        service,
+        session,
+        type="log_action",
+        episode_id=episode_id,
+        agent_ids=names,
+        observations=[[0, 0]] * len(names),
+        actions=[0] * len(names),
+    )
+
+
+def _names(prefix: str, count: int) -> list[str]:
+    return [f"{prefix}{i}" for i in range(count)]
+
+
+def test_a_client_cannot_hold_more_agents_than_max_agents_per_client_across_its_episodes() -> None:
+    service, _ = _service(AGENT_LIMITS)
+    session = Session(authenticated=True)
+    for eid in ("e1", "e2"):
+        _ok(_call(service, session, type="start_episode", episode_id=eid))
+    _ok(_agents(service, session, "e1", _names("a", 6)))
+    refused = _agents(service, session, "e2", _names("b", 5))
+    assert refused["code"] == "capacity"
+    assert refused["message"] == (
+        "this client's open episodes would hold 11 agents; the limit is 10 "
+        "(max_agents_per_client): end episodes, or reuse agent ids in an episode instead of "
+        "bringing in new ones"
+    )
+    # Nothing was counted for the refused call; agents already held may go on acting.
+    _ok(_agents(service, session, "e2", _names("b", 4)))
+    _ok(_agents(service, session, "e1", _names("a", 6)))
+    assert _agents(service, session, "e1", ["new"])["code"] == "capacity"
+    # Ending an episode frees its agents (done ones included).
+    _ok(_call(service, session, type="end_episode", episode_id="e1", agent_ids=[], observations=[]))
+    _ok(_agents(service, session, "e2", _names("c", 6)))
+    assert service.episodes.agent_counts.held(session.key) == 10
+
+
+def test_an_expired_episode_frees_its_agents_too() -> None:
+    service, _ = _service(AGENT_LIMITS)
+    session = Session(authenticated=True)
+    _ok(_call(service, session, type="start_episode", episode_id="e1"))
+    _ok(_agents(service, session, "e1", _names("a", 10)))
+    service.episodes.expire_idle(-1.0)
+    _ok(_call(service, session, type="start_episode", episode_id="e2"))
+    _ok(_agents(service, session, "e2", _names("b", 10)))
+
+
+def test_the_server_holds_at_most_max_agents_per_server_in_all() -> None:
+    service, _ = _service(AGENT_LIMITS)
+    sessions = [Session(authenticated=True) for _ in range(3)]
+    for i, session in enumerate(sessions):
+        _ok(_call(service, session, type="start_episode", episode_id=f"e{i}"))
+    _ok(_agents(service, sessions[0], "e0", _names("a", 10)))
+    _ok(_agents(service, sessions[1], "e1", _names("a", 10)))
+    refused = _agents(service, sessions[2], "e2", _names("a", 6))
+    assert refused["code"] == "capacity"
+    assert "would hold 26 agents; the limit is 25 (max_agents_per_server)" in refused["message"]
+    _ok(_agents(service, sessions[2], "e2", _names("a", 5)))
+    assert service.episodes.agent_counts.total == 25
