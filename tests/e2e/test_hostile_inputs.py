@@ -213,6 +213,23 @@ def test_malformed_frames_get_replies_and_the_connection_answers(server: Any) ->
     assert "Traceback" not in server.log()
 
 
+def test_a_frame_of_millions_of_small_containers_is_refused_and_the_connection_answers(
+    server: Any,
+) -> None:
+    """16 MiB of empty arrays (250 arrays of 65,535, each within max_container_len) used to be
+    decoded whole on the event loop: 16M objects, seconds of stall and a gigabyte."""
+    with RawSocket(server.address, timeout=60) as raw:
+        raw.hello()
+        raw.send_packed({"type": "ping", "id": 1, "x": [[[]] * 65_535] * 250})
+        raw.send({"type": "ping", "id": 2})
+        refused = raw.receive()
+        assert refused is not None and refused["type"] == "error", refused
+        assert refused["code"] == "limit_exceeded" and refused["id"] is None, refused
+        assert "max_containers_per_frame" in refused["message"]
+        assert raw.receive() == {"type": "pong", "id": 2}
+    assert "Traceback" not in server.log()
+
+
 # -- finding 7: back-pressure and hygiene of the binary carrier -------------------------------
 
 
