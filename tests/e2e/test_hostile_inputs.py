@@ -362,6 +362,35 @@ def test_http_deeply_nested_json_is_a_decode_error(server: Any) -> None:
             assert reply.json()["code"] == "decode_error"
 
 
+def _json_array(item: bytes, count: int) -> bytes:
+    return b"[" + b",".join([item] * count) + b"]"
+
+
+@pytest.mark.parametrize(
+    ("info", "limit"),
+    [
+        (_json_array(b"{}", 5_000_000), "max_container_len (65536)"),
+        (_json_array(_json_array(b"[]", 60_000), 20), "max_containers_per_frame"),
+    ],
+    ids=["5M objects in one array", "20 arrays of 60,000 arrays"],
+)
+def test_http_bodies_over_the_decode_limits_are_refused_like_binary_frames(
+    server: Any, info: bytes, limit: str
+) -> None:
+    """15 MB of {} in one info used to be parsed whole and handed back to the event loop (a 400,
+    after +500 MB and seconds of unpickling); now the worker refuses it as a binary frame is."""
+    body = b'{"id": 7, "episode_id": "nobody", "reward": 0, "info": ' + info + b"}"
+    with httpx.Client(base_url=server.http_url, timeout=60) as http:
+        reply = http.post(
+            "/v1/log_returns", content=body, headers={"content-type": "application/json"}
+        )
+        assert reply.status_code == 413, reply.text
+        assert reply.json()["code"] == "limit_exceeded"
+        assert limit in reply.json()["message"]
+        assert http.post("/v1/ping", json={"id": 8}).json() == {"type": "pong", "id": 8}
+    assert "Traceback" not in server.log()
+
+
 def _http_request(server: Any, body: bytes, path: str = "/v1/ping") -> bytes:
     head = (
         f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{server.http_port}\r\n"
