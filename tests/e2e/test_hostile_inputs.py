@@ -213,6 +213,23 @@ def test_malformed_frames_get_replies_and_the_connection_answers(server: Any) ->
     assert "Traceback" not in server.log()
 
 
+def test_a_frame_of_millions_of_small_containers_is_refused_and_the_connection_answers(
+    server: Any,
+) -> None:
+    """16 MiB of empty arrays (250 arrays of 65,535, each within max_container_len) used to be
+    decoded whole on the event loop: 16M objects, seconds of stall and a gigabyte."""
+    with RawSocket(server.address, timeout=60) as raw:
+        raw.hello()
+        raw.send_packed({"type": "ping", "id": 1, "x": [[[]] * 65_535] * 250})
+        raw.send({"type": "ping", "id": 2})
+        refused = raw.receive()
+        assert refused is not None and refused["type"] == "error", refused
+        assert refused["code"] == "limit_exceeded" and refused["id"] is None, refused
+        assert "max_containers_per_frame" in refused["message"]
+        assert raw.receive() == {"type": "pong", "id": 2}
+    assert "Traceback" not in server.log()
+
+
 # -- finding 7: back-pressure and hygiene of the binary carrier -------------------------------
 
 
@@ -343,6 +360,35 @@ def test_http_deeply_nested_json_is_a_decode_error(server: Any) -> None:
             )
             assert reply.status_code == 400, reply.text
             assert reply.json()["code"] == "decode_error"
+
+
+def _json_array(item: bytes, count: int) -> bytes:
+    return b"[" + b",".join([item] * count) + b"]"
+
+
+@pytest.mark.parametrize(
+    ("info", "limit"),
+    [
+        (_json_array(b"{}", 5_000_000), "max_container_len (65536)"),
+        (_json_array(_json_array(b"[]", 60_000), 20), "max_containers_per_frame"),
+    ],
+    ids=["5M objects in one array", "20 arrays of 60,000 arrays"],
+)
+def test_http_bodies_over_the_decode_limits_are_refused_like_binary_frames(
+    server: Any, info: bytes, limit: str
+) -> None:
+    """15 MB of {} in one info used to be parsed whole and handed back to the event loop (a 400,
+    after +500 MB and seconds of unpickling); now the worker refuses it as a binary frame is."""
+    body = b'{"id": 7, "episode_id": "nobody", "reward": 0, "info": ' + info + b"}"
+    with httpx.Client(base_url=server.http_url, timeout=60) as http:
+        reply = http.post(
+            "/v1/log_returns", content=body, headers={"content-type": "application/json"}
+        )
+        assert reply.status_code == 413, reply.text
+        assert reply.json()["code"] == "limit_exceeded"
+        assert limit in reply.json()["message"]
+        assert http.post("/v1/ping", json={"id": 8}).json() == {"type": "pong", "id": 8}
+    assert "Traceback" not in server.log()
 
 
 def _http_request(server: Any, body: bytes, path: str = "/v1/ping") -> bytes:

@@ -212,3 +212,9 @@ def test_overlapping_images_are_refused() -> None:
     second = ImageEncoder((4, 4, 1), False, 1.0, (conv,), 8)
     with pytest.raises(ConfigError, match="not overlap"):
         ObservationEncoder(40, (first, second))
+
+
+def test_an_image_too_large_for_int64_counts_its_values_exactly() -> None:
+    # np.prod wraps in int64: 2**66 values would count as 0 and match a 0-wide input.
+    encoder = ImageEncoder((2**22, 2**22, 2**22), False, 1.0, ())
+    assert encoder.input_dim == 2**66

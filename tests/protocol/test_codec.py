@@ -289,6 +289,80 @@ def test_top_level_map_over_max_container_len() -> None:
         decode(msgpack.packb({"a": 1, "b": 2, "c": 3}), limits)
 
 
+# -- max_containers_per_frame ------------------------------------------------------------------
+
+
+def test_a_frame_of_many_small_containers_is_over_max_containers_per_frame() -> None:
+    """Every container is within max_container_len, but there are 16M of them in 16 MiB: the
+    decoding stops at the budget instead of building them all (seconds and a gigabyte)."""
+    data = msgpack.packb({"type": "ping", "id": 1, "x": [[[]] * 65_535] * 250})
+    assert len(data) < Limits().max_frame_bytes
+    with pytest.raises(LimitExceededError) as caught:
+        decode(data)
+    assert str(caught.value) == (
+        "the message holds more than 1048576 maps and arrays in all, over the limit "
+        "max_containers_per_frame; send numbers as arrays (binary carrier: ndarray extension "
+        "values), nest fewer maps and arrays, or split the message"
+    )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [[[]] * 20, [{}] * 20, {"a": [[[[]]]] * 5}, [{"k": [1]}] * 10],
+    ids=repr,
+)
+def test_maps_and_arrays_count_at_any_depth(value: object) -> None:
+    limits = Limits(max_containers_per_frame=12)
+    data = msgpack.packb({"type": "ping", "v": value})
+    with pytest.raises(LimitExceededError, match="max_containers_per_frame"):
+        decode(data, limits)
+
+
+def test_a_frame_at_max_containers_per_frame_is_accepted() -> None:
+    # The top-level map, the list and 10 maps: 12 containers.
+    value = {"type": "ping", "v": [{"k": 1}] * 10}
+    data = msgpack.packb(value)
+    assert decode(data, Limits(max_containers_per_frame=12)) == value
+    with pytest.raises(LimitExceededError):
+        decode(data, Limits(max_containers_per_frame=11))
+
+
+def test_a_frame_no_longer_than_the_budget_cannot_exceed_it() -> None:
+    """Each container takes at least a byte: a frame of at most max_containers_per_frame bytes
+    is decoded without counting (the hot path), and every one of its containers fits."""
+    data = msgpack.packb({"type": "ping", "v": [[]] * 20})
+    assert decode(data, Limits(max_containers_per_frame=len(data)))["v"] == [[]] * 20
+
+
+def test_the_largest_report_with_an_info_per_step_fits_the_default_budget() -> None:
+    """A report of 15.6 MiB (330,000 CartPole steps, one info map each) holds 333,302 maps and
+    arrays: within the default, with room for nested infos."""
+    steps = 200
+    fragment = {
+        "episode_id": "e" * 12,
+        "policy_id": "default",
+        "obs": np.zeros((steps + 1, 4), np.float32),
+        "actions": np.zeros(steps, np.int64),
+        "rewards": np.ones(steps, np.float32),
+        "behaviour_logp": np.zeros(steps, np.float32),
+        "policy_chosen": np.ones(steps, bool),
+        "weights_version": np.zeros(steps, np.int64),
+        "terminated": False,
+        "truncated": False,
+        "infos": [{"step": s} for s in range(steps)],
+    }
+    data = encode(
+        {"type": "report_samples", "id": 1, "batch_id": "b", "fragments": [fragment] * 1650}
+    )
+    assert 15 * 2**20 < len(data) < Limits().max_frame_bytes
+    assert len(decode(data)["fragments"]) == 1650
+
+
+def test_maps_and_arrays_deeper_than_msgpack_allows_are_a_clear_decode_error() -> None:
+    with pytest.raises(DecodeError, match="nest deeper than 1024 levels"):
+        decode(b"\x81\xa1v" + b"\x91" * 1100 + b"\xc0")
+
+
 def test_string_over_frame_limit() -> None:
     limits = Limits(max_frame_bytes=10)
     with pytest.raises(LimitExceededError):

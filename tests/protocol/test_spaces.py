@@ -172,6 +172,48 @@ def test_malformed_descriptions(desc: Any) -> None:
         from_description(desc)
 
 
+@pytest.mark.parametrize(
+    "desc",
+    [
+        {"type": "MultiBinary", "n": [4294967296, 4294967296]},  # 2**64: 0 in int64
+        {"type": "MultiBinary", "n": [2**62, 4, 3]},
+        {"type": "Box", "shape": [4294967296, 4294967296]},
+        {"type": "Box", "shape": [2**40, 2**40, 2**40]},
+    ],
+    ids=repr,
+)
+def test_a_shape_whose_element_count_overflows_int64_is_over_the_limit(desc: Any) -> None:
+    with pytest.raises(SpaceError, match=r"elements, over the limit of 4000000"):
+        from_description(desc)
+
+
+@pytest.mark.parametrize(
+    "desc",
+    [
+        {"type": "MultiBinary", "n": [-2, -3]},
+        {"type": "Box", "shape": [-2, -3]},
+    ],
+    ids=repr,
+)
+def test_a_negative_dimension_is_refused_even_when_the_product_is_positive(desc: Any) -> None:
+    with pytest.raises(SpaceError, match="negative dimension"):
+        from_description(desc)
+
+
+@pytest.mark.parametrize(
+    "desc",
+    [{"type": "Discrete", "n": 2**70}, {"type": "MultiDiscrete", "nvec": [2**70]}],
+    ids=repr,
+)
+def test_an_integer_beyond_int64_in_a_description_is_a_space_error(desc: Any) -> None:
+    with pytest.raises(SpaceError, match="malformed"):
+        from_description(desc)
+
+
+def test_a_shape_at_the_element_limit_is_accepted() -> None:
+    assert from_description({"type": "MultiBinary", "n": [2000, 2000]}).shape == (2000, 2000)
+
+
 def test_unknown_space_type() -> None:
     with pytest.raises(UnsupportedSpaceError, match="unknown space type 'Graph'"):
         from_description({"type": "Graph"})

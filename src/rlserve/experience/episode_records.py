@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from rlserve.errors import DecodeError, SpaceError
+from rlserve.errors import DecodeError, LimitExceededError, SpaceError
 from rlserve.experience.agent_columns import EpisodeAgents
+from rlserve.protocol.codec import encode
 from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.values import MAX_ABS_REWARD
 
@@ -170,6 +171,8 @@ class EpisodeMode(ABC):
         fragment_length: Actions per fragment before it is cut and handed on.
         on_fragment: Called with each finished fragment of a training episode.
         clock: Monotonic time source (seconds).
+        max_info_bytes: Largest info map of one step once the infos logged for it are merged
+            (``max_info_bytes``); None: not checked (an in-process runner's own infos).
     """
 
     def __init__(
@@ -177,10 +180,38 @@ class EpisodeMode(ABC):
         fragment_length: int,
         on_fragment: Callable[[Fragment], None],
         clock: Callable[[], float],
+        max_info_bytes: int | None = None,
     ):
         self.fragment_length = fragment_length
         self._on_fragment = on_fragment
         self._clock = clock
+        self.max_info_bytes = max_info_bytes
+
+    def merged_info(
+        self, kept: dict[str, Any] | None, info: dict[str, Any], where: str
+    ) -> dict[str, Any]:
+        """``info`` merged into the info ``kept`` for the same step so far (later keys win).
+
+        Each call's info was checked on its own when the call was read; only a merge can grow
+        past ``max_info_bytes``, so only a merge is measured.
+
+        Raises:
+            LimitExceededError: The merged map is over ``max_info_bytes`` (the message starts
+                with ``where``).
+        """
+        if kept is None:
+            return info
+        merged = {**kept, **info}
+        limit = self.max_info_bytes
+        if limit is not None:
+            size = len(encode(merged))
+            if size > limit:
+                raise LimitExceededError(
+                    f"{where}: the info maps logged for one step merge to {size} bytes encoded; "
+                    f"the limit is {limit} (max_info_bytes): log less per step (the infos sent "
+                    "before the next action are kept together, later keys replacing earlier ones)"
+                )
+        return merged
 
     @abstractmethod
     def hand_on_unfinished(self, episode: Episode) -> None:

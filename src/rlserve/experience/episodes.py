@@ -49,6 +49,7 @@ import numpy as np
 
 from rlserve.errors import CapacityError, EpisodeError
 from rlserve.experience.agent_columns import AgentTick
+from rlserve.experience.agent_counts import AgentCounts
 from rlserve.experience.episode_records import (
     SINGLE_AGENT,
     AgentTrajectory,
@@ -91,6 +92,9 @@ class EpisodeTable:
         holder: Who holds the episodes, as the capacity error says it (a local client's
             table: ``"this client"``).
         limit_setting: The setting that raises ``max_episodes``, named in that error.
+        max_info_bytes: Largest info map of one step once merged; None: not checked.
+        max_agents: Most agents of multi-agent episodes per owner and in all (checked by the
+            caller with :attr:`agent_counts`); None: no limit.
     """
 
     def __init__(
@@ -102,6 +106,8 @@ class EpisodeTable:
         clock: Callable[[], float] = time.monotonic,
         holder: str = "the server",
         limit_setting: str = "max_episodes_per_server",
+        max_info_bytes: int | None = None,
+        max_agents: tuple[int, int] | None = None,
     ):
         self.fragment_length = fragment_length
         self.max_episodes = max_episodes
@@ -109,14 +115,16 @@ class EpisodeTable:
         self.limit_setting = limit_setting
         self.max_per_owner = max_per_owner
         self._clock = clock
-        self._single = SingleAgentSteps(fragment_length, on_fragment, clock)
-        self._multi = MultiAgentSteps(fragment_length, on_fragment, clock)
+        self._single = SingleAgentSteps(fragment_length, on_fragment, clock, max_info_bytes)
+        self._multi = MultiAgentSteps(fragment_length, on_fragment, clock, max_info_bytes)
         self._active: dict[str, Episode] = {}
         # Ended ids are remembered so a reused id is refused and a retried end_episode is
         # recognised; bounded so it cannot grow forever.
         self._ended: dict[str, _Ended] = {}
         self._max_remembered = 1_000_000
         self._per_owner: dict[str, int] = {}
+        self.agent_counts = AgentCounts(*(max_agents or (None, None)))
+        """Agents of the open multi-agent episodes, per owner and in all."""
 
     def __len__(self) -> int:
         return len(self._active)
@@ -253,10 +261,14 @@ class EpisodeTable:
     check_reward = staticmethod(check_reward)
 
     def check_observe(
-        self, episode: Episode, reward: float | None, call: str = "get_action"
+        self,
+        episode: Episode,
+        reward: float | None,
+        call: str = "get_action",
+        info: dict[str, Any] | None = None,
     ) -> None:
         """Raise the error :meth:`observe` would raise, without changing anything."""
-        self._single.check_observe(episode, reward, call)
+        self._single.check_observe(episode, reward, call, info)
 
     def observe(
         self,
@@ -349,9 +361,13 @@ class EpisodeTable:
         See :meth:`rlserve.experience.multi_agent_steps.MultiAgentSteps.observe_agents` for the
         arguments and errors; nothing is changed when it raises.
         """
-        return self._multi.observe_agents(
+        before = 0 if episode.agents is None else len(episode.agents)
+        tick = self._multi.observe_agents(
             episode, agent_ids, policy_ids, groups, obs, rewards, infos, call
         )
+        assert episode.agents is not None  # observe_agents makes the episode multi-agent
+        self.agent_counts.add(episode.owner, len(episode.agents) - before)
+        return tick
 
     def act_agents(
         self,
@@ -447,6 +463,8 @@ class EpisodeTable:
     def _close(self, episode: Episode, reason: str, end_seq: int = 0) -> EpisodeSummary:
         episode.status = EpisodeStatus.ENDED
         del self._active[episode.episode_id]
+        if episode.agents is not None:
+            self.agent_counts.release(episode.owner, len(episode.agents))
         self._per_owner[episode.owner] -= 1
         if not self._per_owner[episode.owner]:
             del self._per_owner[episode.owner]

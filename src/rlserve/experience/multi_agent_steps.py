@@ -10,6 +10,7 @@ numpy operations per policy. :class:`MultiAgentSteps` is the table's multi-agent
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -64,7 +65,9 @@ class MultiAgentSteps(EpisodeMode):
         Raises:
             EpisodeError: The episode is single-agent or awaiting an action; an agent is done,
                 or changes its policy; a reward names an agent that has not acted yet.
-            SpaceError: A reward is out of range. Nothing is changed when it raises.
+            SpaceError: A reward is out of range.
+            LimitExceededError: An agent's infos for one step merge to more than
+                ``max_info_bytes``. Nothing is changed when it raises.
         """
         self._check_multi(episode, call)
         state = episode.agents
@@ -76,6 +79,9 @@ class MultiAgentSteps(EpisodeMode):
             parts, mismatch = find_rows(state, agent_ids, groups)
         if mismatch or tick_refused(parts, groups, reward_array):
             check_agents_one_by_one(episode, agent_ids, policy_ids, rewards, call)
+        if infos is not None:
+            located = ((c, rows, idx) for (c, rows), (_, idx) in zip(parts, groups, strict=True))
+            self._check_info_merges(episode, located, infos, call)
         if state is None:
             state = episode.agents = EpisodeAgents(self.fragment_length)
         if plan is None:
@@ -162,6 +168,8 @@ class MultiAgentSteps(EpisodeMode):
             EpisodeError: The episode is single-agent or awaiting an action; a reward names an
                 agent that has not acted or is done; a done agent is unknown or already done.
             SpaceError: A reward is out of range.
+            LimitExceededError: An agent's infos for one step merge to more than
+                ``max_info_bytes``.
         """
         self._check_multi(episode, "log_returns")
         state = episode.agents
@@ -170,6 +178,8 @@ class MultiAgentSteps(EpisodeMode):
         if rewards_refused(located, reward_array) or done_refused(state, done):
             check_rewards_one_by_one(episode, agent_ids, rewards, "log_returns")
             check_done_one_by_one(episode, done)
+        if infos is not None:
+            self._check_info_merges(episode, located.parts, infos, "log_returns")
         self._add_agent_rewards(episode, located, reward_array, infos)
         if state is not None:
             for agent_id, terminated in done.items():
@@ -202,6 +212,8 @@ class MultiAgentSteps(EpisodeMode):
             reward_array is not None and rewards_refused(located, reward_array)
         ):
             check_end_one_by_one(episode, agent_ids, rewards)
+        if infos is not None:
+            self._check_info_merges(episode, located.parts, infos, "end_episode")
         if episode.agents is None:  # an unused episode becomes multi-agent here
             episode.agents = EpisodeAgents(self.fragment_length)
         state = episode.agents
@@ -253,6 +265,28 @@ class MultiAgentSteps(EpisodeMode):
                 f"{call} for episode '{episode.episode_id}' while its previous get_action is "
                 "still being answered; wait for the actions before the next call"
             )
+
+    def _check_info_merges(
+        self,
+        episode: Episode,
+        parts: Iterable[tuple[AgentColumns, np.ndarray, np.ndarray]],
+        infos: list[dict[str, Any] | None],
+        call: str,
+    ) -> None:
+        """Refuse a call whose info would take an agent's step over ``max_info_bytes``.
+
+        ``parts`` are ``(columns, rows, positions in the call)``; a row of -1 (an agent new to
+        the episode) has nothing kept to merge with.
+        """
+        for columns, rows, positions in parts:
+            kept = columns.pending_info
+            if not kept:
+                continue
+            for row, i in zip(rows.tolist(), positions.tolist(), strict=True):
+                info = infos[i]
+                if info and row in kept:
+                    where = f"{call} for episode '{episode.episode_id}', agent '{columns.ids[row]}'"
+                    self.merged_info(kept[row], info, where)
 
     @staticmethod
     def _add_agent_rewards(

@@ -42,7 +42,11 @@ class SingleAgentSteps(EpisodeMode):
     """The calls of single-agent episodes (see :class:`EpisodeMode` for the arguments)."""
 
     def check_observe(
-        self, episode: Episode, reward: float | None, call: str = "get_action"
+        self,
+        episode: Episode,
+        reward: float | None,
+        call: str = "get_action",
+        info: dict[str, Any] | None = None,
     ) -> None:
         """Raise the error :meth:`observe` would raise, without changing anything."""
         if episode.agents is not None or episode.status is EpisodeStatus.AWAITING_ACTION:
@@ -52,6 +56,8 @@ class SingleAgentSteps(EpisodeMode):
             and not -MAX_ABS_REWARD <= episode.agent.pending_reward + reward <= MAX_ABS_REWARD
         ):
             check_reward(episode, reward, call)  # raises, naming the value
+        if info:
+            self._info_to_keep(episode, info, call)
 
     def observe(
         self,
@@ -69,14 +75,16 @@ class SingleAgentSteps(EpisodeMode):
         Raises:
             EpisodeError: The episode is waiting for the action of an earlier observation.
             SpaceError: The reward is not finite or over the bound.
+            LimitExceededError: The step's infos merge to more than ``max_info_bytes``.
         """
         if episode.agents is not None or episode.status is EpisodeStatus.AWAITING_ACTION:
             self._refuse(episode, "get_action/log_action")
         agent = episode.agent
+        kept = self._info_to_keep(episode, info, call) if info else None
         if reward is not None:
             self._add_reward(episode, reward, call)
-        if info:
-            self._add_info(episode, info)
+        if kept is not None:
+            agent.pending_info = kept
         if agent.actions:
             self._close_step(agent)
             if len(agent.actions) >= self.fragment_length:
@@ -157,12 +165,14 @@ class SingleAgentSteps(EpisodeMode):
         Raises:
             EpisodeError: An action is being computed.
             SpaceError: The reward is not finite or over the bound.
+            LimitExceededError: The step's infos merge to more than ``max_info_bytes``.
         """
         if episode.agents is not None or episode.status is EpisodeStatus.AWAITING_ACTION:
             self._refuse(episode, "log_returns")
+        kept = self._info_to_keep(episode, info, "log_returns") if info else None
         self._add_reward(episode, reward, "log_returns")
-        if info:
-            self._add_info(episode, info)
+        if kept is not None:
+            episode.agent.pending_info = kept
         episode.last_seen = self._clock()
 
     def end(
@@ -180,11 +190,12 @@ class SingleAgentSteps(EpisodeMode):
         """
         if episode.agents is not None or episode.status is EpisodeStatus.AWAITING_ACTION:
             self._refuse(episode, "end_episode")
+        kept = self._info_to_keep(episode, info, "end_episode") if info else None
         if reward is not None:
             self._add_reward(episode, reward, "end_episode")
-        if info:
-            self._add_info(episode, info)
         agent = episode.agent
+        if kept is not None:
+            agent.pending_info = kept
         if agent.actions:
             self._close_step(agent)
             self._emit(episode, obs, terminated=not truncated, truncated=truncated)
@@ -244,12 +255,14 @@ class SingleAgentSteps(EpisodeMode):
             episode.agent.pending_reward += reward
         # Before the first action there is no step to credit: the reward is in the return only.
 
-    @staticmethod
-    def _add_info(episode: Episode, info: dict[str, Any]) -> None:
+    def _info_to_keep(
+        self, episode: Episode, info: dict[str, Any], call: str
+    ) -> dict[str, Any] | None:
+        """The step's info with ``info`` merged in, checked; None before the first action."""
         if not episode.length:
-            return  # no step to keep it with (see rlserve.experience.episodes)
-        agent = episode.agent
-        agent.pending_info = info if agent.pending_info is None else {**agent.pending_info, **info}
+            return None  # no step to keep it with (see rlserve.experience.episodes)
+        where = f"{call} for episode '{episode.episode_id}'"
+        return self.merged_info(episode.agent.pending_info, info, where)
 
     @staticmethod
     def _close_step(agent: AgentTrajectory) -> None:

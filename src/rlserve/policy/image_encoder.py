@@ -18,6 +18,7 @@ torch: the client uses it too.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,7 +121,7 @@ class ImageEncoder:
     @property
     def input_dim(self) -> int:
         """The image's number of values."""
-        return int(np.prod(self.shape))
+        return math.prod(int(side) for side in self.shape)  # exact: np.prod wraps in int64
 
     def feature_maps(self) -> list[tuple[int, int, int]]:
         """``(channels, height, width)`` after the input and after each convolution.

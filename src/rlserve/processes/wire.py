@@ -18,8 +18,14 @@ from rlserve.protocol.limits import Limits
 
 __all__ = ["CODEC", "IPC_LIMITS", "PICKLE", "Wire", "receive", "send"]
 
-IPC_LIMITS = Limits(max_frame_bytes=1 << 30, max_array_elements=1 << 28, max_container_len=1 << 20)
-"""Decoding limits between our own processes: a round's fragments may be large."""
+IPC_LIMITS = Limits(
+    max_frame_bytes=1 << 30,
+    max_array_elements=1 << 28,
+    max_container_len=1 << 20,
+    max_containers_per_frame=1 << 30,
+)
+"""Decoding limits between our own processes: a round's fragments may be large (any number of
+containers: each is at least one byte of a 1 GiB frame)."""
 
 
 def send(conn: Connection, message: dict[str, Any]) -> None:

@@ -38,6 +38,15 @@ class Limits:
             the step's data).
         max_agents_per_call: Most agents one multi-agent call names.
         max_agents_per_episode: Most agents one multi-agent episode may hold (done ones count).
+        max_agents_per_client: Most agents the open multi-agent episodes of one client
+            (identity) may hold together, done ones included: one full episode's worth.
+        max_agents_per_server: Most agents the open multi-agent episodes of the whole server
+            may hold together: four clients at their limit (about 250 MB of bookkeeping at one
+            observation each, a few GB once every agent holds a full fragment).
+        max_containers_per_frame: Most msgpack maps and arrays in one frame, at any depth (each
+            is a Python object and a hook call while decoding: without it, 16 MiB of empty
+            arrays were 16M objects, seconds of decoding and a gigabyte). 16 times
+            ``max_container_len``: a report with one info map per step still fits.
     """
 
     max_frame_bytes: int = 16 * 1024 * 1024
@@ -51,6 +60,9 @@ class Limits:
     max_info_bytes: int = 65_536
     max_agents_per_call: int = 4096
     max_agents_per_episode: int = 65_536
+    max_agents_per_client: int = 65_536
+    max_agents_per_server: int = 262_144
+    max_containers_per_frame: int = 1_048_576
 
     def to_wire(self) -> dict[str, int]:
         """Return the limits as a plain map for the ``welcome`` message."""

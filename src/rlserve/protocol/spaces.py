@@ -11,6 +11,7 @@ This module needs numpy and gymnasium only, never torch: the client uses it too.
 
 from __future__ import annotations
 
+import math
 from typing import Any, cast
 
 import numpy as np
@@ -18,13 +19,8 @@ from gymnasium import spaces
 
 from rlserve.errors import SpaceError, UnsupportedSpaceError
 from rlserve.protocol.ragged import ragged_item
+from rlserve.protocol.space_sizes import MAX_SPACE_DEPTH, element_count
 from rlserve.protocol.values import FLOAT32_MAX, check_float32, short_repr
-
-MAX_SPACE_DEPTH = 8
-"""Deepest nesting of Dict/Tuple spaces accepted in a description."""
-
-MAX_SPACE_ELEMENTS = 4_000_000
-"""Largest number of elements in one Box or MultiDiscrete/MultiBinary description."""
 
 
 def _bound_to_wire(bound: np.ndarray) -> Any:
@@ -89,7 +85,7 @@ def _int_range(dtype: np.dtype[Any]) -> tuple[int, int]:
 def _bound_from_wire(
     value: Any, shape: tuple[int, ...], side: str, dtype: np.dtype[Any]
 ) -> np.ndarray:
-    count = int(np.prod(shape))
+    count = math.prod(shape)
     if value is None or isinstance(value, int | float):
         flat = [value] * count
     elif isinstance(value, list):
@@ -123,8 +119,7 @@ def from_description(desc: Any, _depth: int = 0) -> spaces.Space[Any]:
     try:
         if kind == "Box":
             shape = tuple(int(d) for d in desc["shape"])
-            if int(np.prod(shape)) > MAX_SPACE_ELEMENTS:
-                raise SpaceError(f"Box of shape {shape} is over {MAX_SPACE_ELEMENTS} elements")
+            element_count(shape, "Box")
             dtype = np.dtype(desc.get("dtype", "float32"))
             if dtype.kind not in "biuf":
                 raise SpaceError(f"Box dtype must be numeric, got {dtype}")
@@ -135,8 +130,7 @@ def from_description(desc: Any, _depth: int = 0) -> spaces.Space[Any]:
             return spaces.Discrete(int(desc["n"]), start=int(desc.get("start", 0)))
         if kind == "MultiDiscrete":
             nvec = np.asarray(desc["nvec"], dtype=np.int64)
-            if nvec.size > MAX_SPACE_ELEMENTS:
-                raise SpaceError(f"MultiDiscrete over {MAX_SPACE_ELEMENTS} elements")
+            element_count(nvec.shape, "MultiDiscrete")
             start = desc.get("start")
             return spaces.MultiDiscrete(
                 nvec,
@@ -146,8 +140,7 @@ def from_description(desc: Any, _depth: int = 0) -> spaces.Space[Any]:
         if kind == "MultiBinary":
             n = desc["n"]
             n_value: Any = [int(v) for v in n] if isinstance(n, list) else int(n)
-            if int(np.prod(n_value)) > MAX_SPACE_ELEMENTS:
-                raise SpaceError(f"MultiBinary over {MAX_SPACE_ELEMENTS} elements")
+            element_count(n_value if isinstance(n_value, list) else [n_value], "MultiBinary")
             return spaces.MultiBinary(n_value)
         if kind == "Dict":
             items = desc["spaces"]
@@ -161,7 +154,7 @@ def from_description(desc: Any, _depth: int = 0) -> spaces.Space[Any]:
             return spaces.Tuple([from_description(v, _depth + 1) for v in items])
     except SpaceError:
         raise
-    except (KeyError, TypeError, ValueError, AssertionError) as exc:
+    except (KeyError, TypeError, ValueError, AssertionError, OverflowError) as exc:
         raise SpaceError(f"malformed {kind} space description: {exc!r}") from exc
     raise UnsupportedSpaceError(
         f"unknown space type '{kind}'; known: Box, Discrete, MultiDiscrete, MultiBinary, Dict, "

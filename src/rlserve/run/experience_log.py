@@ -51,8 +51,15 @@ DEFAULT_SEGMENT_BYTES = 64 << 20
 """A segment is closed and a new one started once it holds this many bytes."""
 
 # The log is written by our own serving process, but it is a file in a folder a user may copy
-# around: decode it with limits, never with anything that can run code.
-LOG_LIMITS = Limits(max_frame_bytes=1 << 30, max_array_elements=1 << 28, max_container_len=1 << 20)
+# around: decode it with limits, never with anything that can run code. Any number of containers
+# (each is at least one byte of a record): a record of our own, with every step's info, is never
+# refused.
+LOG_LIMITS = Limits(
+    max_frame_bytes=1 << 30,
+    max_array_elements=1 << 28,
+    max_container_len=1 << 20,
+    max_containers_per_frame=1 << 30,
+)
 
 
 class LogCorruptError(Exception):

@@ -262,7 +262,7 @@ def build_http_app(
             body = await asyncio.wait_for(
                 _read_body(request, limits.max_frame_bytes), policy.request_timeout
             )
-            raw = await parse_body(body, arrays_for_obs) if body else {}
+            raw = await parse_body(body, arrays_for_obs, limits) if body else {}
             raw["type"] = kind
             if kind == "hello" and raw.get("token") is None:
                 # The Bearer header was checked; a token left out or null is not a wrong one.

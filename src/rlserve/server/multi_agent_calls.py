@@ -123,17 +123,24 @@ class MultiAgentCalls(EpisodeCalls):
         return True
 
     def _check_agent_count(self, episode: Episode, agent_ids: list[str]) -> None:
+        """Refuse a call whose new agents would take the episode, client or server over its limit.
+
+        The common case (every agent known, or far from the limits) costs no count of new agents.
+        """
         known = episode.agents
         held = 0 if known is None else len(known)
         limit = self.limits.max_agents_per_episode
-        if held + len(agent_ids) > limit:
-            new = sum(1 for a in agent_ids if known is None or a not in known)
-            if held + new > limit:
-                raise CapacityError(
-                    f"episode '{episode.episode_id}' would hold {held + new} agents; the "
-                    f"limit is {limit} (max_agents_per_episode): end the episode and start a new "
-                    "one, or reuse agent ids"
-                )
+        counts = self.episodes.agent_counts
+        if held + len(agent_ids) <= limit and counts.fits(episode.owner, len(agent_ids)):
+            return
+        new = sum(1 for a in agent_ids if known is None or a not in known)
+        if held + new > limit:
+            raise CapacityError(
+                f"episode '{episode.episode_id}' would hold {held + new} agents; the "
+                f"limit is {limit} (max_agents_per_episode): end the episode and start a new "
+                "one, or reuse agent ids"
+            )
+        counts.check(episode.owner, new)
 
     def _retry(self, request: GetAction, episode: Episode, respond: Respond) -> bool:
         """Answer a repeated ``get_action`` with the first answer, or join it while pending."""

@@ -126,6 +126,8 @@ class Service:
             limits.max_episodes_per_server,
             limits.max_episodes_per_client,
             sink.add,
+            max_info_bytes=limits.max_info_bytes,
+            max_agents=(limits.max_agents_per_client, limits.max_agents_per_server),
         )
         self.ledger = BatchLedger()
         self.batcher = Batcher(self.episodes, stats)

@@ -60,7 +60,11 @@ class SingleAgentCalls(EpisodeCalls):
         rewards, infos = request.rewards, request.infos
         # Check every episode before changing any, so a bad batch leaves all of them untouched.
         for i, episode in enumerate(episodes):
-            self.episodes.check_observe(episode, None if rewards is None else rewards[i])
+            self.episodes.check_observe(
+                episode,
+                None if rewards is None else rewards[i],
+                info=None if infos is None else infos[i],
+            )
         if slot.frames is not None:
             obs = slot.frames.stack(episodes, obs)
         for i, episode in enumerate(episodes):

@@ -61,8 +61,15 @@ __all__ = [
     "trained_through_of",
 ]
 
-# Messages between our own two processes; a weights package may be large: allow 1 GiB.
-IPC_LIMITS = Limits(max_frame_bytes=1 << 30, max_array_elements=1 << 28, max_container_len=1 << 20)
+# Messages between our own two processes; a weights package may be large: allow 1 GiB. Any
+# number of containers fits (each is at least one byte of the frame): our own records, with
+# every step's info, must never be refused.
+IPC_LIMITS = Limits(
+    max_frame_bytes=1 << 30,
+    max_array_elements=1 << 28,
+    max_container_len=1 << 20,
+    max_containers_per_frame=1 << 30,
+)
 
 logger = logging.getLogger("rlserve.learner")
 
