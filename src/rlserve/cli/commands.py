@@ -108,15 +108,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--config",
-        help="TOML file with [server] and [ppo] (or [dqn], [sac]) tables, and [policies.<id>] "
-        "and [mapping] tables for several policies (each may name its own algo)",
+        help="TOML file with [server], [ppo] (or [dqn], [sac]) tables, and [policies.<id>] and "
+        "[mapping] tables for several policies",
     )
     serve.add_argument("--resume", metavar="RUN_DIR", help="continue the run in this folder")
     serve.add_argument(
         "--trust-code",
         action="store_true",
-        help="with --resume or --config-from-run: import the policy_mapping_fn the run folder "
-        "names (a folder may come from anyone; only pass this for your own)",
+        help="with --resume: import the mapping function the folder names (your own folders "
+        "only)",
     )
     serve.add_argument(
         "--algo",

@@ -44,8 +44,8 @@ class ServerConfig:
     )
     spaces_from: str | None = option(
         None,
-        "Env whose spaces the policy uses (only its spaces are read): a Gymnasium id, or "
-        "module:Name or path/to/file.py:Name of an env class, as rlserve train --env.",
+        "Env whose spaces the policy uses: a Gymnasium id, module:Name or file.py:Name "
+        "(as rlserve train --env).",
     )
     spaces_file: str | None = option(
         None, "JSON file with {observation_space, action_space} descriptions."
