@@ -115,8 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--trust-code",
         action="store_true",
-        help="with --resume: import the mapping function the folder names (your own folders "
-        "only)",
+        help="with --resume: import the mapping function the folder names (your own folders only)",
     )
     serve.add_argument(
         "--algo",
