@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import gymnasium as gym
 import httpx
@@ -13,20 +12,18 @@ from rlserve.protocol.limits import Limits
 from rlserve.server.http import build_http_app
 from rlserve.server.service import Service
 from rlserve.server.stats import ServerStats
-
-
-class _Sink:
-    def add(self, fragment: Any) -> None:
-        pass
-
-    def add_batch(self, fragments: Any, batch_id: str, on_done: Any, source: str = "") -> None:
-        on_done(0)
+from service_fakes import RecordingSink
 
 
 def test_health_says_weights_version_minus_one_before_the_first_weights() -> None:
     space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     service = Service(
-        {"default": (space, gym.spaces.Discrete(2))}, Limits(), None, 8, _Sink(), ServerStats()
+        {"default": (space, gym.spaces.Discrete(2))},
+        Limits(),
+        None,
+        8,
+        RecordingSink(),
+        ServerStats(),
     )
 
     async def get_health() -> httpx.Response:

@@ -16,14 +16,7 @@ from rlserve.server.replies import INTERNAL_ERROR
 from rlserve.server.service import Service, Session
 from rlserve.server.stats import ServerStats
 from rlserve.server.throttled_log import ThrottledLog
-
-
-class _Sink:
-    def add(self, fragment: Any) -> None:
-        pass
-
-    def add_batch(self, fragments: Any, batch_id: str, on_done: Any, source: str = "") -> None:
-        on_done(0)
+from service_fakes import RecordingSink
 
 
 def test_an_unexpected_exception_becomes_an_internal_error_reply_logged_once(
@@ -33,7 +26,12 @@ def test_an_unexpected_exception_becomes_an_internal_error_reply_logged_once(
     monkeypatch.setattr(replies_module, "SERVER_LOG", ThrottledLog(60.0, stream))
     space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     service = Service(
-        {"default": (space, gym.spaces.Discrete(2))}, Limits(), None, 8, _Sink(), ServerStats()
+        {"default": (space, gym.spaces.Discrete(2))},
+        Limits(),
+        None,
+        8,
+        RecordingSink(),
+        ServerStats(),
     )
 
     def broken(request: Any, session: Any) -> dict[str, Any]:
@@ -60,7 +58,12 @@ def test_a_failing_forward_pass_answers_every_waiting_request(
     monkeypatch.setattr(replies_module, "SERVER_LOG", ThrottledLog(60.0, stream))
     space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     service = Service(
-        {"default": (space, gym.spaces.Discrete(2))}, Limits(), None, 8, _Sink(), ServerStats()
+        {"default": (space, gym.spaces.Discrete(2))},
+        Limits(),
+        None,
+        8,
+        RecordingSink(),
+        ServerStats(),
     )
     session = Session(authenticated=True)
     replies: list[dict[str, Any]] = []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -15,21 +14,9 @@ from rlserve.server import stats as stats_module
 from rlserve.server.service import Service, Session
 from rlserve.server.stats import ServerStats
 from rlserve.server.throttled_log import ThrottledLog
+from service_fakes import NoLoop, RecordingSink
 
 OBS = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-
-
-class _Sink:
-    def add(self, fragment: Any) -> None:
-        pass
-
-    def add_batch(self, fragments: Any, batch_id: str, on_done: Any, source: str = "") -> None:
-        on_done(0)
-
-
-class _NoLoop:
-    def call_soon(self, callback: Any) -> None:
-        pass
 
 
 def test_a_sweep_of_idle_episodes_is_told_once_with_its_count(
@@ -38,9 +25,14 @@ def test_a_sweep_of_idle_episodes_is_told_once_with_its_count(
     lines = io.StringIO()
     monkeypatch.setattr(stats_module, "SERVER_LOG", ThrottledLog(stream=lines))
     service = Service(
-        {"default": (OBS, gym.spaces.Discrete(2))}, Limits(), None, 3, _Sink(), ServerStats()
+        {"default": (OBS, gym.spaces.Discrete(2))},
+        Limits(),
+        None,
+        3,
+        RecordingSink(),
+        ServerStats(),
     )
-    service._loop = _NoLoop()  # type: ignore[assignment]  # nothing waits for a flush here
+    service._loop = NoLoop()  # type: ignore[assignment]  # nothing waits for a flush here
     session = Session(authenticated=True)
     for number in range(8):
         request = {"id": number, "type": "start_episode", "episode_id": f"e{number}"}

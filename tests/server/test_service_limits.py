@@ -7,28 +7,17 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import parse_request
 from rlserve.server.service import Service, Session
 from rlserve.server.stats import ServerStats
+from service_fakes import RecordingSink
 
 SPACE = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
 
 
-class _Sink:
-    def __init__(self) -> None:
-        self.fragments: list[Fragment] = []
-
-    def add(self, fragment: Fragment) -> None:
-        self.fragments.append(fragment)
-
-    def add_batch(self, fragments: Any, batch_id: str, on_done: Any, source: str = "") -> None:
-        on_done(0)
-
-
-def _service(limits: Limits) -> tuple[Service, _Sink]:
-    sink = _Sink()
+def _service(limits: Limits) -> tuple[Service, RecordingSink]:
+    sink = RecordingSink()
     policies = {"default": (SPACE, gym.spaces.Discrete(2))}
     return Service(policies, limits, None, 8, sink, ServerStats()), sink
 

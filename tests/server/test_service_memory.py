@@ -20,34 +20,16 @@ from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import parse_request
 from rlserve.server.service import Service, Session
 from rlserve.server.stats import ServerStats
+from service_fakes import NoLoop, RecordingSink
 
 OBS = gym.spaces.Box(-2.0, 2.0, (4,), np.float32)
 
 
-class _Sink:
-    def __init__(self) -> None:
-        self.fragments: list[Fragment] = []
-
-    def add(self, fragment: Fragment) -> None:
-        self.fragments.append(fragment)
-
-    def add_batch(
-        self, fragments: list[Fragment], batch_id: str, on_done: Any, source: str = ""
-    ) -> None:
-        self.fragments.extend(fragments)
-        on_done(0)
-
-
-class _NoLoop:
-    def call_soon(self, callback: Any) -> None:
-        pass
-
-
-def _service(sink: _Sink) -> Service:
+def _service(sink: RecordingSink) -> Service:
     service = Service(
         {"default": (OBS, gym.spaces.Discrete(2))}, Limits(), None, 3, sink, ServerStats()
     )
-    service._loop = _NoLoop()  # type: ignore[assignment]  # the test flushes
+    service._loop = NoLoop()  # type: ignore[assignment]  # the test flushes
     service.set_weights("default", memory_package())
     return service
 
@@ -62,7 +44,7 @@ def _call(service: Service, session: Session, **message: Any) -> dict[str, Any]:
 
 
 def test_each_agent_of_a_remote_multi_agent_episode_has_its_own_state() -> None:
-    sink = _Sink()
+    sink = RecordingSink()
     service, session = _service(sink), Session(authenticated=True)
     rng = np.random.default_rng(5)
     obs = rng.uniform(-2, 2, (9, 2, 4)).astype(np.float32)
@@ -127,7 +109,7 @@ def _report(state_in: Any) -> dict[str, Any]:
 
 
 def test_a_report_whose_state_in_does_not_fit_is_refused_and_the_server_carries_on() -> None:
-    sink = _Sink()
+    sink = RecordingSink()
     service, session = _service(sink), Session(authenticated=True)
     for bad, message in [
         (np.zeros(4, np.float32), "'state_in' has 4 values; policy 'default' has a recurrent"),
@@ -147,11 +129,11 @@ def test_a_report_whose_state_in_does_not_fit_is_refused_and_the_server_carries_
 
 
 def test_steps_logged_before_the_first_weights_leave_the_state_as_it_was() -> None:
-    sink = _Sink()
+    sink = RecordingSink()
     service = Service(
         {"default": (OBS, gym.spaces.Discrete(2))}, Limits(), None, 3, sink, ServerStats()
     )
-    service._loop = _NoLoop()  # type: ignore[assignment]
+    service._loop = NoLoop()  # type: ignore[assignment]
     session = Session(authenticated=True)
     obs = np.random.default_rng(6).uniform(-2, 2, (5, 4)).astype(np.float32)
     _call(service, session, type="start_episode", episode_id="e")

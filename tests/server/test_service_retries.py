@@ -19,31 +19,22 @@ from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import parse_request
 from rlserve.server.service import Service, Session
 from rlserve.server.stats import ServerStats
-
-
-class _Sink:
-    def add(self, fragment: Any) -> None:
-        pass
-
-    def add_batch(self, fragments: Any, batch_id: str, on_done: Any, source: str = "") -> None:
-        on_done(0)
-
-
-class _NoLoop:
-    """Flushes are run by the test (``service.flush()``), not by an event loop."""
-
-    def call_soon(self, callback: Any) -> None:
-        pass
+from service_fakes import NoLoop, RecordingSink
 
 
 def _service() -> Service:
     obs = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
     service = Service(
-        {"default": (obs, gym.spaces.Discrete(2))}, Limits(), None, 100, _Sink(), ServerStats()
+        {"default": (obs, gym.spaces.Discrete(2))},
+        Limits(),
+        None,
+        100,
+        RecordingSink(),
+        ServerStats(),
     )
     spec = ModelSpec(3, ("l0",), "tanh", "categorical", 2)
     arrays = {"l0.weight": np.zeros((2, 3), np.float32), "l0.bias": np.zeros(2, np.float32)}
-    service._loop = _NoLoop()  # type: ignore[assignment]
+    service._loop = NoLoop()  # type: ignore[assignment]
     service.set_weights("default", WeightsPackage(0, spec, arrays))
     return service
 
