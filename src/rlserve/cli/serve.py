@@ -29,7 +29,7 @@ def _spaces(config: Any) -> tuple[Any, Any]:
     from rlserve.errors import ConfigError
 
     if config.spaces_from:
-        from rlserve.config.spaces_file import spaces_of_env
+        from rlserve.env.spaces_from import spaces_of_env
 
         return spaces_of_env(config.spaces_from)
     if config.spaces_file:

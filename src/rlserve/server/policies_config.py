@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from rlserve.config.fields import build, check_table, line_of_key
-from rlserve.config.spaces_file import load_spaces_file, spaces_of_env
+from rlserve.config.spaces_file import load_spaces_file
+from rlserve.env.spaces_from import spaces_of_env
 from rlserve.errors import ConfigError, RLServeError
 from rlserve.learners.registry import ALGORITHMS, algorithm
 from rlserve.policy.encoder_choice import settings_encoder

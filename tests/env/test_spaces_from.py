@@ -1,4 +1,5 @@
-"""``spaces_of_env``: ``--spaces-from`` takes the env forms of ``rlserve train --env``."""
+"""``--spaces-from`` takes the env forms of ``rlserve train --env``
+(``rlserve.env.spaces_from.spaces_of_env``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
-from rlserve.config.spaces_file import spaces_of_env
+from rlserve.env.spaces_from import spaces_of_env
 from rlserve.errors import ConfigError
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
