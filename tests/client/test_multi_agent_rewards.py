@@ -17,42 +17,23 @@ import rlserve.client.policy_client as policy_client
 from rlserve.policy import ModelSpec
 from rlserve.policy.weights import WeightsPackage
 from rlserve.protocol.codec import decode, encode
-from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import parse_request
 from rlserve.protocol.replies import Welcome
 from rlserve.protocol.session_requests import Hello
 from rlserve.server.service import Service, Session
 from rlserve.server.stats import ServerStats
+from service_fakes import NoLoop, RecordingSink
 
 
-class _Sink:
-    def __init__(self) -> None:
-        self.fragments: list[Fragment] = []
-
-    def add(self, fragment: Fragment) -> None:
-        self.fragments.append(fragment)
-
-    def add_batch(
-        self, fragments: list[Fragment], batch_id: str, on_done: Any, source: str = ""
-    ) -> None:
-        self.fragments.extend(fragments)
-        on_done(0)
-
-
-class _NoLoop:
-    def call_soon(self, callback: Any) -> None:
-        pass
-
-
-def _service(sink: _Sink) -> Service:
+def _service(sink: RecordingSink) -> Service:
     obs = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
     service = Service(
         {"default": (obs, gym.spaces.Discrete(2))}, Limits(), None, 100, sink, ServerStats()
     )
     spec = ModelSpec(3, ("l0",), "tanh", "categorical", 2)
     arrays = {"l0.weight": np.zeros((2, 3), np.float32), "l0.bias": np.zeros(2, np.float32)}
-    service._loop = _NoLoop()  # type: ignore[assignment]  # flushed by the bridge below
+    service._loop = NoLoop()  # type: ignore[assignment]  # flushed by the bridge below
     service.set_weights("default", WeightsPackage(0, spec, arrays))
     return service
 
@@ -105,7 +86,7 @@ def _bridge(service: Service) -> type:
 def test_each_reward_reaches_the_step_it_belongs_to(
     mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sink = _Sink()
+    sink = RecordingSink()
     service = _service(sink)
     monkeypatch.setattr(policy_client, "Connection", _bridge(service))
     client = policy_client.PolicyClient(

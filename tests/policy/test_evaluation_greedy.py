@@ -17,12 +17,12 @@ from rlserve.experience.collector import Collector
 from rlserve.learners.models import ActorCritic, QNetwork
 from rlserve.policy import NumpyPolicy
 from rlserve.policy.weights import WeightsPackage
-from rlserve.protocol.fragment import Fragment
 from rlserve.protocol.limits import Limits
 from rlserve.protocol.messages import parse_request
 from rlserve.server.policies import PolicySpec
 from rlserve.server.service import Service, Session
 from rlserve.server.stats import ServerStats
+from service_fakes import RecordingSink
 
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT = gym.spaces.Discrete(6)
@@ -51,18 +51,12 @@ def _greedy(package: WeightsPackage, obs: np.ndarray) -> list[int]:
     return [int(a) for a in policy.compute_actions(obs, explore=False).actions]
 
 
-class _Sink:
-    def add(self, fragment: Fragment) -> None:
-        pass
-
-    def add_batch(self, fragments: Any, batch_id: str, on_done: Any, source: str = "") -> None:
-        on_done(0)
-
-
 def _served_actions(package: WeightsPackage, obs: np.ndarray) -> dict[str, list[int]]:
     """Each step's actions of a training episode, an evaluation episode and an evaluation
     agent of a multi-agent episode, asked for together (one forward pass per step)."""
-    service = Service({"default": (OBS, ACT)}, Limits(), None, 8, _Sink(), ServerStats(), seed=0)
+    service = Service(
+        {"default": (OBS, ACT)}, Limits(), None, 8, RecordingSink(), ServerStats(), seed=0
+    )
     service.set_weights("default", package)
     session = Session(authenticated=True)
     replies: dict[str, list[int]] = {"train": [], "eval": [], "eval_agent": []}
