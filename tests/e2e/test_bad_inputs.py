@@ -20,6 +20,7 @@ from rlserve import (
     SpaceError,
 )
 from rlserve.client.connection import Connection, Timeouts
+from rlserve.errors import LimitExceededError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -567,6 +568,23 @@ def test_reward_survives_a_refused_get_action(launch_server: Any) -> None:
         client.end_episode(eid, GOOD)
     metrics = server.wait_until(lambda m: m["episodes/completed"] == 1, what="the episode")
     assert metrics["episodes/return_mean"] == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("mode", ["remote", "local"])
+def test_infos_that_merge_over_the_limit_are_refused_by_the_call_that_merges(
+    server: Any, mode: str
+) -> None:
+    """Each map alone is within max_info_bytes (64 KiB); the second, merged, is not."""
+    with PolicyClient(server.address, inference_mode=mode, client_name="infos", timeout=30) as c:
+        eid = c.start_episode()
+        c.get_action(eid, GOOD)
+        c.log_returns(eid, 1.0, info={"first": bytes(40_000)})
+        with pytest.raises(LimitExceededError, match=r"merge to .*max_info_bytes"):
+            c.log_returns(eid, 1.0, info={"second": bytes(40_000)})
+        # The refused call kept nothing: the step goes on with the first map and its reward.
+        c.log_returns(eid, 2.0, info={"small": 1})
+        c.get_action(eid, GOOD)
+        c.end_episode(eid, GOOD)
 
 
 def test_a_call_that_raises_took_no_effect(server: Any) -> None:

@@ -18,7 +18,7 @@ import pytest
 from gymnasium import spaces
 
 from rlserve import PolicyClient
-from rlserve.errors import EpisodeError, SpaceError
+from rlserve.errors import EpisodeError, LimitExceededError, SpaceError
 from rlserve.protocol.spaces import describe
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -123,6 +123,27 @@ def test_log_action_takes_dicts(client: PolicyClient) -> None:
     client.log_returns(eid, {"a": 1.0, "b": 1.0})
     assert set(client.get_action(eid, obs)) == {"a", "b"}
     client.end_episode(eid, obs, truncated=True)
+
+
+def test_infos_that_merge_over_the_limit_are_refused_by_the_call_that_merges(
+    client: PolicyClient,
+) -> None:
+    """Each map alone is within max_info_bytes (64 KiB); the second, merged, is not."""
+    eid = client.start_episode()
+    obs = {"a": np.zeros(3, np.float32)}
+    client.get_action(eid, obs)
+    client.log_returns(eid, {"a": 0.5}, infos_of("first"))
+    with pytest.raises(LimitExceededError, match=r"agent 'a'.*merge to .*max_info_bytes"):
+        client.log_returns(eid, {"a": 0.5}, infos_of("second"))
+    # The refused call kept nothing: the step goes on with the first map and its reward.
+    client.log_returns(eid, {"a": 0.25}, {"a": {"small": 1}})
+    assert set(client.get_action(eid, obs)) == {"a"}
+    client.end_episode(eid, obs)
+
+
+def infos_of(key: str) -> dict[str, dict[str, bytes]]:
+    """Agent a's info map of 40,000 bytes under ``key``."""
+    return {"a": {key: bytes(40_000)}}
 
 
 def test_the_shared_policy_learns_from_every_agent(server: Any) -> None:

@@ -153,6 +153,7 @@ class LocalInference(Collector):
             self._add_summary,
             holder="this client",
             limit_setting="LocalConfig(max_episodes=...)",
+            max_info_bytes=weights_conn.limits.max_info_bytes,
         )
         if view.policies.map_agents:
             self.ask_policies = self._weights.map_agents

@@ -32,6 +32,7 @@ from rlserve.protocol.episode_requests import (
     StartEpisode,
     get_action_wire,
 )
+from rlserve.protocol.info import merged_info
 from rlserve.protocol.replies import EpisodeStarted, action_of, actions_of
 from rlserve.protocol.spaces import check_batch, check_value
 from rlserve.protocol.values import MAX_ABS_REWARD
@@ -159,7 +160,16 @@ class RemoteEngine:
                 f"within -{MAX_ABS_REWARD:g}..{MAX_ABS_REWARD:g}"
             )
         pending = self._pending_info.get(episode_id)
-        merged = info if pending is None or not info else {**pending, **info}
+        merged = (
+            pending
+            if info is None
+            else merged_info(
+                pending,
+                info,
+                session.conn.limits.max_info_bytes,
+                f"log_returns for episode '{episode_id}'",
+            )
+        )
         if episode_id not in session.open:
             seq = session.next_seq(episode_id)
             session.request(LogReturns(0, episode_id, total, merged, seq).to_wire())

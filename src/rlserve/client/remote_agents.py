@@ -20,6 +20,7 @@ from rlserve.client.engine import ServerView
 from rlserve.client.remote_session import RemoteSession, remember
 from rlserve.errors import EpisodeError, SpaceError
 from rlserve.protocol.episode_requests import EndEpisode, GetAction, LogAction, LogReturns
+from rlserve.protocol.info import merged_info
 from rlserve.protocol.mapping import ALL_AGENTS
 from rlserve.protocol.multi_agent_requests import MapAgents
 from rlserve.protocol.replies import AgentsMapped, actions_of
@@ -114,6 +115,16 @@ class RemoteAgents:
                     f"log_returns for episode '{episode_id}' marks agent '{agent_id}' done, but "
                     "it has not acted in this episode; mark only agents that acted"
                 )
+        kept_infos = self._infos.get(episode_id, {})
+        merged_infos = {
+            agent_id: merged_info(
+                kept_infos.get(agent_id),
+                info,
+                self._session.conn.limits.max_info_bytes,
+                f"log_returns for episode '{episode_id}', agent '{agent_id}'",
+            )
+            for agent_id, info in infos.items()
+        }
         if fresh:
             # Kept whole (zeros too: every agent in it has acted), so that the next get_action
             # with the same agents sends the values as they are.
@@ -122,10 +133,8 @@ class RemoteAgents:
             for agent_id, value in rewards.items():
                 if value:
                     pending[agent_id] = pending.get(agent_id, 0.0) + value
-        if infos:
-            kept = self._infos.setdefault(episode_id, {})
-            for agent_id, info in infos.items():
-                kept[agent_id] = {**kept[agent_id], **info} if agent_id in kept else info
+        if merged_infos:
+            self._infos.setdefault(episode_id, {}).update(merged_infos)
         if episode_id not in self._session.open or done or all_done is not None:
             # Finishing agents (or an episode another client object started): send it now.
             self._flush_returns(episode_id, done)

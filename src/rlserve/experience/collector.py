@@ -62,6 +62,9 @@ class Collector(MultiAgentCalls):
         on_summary: Takes every finished episode's summary.
         holder: Who holds the episodes, as the error at ``max_episodes`` says it.
         limit_setting: What raises ``max_episodes``, named in that error.
+        max_info_bytes: Largest info map of one step once the infos logged for it are merged
+            (a local-mode client: the server's limit, so that the call that merges is refused
+            rather than the report that carries it); None: not checked.
     """
 
     def __init__(
@@ -74,6 +77,7 @@ class Collector(MultiAgentCalls):
         on_summary: Callable[[EpisodeSummary], None],
         holder: str = "the sampler",
         limit_setting: str = "num_envs_per_env_runner (it allows 4 per env copy, 1,024 at least)",
+        max_info_bytes: int | None = None,
     ):
         self.table_of_policies = table
         served = table.policies
@@ -100,6 +104,7 @@ class Collector(MultiAgentCalls):
             sink,
             holder=holder,
             limit_setting=limit_setting,
+            max_info_bytes=max_info_bytes,
         )
         self.ask_policies: AskPolicies | None = None
         """Asks the server's mapping function about new agents no rule maps (a local-inference

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from rlserve.errors import DecodeError, LimitExceededError, SpaceError
+from rlserve.errors import DecodeError, SpaceError
 from rlserve.experience.agent_columns import EpisodeAgents
-from rlserve.protocol.codec import encode
 from rlserve.protocol.fragment import Fragment
+from rlserve.protocol.info import merged_info
 from rlserve.protocol.values import MAX_ABS_REWARD
 
 SINGLE_AGENT = "agent0"
@@ -192,26 +192,11 @@ class EpisodeMode(ABC):
     ) -> dict[str, Any]:
         """``info`` merged into the info ``kept`` for the same step so far (later keys win).
 
-        Each call's info was checked on its own when the call was read; only a merge can grow
-        past ``max_info_bytes``, so only a merge is measured.
-
         Raises:
             LimitExceededError: The merged map is over ``max_info_bytes`` (the message starts
-                with ``where``).
+                with ``where``); see :func:`rlserve.protocol.info.merged_info`.
         """
-        if kept is None:
-            return info
-        merged = {**kept, **info}
-        limit = self.max_info_bytes
-        if limit is not None:
-            size = len(encode(merged))
-            if size > limit:
-                raise LimitExceededError(
-                    f"{where}: the info maps logged for one step merge to {size} bytes encoded; "
-                    f"the limit is {limit} (max_info_bytes): log less per step (the infos sent "
-                    "before the next action are kept together, later keys replacing earlier ones)"
-                )
-        return merged
+        return merged_info(kept, info, self.max_info_bytes, where)
 
     @abstractmethod
     def hand_on_unfinished(self, episode: Episode) -> None:

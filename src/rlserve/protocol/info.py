@@ -124,3 +124,31 @@ def check_info_size(info: dict[str, Any], max_bytes: int, where: str) -> int:
             "(max_info_bytes): log less per step"
         )
     return size
+
+
+def merged_info(
+    kept: dict[str, Any] | None, info: dict[str, Any], max_bytes: int | None, where: str
+) -> dict[str, Any]:
+    """``info`` merged into the info ``kept`` for the same step so far (later keys win).
+
+    Each map was checked on its own when it was logged; only a merge can grow past
+    ``max_bytes``, so only a merge is measured. The server checks the infos of the calls it
+    reads, a client the ones it keeps for its next call, so that the call that merges is the
+    one refused.
+
+    Raises:
+        LimitExceededError: The merged map is over ``max_bytes`` (None: not checked) encoded;
+            the message starts with ``where``. Nothing is kept.
+    """
+    if kept is None or not info:
+        return info if kept is None else kept
+    merged = {**kept, **info}
+    if max_bytes is not None:
+        size = len(encode(merged))
+        if size > max_bytes:
+            raise LimitExceededError(
+                f"{where}: the info maps logged for one step merge to {size} bytes encoded; "
+                f"the limit is {max_bytes} (max_info_bytes): log less per step (the infos sent "
+                "before the next action are kept together, later keys replacing earlier ones)"
+            )
+    return merged
