@@ -214,6 +214,31 @@ def test_a_shape_at_the_element_limit_is_accepted() -> None:
     assert from_description({"type": "MultiBinary", "n": [2000, 2000]}).shape == (2000, 2000)
 
 
+@pytest.mark.parametrize(
+    "desc",
+    [
+        {"type": "Discrete", "n": 4_000_001},  # one-hot: as wide as its choices
+        {"type": "MultiDiscrete", "nvec": [2_000_000, 2_000_001]},
+        {
+            "type": "Dict",
+            "spaces": {
+                "a": {"type": "MultiBinary", "n": [2000, 2000]},
+                "b": {"type": "Tuple", "spaces": [{"type": "Box", "shape": [1]}]},
+            },
+        },
+    ],
+    ids=["discrete", "multi_discrete", "dict"],
+)
+def test_a_space_wider_than_the_limit_flattened_is_refused(desc: Any) -> None:
+    with pytest.raises(SpaceError, match=r"4000001 values wide flattened.* limit of 4000000"):
+        from_description(desc)
+
+
+def test_a_space_at_the_width_limit_flattened_is_accepted() -> None:
+    parts = [{"type": "Discrete", "n": 1_000_000}, {"type": "MultiBinary", "n": [1000, 3000]}]
+    assert from_description({"type": "Tuple", "spaces": parts})[0].n == 1_000_000
+
+
 def test_unknown_space_type() -> None:
     with pytest.raises(UnsupportedSpaceError, match="unknown space type 'Graph'"):
         from_description({"type": "Graph"})

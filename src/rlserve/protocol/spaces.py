@@ -19,7 +19,7 @@ from gymnasium import spaces
 
 from rlserve.errors import SpaceError, UnsupportedSpaceError
 from rlserve.protocol.ragged import ragged_item
-from rlserve.protocol.space_sizes import MAX_SPACE_DEPTH, element_count
+from rlserve.protocol.space_sizes import MAX_SPACE_DEPTH, check_flat_width, element_count
 from rlserve.protocol.values import FLOAT32_MAX, check_float32, short_repr
 
 
@@ -109,8 +109,17 @@ def from_description(desc: Any, _depth: int = 0) -> spaces.Space[Any]:
     """Build the Gymnasium space a description (from :func:`describe`) stands for.
 
     Raises:
-        SpaceError: The description is malformed or over the size limits.
+        SpaceError: The description is malformed or over the size limits (its nesting, a
+            part's elements, or the whole space's flat width: ``space_sizes``).
     """
+    space = _space_from_description(desc, _depth)
+    if _depth == 0:
+        check_flat_width(space)
+    return space
+
+
+def _space_from_description(desc: Any, _depth: int) -> spaces.Space[Any]:
+    """:func:`from_description` without the whole-space width check (done once, at the top)."""
     if _depth > MAX_SPACE_DEPTH:
         raise SpaceError(f"space description nested deeper than {MAX_SPACE_DEPTH} levels")
     if not isinstance(desc, dict) or not isinstance(desc.get("type"), str):
