@@ -139,6 +139,30 @@ def test_clients_sample_from_their_own_streams(cartpole: Any) -> None:
     assert drawn["seven-a"] != drawn["eight"]
 
 
+def test_the_steps_of_untrained_episodes_count_as_env_steps(launch_server: Any) -> None:
+    """A local client ships no fragment of a ``training_enabled=False`` episode, only its
+    summary: its steps still count in ``samples/env_steps`` (not in ``steps_reported``)."""
+    server = launch_server(*SMALL_PPO)
+    env = gym.make("CartPole-v1")
+    with PolicyClient(server.address, inference_mode="local", update_interval=None) as client:
+        lengths = []
+        for k, trained in enumerate((True, False, False)):
+            obs, _ = env.reset(seed=k)
+            eid = client.start_episode(training_enabled=trained)
+            terminated = truncated = False
+            length = 0
+            while not (terminated or truncated):
+                obs, reward, terminated, truncated, _ = env.step(client.get_action(eid, obs))
+                client.log_returns(eid, float(reward))
+                length += 1
+            client.end_episode(eid, obs, truncated=truncated and not terminated)
+            lengths.append(length)
+        assert client.local is not None and client.local.flush(30.0)
+    metrics = server.wait_until(lambda m: m["episodes/completed"] == 3, what="three episodes")
+    assert metrics["samples/steps_reported"] == lengths[0]
+    assert metrics["samples/env_steps"] == sum(lengths)
+
+
 def test_close_while_the_server_is_down_stops_the_threads(
     launch_server: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -147,6 +147,16 @@ def test_a_summary_reason_sent_as_nil_is_the_default() -> None:
     assert nil == absent and nil.reason == "terminated"
 
 
+def test_a_summary_tells_an_untrained_episode_and_nothing_but_a_boolean() -> None:
+    """``training_enabled``: absent or nil is true; false marks steps that travel in no fragment."""
+    (absent,) = check_summaries([SUMMARY], Limits(), "r")
+    (nil,) = check_summaries([{**SUMMARY, "training_enabled": None}], Limits(), "r")
+    (untrained,) = check_summaries([{**SUMMARY, "training_enabled": False}], Limits(), "r")
+    assert absent.training_enabled and nil.training_enabled and not untrained.training_enabled
+    with pytest.raises(SpaceError, match=r"episodes\[0\]: 'training_enabled' must be a boolean"):
+        check_summaries([{**SUMMARY, "training_enabled": 0}], Limits(), "r")
+
+
 @pytest.mark.parametrize("reason", ["", "done", 3], ids=repr)
 def test_an_unknown_summary_reason_is_refused(reason: Any) -> None:
     with pytest.raises(SpaceError, match=r"episodes\[0\]: unknown reason"):

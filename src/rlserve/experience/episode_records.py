@@ -61,9 +61,10 @@ class EpisodeSummary:
 def summary_to_wire(summary: EpisodeSummary, with_policy: bool = False) -> dict[str, Any]:
     """An episode summary in its one wire form (``report_samples``' ``episodes``, protocol §7.10).
 
-    ``episode_id``, ``return``, ``length``, ``reason``, and ``policy_returns`` for a multi-agent
-    episode. ``with_policy`` adds ``policy_id`` (a report names its policy once for all its
-    summaries; an env-runner's round does not).
+    ``episode_id``, ``return``, ``length``, ``reason``, ``policy_returns`` for a multi-agent
+    episode, and ``training_enabled: false`` for an episode whose steps are not reported (so
+    that the server still counts them as env steps). ``with_policy`` adds ``policy_id`` (a
+    report names its policy once for all its summaries; an env-runner's round does not).
     """
     wire: dict[str, Any] = {
         "episode_id": summary.episode_id,
@@ -73,13 +74,15 @@ def summary_to_wire(summary: EpisodeSummary, with_policy: bool = False) -> dict[
     }
     if summary.policy_returns is not None:
         wire["policy_returns"] = summary.policy_returns
+    if not summary.training_enabled:
+        wire["training_enabled"] = False
     if with_policy:
         wire["policy_id"] = summary.policy_id
     return wire
 
 
 def summary_from_wire(raw: dict[str, Any], policy_id: str = "default") -> EpisodeSummary:
-    """Rebuild a trained episode's summary from :func:`summary_to_wire` output of our own.
+    """Rebuild an episode's summary from :func:`summary_to_wire` output of our own.
 
     ``policy_id``: its policy when ``raw`` names none. (A client's report is checked first:
     :func:`rlserve.server.reports.check_summaries`.)
@@ -93,7 +96,7 @@ def summary_from_wire(raw: dict[str, Any], policy_id: str = "default") -> Episod
             episode_id=str(raw["episode_id"]),
             episode_return=float(raw["return"]),
             length=int(raw["length"]),
-            training_enabled=True,
+            training_enabled=raw.get("training_enabled") is not False,
             reason=str(raw.get("reason") or "terminated"),
             policy_returns=None
             if returns is None

@@ -152,6 +152,8 @@ class LocalInference:
         # Counted once it is in the experience log: from then on it is never lost, and a
         # re-sent copy is answered as a duplicate, even after a crash.
         self.stats.count_reported(steps)
+        # A training_enabled=False episode's steps travel in no fragment, only its length.
+        self.stats.count_unreported(sum(s.length for s in summaries if not s.training_enabled))
         for summary in summaries:
             self.stats.record_reported_episode(replace(summary, source=source_name(session.key)))
         if not fragments:

@@ -222,8 +222,16 @@ def check_summaries(
         policy_returns = _policy_returns(
             item.get("policy_returns"), policies, f"{where}.episodes[{i}]"
         )
+        trained = item.get("training_enabled")
+        if trained is not None and not isinstance(trained, bool):
+            raise SpaceError(
+                f"{where}.episodes[{i}]: 'training_enabled' must be a boolean or null, got "
+                f"{trained!r}"
+            )
         summaries.append(
-            EpisodeSummary(episode_id, ret, length, True, reason, policy_returns, policy_id)
+            EpisodeSummary(
+                episode_id, ret, length, trained is not False, reason, policy_returns, policy_id
+            )
         )
     return summaries
 

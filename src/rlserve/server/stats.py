@@ -262,6 +262,14 @@ class ServerStats:
         self.env_steps += steps
         self.steps_reported += steps
 
+    def count_unreported(self, steps: int) -> None:
+        """Count the env steps of a local client's ``training_enabled=False`` episodes.
+
+        They travel only as their summaries' lengths (no fragment), so they are env steps but
+        not ``steps_reported``.
+        """
+        self.env_steps += steps
+
     def storage_failed(self, what: str, exc: BaseException) -> None:
         """Record that writing ``what`` failed; logged at most once a minute per part."""
         self.storage_errors += 1
