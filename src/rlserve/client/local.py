@@ -1,10 +1,9 @@
 """Local inference: the client computes actions itself and ships experience in batches.
 
 The policy runs with numpy (:class:`~rlserve.policy.NumpyPolicy`) from weights the server
-publishes; the episode bookkeeping is the server's own
-:class:`~rlserve.experience.episodes.EpisodeTable`,
-so the rules and errors are identical in both modes. Two background threads, each with its own
-connection, keep the network off the caller's path:
+publishes; its episode bookkeeping is :class:`~rlserve.experience.episodes.EpisodeTable`, the
+server's own, so the rules and errors (a step's info limit too) are identical in both modes.
+Two background threads, each with its own connection, keep the network off the caller's path:
 
 * the *refresher* fetches weights every ``update_interval`` seconds, and as soon as a sample
   report's reply shows a newer version; only a changed version is transferred, and the swap is
