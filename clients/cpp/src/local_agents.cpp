@@ -184,13 +184,14 @@ Status LocalClient::end_agent_episode(const std::string& episode_id, const std::
   return ok_status();
 }
 
-// Called with mutex_ held: the episode's summary, queued for shipping.
+// Called with mutex_ held: the episode's summary, queued for shipping. A non-training episode's
+// steps travel in no fragment; its summary says so, and the server counts them as env steps.
 void LocalClient::summarise(const std::string& id, const Episode& e, bool truncated) {
-  if (!e.training) return;
   Value::Map summary{{"episode_id", id},
                      {"return", e.total_return},
                      {"length", Value(e.length)},
                      {"reason", truncated ? "truncated" : "terminated"}};
+  if (!e.training) summary.emplace_back("training_enabled", Value(false));
   if (e.multi_agent) summary.emplace_back("policy_returns", Value(Value::Map{{options_.policy_id, e.total_return}}));
   ready_summaries_.push_back(Value(std::move(summary)));
 }

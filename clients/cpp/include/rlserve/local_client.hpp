@@ -64,7 +64,8 @@ class LocalClient {
   LocalClient& operator=(const LocalClient&) = delete;
 
   /// Starts an episode (named here; the server learns of it from its fragments). An episode
-  /// with training_enabled=false acts but records nothing.
+  /// with training_enabled=false acts but ships no step, only its summary at the end (the
+  /// server counts it in its episode metrics and its length in samples/env_steps).
   Result<std::string> start_episode(const std::string& episode_id = "", bool training_enabled = true);
   /// The policy's action for `observation`, computed here with the weights held now.
   Result<ServerAction> get_action(const std::string& episode_id, const Value& observation);

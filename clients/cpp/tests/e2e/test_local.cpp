@@ -63,7 +63,7 @@ void steps_counted(const Context& ctx) {
   const auto before = metrics(ctx);
   int total = 0;
   for (std::uint64_t seed = 1; seed <= 6; ++seed) total += play(*client, seed);
-  // One more that never trains: it acts, and records nothing.
+  // One more that never trains: it acts and records no step; its summary counts its one step.
   auto quiet = client->start_episode("", false);
   CHECK(quiet.ok() && client->get_action(*quiet, std::vector<float>{0.01f, 0, 0, 0}).ok(), "a non-training episode acts");
   CHECK(client->end_episode(*quiet, std::vector<float>{0.01f, 0, 0, 0}).ok(), "and ends");
@@ -77,6 +77,9 @@ void steps_counted(const Context& ctx) {
   const auto after = wait_metrics(ctx, [&](const nlohmann::json& m) { return reported(m) >= want; });
   CHECK(reported(after) == want, "the server counts every step once: " + std::to_string(reported(after) - reported(before)) +
                                      " of " + std::to_string(total));
+  const double env_steps = metric(after, "samples/env_steps") - metric(before, "samples/env_steps");
+  CHECK(env_steps == total + 1, "env steps count the non-training episode's step too: " + std::to_string(env_steps) +
+                                    " of " + std::to_string(total + 1));
 }
 
 /// The reply to a report is lost: the batch goes again under its batch_id and counts once.
