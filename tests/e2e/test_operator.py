@@ -145,6 +145,9 @@ def test_resume_says_what_it_resumed_from(launch_server: Any) -> None:
     first.wait_until(lambda m: m["learner/updates"] >= 1, timeout=120, what="an update")
     assert first.stop() == 0
     steps = json.loads((first.run_folder / "server_state.json").read_text())["env_steps"]
+    # Read before resuming: the resumed learner trains on the log's untrained steps and may
+    # checkpoint again (the run keeps --checkpoint-every 1) before the line below is read.
+    checkpoint = first.checkpoints[-1]
     second = launch_server(resume=first.run_folder)
     second.wait_for_weights()
     deadline = time.monotonic() + 60
@@ -152,7 +155,6 @@ def test_resume_says_what_it_resumed_from(launch_server: Any) -> None:
         time.sleep(0.1)
     out = second.stdout()
     assert f"resuming {first.run_folder}: {steps:,} env steps, 8 episodes completed" in out
-    checkpoint = first.checkpoints[-1]
     updates = int(checkpoint.stem.split("_")[1])
     assert f"the learner continues from {checkpoint} ({updates:,} updates)" in out
 
