@@ -45,7 +45,7 @@ def _bridge(service: Service) -> type:
         def __init__(self, *args: Any) -> None:
             self.session = Session()
             self.limits = Limits()
-            self.failed_message = None
+            self.refused: list[dict[str, Any]] = []
             self.unanswered = 0
             self.reconnects = 0
             self.mode = args[3]
@@ -67,7 +67,7 @@ def _bridge(service: Service) -> type:
             assert reply["type"] != "error", reply
             return reply
 
-        def send_nowait(self, message: dict[str, Any]) -> None:
+        def send_nowait(self, message: dict[str, Any], settle: bool = True) -> None:
             self.request(message)
 
         def take_unanswered(self) -> list[Any]:

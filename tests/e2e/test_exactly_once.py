@@ -7,6 +7,7 @@ per-episode sequence numbers answer the retry with the first answer.
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 import uuid
@@ -55,7 +56,11 @@ def test_calls_whose_replies_are_lost_count_once(launch_server: Any, proxy_to: A
         proxy.address, inference_mode="remote", timeout=30, reconnect_timeout=30
     ) as client:
         proxy.drop_reply("start_episode")
-        eid = client.start_episode()  # re-sent with the same id: answered as started
+        # Pipelined: the get_action below goes out behind it, and the proxy cuts the connection
+        # after losing the start's reply. If it forwarded the get_action first, the re-sent
+        # start is refused (the episode is in use: the one server error allowed below), which
+        # tells the client that its start took effect; if not, it is answered as started.
+        eid = client.start_episode()
         first = client.get_action(eid, GOOD)
         client.log_returns(eid, 5.0)  # travels with the next get_action
         proxy.drop_reply("get_action")
@@ -78,7 +83,7 @@ def test_calls_whose_replies_are_lost_count_once(launch_server: Any, proxy_to: A
     assert metrics["episodes/length_mean"] == 3  # not 4 or 5
     assert metrics["episodes/return_mean"] == pytest.approx(6.0)  # 5.0 counted once
     assert metrics["samples/env_steps"] == 3
-    assert metrics["server/errors"] == 0
+    assert metrics["server/errors"] <= 1  # at most the re-sent start_episode, refused as in use
 
 
 def test_a_lost_batched_reply_is_answered_with_the_same_actions(shared: Any, proxy_to: Any) -> None:
@@ -97,6 +102,66 @@ def test_a_lost_batched_reply_is_answered_with_the_same_actions(shared: Any, pro
         lambda m: m["episodes/completed"] == before["episodes/completed"] + 2, what="episodes"
     )
     assert after["samples/env_steps"] - before["samples/env_steps"] == 4
+
+
+def test_a_random_start_is_pipelined_and_recovers_a_lost_reply(shared: Any, proxy_to: Any) -> None:
+    """start_episode() does not wait for its reply: the next call reads it (and re-sends the
+    start on a fresh connection when it was lost)."""
+    proxy = proxy_to(shared)
+    with PolicyClient(proxy.address, inference_mode="remote", timeout=30) as client:
+        proxy.drop_reply("start_episode")
+        eid = client.start_episode()
+        assert client.reconnects == 0  # returned before the proxy lost the reply
+        assert client.get_action(eid, GOOD) in (0, 1)
+        assert client.reconnects == 1
+        client.end_episode(eid, GOOD)
+    assert proxy.dropped == ["start_episode"]
+
+
+def test_a_refused_pipelined_start_is_raised_by_the_next_call(launch_server: Any) -> None:
+    """The server-wide limit (which the client cannot see) refuses a pipelined start: the next
+    call raises it, naming the start, and the episode never opened."""
+    server = launch_server("--max-episodes-per-server", "1", "--seed", "5")
+    server.wait_for_weights()
+    with PolicyClient(server.address, inference_mode="remote", timeout=30) as client:
+        first = client.start_episode()
+        refused = client.start_episode()  # pipelined: the server's refusal comes later
+        with pytest.raises(CapacityError, match=f"start_episode of episode '{refused}' failed"):
+            client.get_action(refused, GOOD)
+        with pytest.raises(EpisodeError, match="unknown episode"):
+            client.get_action(refused, GOOD)  # it never opened
+        assert client.get_action(first, GOOD) in (0, 1)
+        client.end_episode(first, GOOD)
+        again = client.start_episode()
+        assert client.get_action(again, GOOD) in (0, 1)
+        client.end_episode(again, GOOD)
+
+
+def test_a_pipelined_start_is_resent_to_a_restarted_server(
+    launch_server: Any, proxy_to: Any
+) -> None:
+    """A start whose reply was lost, then the server restarted: the new server never saw the
+    episode, so the client starts it there instead of declaring it lost."""
+    first = launch_server("--seed", "6")
+    first.wait_for_weights()
+    proxy = proxy_to(first)
+    with PolicyClient(
+        proxy.address, inference_mode="remote", timeout=30, reconnect_timeout=60
+    ) as client:
+        old = client.start_episode()
+        assert client.get_action(old, GOOD) in (0, 1)
+        proxy.drop_reply("start_episode")
+        fresh = client.start_episode()
+        assert first.stop(signal.SIGTERM) == 0, first.log()
+        second = launch_server("--seed", "6", port=first.port)
+        second.wait_for_weights()
+        assert client.get_action(fresh, GOOD) in (0, 1)
+        with pytest.raises(EpisodeError, match="lost: the server restarted"):
+            client.get_action(old, GOOD)
+        client.end_episode(fresh, GOOD)
+    metrics = second.wait_until(lambda m: m["episodes/completed"] == 1, what="the episode")
+    assert metrics["episodes/started"] == 1
+    assert metrics["server/errors"] == 0
 
 
 def test_a_short_timeout_while_the_server_starts_does_not_fail(launch_server: Any) -> None:
@@ -199,9 +264,12 @@ def test_another_client_cannot_touch_an_episode(shared: Any, proxy_to: Any) -> N
         ):
             with pytest.raises(EpisodeError, match="belongs to another client"):
                 call()
-        other.end_episode(eid, GOOD)  # pipelined: refused, raised by the next call
-        with pytest.raises(EpisodeError, match="belongs to another client"):
-            other.start_episode()
+        other.end_episode(eid, GOOD)  # pipelined: refused, raised by the next call that waits
+        mine = other.start_episode()  # pipelined too: it does not wait for the end's reply
+        with pytest.raises(EpisodeError, match=r"end_episode of episode .* belongs to another"):
+            other.get_action(mine, GOOD)
+        assert other.get_action(mine, GOOD) in (0, 1)  # the start took effect, the call did not
+        other.end_episode(mine, GOOD)
         # The owner carries on, also after its connection broke.
         proxy.drop_reply("get_action")
         owner.log_returns(eid, 1.0)

@@ -2,9 +2,10 @@
 
 Requests get increasing ids. :meth:`Connection.request` sends one and reads replies until its
 own arrives. :meth:`Connection.send_nowait` sends one without waiting (it is pipelined: the
-caller goes on, e.g. resets its simulator, while the reply travels). The next call first reads
-the replies of pipelined requests and raises an error among them, naming the request it belongs
-to, before it sends anything: a call that raises has taken no effect. With several front-ends
+caller goes on, e.g. resets its simulator, while the reply travels). Pipelined replies are read
+as they arrive, on the way to a later request's reply; an error among them, naming the request
+it belongs to, is raised by the next call before it sends anything: a call that raises has
+taken no effect. With several front-ends
 (:mod:`rlserve.client.front_ends`), opening and re-opening move between them. Standard library
 sockets only.
 """
@@ -58,6 +59,9 @@ class Timeouts:
 HEAD_BYTES = 64
 """First bytes of a connection kept to name a peer that is not a binary carrier."""
 
+MAX_PIPELINED = 64
+"""Pipelined requests sent without settling before a send waits for their replies."""
+
 
 class Connection:
     """One binary-carrier connection to an rlserve server, re-opened when it breaks.
@@ -105,9 +109,9 @@ class Connection:
         self._unanswered: dict[int, dict[str, Any]] = {}
         self._replies: dict[int, dict[str, Any]] = {}
         self._deferred_error: RLServeError | None = None
-        self._deferred_message: dict[str, Any] | None = None
-        self.failed_message: dict[str, Any] | None = None
-        """The pipelined request whose error was raised last (for the caller to undo it)."""
+        self.refused: list[dict[str, Any]] = []
+        """Every pipelined request the server refused since the caller last took them (the
+        first one's error is raised; the caller undoes them all)."""
         self.welcome: Welcome | None = None
         """The server's latest ``welcome``."""
         self.reconnects = 0
@@ -271,16 +275,33 @@ class Connection:
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send ``message`` and return its reply; an ``error`` reply is raised.
 
-        An error of an earlier pipelined request is raised before sending, never after a
-        successful round trip: a call that raises has taken no effect.
+        The replies of earlier pipelined requests are read first, and an error among them is
+        raised before sending: a call that raises has taken no effect. Pipelined
+        ``start_episode`` requests are not waited for (a fresh random id can only be refused
+        for a server limit): their replies are read on the way to this one's, and an error
+        among them is raised by this call if it failed too (it acts in the episode whose start
+        was refused), else by the next call.
         """
         if self._unanswered or self._deferred_error is not None:
             self._settle()
         return self._roundtrip(message)
 
-    def send_nowait(self, message: dict[str, Any]) -> None:
-        """Send ``message`` without waiting; its error, if any, is raised by the next call."""
-        self._settle()
+    def send_nowait(self, message: dict[str, Any], settle: bool = True) -> None:
+        """Send ``message`` without waiting; its error, if any, is raised by the next call.
+
+        Args:
+            message: The request.
+            settle: First read the replies of the earlier pipelined requests but starts
+                (raising the first error among them). False: send at once, behind them (once
+                :data:`MAX_PIPELINED` are on their way, their replies are read first).
+        """
+        if len(self._unanswered) >= MAX_PIPELINED:
+            while self._sock is not None and self._unanswered:
+                self._receive_some()
+        if settle:
+            self._settle()
+        else:
+            self._raise_deferred()
         request_id = self._send(message)
         self._unanswered[request_id] = message
 
@@ -306,8 +327,13 @@ class Connection:
         return lost
 
     def _settle(self) -> None:
-        """Read the replies of pipelined requests; raise the first error among them."""
-        while self._sock is not None and self._unanswered:
+        """Read the replies of pipelined requests; raise the first error among them.
+
+        Pipelined starts are not waited for (see :meth:`request`).
+        """
+        while self._sock is not None and any(
+            sent["type"] != "start_episode" for sent in self._unanswered.values()
+        ):
             self._receive_some()
         self._raise_deferred()
 
@@ -315,6 +341,9 @@ class Connection:
         request_id = self._send(message)
         reply = self._read_until(request_id)
         if reply.get("type") == "error":
+            # An earlier pipelined request's error is the cause to name first (e.g. the refused
+            # start_episode of the episode this call acts in).
+            self._raise_deferred()
             error = ErrorReply.of(reply)
             assert error is not None
             raise error_for_code(error.code, error.message, request_id)
@@ -383,8 +412,9 @@ class Connection:
                 sent = self._unanswered.pop(reply_id)
                 kind = sent["type"]
                 error = ErrorReply.of(reply)
+                if error is not None:
+                    self.refused.append(sent)
                 if error is not None and self._deferred_error is None:
-                    self._deferred_message = sent
                     episode = sent.get("episode_id")
                     of = f" of episode '{episode}'" if isinstance(episode, str) else ""
                     self._deferred_error = error_for_code(
@@ -404,5 +434,4 @@ class Connection:
     def _raise_deferred(self) -> None:
         error, self._deferred_error = self._deferred_error, None
         if error is not None:
-            self.failed_message = self._deferred_message
             raise error

@@ -60,8 +60,7 @@ class PolicyClient:
             order, and moves to another when its own is lost (see "Front-ends" below).
         inference_mode: ``local`` (the default, as in RLlib): the client computes actions with
             numpy from weights the server ships and sends its experience in batches from a
-            background thread. ``remote``: the server computes actions (one round trip per
-            step).
+            background thread. ``remote``: the server acts (one round trip per step).
         update_interval: Local mode: seconds between background weight refreshes (also done
             as soon as a batch reply shows newer weights); None: only
             :meth:`update_policy_weights`.
@@ -99,13 +98,11 @@ class PolicyClient:
     :class:`~rlserve.errors.ConnectionLostError` after at most about ``reconnect_timeout + 2 *
     timeout`` seconds. Re-sending is safe because every call is idempotent on the server:
     episode calls carry a per-episode sequence number (a retry gets the first answer, a pending
-    ``get_action`` is joined), ``start_episode`` always names its id (a retry of an unused
-    episode is answered as started), and a pipelined ``end_episode`` whose reply was lost is
-    re-sent before the next call. If the server restarted (its episodes are gone), nothing is
-    replayed and every later call of an episode this client had open raises
-    :class:`~rlserve.errors.EpisodeLostError` (an ``EpisodeError``) without a round trip: catch
-    it around an episode's loop and start a new episode (local mode keeps its episodes, as they
-    live in the client).
+    ``get_action`` is joined), ``start_episode`` always names its id, and a pipelined call whose
+    reply was lost is re-sent before the next call. If the server restarted (its episodes are
+    gone), only pipelined starts are re-sent, and every later call of an episode this client had
+    open raises :class:`~rlserve.errors.EpisodeLostError` (an ``EpisodeError``) without a round
+    trip: catch it around an episode's loop and start a new one (local mode keeps its episodes).
 
     Front-ends: with several addresses, a lost connection dials its own front-end again for a
     second, then the others in turn (round-robin), within ``reconnect_timeout``; the log says
@@ -243,6 +240,9 @@ class PolicyClient:
     ) -> str:
         """Start an episode and return its id.
 
+        Remote mode pipelines a random id's start (no round trip of its own); only the server-wide
+        episode limit can refuse it, a ``CapacityError`` the next call raises, naming the start.
+
         Args:
             episode_id: A unique id, or None for a random one (``uuid4().hex``, chosen by the
                 client so that a retried start is recognised).
@@ -253,6 +253,7 @@ class PolicyClient:
 
         Raises:
             EpisodeError: The id is active or was used before.
+            CapacityError: This client holds its limit of open episodes.
         """
         if episode_id is not None and (not isinstance(episode_id, str) or not episode_id):
             raise EpisodeError(

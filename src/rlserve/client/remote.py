@@ -1,8 +1,10 @@
 """Remote inference: the server computes every action, one round trip per environment step.
 
 Rewards (and ``info`` maps) logged with ``log_returns`` are added up here and travel with the
-next ``get_action``, ``log_action`` or ``end_episode`` of the episode; ``end_episode`` is
-pipelined (its error, if any, is raised by the next call, naming the episode it ended).
+next ``get_action``, ``log_action`` or ``end_episode`` of the episode; ``end_episode`` and
+``start_episode`` with a random id are pipelined (an error, if any, is raised by the next call,
+naming the call and episode it belongs to), so an episode costs one round trip per step and
+none at its start or end.
 Observations are checked against the server's space before they are sent. The calls are sent
 by a :class:`~rlserve.client.remote_session.RemoteSession`; multi-agent episodes are
 :class:`~rlserve.client.remote_agents.RemoteAgents`' business.
@@ -69,15 +71,26 @@ class RemoteEngine:
     def start_episode(
         self, episode_id: str | None, training_enabled: bool, policy_id: str | None = None
     ) -> str:
-        """Start an episode on the server (a random id for None, so a retry is recognised)."""
+        """Start an episode on the server (a random id for None, so a retry is recognised).
+
+        A random id is started pipelined, without waiting for the reply: a fresh ``uuid4`` is
+        never taken, and this client's episode limit is checked here (the episodes it holds
+        against the welcome's ``max_episodes_per_client``), so only the server-wide limit can
+        refuse it, and that error is raised by the next call that waits for a reply. A chosen
+        id, or a start at this client's limit, waits for the reply and raises here.
+        """
+        chosen = episode_id or uuid.uuid4().hex
         start = StartEpisode(
-            0,
-            episode_id or uuid.uuid4().hex,
-            training_enabled,
-            DEFAULT_POLICY_ID if policy_id is None else policy_id,
+            0, chosen, training_enabled, DEFAULT_POLICY_ID if policy_id is None else policy_id
         )
-        started = EpisodeStarted.from_wire(self._session.request(start.to_wire())).episode_id
-        self._session.started(started)
+        session = self._session
+        room = session.conn.limits.max_episodes_per_client - len(session.open)
+        if episode_id is None and room > 1:
+            session.send_nowait(start.to_wire(), settle=False)
+            session.started(chosen)
+            return chosen
+        started = EpisodeStarted.from_wire(session.request(start.to_wire())).episode_id
+        session.started(started)
         return started
 
     def get_one_action(self, episode_id: str, observation: Any) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 
 from rlserve.client.connection import Connection, Timeouts
 from rlserve.client.engine import ServerView
-from rlserve.errors import ConnectionLostError, EpisodeLostError, RLServeError
+from rlserve.errors import ConnectionLostError, EpisodeError, EpisodeLostError, RLServeError
 from rlserve.protocol.replies import Welcome
 from rlserve.protocol.session_requests import Ping
 
@@ -69,11 +69,17 @@ class RemoteSession:
         assert reply is not None
         return reply
 
-    def send_nowait(self, message: dict[str, Any]) -> None:
-        """Send ``message`` pipelined: its error, if any, is raised by the next call."""
-        self._call(message, wait=False)
+    def send_nowait(self, message: dict[str, Any], settle: bool = True) -> None:
+        """Send ``message`` pipelined: its error, if any, is raised by the next call.
 
-    def _call(self, message: dict[str, Any], wait: bool) -> dict[str, Any] | None:
+        ``settle=False``: sent behind earlier pipelined calls without waiting for their replies
+        (see :meth:`Connection.send_nowait`).
+        """
+        self._call(message, wait=False, settle=settle)
+
+    def _call(
+        self, message: dict[str, Any], wait: bool, settle: bool = True
+    ) -> dict[str, Any] | None:
         """Send ``message`` (and re-send pipelined calls a broken connection lost) until done.
 
         Every message this client sends is idempotent on the server (see the class docstring
@@ -83,21 +89,31 @@ class RemoteSession:
         conn = self.conn
         deadline: float | None = None
         replay: list[dict[str, Any]] = []
+        # Pipelined starts a restarted server (or another front-end) has never seen.
+        unseen: set[str] = set()
         while True:
             try:
                 while replay:
+                    resent = replay[0]
+                    seen = resent.get("episode_id") not in unseen
+                    unseen.discard(resent.get("episode_id"))
                     try:
-                        conn.request(dict(replay[0]))
+                        conn.request(dict(resent))
                     except ConnectionLostError:
                         raise
+                    except EpisodeError:
+                        # A pipelined start (a fresh random id) the server already knows took
+                        # effect before the connection broke; the episode may be in use since.
+                        if not (seen and resent.get("type") == "start_episode"):
+                            self._undo_refused(resent)
+                            raise
                     except RLServeError:
-                        self._undo_refused(replay[0])
+                        self._undo_refused(resent)
                         raise
                     replay.pop(0)
-                conn.failed_message = None
                 if wait:
                     return conn.request(message)  # numbered in place: nothing else holds it
-                conn.send_nowait(dict(message))
+                conn.send_nowait(dict(message), settle)
                 return None
             except ConnectionLostError:  # RequestTimeoutError included
                 replay = conn.take_unanswered() + replay
@@ -107,22 +123,15 @@ class RemoteSession:
                 if now >= deadline:
                     raise
                 if self._welcome(conn.reconnect(deadline)):
-                    if replay:
-                        moved_from = conn.moved_from
-                        logger.warning(
-                            "rlserve: %s; %d unanswered call(s) for its ended episodes are not "
-                            "re-sent",
-                            "the server restarted"
-                            if moved_from is None
-                            else f"front-end {moved_from} was lost",
-                            len(replay),
-                        )
-                        replay = []
+                    replay = self._restarted_replay(replay)
+                    unseen = {m["episode_id"] for m in replay if m.get("type") == "start_episode"}
                     self.check_not_lost(_episodes_of(message))
             except RLServeError:
-                # A pipelined end_episode the server refused leaves its episode open.
-                if conn.failed_message is not None:
-                    self._undo_refused(conn.failed_message)
+                # A pipelined call the server refused is undone here (an end_episode leaves its
+                # episode open, a start_episode never opened one).
+                for refused in conn.refused:
+                    self._undo_refused(refused)
+                conn.refused.clear()
                 raise
 
     def _welcome(self, welcome: Welcome) -> bool:
@@ -150,8 +159,40 @@ class RemoteSession:
             f"to front-end {self.conn.front_end}, which does not know it"
         )
 
+    def _restarted_replay(self, replay: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The unanswered pipelined calls a restarted server (or another front-end) still takes.
+
+        Those are the episodes started without waiting, which it has not seen yet, and their
+        ends. The rest concern episodes it does not know; they are dropped, with a warning.
+        """
+        fresh = {m["episode_id"] for m in replay if m.get("type") == "start_episode"}
+        kept = [m for m in replay if m.get("episode_id") in fresh]
+        if len(kept) < len(replay):
+            moved_from = self.conn.moved_from
+            logger.warning(
+                "rlserve: %s; %d unanswered call(s) for its ended episodes are not re-sent",
+                "the server restarted"
+                if moved_from is None
+                else f"front-end {moved_from} was lost",
+                len(replay) - len(kept),
+            )
+        ended = {m["episode_id"] for m in kept if m.get("type") == "end_episode"}
+        for episode_id in fresh:
+            self.lost.pop(episode_id, None)
+            if episode_id not in ended:
+                remember(self.open, episode_id)
+        return kept
+
     def _undo_refused(self, message: dict[str, Any]) -> None:
-        """An ``end_episode`` was refused: the episode goes on, its next call takes the number."""
+        """Undo a refused pipelined call.
+
+        ``start_episode``: the episode never opened. ``end_episode``: the episode goes on, its
+        next call takes the number.
+        """
+        if message.get("type") == "start_episode":
+            self.open.pop(message["episode_id"], None)
+            self.seq.pop(message["episode_id"], None)
+            return
         if message.get("type") != "end_episode":
             return
         episode_id, seq = message["episode_id"], int(message["seq"])
