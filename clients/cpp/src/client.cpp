@@ -104,8 +104,18 @@ Result<std::string> Client::start_episode(const std::string& episode_id, bool tr
                                           const std::string& policy_id) {
   std::lock_guard<std::mutex> lock(mutex_);
   const std::string id = episode_id.empty() ? random_hex_id() : episode_id;
-  auto reply = session_->request(start_episode_request(0, id, training_enabled,
-                                                       policy_id.empty() ? std::optional<std::string>("default") : policy_id));
+  Value start = start_episode_request(0, id, training_enabled,
+                                      policy_id.empty() ? std::optional<std::string>("default") : policy_id);
+  // A random id is started pipelined (no round trip of its own): it cannot be taken, and this
+  // client's episode limit is checked here, so only the server-wide limit can refuse it (that
+  // error is returned by the next call). A chosen id, or a start at the limit, waits.
+  const std::size_t limit = conn_->limits().max_episodes_per_client;
+  if (episode_id.empty() && session_->open_count() + 1 < limit) {
+    if (auto s = session_->send_nowait(std::move(start), false); !s) return s.error();
+    session_->started(id);
+    return id;
+  }
+  auto reply = session_->request(std::move(start));
   if (!reply) return reply.error();
   const Value* started = reply->present("episode_id");
   if (started == nullptr || started->as_string() == nullptr) {

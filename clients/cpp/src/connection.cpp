@@ -250,10 +250,14 @@ Status Connection::receive_some() {
     }
     const std::uint64_t id = *env->id;
     if (auto it = unanswered_.find(id); it != unanswered_.end()) {
+      if (env->type == MessageType::error) refused_.push_back(it->second);
       if (env->type == MessageType::error && !deferred_) {
         auto e = read_error(*message);
         const std::string what = e ? e->message : "malformed error";
-        const auto eps = episodes_of(it->second);
+        auto eps = episodes_of(it->second);
+        if (const Value* id = it->second.present("episode_id"); eps.empty() && id && id->as_string()) {
+          eps.push_back(*id->as_string());  // a start_episode names the episode it opens
+        }
         deferred_ = make_error(e ? error_code_from_server(e->code) : ErrorCode::decode_error,
                                type_of(it->second) + (eps.empty() ? "" : " of episode '" + eps[0] + "'") + " failed: " + what);
         deferred_message_ = it->second;
@@ -279,17 +283,30 @@ Result<Value> Connection::read_until(std::uint64_t id) {
   return reply;
 }
 
-Status Connection::settle() {
-  while (transport_ && !unanswered_.empty()) {
+Status Connection::read_pipelined(bool starts_too) {
+  const auto waited = [&] {
+    for (const auto& [id, sent] : unanswered_) {
+      if (starts_too || type_of(sent) != "start_episode") return true;
+    }
+    return false;
+  };
+  while (transport_ && waited()) {
     if (auto s = receive_some(); !s) return s.error();
   }
-  if (deferred_) {
-    Error e = *deferred_;
-    failed_ = deferred_message_;
-    deferred_.reset();
-    deferred_message_.reset();
-    return e;
-  }
+  return ok_status();
+}
+
+Error Connection::take_deferred() {
+  Error e = *deferred_;
+  failed_ = deferred_message_;
+  deferred_.reset();
+  deferred_message_.reset();
+  return e;
+}
+
+Status Connection::settle() {
+  if (auto s = read_pipelined(false); !s) return s;
+  if (deferred_) return take_deferred();
   return ok_status();
 }
 
@@ -304,6 +321,9 @@ Result<Value> Connection::request(Value message) {
   auto env = read_envelope(*reply);
   if (!env) return lost(env.error());
   if (env->type == MessageType::error) {
+    // An earlier pipelined request's error is the cause to name first (e.g. the refused
+    // start_episode of the episode this call acts in).
+    if (deferred_) return take_deferred();
     auto e = read_error(*reply);
     if (!e) return lost(e.error());
     return make_error(error_code_from_server(e->code), e->message);
@@ -311,8 +331,15 @@ Result<Value> Connection::request(Value message) {
   return reply;
 }
 
-Status Connection::send_nowait(Value message) {
-  if (auto s = settle(); !s) return s;
+Status Connection::send_nowait(Value message, bool settle_first) {
+  if (unanswered_.size() >= kMaxPipelined) {
+    if (auto s = read_pipelined(true); !s) return s;
+  }
+  if (settle_first) {
+    if (auto s = settle(); !s) return s;
+  } else if (deferred_) {
+    return take_deferred();
+  }
   Value kept = message;
   auto id = send(message);
   if (!id) return id.error();
@@ -328,7 +355,8 @@ std::vector<Value> Connection::take_unanswered() {
 }
 
 Status Connection::close() {
-  Status s = settle();
+  Status s = read_pipelined(true);
+  if (s && deferred_) s = take_deferred();
   drop();
   return s;
 }

@@ -21,6 +21,7 @@ Limits Limits::updated_from(const Value& limits) const {
   read("max_array_ndim", out.max_array_ndim);
   read("max_container_len", out.max_container_len);
   read("max_id_length", out.max_id_length);
+  read("max_episodes_per_client", out.max_episodes_per_client);
   return out;
 }
 

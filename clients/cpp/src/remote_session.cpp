@@ -1,6 +1,8 @@
 // RemoteSession: numbered calls, re-sent until answered; episodes a restarted server lost.
 #include "remote_session.hpp"
 
+#include <set>
+
 #include "rlserve/requests.hpp"
 
 namespace rlserve {
@@ -22,26 +24,36 @@ Result<Value> RemoteSession::request(Value message) {
   return std::move(**r);
 }
 
-Status RemoteSession::send_nowait(Value message) {
-  auto r = call(std::move(message), false);
+Status RemoteSession::send_nowait(Value message, bool settle_first) {
+  auto r = call(std::move(message), false, settle_first);
   if (!r) return r.error();
   return ok_status();
 }
 
-Result<std::optional<Value>> RemoteSession::call(Value message, bool wait) {
+Result<std::optional<Value>> RemoteSession::call(Value message, bool wait, bool settle_first) {
   std::optional<Connection::Clock::time_point> deadline;
   std::vector<Value> replay;
+  std::set<std::string> unseen;  // pipelined starts a restarted server has never seen
   for (;;) {
     std::optional<Error> failure;
     while (!replay.empty() && !failure) {
+      const std::string id = text_field(replay.front(), "episode_id");
+      const bool seen = unseen.erase(id) == 0;
       auto r = conn_.request(replay.front());
       if (!r) {
         if (!is_connection_failure(r.error())) {
-          undo_refused(replay.front());
-          return r.error();
+          // A pipelined start (a fresh random id) the server already knows took effect before
+          // the connection broke; the episode may be in use since.
+          const bool took_effect = seen && r.error().code == ErrorCode::episode_error &&
+                                   text_field(replay.front(), "type") == "start_episode";
+          if (!took_effect) {
+            undo_refused(replay.front());
+            return r.error();
+          }
+        } else {
+          failure = r.error();
+          break;
         }
-        failure = r.error();
-        break;
       }
       replay.erase(replay.begin());
     }
@@ -52,13 +64,14 @@ Result<std::optional<Value>> RemoteSession::call(Value message, bool wait) {
         if (r) return std::optional<Value>(std::move(*r));
         failure = r.error();
       } else {
-        auto s = conn_.send_nowait(message);
+        auto s = conn_.send_nowait(message, settle_first);
         if (s) return std::optional<Value>();
         failure = s.error();
       }
     }
     if (!is_connection_failure(*failure)) {
-      if (conn_.failed_message()) undo_refused(*conn_.failed_message());  // a refused pipelined end
+      // Refused pipelined calls: an end_episode leaves its episode open, a start never opened one.
+      for (const Value& refused : conn_.take_refused()) undo_refused(refused);
       return *failure;
     }
     auto unanswered = conn_.take_unanswered();
@@ -70,10 +83,35 @@ Result<std::optional<Value>> RemoteSession::call(Value message, bool wait) {
     auto welcome = conn_.reconnect(*deadline);
     if (!welcome) return welcome.error();
     if (take_welcome(*welcome)) {
-      replay.clear();  // calls of episodes the new server does not know
+      replay = restarted_replay(std::move(replay));
+      unseen.clear();
+      for (const Value& m : replay) {
+        if (text_field(m, "type") == "start_episode") unseen.insert(text_field(m, "episode_id"));
+      }
       if (auto s = check_not_lost(episodes_of(message)); !s) return s.error();
     }
   }
+}
+
+std::vector<Value> RemoteSession::restarted_replay(std::vector<Value> replay) {
+  // What a restarted server still takes: the episodes started without waiting, which it has
+  // not seen yet, and their ends; the other calls are of episodes it does not know.
+  std::set<std::string> fresh, ended;
+  for (const Value& m : replay) {
+    if (text_field(m, "type") == "start_episode") fresh.insert(text_field(m, "episode_id"));
+  }
+  std::vector<Value> kept;
+  for (Value& m : replay) {
+    const std::string id = text_field(m, "episode_id");
+    if (fresh.count(id) == 0) continue;
+    if (text_field(m, "type") == "end_episode") ended.insert(id);
+    kept.push_back(std::move(m));
+  }
+  for (const auto& id : fresh) {
+    lost_.erase(id);
+    if (ended.count(id) == 0) open_.put(id, true);
+  }
+  return kept;
 }
 
 bool RemoteSession::take_welcome(const Welcome& welcome) {
@@ -90,8 +128,13 @@ bool RemoteSession::take_welcome(const Welcome& welcome) {
 }
 
 void RemoteSession::undo_refused(const Value& message) {
-  if (text_field(message, "type") != "end_episode") return;
   const std::string id = text_field(message, "episode_id");
+  if (text_field(message, "type") == "start_episode") {  // the episode never opened
+    open_.erase(id);
+    seq_.erase(id);
+    return;
+  }
+  if (text_field(message, "type") != "end_episode") return;
   const Value* seq = message.present("seq");
   if (seq == nullptr || !seq->as_uint()) return;
   const std::uint64_t n = *seq->as_uint();

@@ -62,7 +62,8 @@ class RemoteSession {
   /// the reconnect timeout; an error reply is returned typed.
   Result<Value> request(Value message);
   /// Sends `message` pipelined: its error, if any, is returned by the next call.
-  Status send_nowait(Value message);
+  /// `settle_first` false: behind earlier pipelined calls, not waiting for their replies.
+  Status send_nowait(Value message, bool settle_first = true);
   /// episode_lost naming the fix when the server restarted since one of `ids` started.
   Status check_not_lost(const std::vector<std::string>& ids) const;
 
@@ -76,12 +77,15 @@ class RemoteSession {
   void ended(const std::string& episode_id, std::uint64_t seq);
   /// Whether this client started the episode and has not ended it.
   bool is_open(const std::string& episode_id) const { return open_.contains(episode_id); }
+  /// How many episodes this client started and has not ended.
+  std::size_t open_count() const { return open_.items().size(); }
   /// Settles a pipelined end_episode (re-sent if the connection broke) and disconnects.
   Status close();
 
  private:
-  Result<std::optional<Value>> call(Value message, bool wait);
+  Result<std::optional<Value>> call(Value message, bool wait, bool settle_first = true);
   bool take_welcome(const Welcome& welcome);
+  std::vector<Value> restarted_replay(std::vector<Value> replay);
   void undo_refused(const Value& message);
 
   Connection& conn_;

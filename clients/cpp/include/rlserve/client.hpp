@@ -60,7 +60,9 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   /// Starts an episode; its id (a random one for an empty `episode_id`). An empty `policy_id`
-  /// means the server's `default`.
+  /// means the server's `default`. A random id's start is pipelined (no round trip of its own):
+  /// only the server-wide episode limit can refuse it then, and that capacity error is returned
+  /// by the next call, naming the start. A chosen id waits for the reply.
   Result<std::string> start_episode(const std::string& episode_id = "", bool training_enabled = true,
                                     const std::string& policy_id = "");
   /// The policy's action for `observation` (a value of the observation space, section 6.3), with

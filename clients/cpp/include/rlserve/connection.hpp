@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rlserve/error.hpp"
@@ -64,20 +65,33 @@ class Connection {
 
   /// Sends `message` (its `id` is set here) and returns the reply; an `error` reply is returned
   /// as its typed Error. The replies of pipelined requests are read first: an error among them
-  /// is returned before anything is sent (failed_message() names that request).
+  /// is returned before anything is sent (failed_message() names that request). Pipelined
+  /// start_episode requests are not waited for (a fresh random id can only be refused for the
+  /// server-wide limit): their replies are read on the way to this one's, and an error among
+  /// them is returned by this call if it failed too, else by the next call.
   Result<Value> request(Value message);
-  /// Sends `message` without waiting for its reply (the next call reads it).
-  Status send_nowait(Value message);
-  /// Reads the replies of pipelined requests; the first error among them.
+  /// Sends `message` without waiting for its reply (the next call reads it). `settle_first`:
+  /// first read the replies of earlier pipelined requests but starts (returning the first error
+  /// among them); false: send at once, behind them (past kMaxPipelined on their way, they are
+  /// read first).
+  Status send_nowait(Value message, bool settle_first = true);
+  /// Reads the replies of pipelined requests but starts; the first error among them.
   Status settle();
   /// The pipelined requests whose replies never came (the connection broke), oldest first;
   /// forgotten here.
   std::vector<Value> take_unanswered();
+  /// The limits of the server's latest welcome.
+  const Limits& limits() const noexcept { return limits_; }
   /// How many pipelined requests wait for their reply.
   std::size_t unanswered() const noexcept { return unanswered_.size(); }
   /// The pipelined request whose error was returned last, if any (cleared by clear_failed).
   const std::optional<Value>& failed_message() const noexcept { return failed_; }
   void clear_failed() noexcept { failed_.reset(); }
+  /// Every pipelined request the server refused since the last call (the first one's error is
+  /// returned; the caller undoes them all); forgotten here.
+  std::vector<Value> take_refused() { return std::exchange(refused_, {}); }
+  /// Pipelined requests sent without settling before a send waits for their replies.
+  static constexpr std::size_t kMaxPipelined = 64;
 
   /// Settles pipelined requests and closes the connection.
   Status close();
@@ -131,6 +145,10 @@ class Connection {
   std::optional<Error> deferred_;
   std::optional<Value> deferred_message_;
   std::optional<Value> failed_;
+  std::vector<Value> refused_;
+
+  Status read_pipelined(bool starts_too);
+  Error take_deferred();
 };
 
 /// The episode ids a request names: `episode_id`, or `episode_ids` of a batch; none for

@@ -20,6 +20,7 @@ struct Limits {
   std::uint32_t max_container_len = 65536;    ///< entries of one msgpack map or array
   std::uint32_t max_id_length = 128;          ///< characters of an id
   std::uint32_t max_depth = 64;               ///< nesting of maps and arrays (a client-side guard)
+  std::uint64_t max_episodes_per_client = 10000;  ///< episodes one client may hold open
 
   /// These limits with every name `limits` (a welcome's `limits` map) carries replaced by its
   /// value; names it does not know are ignored, as section 7.1 asks.

@@ -3,7 +3,8 @@
 // frames, each within the limit, every step once; a remote call over the limit is refused
 // before it is sent, naming the limit, and the connection carries on; and closing (or
 // destroying) a local client whose server hangs with a report waiting returns after the flush
-// timeout, naming the steps left unshipped. Its ctest TIMEOUT is the bound: a close() that waited
+// timeout, naming the steps left unshipped; and a pipelined start the server-wide episode
+// limit refuses is returned by the next call. Its ctest TIMEOUT is the bound: a close() that waited
 // for the request timeout (an hour here) would not return.
 // Usage: test_e2e_limits <python bin dir>
 #include <nlohmann/json.hpp>
@@ -119,6 +120,40 @@ void remote_over_limit(const Context& ctx) {
   CHECK(ended.ok() && client.close().ok(), "ends and closes");
 }
 
+/// A random id's start is pipelined; the server-wide episode limit (1 here, which the client
+/// cannot see) refuses the second: the next call returns that error, naming the start, and the
+/// episode never opened, while the first carries on.
+void pipelined_start_refused(const Context& ctx) {
+  e2e::ServerProcess server(ctx.bin_dir,
+                            std::vector<std::string>{"--spaces-from", "CartPole-v1", "--run-dir", ctx.work, "--name", "one",
+                                                     "--port", "0", "--http-port", "0", "--no-progress", "--ppo-device",
+                                                     "cpu", "--seed", "1", "--max-episodes-per-server", "1"},
+                            std::vector<std::string>{std::string("RLSERVE_TOKEN=") + kToken}, ctx.work + "/one.log");
+  rlserve::ClientOptions o;
+  o.token = kToken;
+  o.timeouts.request = 30;
+  auto c = rlserve::Client::connect(server.address(), o);
+  CHECK(c.ok(), "connect: " + (c ? "" : c.error().message));
+  if (!c) return;
+  rlserve::Client& client = **c;
+  const std::vector<float> raw{0.01f, -0.02f, 0.03f, 0.04f};
+  auto first = client.start_episode();
+  auto refused = client.start_episode();  // pipelined: its refusal comes with the next call
+  CHECK(first.ok() && refused.ok(), "both starts return at once");
+  if (!first || !refused) return;
+  auto a = client.get_action(*refused, raw);
+  CHECK(!a && a.error().code == rlserve::ErrorCode::capacity, "the next call returns the start's capacity error");
+  if (!a) {
+    CHECK(a.error().message.find("start_episode of episode '" + *refused + "' failed") != std::string::npos,
+          "naming the start: " + a.error().message);
+  }
+  auto again = client.get_action(*refused, raw);
+  CHECK(!again && again.error().code == rlserve::ErrorCode::episode_error, "the refused episode never opened");
+  auto ok = client.get_action(*first, raw);
+  CHECK(ok.ok(), "the first episode carries on: " + (ok ? "" : ok.error().message));
+  CHECK(client.end_episode(*first, raw).ok() && client.close().ok(), "ends and closes");
+}
+
 /// The server hangs (SIGSTOP) while reports wait: close() gives up after its flush timeout
 /// (the reconnect timeout, 1 s) instead of waiting for the reply (request timeout: an hour),
 /// and names the steps it could not ship; a client destroyed unclosed returns as well.
@@ -174,6 +209,7 @@ int main(int argc, char** argv) {
     e2e::run_cases({
         {"split_reports", [&] { split_reports(ctx); }},
         {"remote_over_limit", [&] { remote_over_limit(ctx); }},
+        {"pipelined_start_refused", [&] { pipelined_start_refused(ctx); }},
         {"close_hung_server", [&] { close_hung_server(ctx); }},
     });
   } catch (const std::exception& e) {
