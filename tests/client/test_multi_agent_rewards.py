@@ -57,7 +57,7 @@ def _bridge(service: Service) -> type:
             self.welcome = Welcome.from_wire(self.request(hello.to_wire()))
             return self.welcome
 
-        def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        def request(self, message: dict[str, Any], raise_deferred: bool = True) -> dict[str, Any]:
             replies: list[dict[str, Any]] = []
             request = parse_request(decode(encode({"id": 1, **message})))
             service.handle(request, self.session, replies.append)

@@ -134,7 +134,37 @@ def test_a_refused_pipelined_start_is_raised_by_the_next_call(launch_server: Any
         client.end_episode(first, GOOD)
         again = client.start_episode()
         assert client.get_action(again, GOOD) in (0, 1)
+        # A refused start and the end behind it (refused too) leave the episode unopened.
+        gone = client.start_episode()
+        client.end_episode(gone, GOOD)
+        with pytest.raises(CapacityError, match=f"start_episode of episode '{gone}' failed"):
+            client.get_action(again, GOOD)
+        with pytest.raises(EpisodeError, match="unknown episode"):
+            client.log_returns(gone, 1.0)  # not kept for a next call: sent, and refused
         client.end_episode(again, GOOD)
+
+
+def test_a_refused_start_read_before_a_lost_reply_waits_for_the_next_call(
+    launch_server: Any, proxy_to: Any
+) -> None:
+    """A call whose reply was lost may have been applied: re-sent, it returns its answer, and
+    the refusal of a pipelined start read on its way is raised by the next call instead."""
+    server = launch_server("--max-episodes-per-server", "1", "--seed", "7")
+    server.wait_for_weights()
+    proxy = proxy_to(server)
+    with PolicyClient(proxy.address, inference_mode="remote", timeout=30) as client:
+        kept = client.start_episode()
+        assert client.get_action(kept, GOOD) in (0, 1)
+        refused = client.start_episode()  # the server-wide limit refuses it
+        proxy.drop_reply("get_action")
+        assert client.get_action(kept, GOOD) in (0, 1)  # applied, reply lost, re-sent
+        assert client.reconnects == 1
+        with pytest.raises(CapacityError, match=f"start_episode of episode '{refused}' failed"):
+            client.get_action(kept, GOOD)
+        assert client.get_action(kept, GOOD) in (0, 1)
+        client.end_episode(kept, GOOD)
+    metrics = server.wait_until(lambda m: m["episodes/completed"] == 1, what="the episode")
+    assert metrics["episodes/length_mean"] == 3  # the re-sent step counted once
 
 
 def test_a_pipelined_start_is_resent_to_a_restarted_server(
@@ -155,9 +185,10 @@ def test_a_pipelined_start_is_resent_to_a_restarted_server(
         assert first.stop(signal.SIGTERM) == 0, first.log()
         second = launch_server("--seed", "6", port=first.port)
         second.wait_for_weights()
-        assert client.get_action(fresh, GOOD) in (0, 1)
+        # The call that finds the new server is of a lost episode: the start is re-sent first.
         with pytest.raises(EpisodeError, match="lost: the server restarted"):
             client.get_action(old, GOOD)
+        assert client.get_action(fresh, GOOD) in (0, 1)
         client.end_episode(fresh, GOOD)
     metrics = second.wait_until(lambda m: m["episodes/completed"] == 1, what="the episode")
     assert metrics["episodes/started"] == 1

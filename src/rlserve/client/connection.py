@@ -272,7 +272,7 @@ class Connection:
 
     # -- requests --------------------------------------------------------------------------
 
-    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+    def request(self, message: dict[str, Any], raise_deferred: bool = True) -> dict[str, Any]:
         """Send ``message`` and return its reply; an ``error`` reply is raised.
 
         The replies of earlier pipelined requests are read first, and an error among them is
@@ -281,10 +281,16 @@ class Connection:
         for a server limit): their replies are read on the way to this one's, and an error
         among them is raised by this call if it failed too (it acts in the episode whose start
         was refused), else by the next call.
+
+        Args:
+            message: The request.
+            raise_deferred: False for a request that may have been applied already (re-sent
+                after a lost connection): an earlier pipelined error is then left for the next
+                call, and an error reply is this request's own.
         """
-        if self._unanswered or self._deferred_error is not None:
-            self._settle()
-        return self._roundtrip(message)
+        if self._unanswered or (raise_deferred and self._deferred_error is not None):
+            self._settle(raise_deferred)
+        return self._roundtrip(message, raise_deferred)
 
     def send_nowait(self, message: dict[str, Any], settle: bool = True) -> None:
         """Send ``message`` without waiting; its error, if any, is raised by the next call.
@@ -326,7 +332,7 @@ class Connection:
         self._unanswered.clear()
         return lost
 
-    def _settle(self) -> None:
+    def _settle(self, raise_deferred: bool = True) -> None:
         """Read the replies of pipelined requests; raise the first error among them.
 
         Pipelined starts are not waited for (see :meth:`request`).
@@ -335,15 +341,17 @@ class Connection:
             sent["type"] != "start_episode" for sent in self._unanswered.values()
         ):
             self._receive_some()
-        self._raise_deferred()
+        if raise_deferred:
+            self._raise_deferred()
 
-    def _roundtrip(self, message: dict[str, Any]) -> dict[str, Any]:
+    def _roundtrip(self, message: dict[str, Any], raise_deferred: bool = True) -> dict[str, Any]:
         request_id = self._send(message)
         reply = self._read_until(request_id)
         if reply.get("type") == "error":
             # An earlier pipelined request's error is the cause to name first (e.g. the refused
             # start_episode of the episode this call acts in).
-            self._raise_deferred()
+            if raise_deferred:
+                self._raise_deferred()
             error = ErrorReply.of(reply)
             assert error is not None
             raise error_for_code(error.code, error.message, request_id)

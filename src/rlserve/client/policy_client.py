@@ -240,8 +240,8 @@ class PolicyClient:
     ) -> str:
         """Start an episode and return its id.
 
-        Remote mode pipelines a random id's start (no round trip of its own); only the server-wide
-        episode limit can refuse it, a ``CapacityError`` the next call raises, naming the start.
+        Remote mode pipelines a random id's start (no round trip of its own); only a server limit
+        can refuse it, a ``CapacityError`` the next call raises, naming the start.
 
         Args:
             episode_id: A unique id, or None for a random one (``uuid4().hex``, chosen by the

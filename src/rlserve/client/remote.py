@@ -75,9 +75,10 @@ class RemoteEngine:
 
         A random id is started pipelined, without waiting for the reply: a fresh ``uuid4`` is
         never taken, and this client's episode limit is checked here (the episodes it holds
-        against the welcome's ``max_episodes_per_client``), so only the server-wide limit can
-        refuse it, and that error is raised by the next call that waits for a reply. A chosen
-        id, or a start at this client's limit, waits for the reply and raises here.
+        against the welcome's ``max_episodes_per_client``), so only a server limit can refuse
+        it (the server-wide one, or the per-client one when other client objects share this
+        ``client_id``), and that error is raised by the next call that waits for a reply. A
+        chosen id, or a start at this client's limit, waits for the reply and raises here.
         """
         chosen = episode_id or uuid.uuid4().hex
         start = StartEpisode(

@@ -91,6 +91,8 @@ class RemoteSession:
         replay: list[dict[str, Any]] = []
         # Pipelined starts a restarted server (or another front-end) has never seen.
         unseen: set[str] = set()
+        resending = False  # after a lost connection ``message`` may have been applied already
+        check_lost = False  # the server restarted: are this call's episodes gone?
         while True:
             try:
                 while replay:
@@ -98,7 +100,7 @@ class RemoteSession:
                     seen = resent.get("episode_id") not in unseen
                     unseen.discard(resent.get("episode_id"))
                     try:
-                        conn.request(dict(resent))
+                        conn.request(dict(resent), raise_deferred=False)
                     except ConnectionLostError:
                         raise
                     except EpisodeError:
@@ -111,11 +113,17 @@ class RemoteSession:
                         self._undo_refused(resent)
                         raise
                     replay.pop(0)
+                if check_lost:
+                    # Only now: the pipelined starts re-sent above are started on the new server.
+                    check_lost = False
+                    self.check_not_lost(_episodes_of(message))
                 if wait:
-                    return conn.request(message)  # numbered in place: nothing else holds it
+                    # Numbered in place: nothing else holds it.
+                    return conn.request(message, raise_deferred=not resending)
                 conn.send_nowait(dict(message), settle)
                 return None
             except ConnectionLostError:  # RequestTimeoutError included
+                resending = True
                 replay = conn.take_unanswered() + replay
                 now = time.monotonic()
                 if deadline is None:
@@ -125,11 +133,12 @@ class RemoteSession:
                 if self._welcome(conn.reconnect(deadline)):
                     replay = self._restarted_replay(replay)
                     unseen = {m["episode_id"] for m in replay if m.get("type") == "start_episode"}
-                    self.check_not_lost(_episodes_of(message))
+                    check_lost = True
             except RLServeError:
                 # A pipelined call the server refused is undone here (an end_episode leaves its
-                # episode open, a start_episode never opened one).
-                for refused in conn.refused:
+                # episode open, a start_episode never opened one), the latest first: a refused
+                # start and end of one episode leave it unopened.
+                for refused in reversed(conn.refused):
                     self._undo_refused(refused)
                 conn.refused.clear()
                 raise
