@@ -107,10 +107,13 @@ Result<std::string> Client::start_episode(const std::string& episode_id, bool tr
   Value start = start_episode_request(0, id, training_enabled,
                                       policy_id.empty() ? std::optional<std::string>("default") : policy_id);
   // A random id is started pipelined (no round trip of its own): it cannot be taken, and this
-  // client's episode limit is checked here, so only the server-wide limit can refuse it (that
+  // client's episode limit is checked here, so only a server limit can refuse it (that
   // error is returned by the next call). A chosen id, or a start at the limit, waits.
+  // A policy the welcome does not name waits too: the server's refusal comes from this call.
   const std::size_t limit = conn_->limits().max_episodes_per_client;
-  if (episode_id.empty() && session_->open_count() + 1 < limit) {
+  const Value& served = conn_->welcome().policies;
+  const bool known = policy_id.empty() || served.present(policy_id.c_str()) != nullptr;
+  if (episode_id.empty() && known && session_->open_count() + 1 < limit) {
     if (auto s = session_->send_nowait(std::move(start), false); !s) return s.error();
     session_->started(id);
     return id;

@@ -310,9 +310,10 @@ Status Connection::settle() {
   return ok_status();
 }
 
-Result<Value> Connection::request(Value message) {
-  if (!unanswered_.empty() || deferred_) {
-    if (auto s = settle(); !s) return s.error();
+Result<Value> Connection::request(Value message, bool raise_deferred) {
+  if (!unanswered_.empty() || (raise_deferred && deferred_)) {
+    if (auto s = read_pipelined(false); !s) return s.error();
+    if (raise_deferred && deferred_) return take_deferred();
   }
   auto id = send(message);
   if (!id) return id.error();
@@ -323,7 +324,7 @@ Result<Value> Connection::request(Value message) {
   if (env->type == MessageType::error) {
     // An earlier pipelined request's error is the cause to name first (e.g. the refused
     // start_episode of the episode this call acts in).
-    if (deferred_) return take_deferred();
+    if (raise_deferred && deferred_) return take_deferred();
     auto e = read_error(*reply);
     if (!e) return lost(e.error());
     return make_error(error_code_from_server(e->code), e->message);

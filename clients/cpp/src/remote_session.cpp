@@ -34,12 +34,14 @@ Result<std::optional<Value>> RemoteSession::call(Value message, bool wait, bool 
   std::optional<Connection::Clock::time_point> deadline;
   std::vector<Value> replay;
   std::set<std::string> unseen;  // pipelined starts a restarted server has never seen
+  bool resending = false;         // after a lost connection `message` may have been applied
+  bool check_lost = false;        // the server restarted: are this call's episodes gone?
   for (;;) {
     std::optional<Error> failure;
     while (!replay.empty() && !failure) {
       const std::string id = text_field(replay.front(), "episode_id");
       const bool seen = unseen.erase(id) == 0;
-      auto r = conn_.request(replay.front());
+      auto r = conn_.request(replay.front(), false);
       if (!r) {
         if (!is_connection_failure(r.error())) {
           // A pipelined start (a fresh random id) the server already knows took effect before
@@ -57,10 +59,15 @@ Result<std::optional<Value>> RemoteSession::call(Value message, bool wait, bool 
       }
       replay.erase(replay.begin());
     }
+    if (!failure && check_lost) {
+      // Only now: the pipelined starts re-sent above are started on the new server.
+      check_lost = false;
+      if (auto s = check_not_lost(episodes_of(message)); !s) return s.error();
+    }
     if (!failure) {
       conn_.clear_failed();
       if (wait) {
-        auto r = conn_.request(message);
+        auto r = conn_.request(message, !resending);
         if (r) return std::optional<Value>(std::move(*r));
         failure = r.error();
       } else {
@@ -70,10 +77,13 @@ Result<std::optional<Value>> RemoteSession::call(Value message, bool wait, bool 
       }
     }
     if (!is_connection_failure(*failure)) {
-      // Refused pipelined calls: an end_episode leaves its episode open, a start never opened one.
-      for (const Value& refused : conn_.take_refused()) undo_refused(refused);
+      // Refused pipelined calls, the latest first: an end_episode leaves its episode open, a
+      // start never opened one (a refused start and end of one episode leave it unopened).
+      auto refused = conn_.take_refused();
+      for (auto it = refused.rbegin(); it != refused.rend(); ++it) undo_refused(*it);
       return *failure;
     }
+    resending = true;
     auto unanswered = conn_.take_unanswered();
     replay.insert(replay.begin(), std::make_move_iterator(unanswered.begin()), std::make_move_iterator(unanswered.end()));
     const auto now = Connection::Clock::now();
@@ -88,7 +98,7 @@ Result<std::optional<Value>> RemoteSession::call(Value message, bool wait, bool 
       for (const Value& m : replay) {
         if (text_field(m, "type") == "start_episode") unseen.insert(text_field(m, "episode_id"));
       }
-      if (auto s = check_not_lost(episodes_of(message)); !s) return s.error();
+      check_lost = true;
     }
   }
 }
@@ -182,7 +192,8 @@ Status RemoteSession::close() {
     auto r = request(ping_request(0));
     if (!r) s = r.error();
   }
-  conn_.drop();
+  // Reads what is left (a pipelined start's reply) and returns an error kept from them.
+  if (Status closed = conn_.close(); s && !closed) s = closed;
   return s;
 }
 

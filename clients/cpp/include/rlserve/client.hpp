@@ -61,7 +61,8 @@ class Client {
 
   /// Starts an episode; its id (a random one for an empty `episode_id`). An empty `policy_id`
   /// means the server's `default`. A random id's start is pipelined (no round trip of its own):
-  /// only the server-wide episode limit can refuse it then, and that capacity error is returned
+  /// only a server limit can refuse it then (the server-wide one, or the per-client one when
+  /// other clients share this client id), and that capacity error is returned
   /// by the next call, naming the start. A chosen id waits for the reply.
   Result<std::string> start_episode(const std::string& episode_id = "", bool training_enabled = true,
                                     const std::string& policy_id = "");

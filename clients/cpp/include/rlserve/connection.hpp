@@ -68,8 +68,10 @@ class Connection {
   /// is returned before anything is sent (failed_message() names that request). Pipelined
   /// start_episode requests are not waited for (a fresh random id can only be refused for the
   /// server-wide limit): their replies are read on the way to this one's, and an error among
-  /// them is returned by this call if it failed too, else by the next call.
-  Result<Value> request(Value message);
+  /// them is returned by this call if it failed too, else by the next call. `raise_deferred`
+  /// false, for a request that may have been applied already (re-sent after a lost
+  /// connection): such an error is left for the next call, and an error reply is its own.
+  Result<Value> request(Value message, bool raise_deferred = true);
   /// Sends `message` without waiting for its reply (the next call reads it). `settle_first`:
   /// first read the replies of earlier pipelined requests but starts (returning the first error
   /// among them); false: send at once, behind them (past kMaxPipelined on their way, they are

@@ -151,7 +151,14 @@ void pipelined_start_refused(const Context& ctx) {
   CHECK(!again && again.error().code == rlserve::ErrorCode::episode_error, "the refused episode never opened");
   auto ok = client.get_action(*first, raw);
   CHECK(ok.ok(), "the first episode carries on: " + (ok ? "" : ok.error().message));
-  CHECK(client.end_episode(*first, raw).ok() && client.close().ok(), "ends and closes");
+  auto nope = client.start_episode("", true, "nope");  // a policy the welcome does not name waits
+  CHECK(!nope && nope.error().code == rlserve::ErrorCode::episode_error, "an unknown policy is refused by start_episode");
+  CHECK(client.end_episode(*first, raw).ok(), "ends");
+  auto last = client.start_episode();
+  auto over = client.start_episode();  // refused: close() reads its reply and returns the error
+  CHECK(last.ok() && over.ok(), "two more starts return at once");
+  auto closed = client.close();
+  CHECK(!closed && closed.error().code == rlserve::ErrorCode::capacity, "close() returns a pipelined start's refusal");
 }
 
 /// The server hangs (SIGSTOP) while reports wait: close() gives up after its flush timeout
