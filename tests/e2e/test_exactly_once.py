@@ -162,9 +162,16 @@ def test_a_refused_start_read_before_a_lost_reply_waits_for_the_next_call(
         with pytest.raises(CapacityError, match=f"start_episode of episode '{refused}' failed"):
             client.get_action(kept, GOOD)
         assert client.get_action(kept, GOOD) in (0, 1)
+        # The same, re-sent in the refused episode itself: its refusal is the error to raise.
+        doomed = client.start_episode()
+        proxy.drop_reply("get_action")
+        with pytest.raises(CapacityError, match=f"start_episode of episode '{doomed}' failed"):
+            client.get_action(doomed, GOOD)
+        assert client.reconnects == 2
+        assert client.get_action(kept, GOOD) in (0, 1)  # nothing left to raise
         client.end_episode(kept, GOOD)
     metrics = server.wait_until(lambda m: m["episodes/completed"] == 1, what="the episode")
-    assert metrics["episodes/length_mean"] == 3  # the re-sent step counted once
+    assert metrics["episodes/length_mean"] == 4  # the re-sent step counted once
 
 
 def test_a_pipelined_start_is_resent_to_a_restarted_server(

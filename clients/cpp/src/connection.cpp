@@ -127,7 +127,7 @@ Result<Welcome> Connection::open_at(std::size_t index) {
   h.inference_mode = options_.inference_mode;
   if (!options_.client_id.empty()) h.client_id = options_.client_id;
   Value hello = hello_request(0, h);
-  auto reply = request(std::move(hello));
+  auto reply = request(std::move(hello), false);  // an error kept from before is the next call's
   if (!reply) {
     const Error& e = reply.error();
     if (e.code == ErrorCode::decode_error || e.code == ErrorCode::frame_too_large || e.code == ErrorCode::limit_exceeded) {
@@ -296,6 +296,16 @@ Status Connection::read_pipelined(bool starts_too) {
   return ok_status();
 }
 
+bool Connection::refused_in(const Value& message) const {
+  if (!deferred_message_ || type_of(*deferred_message_) != "start_episode") return false;
+  const Value* refused = deferred_message_->present("episode_id");
+  if (refused == nullptr || refused->as_string() == nullptr) return false;
+  for (const auto& id : episodes_of(message)) {
+    if (id == *refused->as_string()) return true;
+  }
+  return false;
+}
+
 Error Connection::take_deferred() {
   Error e = *deferred_;
   failed_ = deferred_message_;
@@ -324,7 +334,7 @@ Result<Value> Connection::request(Value message, bool raise_deferred) {
   if (env->type == MessageType::error) {
     // An earlier pipelined request's error is the cause to name first (e.g. the refused
     // start_episode of the episode this call acts in).
-    if (raise_deferred && deferred_) return take_deferred();
+    if (deferred_ && (raise_deferred || refused_in(message))) return take_deferred();
     auto e = read_error(*reply);
     if (!e) return lost(e.error());
     return make_error(error_code_from_server(e->code), e->message);

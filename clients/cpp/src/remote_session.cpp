@@ -31,6 +31,13 @@ Status RemoteSession::send_nowait(Value message, bool settle_first) {
 }
 
 Result<std::optional<Value>> RemoteSession::call(Value message, bool wait, bool settle_first) {
+  // Refused pipelined calls, the latest first: an end_episode leaves its episode open, a start
+  // never opened one (a refused start and end of one episode leave it unopened).
+  const auto failed = [this](Error e) -> Error {
+    auto refused = conn_.take_refused();
+    for (auto it = refused.rbegin(); it != refused.rend(); ++it) undo_refused(*it);
+    return e;
+  };
   std::optional<Connection::Clock::time_point> deadline;
   std::vector<Value> replay;
   std::set<std::string> unseen;  // pipelined starts a restarted server has never seen
@@ -50,7 +57,7 @@ Result<std::optional<Value>> RemoteSession::call(Value message, bool wait, bool 
                                    text_field(replay.front(), "type") == "start_episode";
           if (!took_effect) {
             undo_refused(replay.front());
-            return r.error();
+            return failed(r.error());
           }
         } else {
           failure = r.error();
@@ -62,7 +69,7 @@ Result<std::optional<Value>> RemoteSession::call(Value message, bool wait, bool 
     if (!failure && check_lost) {
       // Only now: the pipelined starts re-sent above are started on the new server.
       check_lost = false;
-      if (auto s = check_not_lost(episodes_of(message)); !s) return s.error();
+      if (auto s = check_not_lost(episodes_of(message)); !s) return failed(s.error());
     }
     if (!failure) {
       conn_.clear_failed();
@@ -76,22 +83,16 @@ Result<std::optional<Value>> RemoteSession::call(Value message, bool wait, bool 
         failure = s.error();
       }
     }
-    if (!is_connection_failure(*failure)) {
-      // Refused pipelined calls, the latest first: an end_episode leaves its episode open, a
-      // start never opened one (a refused start and end of one episode leave it unopened).
-      auto refused = conn_.take_refused();
-      for (auto it = refused.rbegin(); it != refused.rend(); ++it) undo_refused(*it);
-      return *failure;
-    }
+    if (!is_connection_failure(*failure)) return failed(*failure);
     resending = true;
     auto unanswered = conn_.take_unanswered();
     replay.insert(replay.begin(), std::make_move_iterator(unanswered.begin()), std::make_move_iterator(unanswered.end()));
     const auto now = Connection::Clock::now();
     if (!deadline) deadline = now + std::chrono::duration_cast<Connection::Clock::duration>(
                                         std::chrono::duration<double>(conn_.options().timeouts.reconnect));
-    if (now >= *deadline) return *failure;
+    if (now >= *deadline) return failed(*failure);
     auto welcome = conn_.reconnect(*deadline);
-    if (!welcome) return welcome.error();
+    if (!welcome) return failed(welcome.error());
     if (take_welcome(*welcome)) {
       replay = restarted_replay(std::move(replay));
       unseen.clear();

@@ -350,7 +350,7 @@ class Connection:
         if reply.get("type") == "error":
             # An earlier pipelined request's error is the cause to name first (e.g. the refused
             # start_episode of the episode this call acts in).
-            if raise_deferred:
+            if raise_deferred or self._refused_start_of(message):
                 self._raise_deferred()
             error = ErrorReply.of(reply)
             assert error is not None
@@ -438,6 +438,14 @@ class Connection:
                 # An error without a request id concerns the connection itself.
                 self._drop_socket()
                 raise error_for_code(error.code, error.message)
+
+    def _refused_start_of(self, message: dict[str, Any]) -> bool:
+        """Whether the error kept to raise is of a refused start of an episode ``message`` names."""
+        if self._deferred_error is None or not self.refused:
+            return False
+        kept = self.refused[0]  # the kept error is the first refusal not yet undone
+        named = message.get("episode_ids") or [message.get("episode_id")]
+        return kept.get("type") == "start_episode" and kept.get("episode_id") in named
 
     def _raise_deferred(self) -> None:
         error, self._deferred_error = self._deferred_error, None

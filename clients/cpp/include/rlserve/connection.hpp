@@ -70,7 +70,8 @@ class Connection {
   /// server-wide limit): their replies are read on the way to this one's, and an error among
   /// them is returned by this call if it failed too, else by the next call. `raise_deferred`
   /// false, for a request that may have been applied already (re-sent after a lost
-  /// connection): such an error is left for the next call, and an error reply is its own.
+  /// connection): such an error is left for the next call, and an error reply is its own
+  /// (unless it acts in the episode whose start was refused: that start's error then).
   Result<Value> request(Value message, bool raise_deferred = true);
   /// Sends `message` without waiting for its reply (the next call reads it). `settle_first`:
   /// first read the replies of earlier pipelined requests but starts (returning the first error
@@ -151,6 +152,8 @@ class Connection {
 
   Status read_pipelined(bool starts_too);
   Error take_deferred();
+  /// Whether the kept error is of a refused start of an episode `message` acts in.
+  bool refused_in(const Value& message) const;
 };
 
 /// The episode ids a request names: `episode_id`, or `episode_ids` of a batch; none for

@@ -151,6 +151,17 @@ void pipelined_start_refused(const Context& ctx) {
   CHECK(!again && again.error().code == rlserve::ErrorCode::episode_error, "the refused episode never opened");
   auto ok = client.get_action(*first, raw);
   CHECK(ok.ok(), "the first episode carries on: " + (ok ? "" : ok.error().message));
+  // A refusal read on the way to a reply that is then lost: the call, re-sent, returns its
+  // answer (it may have been applied), and the next call returns the refusal, unsent.
+  auto later = client.start_episode();
+  CHECK(later.ok(), "a third start returns at once");
+  client.drop_next_reply();
+  auto resent = client.get_action(*first, raw);
+  CHECK(resent.ok() && client.reconnects() == 1, "the re-sent call returns its answer: " + (resent ? "" : resent.error().message));
+  auto kept = client.get_action(*first, raw);
+  CHECK(!kept && kept.error().code == rlserve::ErrorCode::capacity, "the next call returns the kept refusal");
+  auto after = client.get_action(*first, raw);
+  CHECK(after.ok(), "and the one after carries on: " + (after ? "" : after.error().message));
   auto nope = client.start_episode("", true, "nope");  // a policy the welcome does not name waits
   CHECK(!nope && nope.error().code == rlserve::ErrorCode::episode_error, "an unknown policy is refused by start_episode");
   CHECK(client.end_episode(*first, raw).ok(), "ends");
