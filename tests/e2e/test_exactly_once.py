@@ -20,7 +20,14 @@ import pytest
 from e2e_support import RawSocket
 from fault_proxy import FaultProxy
 
-from rlserve import CapacityError, EpisodeError, PolicyClient, RLServeError
+from rlserve import (
+    CapacityError,
+    ConnectionLostError,
+    EpisodeError,
+    EpisodeLostError,
+    PolicyClient,
+    RLServeError,
+)
 from rlserve.client.connection import Connection, Timeouts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -172,6 +179,26 @@ def test_a_refused_start_read_before_a_lost_reply_waits_for_the_next_call(
         client.end_episode(kept, GOOD)
     metrics = server.wait_until(lambda m: m["episodes/completed"] == 1, what="the episode")
     assert metrics["episodes/length_mean"] == 4  # the re-sent step counted once
+
+
+def test_an_unconfirmed_start_is_lost_when_the_connection_stays_lost(
+    launch_server: Any, proxy_to: Any
+) -> None:
+    """A pipelined start whose reply never came, and no server to re-send it to: the call
+    gives up, and the episode's next call says it is lost (the server may never have seen it)."""
+    server = launch_server("--seed", "8")
+    server.wait_for_weights()
+    proxy = proxy_to(server)
+    with PolicyClient(
+        proxy.address, inference_mode="remote", timeout=5, reconnect_timeout=1
+    ) as client:
+        proxy.drop_reply("start_episode")
+        eid = client.start_episode()
+        assert server.stop() == 0  # the proxy has nothing to connect to any more
+        with pytest.raises(ConnectionLostError):
+            client.get_action(eid, GOOD)
+        with pytest.raises(EpisodeLostError, match="start_episode was sent without waiting"):
+            client.get_action(eid, GOOD)
 
 
 def test_a_pipelined_start_is_resent_to_a_restarted_server(

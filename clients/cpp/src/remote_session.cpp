@@ -31,13 +31,6 @@ Status RemoteSession::send_nowait(Value message, bool settle_first) {
 }
 
 Result<std::optional<Value>> RemoteSession::call(Value message, bool wait, bool settle_first) {
-  // Refused pipelined calls, the latest first: an end_episode leaves its episode open, a start
-  // never opened one (a refused start and end of one episode leave it unopened).
-  const auto failed = [this](Error e) -> Error {
-    auto refused = conn_.take_refused();
-    for (auto it = refused.rbegin(); it != refused.rend(); ++it) undo_refused(*it);
-    return e;
-  };
   std::optional<Connection::Clock::time_point> deadline;
   std::vector<Value> replay;
   std::set<std::string> unseen;  // pipelined starts a restarted server has never seen
@@ -90,9 +83,15 @@ Result<std::optional<Value>> RemoteSession::call(Value message, bool wait, bool 
     const auto now = Connection::Clock::now();
     if (!deadline) deadline = now + std::chrono::duration_cast<Connection::Clock::duration>(
                                         std::chrono::duration<double>(conn_.options().timeouts.reconnect));
-    if (now >= *deadline) return failed(*failure);
+    if (now >= *deadline) {
+      give_up(replay);
+      return failed(*failure);
+    }
     auto welcome = conn_.reconnect(*deadline);
-    if (!welcome) return failed(welcome.error());
+    if (!welcome) {
+      give_up(replay);
+      return failed(welcome.error());
+    }
     if (take_welcome(*welcome)) {
       replay = restarted_replay(std::move(replay));
       unseen.clear();
@@ -101,6 +100,25 @@ Result<std::optional<Value>> RemoteSession::call(Value message, bool wait, bool 
       }
       check_lost = true;
     }
+  }
+}
+
+Error RemoteSession::failed(Error e) {
+  // Refused pipelined calls, the latest first: an end_episode leaves its episode open, a start
+  // never opened one (a refused start and end of one episode leave it unopened).
+  auto refused = conn_.take_refused();
+  for (auto it = refused.rbegin(); it != refused.rend(); ++it) undo_refused(*it);
+  return e;
+}
+
+void RemoteSession::give_up(const std::vector<Value>& replay) {
+  // The connection stays lost: episodes whose pipelined start is unconfirmed are lost (the
+  // server may never have seen them); their calls return episode_lost without a round trip.
+  for (const Value& m : replay) {
+    if (text_field(m, "type") != "start_episode") continue;
+    const std::string id = text_field(m, "episode_id");
+    open_.erase(id);
+    lost_.put(id, "its start_episode was sent without waiting and the connection was lost before the server confirmed it");
   }
 }
 
@@ -194,7 +212,10 @@ Status RemoteSession::close() {
     if (!r) s = r.error();
   }
   // Reads what is left (a pipelined start's reply) and returns an error kept from them.
-  if (Status closed = conn_.close(); s && !closed) s = closed;
+  if (Status closed = conn_.close(); !closed) {
+    Error e = failed(closed.error());
+    if (s) s = e;
+  }
   return s;
 }
 

@@ -86,6 +86,10 @@ class RemoteSession {
   Result<std::optional<Value>> call(Value message, bool wait, bool settle_first = true);
   bool take_welcome(const Welcome& welcome);
   std::vector<Value> restarted_replay(std::vector<Value> replay);
+  /// Undoes the refused pipelined calls (latest first) and returns `e`.
+  Error failed(Error e);
+  /// After the connection stays lost: the episodes of unconfirmed pipelined starts are lost.
+  void give_up(const std::vector<Value>& replay);
   void undo_refused(const Value& message);
 
   Connection& conn_;

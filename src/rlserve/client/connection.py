@@ -109,6 +109,8 @@ class Connection:
         self._unanswered: dict[int, dict[str, Any]] = {}
         self._replies: dict[int, dict[str, Any]] = {}
         self._deferred_error: RLServeError | None = None
+        self._deferred_message: dict[str, Any] | None = None
+        """The pipelined request whose refusal is ``_deferred_error``."""
         self.refused: list[dict[str, Any]] = []
         """Every pipelined request the server refused since the caller last took them (the
         first one's error is raised; the caller undoes them all)."""
@@ -207,7 +209,8 @@ class Connection:
                 self._client_id,
                 map_agents=self._inference_mode == "local",
             )
-            welcome = Welcome.from_wire(self._roundtrip(hello.to_wire()))
+            # An error kept from the last connection is the next call's, not the hello's.
+            welcome = Welcome.from_wire(self._roundtrip(hello.to_wire(), raise_deferred=False))
         except ConnectionLostError as exc:
             # Closed without a byte of reply: what a TLS server does to a plain-text hello.
             closed = not isinstance(exc, RequestTimeoutError)
@@ -423,6 +426,7 @@ class Connection:
                 if error is not None:
                     self.refused.append(sent)
                 if error is not None and self._deferred_error is None:
+                    self._deferred_message = sent
                     episode = sent.get("episode_id")
                     of = f" of episode '{episode}'" if isinstance(episode, str) else ""
                     self._deferred_error = error_for_code(
@@ -441,13 +445,14 @@ class Connection:
 
     def _refused_start_of(self, message: dict[str, Any]) -> bool:
         """Whether the error kept to raise is of a refused start of an episode ``message`` names."""
-        if self._deferred_error is None or not self.refused:
+        kept = self._deferred_message
+        if self._deferred_error is None or kept is None:
             return False
-        kept = self.refused[0]  # the kept error is the first refusal not yet undone
         named = message.get("episode_ids") or [message.get("episode_id")]
         return kept.get("type") == "start_episode" and kept.get("episode_id") in named
 
     def _raise_deferred(self) -> None:
         error, self._deferred_error = self._deferred_error, None
+        self._deferred_message = None
         if error is not None:
             raise error

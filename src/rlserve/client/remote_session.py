@@ -129,8 +129,14 @@ class RemoteSession:
                 if deadline is None:
                     deadline = now + self._timeouts.reconnect
                 if now >= deadline:
+                    self._give_up(replay)
                     raise
-                if self._welcome(conn.reconnect(deadline)):
+                try:
+                    welcome = conn.reconnect(deadline)
+                except RLServeError:
+                    self._give_up(replay)
+                    raise
+                if self._welcome(welcome):
                     replay = self._restarted_replay(replay)
                     unseen = {m["episode_id"] for m in replay if m.get("type") == "start_episode"}
                     check_lost = True
@@ -142,6 +148,24 @@ class RemoteSession:
                     self._undo_refused(refused)
                 conn.refused.clear()
                 raise
+
+    def _give_up(self, replay: list[dict[str, Any]]) -> None:
+        """The connection stays lost: episodes whose pipelined start is unconfirmed are lost.
+
+        Their calls then raise :class:`~rlserve.errors.EpisodeLostError` without a round trip
+        (the server may never have seen them), and the other unanswered calls are dropped, as a
+        call that raises drops them.
+        """
+        for message in replay:
+            if message.get("type") == "start_episode":
+                episode_id = message["episode_id"]
+                self.open.pop(episode_id, None)
+                remember(
+                    self.lost,
+                    episode_id,
+                    "its start_episode was sent without waiting and the connection was lost "
+                    "before the server confirmed it",
+                )
 
     def _welcome(self, welcome: Welcome) -> bool:
         """Take a reconnection's ``welcome``; True when it is a restarted server."""
@@ -252,9 +276,11 @@ class RemoteSession:
         Raises:
             RLServeError: The last pipelined call failed.
         """
-        if self.conn.unanswered:
-            self.request(Ping(0).to_wire())
-        self.conn.close()
+        try:
+            if self.conn.unanswered:
+                self.request(Ping(0).to_wire())
+        finally:
+            self.conn.close()
 
 
 def _episodes_of(message: dict[str, Any]) -> list[str]:
