@@ -223,8 +223,7 @@ class Connection:
     def close(self) -> None:
         """Read outstanding replies (raising a deferred error) and close the socket."""
         try:
-            while self._sock is not None and self._unanswered:
-                self._receive_some()
+            self._read_pipelined(starts_too=True)
         finally:
             self._drop_socket()
         self._raise_deferred()
@@ -305,8 +304,7 @@ class Connection:
                 :data:`MAX_PIPELINED` are on their way, their replies are read first).
         """
         if len(self._unanswered) >= MAX_PIPELINED:
-            while self._sock is not None and self._unanswered:
-                self._receive_some()
+            self._read_pipelined(starts_too=True)
         if settle:
             self._settle()
         else:
@@ -340,12 +338,16 @@ class Connection:
 
         Pipelined starts are not waited for (see :meth:`request`).
         """
-        while self._sock is not None and any(
-            sent["type"] != "start_episode" for sent in self._unanswered.values()
-        ):
-            self._receive_some()
+        self._read_pipelined(starts_too=False)
         if raise_deferred:
             self._raise_deferred()
+
+    def _read_pipelined(self, starts_too: bool) -> None:
+        """Read replies until no pipelined request (but starts, unless ``starts_too``) waits."""
+        while self._sock is not None and any(
+            starts_too or sent["type"] != "start_episode" for sent in self._unanswered.values()
+        ):
+            self._receive_some()
 
     def _roundtrip(self, message: dict[str, Any], raise_deferred: bool = True) -> dict[str, Any]:
         request_id = self._send(message)
