@@ -133,8 +133,12 @@ def test_a_refused_pipelined_start_is_raised_by_the_next_call(launch_server: Any
     with PolicyClient(server.address, inference_mode="remote", timeout=30) as client:
         first = client.start_episode()
         refused = client.start_episode()  # pipelined: the server's refusal comes later
+        client.log_returns(refused, 1.0)  # kept for its first get_action
         with pytest.raises(CapacityError, match=f"start_episode of episode '{refused}' failed"):
             client.get_action(refused, GOOD)
+        # Nothing is kept for the episode that never opened (a client refused over and over
+        # would otherwise grow its table of pending rewards).
+        assert refused not in client._engine._pending_reward  # type: ignore[attr-defined]
         with pytest.raises(EpisodeError, match="unknown episode"):
             client.get_action(refused, GOOD)  # it never opened
         assert client.get_action(first, GOOD) in (0, 1)
@@ -194,9 +198,11 @@ def test_an_unconfirmed_start_is_lost_when_the_connection_stays_lost(
     ) as client:
         proxy.drop_reply("start_episode")
         eid = client.start_episode()
+        client.log_returns(eid, 1.0)  # kept for its first get_action
         assert server.stop() == 0  # the proxy has nothing to connect to any more
         with pytest.raises(ConnectionLostError):
             client.get_action(eid, GOOD)
+        assert eid not in client._engine._pending_reward  # type: ignore[attr-defined]
         with pytest.raises(EpisodeLostError, match="start_episode was sent without waiting"):
             client.get_action(eid, GOOD)
 

@@ -59,7 +59,7 @@ class RemoteEngine:
         # Per episode: the reward and info logged since its last action, sent with the next.
         self._pending_reward: dict[str, float] = {}
         self._pending_info: dict[str, dict[str, Any]] = {}
-        self._session = RemoteSession(conn, timeouts, view, self._forget)
+        self._session = RemoteSession(conn, timeouts, view, self._forget, self._drop)
         self._agents = RemoteAgents(self._session, view, check_observations)
 
     def _forget(self) -> None:
@@ -67,6 +67,12 @@ class RemoteEngine:
         self._pending_reward.clear()
         self._pending_info.clear()
         self._agents.forget()
+
+    def _drop(self, episode_id: str) -> None:
+        """``episode_id`` never opened on the server: drop what was kept for it."""
+        self._pending_reward.pop(episode_id, None)
+        self._pending_info.pop(episode_id, None)
+        self._agents.drop(episode_id)
 
     def start_episode(
         self, episode_id: str | None, training_enabled: bool, policy_id: str | None = None

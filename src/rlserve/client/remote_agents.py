@@ -55,6 +55,11 @@ class RemoteAgents:
         for per_episode in (self._rewards, self._infos, self._acted, self._done, self._mapped):
             per_episode.clear()
 
+    def drop(self, episode_id: str) -> None:
+        """``episode_id`` never opened on the server: drop what was kept for it."""
+        for per_episode in (self._rewards, self._infos, self._acted, self._done, self._mapped):
+            per_episode.pop(episode_id, None)
+
     def get_actions(self, episode_id: str, observation: Mapping[str, Any]) -> dict[str, Any]:
         """One ``get_action`` round trip for the agents observed; their actions by agent id."""
         agent_ids, reply = self._step("get_action", episode_id, observation, None)

@@ -39,6 +39,9 @@ class RemoteSession:
         timeouts: How long to keep re-sending (``reconnect``).
         view: The server's welcome; re-read on every reconnection.
         forget: Called when the server restarted, to drop what was kept for its episodes.
+        drop: Called with an episode that never opened on the server (its pipelined start was
+            refused, or never confirmed before the connection stayed lost), to drop what was
+            kept for it (the rewards logged before its first action).
     """
 
     def __init__(
@@ -47,11 +50,13 @@ class RemoteSession:
         timeouts: Timeouts,
         view: ServerView,
         forget: Callable[[], None],
+        drop: Callable[[str], None],
     ):
         self.conn = conn
         self._timeouts = timeouts
         self._view = view
         self._forget = forget
+        self._drop = drop
         self.open: OrderedDict[str, None] = OrderedDict()
         """Episodes this client started and has not ended."""
         self.lost: OrderedDict[str, str] = OrderedDict()
@@ -160,6 +165,7 @@ class RemoteSession:
             if message.get("type") == "start_episode":
                 episode_id = message["episode_id"]
                 self.open.pop(episode_id, None)
+                self._drop(episode_id)
                 remember(
                     self.lost,
                     episode_id,
@@ -210,6 +216,11 @@ class RemoteSession:
                 len(replay) - len(kept),
             )
         ended = {m["episode_id"] for m in kept if m.get("type") == "end_episode"}
+        for message in kept:
+            if message.get("type") == "end_episode":
+                # Kept again (the restart cleared them): if this server refuses the end, the
+                # episode goes on with the end's number, as on the server that was lost.
+                self._ended_seq[message["episode_id"]] = int(message["seq"])
         for episode_id in fresh:
             self.lost.pop(episode_id, None)
             if episode_id not in ended:
@@ -225,6 +236,7 @@ class RemoteSession:
         if message.get("type") == "start_episode":
             self.open.pop(message["episode_id"], None)
             self.seq.pop(message["episode_id"], None)
+            self._drop(message["episode_id"])
             return
         if message.get("type") != "end_episode":
             return
