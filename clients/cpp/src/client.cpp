@@ -45,7 +45,8 @@ Result<std::unique_ptr<Client>> Client::connect(const std::string& address, Clie
   if (!welcome) return welcome.error();
   if (auto s = client->read_spaces(); !s) return s.error();
   Client* self = client.get();
-  client->session_ = std::make_unique<RemoteSession>(*client->conn_, [self] { self->forget(); });
+  client->session_ = std::make_unique<RemoteSession>(
+      *client->conn_, [self] { self->forget(); }, [self](const std::string& id) { self->drop(id); });
   return client;
 }
 
@@ -77,6 +78,11 @@ Result<Space> Client::policy_space(const std::string& policy, const char* which)
 void Client::forget() {
   pending_reward_.clear();
   pending_info_.clear();
+}
+
+void Client::drop(const std::string& episode_id) {
+  pending_reward_.erase(episode_id);
+  pending_info_.erase(episode_id);
 }
 
 Status Client::check(const Value& observation, const std::string& where) const {

@@ -15,8 +15,9 @@ std::string text_field(const Value& message, const char* key) {
 
 }  // namespace
 
-RemoteSession::RemoteSession(Connection& conn, std::function<void()> forget)
-    : conn_(conn), forget_(std::move(forget)), instance_id_(conn.welcome().instance_id) {}
+RemoteSession::RemoteSession(Connection& conn, std::function<void()> forget,
+                             std::function<void(const std::string&)> drop)
+    : conn_(conn), forget_(std::move(forget)), drop_(std::move(drop)), instance_id_(conn.welcome().instance_id) {}
 
 Result<Value> RemoteSession::request(Value message) {
   auto r = call(std::move(message), true);
@@ -118,6 +119,7 @@ void RemoteSession::give_up(const std::vector<Value>& replay) {
     if (text_field(m, "type") != "start_episode") continue;
     const std::string id = text_field(m, "episode_id");
     open_.erase(id);
+    drop_(id);
     lost_.put(id, "its start_episode was sent without waiting and the connection was lost before the server confirmed it");
   }
 }
@@ -133,7 +135,11 @@ std::vector<Value> RemoteSession::restarted_replay(std::vector<Value> replay) {
   for (Value& m : replay) {
     const std::string id = text_field(m, "episode_id");
     if (fresh.count(id) == 0) continue;
-    if (text_field(m, "type") == "end_episode") ended.insert(id);
+    if (text_field(m, "type") == "end_episode") {
+      ended.insert(id);
+      // Kept again (the restart cleared them): a refused end leaves the episode going on.
+      if (const Value* seq = m.present("seq"); seq != nullptr && seq->as_uint()) ended_seq_.put(id, *seq->as_uint());
+    }
     kept.push_back(std::move(m));
   }
   for (const auto& id : fresh) {
@@ -161,6 +167,7 @@ void RemoteSession::undo_refused(const Value& message) {
   if (text_field(message, "type") == "start_episode") {  // the episode never opened
     open_.erase(id);
     seq_.erase(id);
+    drop_(id);
     return;
   }
   if (text_field(message, "type") != "end_episode") return;

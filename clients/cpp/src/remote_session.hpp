@@ -55,8 +55,10 @@ class RecentMap {
 /// Sends calls until answered, each applied once; remembers open, ended and lost episodes.
 class RemoteSession {
  public:
-  /// `forget` is called when the server restarted (to drop what the client kept for its episodes).
-  RemoteSession(Connection& conn, std::function<void()> forget);
+  /// `forget` is called when the server restarted (to drop what the client kept for its episodes);
+  /// `drop` with an episode that never opened on the server (its pipelined start refused, or
+  /// unconfirmed when the connection stayed lost), to drop what the client kept for it.
+  RemoteSession(Connection& conn, std::function<void()> forget, std::function<void(const std::string&)> drop);
 
   /// Sends `message` and returns its reply, re-sent over a new connection until answered within
   /// the reconnect timeout; an error reply is returned typed.
@@ -94,6 +96,7 @@ class RemoteSession {
 
   Connection& conn_;
   std::function<void()> forget_;
+  std::function<void(const std::string&)> drop_;
   std::string instance_id_;
   RecentMap<bool> open_{100000};
   RecentMap<std::string> lost_{100000};

@@ -133,6 +133,7 @@ class Client {
   Result<Space> policy_space(const std::string& policy, const char* which) const;
   Status check(const Value& observation, const std::string& where) const;
   void forget();
+  void drop(const std::string& episode_id);
   std::optional<double> take_reward(const std::string& id) const;
 
   mutable std::mutex mutex_;
