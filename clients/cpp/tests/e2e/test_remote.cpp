@@ -262,6 +262,34 @@ void restart(Context& ctx) {
   CHECK(client->close().ok(), "close");
 }
 
+/// A pipelined start the server never answered, and no server to re-send it to: the call that
+/// finds the connection lost gives up after the reconnect timeout, and the episode's next call
+/// says it is lost (the server may never have seen it). Stops the server: the last case.
+void give_up(Context& ctx) {
+  rlserve::ClientOptions o;
+  o.token = kToken;
+  o.timeouts.request = 30;
+  o.timeouts.reconnect = 1;
+  auto connected = rlserve::Client::connect(ctx.server->address(), o);
+  CHECK(connected.ok(), "connect");
+  if (!connected) return;
+  auto& client = **connected;
+  const std::vector<float> obs{0.01f, -0.02f, 0.03f, 0.04f};
+  ctx.server->suspend();  // it reads nothing: the start below is never answered
+  auto id = client.start_episode();
+  CHECK(id.ok(), "a random id's start is sent without waiting");
+  if (!id) return;
+  ctx.server->kill9();
+  ctx.server.reset();
+  auto gone = client.get_action(*id, obs);
+  CHECK(!gone && gone.error().code == rlserve::ErrorCode::connection_lost,
+        "the server is gone: " + (gone ? std::string("answered") : gone.error().message));
+  auto lost = client.get_action(*id, obs);
+  CHECK(!lost && lost.error().code == rlserve::ErrorCode::episode_lost,
+        "the unconfirmed episode is lost: " + (lost ? std::string("answered") : lost.error().message));
+  if (!lost) CHECK(lost.error().message.find("sent without waiting") != std::string::npos, lost.error().message);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -289,6 +317,7 @@ int main(int argc, char** argv) {
         {"examples", [&] { examples(ctx); }},
         {"c_abi_calls", [&] { c_abi_calls(ctx); }},
         {"restart", [&] { restart(ctx); }},
+        {"give_up", [&] { give_up(ctx); }},
     });
   } catch (const std::exception& e) {
     check::fail(__FILE__, __LINE__, e.what());
