@@ -248,8 +248,8 @@ def serve_command(args: argparse.Namespace) -> int:
     if replicas is not None:
         replicas.start(run.path)
     # This process serves and nothing else: what start-up made (modules, spaces, policies)
-    # lives until it exits, so the garbage collector's full scans may skip it (a 30-ms pause
-    # in serving each, measured with 8 clients on 2 cores).
+    # lives until it exits, so the garbage collector's full scans, each a pause in serving
+    # (16-25 ms on a slow 2-core VM), may skip it.
     gc.freeze()
     try:
         checkpoint = algo.serve_forever()
