@@ -31,12 +31,13 @@ struct Context {
   std::unique_ptr<e2e::ServerProcess> server;
 };
 
-std::unique_ptr<rlserve::Client> connect(const Context& ctx, bool check_observations = true) {
+std::unique_ptr<rlserve::Client> connect(const Context& ctx, bool check_observations = true, double request_s = 30,
+                                         double reconnect_s = 60) {
   rlserve::ClientOptions o;
   o.token = kToken;
   o.client_name = "cpp-e2e";
-  o.timeouts.request = 30;
-  o.timeouts.reconnect = 60;
+  o.timeouts.request = request_s;
+  o.timeouts.reconnect = reconnect_s;
   o.check_observations = check_observations;
   auto c = rlserve::Client::connect(ctx.server->address(), o);
   if (!c) throw std::runtime_error("connect failed: " + c.error().message);
@@ -69,18 +70,12 @@ void bad_token(const Context& ctx) {
 /// than this client's 0.5 s reply timeout: it reconnects and re-sends, and the re-sent call
 /// joins the waiting one.
 void short_timeout(const Context& ctx) {
-  rlserve::ClientOptions o;
-  o.token = kToken;
-  o.timeouts.request = 0.5;
-  o.timeouts.reconnect = 60;
-  auto client = rlserve::Client::connect(ctx.server->address(), o);
-  CHECK(client.ok(), "connect");
-  if (!client) return;
+  auto client = connect(ctx, true, 0.5, 60);
   const std::vector<float> obs{0.01f, -0.02f, 0.03f, 0.04f};
-  auto id = (*client)->start_episode();
-  auto a = (*client)->get_action(*id, obs);
+  auto id = client->start_episode();
+  auto a = client->get_action(*id, obs);
   CHECK(a.ok(), "the first action despite the short timeout: " + (a ? "" : a.error().message));
-  CHECK((*client)->end_episode(*id, obs).ok() && (*client)->close().ok(), "end");
+  CHECK(client->end_episode(*id, obs).ok() && client->close().ok(), "end");
 }
 
 void episodes(const Context& ctx) {
@@ -266,14 +261,8 @@ void restart(Context& ctx) {
 /// finds the connection lost gives up after the reconnect timeout, and the episode's next call
 /// says it is lost (the server may never have seen it). Stops the server: the last case.
 void give_up(Context& ctx) {
-  rlserve::ClientOptions o;
-  o.token = kToken;
-  o.timeouts.request = 30;
-  o.timeouts.reconnect = 1;
-  auto connected = rlserve::Client::connect(ctx.server->address(), o);
-  CHECK(connected.ok(), "connect");
-  if (!connected) return;
-  auto& client = **connected;
+  auto connected = connect(ctx, true, 30, 1);
+  auto& client = *connected;
   const std::vector<float> obs{0.01f, -0.02f, 0.03f, 0.04f};
   ctx.server->suspend();  // it reads nothing: the start below is never answered
   auto id = client.start_episode();
