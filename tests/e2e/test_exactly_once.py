@@ -235,6 +235,32 @@ def test_a_pipelined_start_is_resent_to_a_restarted_server(
     assert metrics["server/errors"] == 0
 
 
+def test_starts_behind_a_refused_one_after_a_restart_are_lost(launch_server: Any) -> None:
+    """Unconfirmed pipelined starts are re-sent to a restarted server in order; when it refuses
+    one, those behind it are not re-sent: their episodes are lost (saying why), not left open
+    with their rewards kept."""
+    first = launch_server("--seed", "9")
+    first.wait_for_weights()
+    with PolicyClient(
+        first.address, inference_mode="remote", timeout=30, reconnect_timeout=60
+    ) as client:
+        first.process.send_signal(signal.SIGSTOP)  # it reads nothing: no start is answered
+        kept, refused, behind = (client.start_episode() for _ in range(3))
+        client.log_returns(behind, 1.0)
+        first.stop(signal.SIGKILL)
+        second = launch_server("--seed", "9", "--max-episodes-per-server", "1", port=first.port)
+        second.wait_for_weights()
+        with pytest.raises(CapacityError):
+            client.get_action(kept, GOOD)  # re-sends the three starts: the second is refused
+        with pytest.raises(EpisodeLostError, match="was not re-sent"):
+            client.get_action(behind, GOOD)
+        assert behind not in client._engine._pending_reward  # type: ignore[attr-defined]
+        with pytest.raises(EpisodeError, match="unknown episode"):
+            client.get_action(refused, GOOD)
+        assert client.get_action(kept, GOOD) in (0, 1)
+        client.end_episode(kept, GOOD)
+
+
 def test_a_short_timeout_while_the_server_starts_does_not_fail(launch_server: Any) -> None:
     """The first get_action waits for the learner's first weights, longer than the timeout."""
     server = launch_server("--seed", "2")

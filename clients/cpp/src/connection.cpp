@@ -255,8 +255,8 @@ Status Connection::receive_some() {
         auto e = read_error(*message);
         const std::string what = e ? e->message : "malformed error";
         auto eps = episodes_of(it->second);
-        if (const Value* id = it->second.present("episode_id"); eps.empty() && id && id->as_string()) {
-          eps.push_back(*id->as_string());  // a start_episode names the episode it opens
+        if (const Value* named = it->second.present("episode_id"); eps.empty() && named && named->as_string()) {
+          eps.push_back(*named->as_string());  // a start_episode names the episode it opens
         }
         deferred_ = make_error(e ? error_code_from_server(e->code) : ErrorCode::decode_error,
                                type_of(it->second) + (eps.empty() ? "" : " of episode '" + eps[0] + "'") + " failed: " + what);

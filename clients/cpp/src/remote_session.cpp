@@ -13,6 +13,12 @@ std::string text_field(const Value& message, const char* key) {
   return v != nullptr && v->as_string() != nullptr ? *v->as_string() : std::string();
 }
 
+const char* const kUnconfirmed =
+    "its start_episode was sent without waiting and the connection was lost before the server confirmed it";
+const char* const kNotResent =
+    "its start_episode was sent without waiting and, after the connection was lost, a call re-sent before it was "
+    "refused, so it was not re-sent";
+
 }  // namespace
 
 RemoteSession::RemoteSession(Connection& conn, std::function<void()> forget,
@@ -51,6 +57,7 @@ Result<std::optional<Value>> RemoteSession::call(Value message, bool wait, bool 
                                    text_field(replay.front(), "type") == "start_episode";
           if (!took_effect) {
             undo_refused(replay.front());
+            give_up(replay.begin() + 1, replay.end(), kNotResent);
             return failed(r.error());
           }
         } else {
@@ -85,12 +92,12 @@ Result<std::optional<Value>> RemoteSession::call(Value message, bool wait, bool 
     if (!deadline) deadline = now + std::chrono::duration_cast<Connection::Clock::duration>(
                                         std::chrono::duration<double>(conn_.options().timeouts.reconnect));
     if (now >= *deadline) {
-      give_up(replay);
+      give_up(replay.begin(), replay.end(), kUnconfirmed);
       return failed(*failure);
     }
     auto welcome = conn_.reconnect(*deadline);
     if (!welcome) {
-      give_up(replay);
+      give_up(replay.begin(), replay.end(), kUnconfirmed);
       return failed(welcome.error());
     }
     if (take_welcome(*welcome)) {
@@ -112,15 +119,17 @@ Error RemoteSession::failed(Error e) {
   return e;
 }
 
-void RemoteSession::give_up(const std::vector<Value>& replay) {
-  // The connection stays lost: episodes whose pipelined start is unconfirmed are lost (the
-  // server may never have seen them); their calls return episode_lost without a round trip.
-  for (const Value& m : replay) {
-    if (text_field(m, "type") != "start_episode") continue;
-    const std::string id = text_field(m, "episode_id");
+void RemoteSession::give_up(std::vector<Value>::const_iterator first, std::vector<Value>::const_iterator last,
+                            const char* reason) {
+  // Unanswered calls that will not be re-sent (the connection stayed lost, or a call re-sent
+  // before them was refused): episodes whose pipelined start is among them are lost (the server
+  // may never have seen them); their calls return episode_lost without a round trip.
+  for (auto it = first; it != last; ++it) {
+    if (text_field(*it, "type") != "start_episode") continue;
+    const std::string id = text_field(*it, "episode_id");
     open_.erase(id);
     drop_(id);
-    lost_.put(id, "its start_episode was sent without waiting and the connection was lost before the server confirmed it");
+    lost_.put(id, reason);
   }
 }
 
@@ -167,6 +176,7 @@ void RemoteSession::undo_refused(const Value& message) {
   if (text_field(message, "type") == "start_episode") {  // the episode never opened
     open_.erase(id);
     seq_.erase(id);
+    ended_seq_.erase(id);
     drop_(id);
     return;
   }

@@ -90,8 +90,9 @@ class RemoteSession {
   std::vector<Value> restarted_replay(std::vector<Value> replay);
   /// Undoes the refused pipelined calls (latest first) and returns `e`.
   Error failed(Error e);
-  /// After the connection stays lost: the episodes of unconfirmed pipelined starts are lost.
-  void give_up(const std::vector<Value>& replay);
+  /// Unanswered calls that will not be re-sent (the connection stayed lost, or a call re-sent
+  /// before them was refused): the episodes of pipelined starts among them are lost (`reason`).
+  void give_up(std::vector<Value>::const_iterator first, std::vector<Value>::const_iterator last, const char* reason);
   void undo_refused(const Value& message);
 
   Connection& conn_;

@@ -247,9 +247,9 @@ def serve_command(args: argparse.Namespace) -> int:
         logger.warning(warning.removeprefix("WARNING: "))
     if replicas is not None:
         replicas.start(run.path)
-    # This process serves and nothing else: what start-up made (modules, spaces, policies)
-    # lives until it exits, so the garbage collector's full scans, each a pause in serving
-    # (16-25 ms on a slow 2-core VM), may skip it.
+    # The command serves and nothing else: what start-up made (modules, spaces, policies) lives
+    # until it returns, so the garbage collector's full scans, each a pause in serving (16-25 ms
+    # on a slow 2-core VM), may skip it (unfrozen after, for a caller that goes on).
     gc.freeze()
     try:
         checkpoint = algo.serve_forever()
@@ -266,6 +266,7 @@ def serve_command(args: argparse.Namespace) -> int:
             "with --port N --http-port N (0 picks free ones)"
         ) from None
     finally:
+        gc.unfreeze()
         if replicas is not None:
             replicas.close()
     finals = algo.policy_server.final_checkpoints

@@ -113,9 +113,11 @@ class RemoteSession:
                         # effect before the connection broke; the episode may be in use since.
                         if not (seen and resent.get("type") == "start_episode"):
                             self._undo_refused(resent)
+                            self._give_up(replay[1:], _NOT_RESENT)
                             raise
                     except RLServeError:
                         self._undo_refused(resent)
+                        self._give_up(replay[1:], _NOT_RESENT)
                         raise
                     replay.pop(0)
                 if check_lost:
@@ -134,12 +136,12 @@ class RemoteSession:
                 if deadline is None:
                     deadline = now + self._timeouts.reconnect
                 if now >= deadline:
-                    self._give_up(replay)
+                    self._give_up(replay, _UNCONFIRMED)
                     raise
                 try:
                     welcome = conn.reconnect(deadline)
                 except RLServeError:
-                    self._give_up(replay)
+                    self._give_up(replay, _UNCONFIRMED)
                     raise
                 if self._welcome(welcome):
                     replay = self._restarted_replay(replay)
@@ -154,24 +156,20 @@ class RemoteSession:
                 conn.refused.clear()
                 raise
 
-    def _give_up(self, replay: list[dict[str, Any]]) -> None:
-        """The connection stays lost: episodes whose pipelined start is unconfirmed are lost.
+    def _give_up(self, replay: list[dict[str, Any]], reason: str) -> None:
+        """Give up on unanswered calls that will not be re-sent; their starts' episodes are lost.
 
-        Their calls then raise :class:`~rlserve.errors.EpisodeLostError` without a round trip
-        (the server may never have seen them), and the other unanswered calls are dropped, as a
-        call that raises drops them.
+        That is when the connection stayed lost, or when a call re-sent before them was refused.
+        Their calls then raise :class:`~rlserve.errors.EpisodeLostError` (why: ``reason``)
+        without a round trip (the server may never have seen them), and the other calls are
+        dropped, as a call that raises drops them.
         """
         for message in replay:
             if message.get("type") == "start_episode":
                 episode_id = message["episode_id"]
                 self.open.pop(episode_id, None)
                 self._drop(episode_id)
-                remember(
-                    self.lost,
-                    episode_id,
-                    "its start_episode was sent without waiting and the connection was lost "
-                    "before the server confirmed it",
-                )
+                remember(self.lost, episode_id, reason)
 
     def _welcome(self, welcome: Welcome) -> bool:
         """Take a reconnection's ``welcome``; True when it is a restarted server."""
@@ -236,6 +234,7 @@ class RemoteSession:
         if message.get("type") == "start_episode":
             self.open.pop(message["episode_id"], None)
             self.seq.pop(message["episode_id"], None)
+            self._ended_seq.pop(message["episode_id"], None)
             self._drop(message["episode_id"])
             return
         if message.get("type") != "end_episode":
@@ -293,6 +292,16 @@ class RemoteSession:
                 self.request(Ping(0).to_wire())
         finally:
             self.conn.close()
+
+
+_UNCONFIRMED = (
+    "its start_episode was sent without waiting and the connection was lost before the server "
+    "confirmed it"
+)
+_NOT_RESENT = (
+    "its start_episode was sent without waiting and, after the connection was lost, a call "
+    "re-sent before it was refused, so it was not re-sent"
+)
 
 
 def _episodes_of(message: dict[str, Any]) -> list[str]:

@@ -175,6 +175,48 @@ void pipelined_start_refused(const Context& ctx) {
 /// The server hangs (SIGSTOP) while reports wait: close() gives up after its flush timeout
 /// (the reconnect timeout, 1 s) instead of waiting for the reply (request timeout: an hour),
 /// and names the steps it could not ship; a client destroyed unclosed returns as well.
+/// Unconfirmed pipelined starts are re-sent to a restarted server in order; when it refuses one,
+/// those behind it are not re-sent: their episodes are lost (saying why), not left open.
+void refused_after_restart(const Context& ctx) {
+  const std::vector<std::string> env{std::string("RLSERVE_TOKEN=") + kToken};
+  auto args = [&](const std::string& name, const std::string& port) {
+    return std::vector<std::string>{"--spaces-from", "CartPole-v1", "--run-dir", ctx.work, "--name", name, "--port", port,
+                                    "--http-port", "0", "--no-progress", "--ppo-device", "cpu", "--seed", "1"};
+  };
+  auto first = std::make_unique<e2e::ServerProcess>(ctx.bin_dir, args("before", "0"), env, ctx.work + "/before.log");
+  rlserve::ClientOptions o;
+  o.token = kToken;
+  o.timeouts.request = 30;
+  o.timeouts.reconnect = 60;
+  auto c = rlserve::Client::connect(first->address(), o);
+  CHECK(c.ok(), "connect: " + (c ? "" : c.error().message));
+  if (!c) return;
+  rlserve::Client& client = **c;
+  const std::vector<float> raw{0.01f, -0.02f, 0.03f, 0.04f};
+  first->suspend();  // it reads nothing: no start below is answered
+  auto kept = client.start_episode();
+  auto refused = client.start_episode();
+  auto behind = client.start_episode();
+  CHECK(kept.ok() && refused.ok() && behind.ok(), "the starts return at once");
+  if (!kept || !refused || !behind) return;
+  const std::string port = std::to_string(first->port());
+  first->kill9();
+  first.reset();
+  auto limited = args("after", port);
+  limited.insert(limited.end(), {"--max-episodes-per-server", "1"});
+  e2e::ServerProcess second(ctx.bin_dir, limited, env, ctx.work + "/after.log");
+  auto a = client.get_action(*kept, raw);  // re-sends the three starts: the second is refused
+  CHECK(!a && a.error().code == rlserve::ErrorCode::capacity, "the restarted server's capacity error");
+  auto lost = client.get_action(*behind, raw);
+  CHECK(!lost && lost.error().code == rlserve::ErrorCode::episode_lost, "the start behind it is lost");
+  if (!lost) CHECK(lost.error().message.find("was not re-sent") != std::string::npos, lost.error().message);
+  auto never = client.get_action(*refused, raw);
+  CHECK(!never && never.error().code == rlserve::ErrorCode::episode_error, "the refused episode never opened");
+  auto ok = client.get_action(*kept, raw);
+  CHECK(ok.ok(), "the first episode runs on the new server: " + (ok ? "" : ok.error().message));
+  CHECK(client.end_episode(*kept, raw).ok() && client.close().ok(), "end and close");
+}
+
 void close_hung_server(Context& ctx) {
   rlserve::LocalOptions o;
   o.flush_interval = 1000;
@@ -228,6 +270,7 @@ int main(int argc, char** argv) {
         {"split_reports", [&] { split_reports(ctx); }},
         {"remote_over_limit", [&] { remote_over_limit(ctx); }},
         {"pipelined_start_refused", [&] { pipelined_start_refused(ctx); }},
+        {"refused_after_restart", [&] { refused_after_restart(ctx); }},
         {"close_hung_server", [&] { close_hung_server(ctx); }},
     });
   } catch (const std::exception& e) {
