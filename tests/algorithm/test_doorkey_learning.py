@@ -15,7 +15,9 @@ import pytest
 from rlserve import PPOConfig
 
 minigrid = pytest.importorskip("minigrid")
-pytestmark = pytest.mark.timeout(300)
+# A hang catcher, not a speed check: the run takes 2-5 minutes on a 2-core VM under the suite's
+# load (285 s and a 300-s timeout on its slowest phase), and stops as soon as it learns.
+pytestmark = pytest.mark.timeout(900)
 
 BUDGET = 150_000
 
