@@ -57,7 +57,8 @@ class RemoteSession {
  public:
   /// `forget` is called when the server restarted (to drop what the client kept for its episodes);
   /// `drop` with an episode that never opened on the server (its pipelined start refused, or
-  /// unconfirmed when the connection stayed lost), to drop what the client kept for it.
+  /// given up: unconfirmed when the connection stayed lost, or not re-sent behind a refused
+  /// call), to drop what the client kept for it.
   RemoteSession(Connection& conn, std::function<void()> forget, std::function<void(const std::string&)> drop);
 
   /// Sends `message` and returns its reply, re-sent over a new connection until answered within

@@ -40,8 +40,9 @@ class RemoteSession:
         view: The server's welcome; re-read on every reconnection.
         forget: Called when the server restarted, to drop what was kept for its episodes.
         drop: Called with an episode that never opened on the server (its pipelined start was
-            refused, or never confirmed before the connection stayed lost), to drop what was
-            kept for it (the rewards logged before its first action).
+            refused, or given up: unconfirmed when the connection stayed lost, or not re-sent
+            behind a refused call), to drop what was kept for it (the rewards logged before its
+            first action).
     """
 
     def __init__(
