@@ -56,6 +56,12 @@ def _float32_header(shape: tuple[int, ...]) -> bytes:
     return header
 
 
+def float32_ext(observation: Any) -> msgpack.ExtType:
+    """``observation`` as a float32 ndarray extension value (``docs/protocol.md`` section 5.3)."""
+    obs = np.asarray(observation, dtype="<f4")
+    return msgpack.ExtType(NDARRAY_EXT, _float32_header(obs.shape) + obs.tobytes())
+
+
 LISTENING = re.compile(r"echo listening on (\S+):(\d+)")
 
 
@@ -180,25 +186,33 @@ class EchoClient:
 
     def get_action(self, episode_id: str, observation: Any) -> int:
         """Send the ``get_action`` frame rlserve's client sends and read the reply's action."""
+        request_id = self._send(self._get_action_message(episode_id, observation))
+        reply = self._read_frame()
+        if reply.get("id") != request_id:
+            raise RuntimeError(f"echo reply {reply!r} does not answer request {request_id}")
+        return int(reply["action"])
+
+    def _get_action_message(self, episode_id: str, observation: Any) -> dict[str, Any]:
+        """The episode's next single-episode ``get_action``, with the pending reward."""
         seq = self._seq[episode_id] = self._seq[episode_id] + 1
-        obs = np.asarray(observation, dtype="<f4")
         message: dict[str, Any] = {
             "type": "get_action",
             "episode_id": episode_id,
-            "observation": msgpack.ExtType(NDARRAY_EXT, _float32_header(obs.shape) + obs.tobytes()),
+            "observation": float32_ext(observation),
             "seq": seq,
         }
         reward = self._reward.pop(episode_id, None)
         if reward is not None:
             message["reward"] = reward
+        return message
+
+    def _send(self, message: dict[str, Any]) -> int:
+        """Frame ``message`` with the next request id and send it; the id."""
         request_id = message["id"] = self._next_id
         self._next_id += 1
         body = msgpack.packb(message, use_bin_type=True)
         self._sock.sendall(HEADER.pack(len(body)) + body)
-        reply = self._read_frame()
-        if reply.get("id") != request_id:
-            raise RuntimeError(f"echo reply {reply!r} does not answer request {request_id}")
-        return int(reply["action"])
+        return request_id
 
     def log_returns(self, episode_id: str, reward: float) -> None:
         """Keep the reward for the episode's next ``get_action``."""

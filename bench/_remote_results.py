@@ -31,9 +31,19 @@ EARLIER_TARGETS: tuple[Target, ...] = (
 )
 
 
+_CLIENTS = {
+    "policy": "rlserve.PolicyClient",
+    "wire": "the bare protocol client of bench/_wire_client.py (--client wire)",
+}
+
+
 @dataclass
 class Scenario:
-    """What runs against one fresh server (``limit``: the echo server instead of rlserve)."""
+    """What runs against one fresh server (``limit``: the echo server instead of rlserve).
+
+    ``learner_load``: a learner-shaped process runs beside the echo server
+    (``bench/_learner_load.py``, ``--limit-load``).
+    """
 
     key: str
     label: str
@@ -41,6 +51,7 @@ class Scenario:
     envs_per_client: int
     training: bool
     limit: bool = False
+    learner_load: bool = False
 
 
 @dataclass
@@ -144,7 +155,7 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 
 def _learner_text(res: Result) -> str:
     if res.scenario.limit:
-        return "none (echo)"
+        return "learner load (echo)" if res.scenario.learner_load else "none (echo)"
     return "training" if res.scenario.training else "idle"
 
 
@@ -233,7 +244,7 @@ def report(
         f" more than {args.max_other_load:g} cores are replaced by extra ones (kept/run)."
         " limit-N: the same client loop against an echo server, one msgpack round trip per step"
         " (bench/_loopback_limit.py); share = env steps/s over the limit's of the same client"
-        " count, this run.",
+        f" count, this run. rlserve's clients: {_CLIENTS[args.client]}.",
         "",
         _table(
             [

@@ -46,9 +46,11 @@ from typing import Any
 import numpy as np
 
 from _launch import ListeningProcess
+from _learner_load import READY as LOAD_READY
 from _loopback_limit import EchoClient, EchoServer
 from _proc_cpu import CpuMeter, children, load_average, rss_kib, wait_for_quiet
 from _remote_results import Result, Scenario, report
+from _wire_client import WireClient
 
 LISTENING = re.compile(
     r"rlserve listening on (?:tls://)?(\S+):(\d+) \(binary\) and https?://(\S+):(\d+)"
@@ -72,7 +74,7 @@ def client_process(
     index: int,
     num_envs: int,
     training: bool,
-    limit: bool,
+    kind: str,
     ready: Any,
     go: Any,
     bounds_shared: Any,
@@ -81,14 +83,17 @@ def client_process(
 ) -> None:
     """One client process: connect, wait for ``go``, run the loop, report per-window figures.
 
-    ``limit``: talk to the echo server with :class:`EchoClient` instead of rlserve.
+    ``kind``: ``policy`` (:class:`rlserve.PolicyClient`), ``wire`` (the bare protocol client of
+    ``bench/_wire_client.py``), or ``echo`` (:class:`EchoClient`, for the echo server).
     """
     import gymnasium as gym
 
     envs = [gym.make("CartPole-v1") for _ in range(num_envs)]
     client: Any
-    if limit:
+    if kind == "echo":
         client = EchoClient(address)
+    elif kind == "wire":
+        client = WireClient(address, index)
     else:
         from rlserve import PolicyClient
 
@@ -285,8 +290,15 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, run_dir: Path, ct
     """Run ``scenario`` against a fresh server (the echo server for a limit) and measure it."""
     result = Result(scenario)
     server: Server | EchoServer
+    load: ListeningProcess | None = None
     if scenario.limit:
         server = EchoServer()
+        if scenario.learner_load:
+            load = ListeningProcess(
+                [sys.executable, str(Path(__file__).with_name("_learner_load.py"))],
+                re.compile(re.escape(LOAD_READY)),
+                "the learner load",
+            )
     else:
         extra = ["--learner-niceness", str(args.learner_niceness)]
         extra += ["--config", str(demo_ppo_config(run_dir))]
@@ -304,7 +316,7 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, run_dir: Path, ct
                 i,
                 scenario.envs_per_client,
                 scenario.training,
-                scenario.limit,
+                "echo" if scenario.limit else args.client,
                 ready,
                 go,
                 bounds_shared,
@@ -334,7 +346,7 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, run_dir: Path, ct
             {
                 "bench": [os.getpid()],
                 "server": [server.process.pid],
-                "learner": server.learner_pids(),
+                "learner": server.learner_pids() + ([load.process.pid] if load else []),
                 "clients": [p.pid for p in processes if p.pid is not None],
             }
         )
@@ -360,6 +372,8 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, run_dir: Path, ct
             if process.is_alive():
                 process.terminate()
         server.stop()
+        if load is not None:
+            load.stop(grace_s=10)
     # Keep the windows other processes left alone; if there are too few, keep them all.
     kept = [r for r, w in enumerate(window_stats) if w["other_cores"] <= args.max_other_load]
     if len(kept) < args.repeats:
@@ -465,6 +479,17 @@ def main() -> int:
         default=0,
         help="rlserve serve --learner-niceness (0, the default: the learner shares the CPU)",
     )
+    parser.add_argument(
+        "--client",
+        choices=["policy", "wire"],
+        default="policy",
+        help="rlserve's clients: PolicyClient, or the bare protocol client of _wire_client.py",
+    )
+    parser.add_argument(
+        "--limit-load",
+        action="store_true",
+        help="run a learner-shaped process (_learner_load.py) beside each echo limit",
+    )
     args = parser.parse_args()
     args.window = args.window or (2.0 if args.quick else 5.0)
     args.warmup = args.warmup or (2.0 if args.quick else 5.0)
@@ -472,6 +497,8 @@ def main() -> int:
     chosen = scenarios(args.clients, args.limit_clients)
     if args.only:
         chosen = [s for s in chosen if s.key in args.only]
+    for scenario in chosen:
+        scenario.learner_load = scenario.limit and args.limit_load
 
     ctx = mp.get_context("spawn")
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="rlserve-bench-"))
