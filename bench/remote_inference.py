@@ -294,11 +294,15 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, run_dir: Path, ct
     if scenario.limit:
         server = EchoServer()
         if scenario.learner_load:
-            load = ListeningProcess(
-                [sys.executable, str(Path(__file__).with_name("_learner_load.py"))],
-                re.compile(re.escape(LOAD_READY)),
-                "the learner load",
-            )
+            try:
+                load = ListeningProcess(
+                    [sys.executable, str(Path(__file__).with_name("_learner_load.py"))],
+                    re.compile(re.escape(LOAD_READY)),
+                    "the learner load",
+                )
+            except BaseException:
+                server.stop()
+                raise
     else:
         extra = ["--learner-niceness", str(args.learner_niceness)]
         extra += ["--config", str(demo_ppo_config(run_dir))]
@@ -483,7 +487,8 @@ def main() -> int:
         "--client",
         choices=["policy", "wire"],
         default="policy",
-        help="rlserve's clients: PolicyClient, or the bare protocol client of _wire_client.py",
+        help="rlserve's clients: PolicyClient, or the bare protocol client of _wire_client.py"
+        " (single-env scenarios only)",
     )
     parser.add_argument(
         "--limit-load",
@@ -497,6 +502,10 @@ def main() -> int:
     chosen = scenarios(args.clients, args.limit_clients)
     if args.only:
         chosen = [s for s in chosen if s.key in args.only]
+    if args.client == "wire" and any(s.envs_per_client > 1 for s in chosen):
+        # The bare client sends the single-episode get_action only.
+        chosen = [s for s in chosen if s.envs_per_client == 1]
+        print("--client wire: the vector-client scenarios are left out", file=sys.stderr)
     for scenario in chosen:
         scenario.learner_load = scenario.limit and args.limit_load
 
