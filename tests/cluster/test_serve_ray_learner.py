@@ -24,17 +24,40 @@ from rlserve.errors import ConfigError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
+REPLAY_STALL_S = 150.0
+"""Seconds a restarted learner actor may go without visible headway: its first update covers
+every fresh step it replayed (tens of thousands under load, one batch), with nothing reported
+until it is done."""
+
+
+def learner_headway(server: Any) -> tuple[Any, ...]:
+    """What moves while the learner actor works: the steps it read, its updates, the version.
+
+    (After a restart its first update may cover a long replayed backlog: on a loaded 2-core
+    machine a minute or more with none of these moving, hence the longer stall allowed below.)
+    """
+    m = server.metrics()
+    keys = ("learner/steps_consumed", "learner/updates", "server/weights_version")
+    return tuple(m.get(k) for k in keys)
+
 
 def settled(server: Any) -> dict[str, Any]:
     """Metrics once the learner has read everything the server logged."""
-    return server.wait_until(
-        lambda m: (
+
+    def taken(m: dict[str, Any]) -> bool:
+        return bool(
             m.get("learner/steps_consumed") == m["samples/steps_logged"]
             and m["samples/steps_queued"] == 0
-        ),
-        timeout=60,
-        what="the learner actor to take the whole experience log",
+        )
+
+    wait_for(
+        lambda: taken(server.metrics()),
+        "the learner actor to take the whole experience log",
+        lambda: learner_headway(server),
+        logs=(server.log_path,),
+        stall_s=REPLAY_STALL_S,
     )
+    return dict(server.metrics())
 
 
 def _serve_with_the_learner_on_the_gpu_node(ray_cluster: RayCluster, launch_server: Any) -> Any:
@@ -55,6 +78,7 @@ def _serve_with_the_learner_on_the_gpu_node(ray_cluster: RayCluster, launch_serv
     return server
 
 
+@pytest.mark.timeout(480)  # its waits fail first, on a stall (see serving_players.wait_for)
 def test_the_learner_on_the_gpu_node_gets_every_acknowledged_step(
     ray_cluster: RayCluster, launch_server: Any
 ) -> None:
@@ -106,10 +130,11 @@ def test_a_killed_learner_actor_is_restarted_and_every_acknowledged_step_trained
         server.wait_until(lambda m: m["learner/restarts"] == 1, 60, "the learner restart")
         # Serving never stopped, and training goes on with versions that never go back.
         wait_for(
-            lambda: server.metrics()["server/weights_version"] > version + 1,
+            lambda: server.metrics()["server/weights_version"] > version,
             "training after it",
-            lambda: server.metrics().get("learner/steps_consumed"),
+            lambda: learner_headway(server),
             logs=(server.log_path,),
+            stall_s=REPLAY_STALL_S,
         )
     finally:
         local.finish()
