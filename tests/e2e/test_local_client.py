@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import resource
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,29 @@ def test_the_steps_of_untrained_episodes_count_as_env_steps(launch_server: Any) 
     metrics = server.wait_until(lambda m: m["episodes/completed"] == 3, what="three episodes")
     assert metrics["samples/steps_reported"] == lengths[0]
     assert metrics["samples/env_steps"] == sum(lengths)
+
+
+def test_close_names_a_server_too_slow_to_take_the_steps_not_a_lost_connection(
+    launch_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = launch_server(*SMALL_PPO)
+    server.wait_for_weights()
+    # Nothing is shipped before close(): the steps wait for a batch of 10,000 or a minute.
+    config = LocalConfig(batch_steps=10_000, batch_interval=60.0)
+    client = PolicyClient(server.address, inference_mode="local", local=config)
+    assert client.local is not None
+    _steps(client, 50, seed=0)
+    server.process.send_signal(signal.SIGSTOP)  # connected, and answering nothing
+    try:
+        with caplog.at_level("WARNING", logger="rlserve.client"):
+            client.close(timeout=2.0)
+    finally:
+        server.process.send_signal(signal.SIGCONT)
+    assert "50 steps of " in caplog.text and "were not delivered" in caplog.text, caplog.text
+    # close() gave up waiting and cut the connection itself: that is no lost connection.
+    assert "it did not take them within 2.0 s" in caplog.text, caplog.text
+    assert "could not be reached" not in caplog.text, caplog.text
+    assert server.stop() == 0
 
 
 def test_close_while_the_server_is_down_stops_the_threads(

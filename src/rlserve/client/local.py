@@ -314,7 +314,8 @@ class LocalInference(Collector):
                     return True
                 return self._ship(policy_id, *halves[0]) and self._ship(policy_id, *halves[1])
             except ConnectionLostError as exc:
-                self._ship_error = f"the server could not be reached ({exc})"
+                if not self._stopping:  # else close() gave up waiting and aborted the read
+                    self._ship_error = f"the server could not be reached ({exc})"
                 if not self._reconnect(self._ship_conn, None):
                     return False
                 if self._ship_conn.moved_from is not None and self.update_interval is not None:
@@ -350,10 +351,9 @@ class LocalInference(Collector):
             self._lock.notify_all()
 
     def _reconnect(self, conn: Connection, lock: threading.Lock | None) -> bool:
-        """Re-open ``conn`` with backoff; keep trying while not stopping. True when reopened.
+        """Re-open ``conn`` with backoff while not stopping; True when reopened.
 
-        Tries in short slices so that :meth:`close` stops a thread waiting for a server that
-        is down within a fraction of a second.
+        Tried in short slices: :meth:`close` stops a thread waiting for a down server at once.
         """
         warned = False
         while not self._stopping:
