@@ -32,7 +32,7 @@ from rlserve.cluster.learner_actor import LearnerActorWorker
 from rlserve.cluster.log_shipper import LogShipper, Shipped
 from rlserve.cluster.ray_import import import_ray
 from rlserve.cluster.recovery import RECOVERY_FILE, HeldCheckpoints
-from rlserve.cluster.resources import free_resources_note
+from rlserve.cluster.resources import free_resources_note, unready_actor_note
 from rlserve.processes.restarts import Failure, RestartPolicy
 from rlserve.server.learner_link import RESTART_DELAYS, LearnerLink
 
@@ -191,7 +191,9 @@ class RayLearnerLink(LearnerLink):
         """Log, every so often, why a learner actor that has not said ``ready`` waits.
 
         Ray queues an actor whose resources are all held (by another job, or by an actor of
-        a lost driver not yet released) without a word; the serving process says so.
+        a lost driver not yet released) without a word; the serving process says so. An actor
+        that has greeted is placed: it is loading (checkpoints, the log), which a loaded
+        machine slows, and the warning says that instead.
         """
         waited = 0.0
         while self._shipped_through is None:
@@ -199,20 +201,14 @@ class RayLearnerLink(LearnerLink):
             waited += PLACEMENT_WARN_S
             if self._shipped_through is not None:
                 return
-            try:
-                free = await asyncio.to_thread(
-                    free_resources_note, self._ray, self._placement.need()
-                )
-            except Exception as exc:  # the cluster's state is only for the message
-                free = f"the cluster's free resources are unknown: {exc}"
-            logger.warning(
-                "rlserve: the learner actor is not ready after %.0f s; it asks for %s (%s): "
-                "Ray starts it once a node has them free (stop what holds them, or start a "
-                "node with them). Serving goes on meanwhile",
-                waited,
-                {k: v for k, v in self._placement.need().items() if v > 0},
-                free,
-            )
+            node, need, free = self._children.node, self._placement.need(), ""
+            if node is None:
+                try:
+                    free = await asyncio.to_thread(free_resources_note, self._ray, need)
+                except Exception as exc:  # the cluster's state is only for the message
+                    free = f"the cluster's free resources are unknown: {exc}"
+            note = unready_actor_note("the learner actor", waited, node, need, free)
+            logger.warning("rlserve: %s. Serving goes on meanwhile", note)
 
     async def stop(self, timeout: float = 6.0) -> dict[str, str]:
         """As the process link's; the log reader is closed too."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from rlserve.errors import ConfigError
 
-__all__ = ["check_resources", "free_resources_note"]
+__all__ = ["check_resources", "free_resources_note", "unready_actor_note"]
 
 _FLAG = {"CPU": "--num-cpus=N", "GPU": "--num-gpus=N"}
 
@@ -70,3 +70,29 @@ def free_resources_note(ray: Any, need: Mapping[str, float]) -> str:
         if amount > 0
     ]
     return ", ".join(parts) or "nothing asked for"
+
+
+def unready_actor_note(
+    what: str, waited: float, node: str | None, need: Mapping[str, float], free: str = ""
+) -> str:
+    """Why an actor that has not said ready after ``waited`` s may still wait (a warning).
+
+    Args:
+        what: The actor, for the message ("the learner actor").
+        waited: Seconds since it was asked for.
+        node: Where it started: it greeted, so Ray placed it and it is loading. None: not
+            heard from yet (queued by Ray, or its process still starting).
+        need: What it asks for (named when it was not heard from).
+        free: What of ``need`` the cluster has free (:func:`free_resources_note`).
+    """
+    if node is not None:
+        return (
+            f"{what} is not ready after {waited:.0f} s: it started on {node} and is still "
+            "loading (its checkpoints, the experience log; slow on a loaded machine)"
+        )
+    asked = {k: v for k, v in need.items() if v > 0}
+    return (
+        f"{what} is not ready after {waited:.0f} s; it asks for {asked} ({free}): Ray starts "
+        "it once a node has them free (stop what holds them, or start a node with them), or "
+        "its process is still starting"
+    )
