@@ -78,6 +78,10 @@ def _serve_with_the_learner_on_the_gpu_node(ray_cluster: RayCluster, launch_serv
     return server
 
 
+def _updates_and_reports(metrics: dict[str, Any]) -> bool:
+    return bool(metrics.get("learner/updates", 0) >= 2 and metrics["samples/steps_reported"] > 600)
+
+
 @pytest.mark.timeout(480)  # its waits fail first, on a stall (see serving_players.wait_for)
 def test_the_learner_on_the_gpu_node_gets_every_acknowledged_step(
     ray_cluster: RayCluster, launch_server: Any
@@ -88,10 +92,11 @@ def test_the_learner_on_the_gpu_node_gets_every_acknowledged_step(
     local.start()
     remote.start()
     try:
-        server.wait_until(
-            lambda m: m.get("learner/updates", 0) >= 2 and m["samples/steps_reported"] > 600,
-            timeout=90,
-            what="updates from both kinds of clients",
+        wait_for(
+            lambda: _updates_and_reports(server.metrics()),
+            "updates from both kinds of clients",
+            lambda: learner_headway(server),
+            logs=(server.log_path,),
         )
     finally:
         local.finish()
@@ -124,7 +129,12 @@ def test_a_killed_learner_actor_is_restarted_and_every_acknowledged_step_trained
     local.start()
     remote.start()
     try:
-        server.wait_until(lambda m: m.get("learner/updates", 0) >= 2, 90, "some updates")
+        wait_for(
+            lambda: server.metrics().get("learner/updates", 0) >= 2,
+            "some updates",
+            lambda: learner_headway(server),
+            logs=(server.log_path,),
+        )
         version = int(server.health()["weights_version"])
         os.kill(learner_actor_pid(ray_cluster.temp_dir), signal.SIGKILL)
         server.wait_until(lambda m: m["learner/restarts"] == 1, 60, "the learner restart")
