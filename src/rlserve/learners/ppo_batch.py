@@ -40,7 +40,7 @@ LOG_RATIO_LIMIT = 20.0
 
 def logged_mask(fragment: Fragment) -> np.ndarray:
     """``[T]`` True at the fragment's logged steps (not chosen by the policy, or NaN logp)."""
-    return ~fragment.policy_chosen | np.isnan(fragment.behaviour_logp)
+    return _logged(fragment.policy_chosen, fragment.behaviour_logp)
 
 
 def fresh_mask(fragment: Fragment, version: int, max_policy_lag: int) -> np.ndarray:
@@ -48,8 +48,15 @@ def fresh_mask(fragment: Fragment, version: int, max_policy_lag: int) -> np.ndar
 
     A logged step is never stale: no policy sampled it.
     """
-    recent = fragment.weights_version >= version - max_policy_lag
-    return recent | logged_mask(fragment)
+    return _fresh(fragment.weights_version, logged_mask(fragment), version, max_policy_lag)
+
+
+def _logged(policy_chosen: np.ndarray, behaviour_logp: np.ndarray) -> np.ndarray:
+    return ~policy_chosen | np.isnan(behaviour_logp)
+
+
+def _fresh(versions: np.ndarray, logged: np.ndarray, version: int, lag: int) -> np.ndarray:
+    return (versions >= version - lag) | logged
 
 
 def importance_log_ratio(proximal_logp: np.ndarray, behaviour_logp: np.ndarray) -> np.ndarray:
@@ -314,6 +321,14 @@ def build_batch(
 ) -> TrainingBatch:
     """Turn checked fragments into one update's batch (see the module doc).
 
+    A backlog past the step cap (a learner behind its clients, or one that replays the log
+    after a restart) costs the forward passes and GAE of only the fragments that hold one of
+    the steps kept (:func:`fragments_within_cap`), not of every buffered step; the batch is
+    the same. Should one of those fragments be left out (its GAE overflowed), the cap would
+    choose among the others too, so the batch is then built from every fragment. (The other
+    fragments' GAE is never run: were one of them to overflow, its steps are counted as over
+    the cap, not as excluded.)
+
     Args:
         fragments: The buffered fragments, each checked by :func:`check_fragment`.
         model: The learner's networks, at the start of the update (the proximal policy).
@@ -323,6 +338,71 @@ def build_batch(
         reward_divisor: What rewards are divided by before GAE (``normalize_rewards``), if any.
         device: Where the networks and the batch's tensors are.
     """
+    args = (model, cfg, version, obs_normalization, reward_divisor, device)
+    within = fragments_within_cap(fragments, cfg, version)
+    if within is not None:
+        kept, logged_left_out, steps_left_out = within
+        batch = _batch_of(kept, *args)
+        if not batch.excluded:
+            batch.steps_logged += logged_left_out
+            batch.steps_dropped_cap += steps_left_out
+            return batch
+    return _batch_of(fragments, *args)
+
+
+def fragments_within_cap(
+    fragments: list[Fragment], cfg: PPOSettings, version: int
+) -> tuple[list[Fragment], int, int] | None:
+    """The fragments holding one of the ``step_cap`` steps an update keeps, when that is not all.
+
+    The steps kept are chosen as :func:`build_batch` chooses them (:func:`newest_steps` over
+    the trainable steps: fresh, and not logged ones left out), from the fragments alone.
+
+    Returns:
+        None when every fragment holds a kept step; else ``(fragments, logged, left_out)``:
+        those that do, in order; the fresh logged steps of the others (``steps_logged``); and
+        their trainable steps (over the cap).
+    """
+    cap = cfg.step_cap
+    lengths = np.fromiter((len(f) for f in fragments), np.int64, len(fragments))
+    if lengths.sum() <= cap:
+        return None
+    # The masks of every step at once: a backlog has thousands of fragments.
+    versions = np.concatenate([f.weights_version for f in fragments])
+    logged = _logged(
+        np.concatenate([f.policy_chosen for f in fragments]),
+        np.concatenate([f.behaviour_logp for f in fragments]),
+    )
+    fresh = _fresh(versions, logged, version, cfg.max_policy_lag)
+    trainable = fresh & ~logged if cfg.logged_steps == "exclude" else fresh
+    owners = np.repeat(np.arange(len(fragments)), lengths)
+    keep = newest_steps(versions[trainable], cap)
+    if keep is None:
+        return None
+    holds = np.zeros(len(fragments), dtype=bool)
+    holds[owners[trainable][keep]] = True
+    if holds.all():
+        return None
+    left_out = ~holds
+    logged_counts = np.bincount(owners[fresh & logged], minlength=len(fragments))
+    trainable_counts = np.bincount(owners[trainable], minlength=len(fragments))
+    return (
+        [f for f, held in zip(fragments, holds.tolist(), strict=True) if held],
+        int(logged_counts[left_out].sum()),
+        int(trainable_counts[left_out].sum()),
+    )
+
+
+def _batch_of(
+    fragments: list[Fragment],
+    model: ActorCritic,
+    cfg: PPOSettings,
+    version: int,
+    obs_normalization: ObservationNormalization | None,
+    reward_divisor: float | None,
+    device: torch.device,
+) -> TrainingBatch:
+    """:func:`build_batch` over exactly ``fragments``."""
     batch = TrainingBatch()
     if not fragments:
         return batch
