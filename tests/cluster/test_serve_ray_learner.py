@@ -25,16 +25,17 @@ from rlserve.errors import ConfigError
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 REPLAY_STALL_S = 150.0
-"""Seconds a restarted learner actor may go without visible headway: its first update covers
-every fresh step it replayed (tens of thousands under load, one batch), with nothing reported
-until it is done."""
+"""Seconds a restarted learner actor may go without visible headway: it reads the log it replays
+(tens of thousands of steps under load) and makes its first update from them before it reports
+anything."""
 
 
 def learner_headway(server: Any) -> tuple[Any, ...]:
     """What moves while the learner actor works: the steps it read, its updates, the version.
 
-    (After a restart its first update may cover a long replayed backlog: on a loaded 2-core
-    machine a minute or more with none of these moving, hence the longer stall allowed below.)
+    (After a restart the learner reads and trains on a long replayed backlog first: on a loaded
+    2-core machine a minute or more may pass with none of these moving, hence the longer stall
+    allowed below.)
     """
     m = server.metrics()
     keys = ("learner/steps_consumed", "learner/updates", "server/weights_version")
