@@ -3,10 +3,10 @@
 A PPO learner behind its clients, or one that replays the experience log after a restart,
 holds far more fresh steps than one update keeps (``step_cap``, 2 x train_batch_size by
 default). ``build_batch`` runs the forward passes and GAE only over the fragments that hold one
-of the kept steps; ``_batch_of`` over every fragment is what it did before. Both run here, one
-after the other, on the same synthetic CartPole-shaped backlog (fragments of 16 steps, versions
-within the lag, a few logged steps) with PPO's default settings, and the batches are checked
-equal.
+of the kept steps; ``batch_of_fragments`` over every fragment is what it did before. Both run
+here, one after the other, on the same synthetic CartPole-shaped backlog (fragments of 16 steps,
+versions within the lag, a few logged steps) with PPO's default settings, and the batches are
+checked equal.
 
     python bench/ppo_backlog.py [--steps 86000 20000 2000] [--repeats 5]
 """
@@ -24,7 +24,7 @@ import torch
 from gymnasium import spaces
 
 from rlserve.learners.ppo import PPOLearner, PPOSettings
-from rlserve.learners.ppo_batch import TrainingBatch, _batch_of, build_batch
+from rlserve.learners.ppo_batch import TrainingBatch, batch_of_fragments, build_batch
 from rlserve.protocol.fragment import Fragment
 
 FRAGMENT_STEPS = 16
@@ -81,7 +81,7 @@ def main() -> None:
         fragments = backlog(steps)
         every, kept = [], []
         for _ in range(args.repeats):  # alternating, so both see the same machine
-            spent, full = cpu_seconds(_batch_of, fragments, *common)
+            spent, full = cpu_seconds(batch_of_fragments, fragments, *common)
             every.append(spent)
             spent, trimmed = cpu_seconds(build_batch, fragments, *common)
             kept.append(spent)

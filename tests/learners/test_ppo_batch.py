@@ -12,7 +12,7 @@ from gymnasium import spaces
 from rlserve.learners.ppo import PPOLearner, PPOSettings
 from rlserve.learners.ppo_batch import (
     TrainingBatch,
-    _batch_of,
+    batch_of_fragments,
     build_batch,
     fragments_within_cap,
 )
@@ -94,7 +94,7 @@ def test_a_backlog_past_the_cap_gives_the_batch_of_every_fragment(
     assert within is not None, "the backlog was not trimmed: the test shows nothing"
     kept, _, left_out = within
     assert len(kept) < len(fragments) // 4 and left_out > 0
-    _assert_same(build_batch(fragments, *args), _batch_of(fragments, *args))
+    _assert_same(build_batch(fragments, *args), batch_of_fragments(fragments, *args))
 
 
 def test_a_batch_within_the_cap_is_not_trimmed() -> None:
@@ -115,4 +115,4 @@ def test_a_kept_fragment_whose_gae_overflows_makes_the_cap_choose_among_all() ->
     args = (model, cfg, 5, None, None, CPU)
     batch = build_batch(fragments, *args)
     assert batch.excluded, "the overflowing fragment was not left out"
-    _assert_same(batch, _batch_of(fragments, *args))
+    _assert_same(batch, batch_of_fragments(fragments, *args))

@@ -342,12 +342,12 @@ def build_batch(
     within = fragments_within_cap(fragments, cfg, version)
     if within is not None:
         kept, logged_left_out, steps_left_out = within
-        batch = _batch_of(kept, *args)
+        batch = batch_of_fragments(kept, *args)
         if not batch.excluded:
             batch.steps_logged += logged_left_out
             batch.steps_dropped_cap += steps_left_out
             return batch
-    return _batch_of(fragments, *args)
+    return batch_of_fragments(fragments, *args)
 
 
 def fragments_within_cap(
@@ -393,7 +393,7 @@ def fragments_within_cap(
     )
 
 
-def _batch_of(
+def batch_of_fragments(
     fragments: list[Fragment],
     model: ActorCritic,
     cfg: PPOSettings,
@@ -402,7 +402,7 @@ def _batch_of(
     reward_divisor: float | None,
     device: torch.device,
 ) -> TrainingBatch:
-    """:func:`build_batch` over exactly ``fragments``."""
+    """:func:`build_batch` over every one of ``fragments`` (none left out for the cap first)."""
     batch = TrainingBatch()
     if not fragments:
         return batch
