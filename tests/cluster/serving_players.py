@@ -141,8 +141,7 @@ class RemotePlayer(threading.Thread):
         """Stop playing."""
         self.stop.set()
         self.join(60)
-        # Its shipper may be far behind on a loaded machine (the server gets little CPU).
-        self.client.close(timeout=120)
+        self.client.close()
 
 
 def port_free_on_both() -> int:
