@@ -167,7 +167,7 @@ def test_kill_9_of_the_learner_keeps_serving_and_restarts_it(launch_server: Any)
     local.start()
     try:
         # The local player runs flat out: on a loaded machine the learner lags far behind it and
-        # reads a long backlog between updates (stop CI of 2026-11-29: 2 updates in 55 s).
+        # reads a long backlog between updates (a fresh-clone CI of 2026-11-29: 2 updates in 55 s).
         server.wait_until(
             lambda m: m.get("learner/updates", 0) >= 3, timeout=180, what="some updates"
         )
