@@ -5,7 +5,11 @@ against a real ``rlserve serve`` (binary carrier, learner idle unless ``--traini
 
 1. without a profiler, the serving process's CPU time (user + system, from ``/proc``; the learner
    is another process and is not counted) over ``--steps`` steps: the honest µs per step;
-2. the same run with the serving process under ``python -m cProfile``: calls per step, and where
+2. in this process, without a server: the µs of the request's codec work alone (the frame split,
+   the msgpack decode, the parse and the observation check of a ``get_action`` as the server runs
+   them, and the encode of its ``action`` reply), by ``timeit``: the most that a compiled
+   decode-check-encode step could take off the first figure;
+3. the same run with the serving process under ``python -m cProfile``: calls per step, and where
    the (profiler-inflated) time goes, by part of the code (rlserve's packages, msgpack, numpy,
    asyncio and the rest of the standard library) and by function.
 
@@ -124,6 +128,54 @@ finally:
     profile.disable()
     profile.dump_stats(OUT)
 """
+
+
+def codec_us(repeats: int = 5, number: int = 20_000) -> dict[str, float]:
+    """µs per call of each codec stage of a remote step, as the serving process runs them.
+
+    A ``get_action`` frame as ``PolicyClient`` sends it (episode id, float32 CartPole
+    observation, ``seq``, reward, ``id``) goes through the frame split, the decode, the parse and
+    the observation check; the ``action`` reply through the encode and the frame. Best of
+    ``repeats`` ``timeit`` runs of ``number`` calls each (the least disturbed by other work).
+    """
+    import timeit
+
+    import gymnasium as gym
+    import numpy as np
+
+    from rlserve.protocol.codec import decode, encode
+    from rlserve.protocol.framing import FrameDecoder, frame
+    from rlserve.protocol.limits import DEFAULT_LIMITS
+    from rlserve.protocol.messages import parse_request
+    from rlserve.protocol.replies import action_reply
+    from rlserve.protocol.spaces import check_one
+
+    space = gym.make("CartPole-v1").observation_space
+    request = {
+        "type": "get_action",
+        "episode_id": "3f2b8c1e9a7d4f60b5e2c8a1d9f3e7b4",
+        "observation": np.array([0.01, -0.02, 0.03, -0.04], np.float32),
+        "seq": 17,
+        "reward": 1.0,
+        "id": 42,
+    }
+    wire = frame(encode(request))
+    frames = FrameDecoder(DEFAULT_LIMITS.max_frame_bytes)
+    body = frames.feed(wire)[0]
+    raw = decode(body, DEFAULT_LIMITS)
+    parsed = parse_request(raw, DEFAULT_LIMITS)
+    observation = parsed.observations[0]  # type: ignore[attr-defined]
+    stages = {
+        "frame split": lambda: frames.feed(wire),
+        "decode": lambda: decode(body, DEFAULT_LIMITS),
+        "parse": lambda: parse_request(raw, DEFAULT_LIMITS),
+        "observation check": lambda: check_one(space, observation, "observation"),
+        "reply encode": lambda: frame(encode(action_reply(42, 1))),
+    }
+    return {
+        name: min(timeit.repeat(call, number=number, repeat=repeats)) / number * 1e6
+        for name, call in stages.items()
+    }
 
 
 def _serve_command(run_dir: Path, profile: Path | None) -> list[str]:
@@ -255,6 +307,13 @@ def main() -> int:
             f"{per_step[len(per_step) // 2]:.0f} µs (runs: "
             + ", ".join(f"{v:.0f}" for v in per_step)
             + f"; learner {'training' if args.training else 'idle'})"
+        )
+        stages = codec_us()
+        print(
+            f"of which the codec work of a step, in process (timeit, best of 5): "
+            f"{sum(stages.values()):.1f} µs ("
+            + ", ".join(f"{name} {us:.1f}" for name, us in stages.items())
+            + ")"
         )
         profile = folder / "serve.prof"
         warm, taken, cpu, _, _ = _run(folder / "profiled", args.steps, args.training, profile)
