@@ -12,6 +12,7 @@ from gymnasium import spaces
 from rlserve.errors import SpaceError, UnsupportedSpaceError
 from rlserve.protocol.spaces import (
     MAX_SPACE_DEPTH,
+    SMALL_BOX_VALUES,
     check_batch,
     check_one,
     check_value,
@@ -604,6 +605,61 @@ def test_check_one_of_a_scalar_box_names_no_index() -> None:
     assert str(caught.value) == (
         "observation: value 2.0 is above the space's high bound 1.0; clip it or widen the space"
     )
+
+
+LEAN_CHECK_SPACES = {
+    "cartpole": CARTPOLE,
+    "scalar": spaces.Box(-1.0, 1.0, (), np.float32),
+    "matrix": spaces.Box(-2.0, 3.0, (3, 5), np.float32),
+    "at_the_small_limit": spaces.Box(-1.0, 1.0, (SMALL_BOX_VALUES,), np.float32),
+    "past_the_small_limit": spaces.Box(
+        np.array([-np.inf] * 40 + [0.0] * 40, np.float32),
+        np.array([1.0] * 40 + [np.inf] * 40, np.float32),
+    ),
+    "empty": spaces.Box(0.0, 1.0, (0,), np.float32),
+}
+
+
+def _reference_check(space: spaces.Box, value: np.ndarray) -> np.ndarray:
+    """check_one without its fast path: the full check, as check_one ends."""
+    return check_value(space, value, "observation").reshape(1, -1)
+
+
+@pytest.mark.parametrize("name", sorted(LEAN_CHECK_SPACES))
+def test_check_one_fast_path_agrees_with_the_full_check(name: str) -> None:
+    """Values at, inside, just past and far past the bounds, NaN and infinities: check_one gives
+    the full check's row or its error, word for word, small Box (Python floats) or large."""
+    space = LEAN_CHECK_SPACES[name]
+    low, high = space.low.reshape(-1), space.high.reshape(-1)
+    big = np.finfo(np.float32).max
+    candidates = np.concatenate(
+        [low, high, np.nextafter(low, -np.inf), np.nextafter(high, np.inf)]
+    ).astype(np.float32)
+    specials = np.array([np.nan, np.inf, -np.inf, big, -big, 0.0, 0.5, -0.5], np.float32)
+    pool = np.concatenate([candidates, specials])
+    pool = pool if pool.size else specials
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        inside = rng.uniform(np.maximum(low, -1e3), np.minimum(high, 1e3)).astype(np.float32)
+        value = inside.copy()
+        swaps = rng.integers(0, 3) if trial % 3 else 0
+        for _ in range(swaps if value.size else 0):
+            value[rng.integers(value.size)] = rng.choice(pool)
+        value = value.reshape(space.shape)
+        try:
+            expected: np.ndarray | str = _reference_check(space, value)
+        except SpaceError as exc:
+            expected = str(exc)
+        try:
+            got: np.ndarray | str = check_one(space, value, "observation")
+        except SpaceError as exc:
+            got = str(exc)
+        if isinstance(expected, str):
+            assert got == expected, (name, value)
+        else:
+            assert isinstance(got, np.ndarray), (name, value, got)
+            assert got.dtype == np.float32 and got.shape == expected.shape
+            np.testing.assert_array_equal(got, expected)
 
 
 def test_check_batch_indexes_into_the_batch_sent() -> None:
