@@ -38,6 +38,14 @@ STARTUP_TIMEOUT = 60.0
 STOP_TIMEOUT = 60.0
 """Seconds a server may take to write its final checkpoint and exit after SIGTERM."""
 
+WAIT_TIMEOUT = 90.0
+"""Seconds ``ServerHandle.wait_until`` and ``wait_for_weights`` wait by default: a hang catcher.
+
+Most waits are for the learner (an update, its steps consumed). On a saturated 2-core machine
+(``make test``'s 4 workers, on a slow phase of the VM) a starved learner has made 2 updates in
+55 s (the durability test's failure of 2026-11-29, docs/benchmarks.md): a 30-s wait fails a test
+that would have passed. The test's own pytest timeout (120 s unless marked) still bounds it."""
+
 LISTENING = re.compile(
     r"rlserve listening on (?P<tls>tls://)?(?P<host>.+?):(?P<port>\d+) \(binary\)"
     r"(?: and https?://(?P<http_host>.+?):(?P<http_port>\d+) \(HTTP\))?"
@@ -134,7 +142,7 @@ class ServerHandle:
     def wait_until(
         self,
         predicate: Callable[[dict[str, Any]], bool],
-        timeout: float = 30.0,
+        timeout: float = WAIT_TIMEOUT,
         what: str = "condition",
         token: str | None = None,
     ) -> dict[str, Any]:
@@ -150,7 +158,7 @@ class ServerHandle:
                 raise AssertionError(f"timed out after {timeout} s waiting for {what}; {last}")
             time.sleep(0.05)
 
-    def wait_for_weights(self, version: int = 0, timeout: float = 60.0) -> int:
+    def wait_for_weights(self, version: int = 0, timeout: float = WAIT_TIMEOUT) -> int:
         """Poll ``/v1/health`` until the learner published weights of at least ``version``."""
         deadline = time.monotonic() + timeout
         while True:
