@@ -14,11 +14,18 @@ the same run, so each rlserve figure can be read as a share of what the machine 
   installed as rlserve's server is: it cuts frames, decodes each body with ``msgpack.unpackb``
   and answers ``{"type": "action", "id": <the request's id>, "action": 0}``. No policy, no
   validation, no episode state.
+* With ``--policy`` (``bench/remote_inference.py --limit-policy``) the server is the floor of a
+  Python and numpy policy server instead: it batches the requests of one event-loop pass as
+  rlserve's does, reads each observation from its ndarray extension, runs one forward pass of
+  an MLP of rlserve's default shape (two hidden layers of 64, tanh) over the batch, samples each
+  action from the softmax and answers. Still no validation, no episode state, no experience log,
+  no learner: what any Python server that runs a numpy policy per step cannot avoid.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import signal
 import socket
@@ -98,9 +105,91 @@ class EchoProtocol(asyncio.Protocol):
             self._transport.write(b"".join(replies))
 
 
-async def _serve() -> None:
+class PolicyFloor:
+    """The requests of one event-loop pass, answered by one numpy forward pass over them."""
+
+    HIDDEN = 64
+    """Width of the two hidden layers (rlserve's default MLP)."""
+
+    def __init__(self, obs_dim: int = 4, actions: int = 2, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        sizes = [obs_dim, self.HIDDEN, self.HIDDEN, actions]
+        self._layers = [
+            (
+                rng.normal(0, 1 / np.sqrt(n_in), (n_in, n_out)).astype(np.float32),
+                np.zeros(n_out, np.float32),
+            )
+            for n_in, n_out in itertools.pairwise(sizes)
+        ]
+        self._rng = rng
+        self._pending: list[tuple[PolicyFloorProtocol, int, np.ndarray]] = []
+
+    def submit(self, protocol: PolicyFloorProtocol, request_id: int, obs: np.ndarray) -> None:
+        """Queue one request; the first of a pass schedules the flush after the pass."""
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._pending.append((protocol, request_id, obs))
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        x = np.stack([obs for _, _, obs in pending])
+        last = len(self._layers) - 1
+        for i, (weight, bias) in enumerate(self._layers):
+            x = x @ weight + bias
+            if i < last:
+                np.tanh(x, out=x)
+        x -= x.max(axis=1, keepdims=True)
+        probs = np.exp(x)
+        probs /= probs.sum(axis=1, keepdims=True)
+        draws = self._rng.random(len(pending))[:, None]
+        actions = (probs.cumsum(axis=1) < draws).sum(axis=1).tolist()
+        for (protocol, request_id, _), action in zip(pending, actions, strict=True):
+            protocol.reply(request_id, action)
+
+
+class PolicyFloorProtocol(asyncio.Protocol):
+    """Cut frames, read each observation and hand it to the shared :class:`PolicyFloor`."""
+
+    def __init__(self, floor: PolicyFloor) -> None:
+        self._floor = floor
+        self._buffer = bytearray()
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Keep the transport to write replies to."""
+        self._transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        """Cut frames and submit each request; keep a partial frame for the next read."""
+        buffer = self._buffer
+        buffer += data
+        offset = 0
+        while len(buffer) - offset >= 4:
+            (length,) = HEADER.unpack_from(buffer, offset)
+            end = offset + 4 + length
+            if len(buffer) < end:
+                break
+            request = msgpack.unpackb(bytes(buffer[offset + 4 : end]))
+            payload = request["observation"].data
+            obs = np.frombuffer(payload, np.float32, offset=2 + 4 * payload[1])
+            self._floor.submit(self, request["id"], obs)
+            offset = end
+        del buffer[:offset]
+
+    def reply(self, request_id: int, action: int) -> None:
+        """Write the ``action`` reply to one request."""
+        body = msgpack.packb({"type": "action", "id": request_id, "action": action})
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(HEADER.pack(len(body)) + body)
+
+
+async def _serve(policy: bool = False) -> None:
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(EchoProtocol, "127.0.0.1", 0)
+    if policy:
+        floor = PolicyFloor()
+        server = await loop.create_server(lambda: PolicyFloorProtocol(floor), "127.0.0.1", 0)
+    else:
+        server = await loop.create_server(EchoProtocol, "127.0.0.1", 0)
     host, port = server.sockets[0].getsockname()[:2]
     print(f"echo listening on {host}:{port}", flush=True)
     stop = asyncio.Event()
@@ -109,28 +198,29 @@ async def _serve() -> None:
         await stop.wait()
 
 
-def serve() -> None:
-    """Run the echo server until SIGTERM (uvloop's event loop when it is installed)."""
+def serve(policy: bool = False) -> None:
+    """Run the echo server (``policy``: the policy floor) until SIGTERM, on uvloop if present."""
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(_serve())
+    asyncio.run(_serve(policy))
 
 
 class EchoServer:
     """The echo server as a process, shaped like the benchmark's ``rlserve serve`` handle.
 
+    ``policy``: run the policy floor (:class:`PolicyFloor`) instead of the echo.
+
     ``listening_s``: launch to the listening line; ``first_action_s``: launch to the first reply.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, policy: bool = False) -> None:
         launched = time.monotonic()
-        self._launched = ListeningProcess(
-            [sys.executable, str(Path(__file__).resolve())], LISTENING, "the echo server"
-        )
+        command = [sys.executable, str(Path(__file__).resolve())] + (["--policy"] if policy else [])
+        self._launched = ListeningProcess(command, LISTENING, "the echo server")
         self.process, self.lines = self._launched.process, self._launched.lines
         self.listening_s = time.monotonic() - launched
         match = self._launched.match
@@ -242,4 +332,4 @@ class EchoClient:
 
 
 if __name__ == "__main__":
-    serve()
+    serve(policy="--policy" in sys.argv[1:])

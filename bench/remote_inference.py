@@ -16,7 +16,8 @@ them through :class:`rlserve.PolicyClient`, exactly as a user's simulator would:
 * two options that locate the floor: ``--client wire`` runs the single-env rlserve scenarios
   with the bare protocol client of ``bench/_wire_client.py`` instead of ``PolicyClient``, and
   ``--limit-load`` runs a learner-shaped process (``bench/_learner_load.py``) beside each echo
-  limit;
+  limit, and ``--limit-policy`` runs the limits against the floor of a Python and numpy policy
+  server instead of the echo (``bench/_loopback_limit.py``);
 * CPU per env step of the serving process and the clients, and the learner's CPU per env step
   trained; the machine's load average at the start and the end;
 * the resident memory of the server process plus its learner process after warm-up, and the time
@@ -296,7 +297,7 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, run_dir: Path, ct
     server: Server | EchoServer
     load: ListeningProcess | None = None
     if scenario.limit:
-        server = EchoServer()
+        server = EchoServer(policy=args.limit_policy)
         if scenario.learner_load:
             try:
                 load = ListeningProcess(
@@ -493,6 +494,12 @@ def main() -> int:
         default="policy",
         help="rlserve's clients: PolicyClient, or the bare protocol client of _wire_client.py"
         " (single-env scenarios only)",
+    )
+    parser.add_argument(
+        "--limit-policy",
+        action="store_true",
+        help="run the limits against the policy floor (_loopback_limit.py --policy: batching, "
+        "a numpy MLP forward pass, sampling; no validation, episodes or learner)",
     )
     parser.add_argument(
         "--limit-load",
