@@ -13,11 +13,11 @@ them through :class:`rlserve.PolicyClient`, exactly as a user's simulator would:
   rlserve's ``get_action`` (``bench/_loopback_limit.py``); every single-env rlserve figure is
   reported as a share of the limit of its client count measured in the same run;
 * one client process stepping 16 CartPoles with one batched ``get_action`` per step of the vector;
-* two options that locate the floor: ``--client wire`` runs the single-env rlserve scenarios
-  with the bare protocol client of ``bench/_wire_client.py`` instead of ``PolicyClient``, and
+* three options that locate the floor: ``--client wire`` runs the single-env rlserve scenarios
+  with the bare protocol client of ``bench/_wire_client.py`` instead of ``PolicyClient``;
   ``--limit-load`` runs a learner-shaped process (``bench/_learner_load.py``) beside each echo
-  limit, and ``--limit-policy`` runs the limits against the floor of a Python and numpy policy
-  server instead of the echo (``bench/_loopback_limit.py``);
+  limit; ``--limit-policy`` runs the limits against the floor of a Python and numpy policy
+  server instead of the echo (``bench/_loopback_limit.py --policy``);
 * CPU per env step of the serving process and the clients, and the learner's CPU per env step
   trained; the machine's load average at the start and the end;
 * the resident memory of the server process plus its learner process after warm-up, and the time
