@@ -42,7 +42,8 @@ class Scenario:
     """What runs against one fresh server (``limit``: the echo server instead of rlserve).
 
     ``learner_load``: a learner-shaped process runs beside the echo server
-    (``bench/_learner_load.py``, ``--limit-load``).
+    (``bench/_learner_load.py``, ``--limit-load``). ``policy_floor``: the limit's server is the
+    policy floor (``bench/_loopback_limit.py --policy``, ``--limit-policy``), not the echo.
     """
 
     key: str
@@ -52,6 +53,7 @@ class Scenario:
     training: bool
     limit: bool = False
     learner_load: bool = False
+    policy_floor: bool = False
 
 
 @dataclass
@@ -155,7 +157,8 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 
 def _learner_text(res: Result) -> str:
     if res.scenario.limit:
-        return "learner load (echo)" if res.scenario.learner_load else "none (echo)"
+        server = "policy floor" if res.scenario.policy_floor else "echo"
+        return f"learner load ({server})" if res.scenario.learner_load else f"none ({server})"
     return "training" if res.scenario.training else "idle"
 
 

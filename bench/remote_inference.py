@@ -297,7 +297,7 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace, run_dir: Path, ct
     server: Server | EchoServer
     load: ListeningProcess | None = None
     if scenario.limit:
-        server = EchoServer(policy=args.limit_policy)
+        server = EchoServer(policy=scenario.policy_floor)
         if scenario.learner_load:
             try:
                 load = ListeningProcess(
@@ -519,6 +519,7 @@ def main() -> int:
         print("--client wire: the vector-client scenarios are left out", file=sys.stderr)
     for scenario in chosen:
         scenario.learner_load = scenario.limit and args.limit_load
+        scenario.policy_floor = scenario.limit and args.limit_policy
 
     ctx = mp.get_context("spawn")
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="rlserve-bench-"))
