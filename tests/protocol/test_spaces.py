@@ -10,9 +10,9 @@ import pytest
 from gymnasium import spaces
 
 from rlserve.errors import SpaceError, UnsupportedSpaceError
+from rlserve.protocol.box_bounds import SMALL_BOX_VALUES
 from rlserve.protocol.spaces import (
     MAX_SPACE_DEPTH,
-    SMALL_BOX_VALUES,
     check_batch,
     check_one,
     check_value,

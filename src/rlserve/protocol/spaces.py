@@ -12,12 +12,13 @@ This module needs numpy and gymnasium only, never torch: the client uses it too.
 from __future__ import annotations
 
 import math
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
 from rlserve.errors import SpaceError, UnsupportedSpaceError
+from rlserve.protocol.box_bounds import finite_bounds, fits_float32_box
 from rlserve.protocol.ragged import ragged_item
 from rlserve.protocol.space_sizes import MAX_SPACE_DEPTH, check_flat_width, element_count
 from rlserve.protocol.values import FLOAT32_MAX, check_float32, short_repr
@@ -309,27 +310,6 @@ def check_value(space: spaces.Space[Any], value: Any, where: str = "value") -> A
     raise UnsupportedSpaceError(f"{where}: {type(space).__name__} spaces are not supported")
 
 
-_BOX_BOUNDS: dict[int, tuple[spaces.Box, np.ndarray, np.ndarray]] = {}
-
-
-def finite_bounds(space: spaces.Box) -> tuple[np.ndarray, np.ndarray]:
-    """The Box's bounds with infinities replaced by the dtype's extremes, cached per space.
-
-    With these, one comparison ``low <= x <= high`` also rejects NaN and infinity, so a valid
-    value costs a single fused check on the per-step path.
-    """
-    entry = _BOX_BOUNDS.get(id(space))
-    if entry is None or entry[0] is not space:
-        low, high = space.low, space.high
-        if space.dtype.kind == "f":
-            big = np.finfo(cast(Any, space.dtype)).max
-            low = np.where(np.isfinite(low), low, -big).astype(space.dtype)
-            high = np.where(np.isfinite(high), high, big).astype(space.dtype)
-        entry = (space, low, high)
-        _BOX_BOUNDS[id(space)] = entry
-    return entry[1], entry[2]
-
-
 def _check_box_values(space: spaces.Box, batch: np.ndarray, where: str, batched: bool) -> None:
     """Check a ``[count, *shape]`` batch against the Box's bounds and finiteness.
 
@@ -366,40 +346,6 @@ def _check_box_values(space: spaces.Box, batch: np.ndarray, where: str, batched:
     )
 
 
-_LeanBox = tuple[
-    spaces.Box, bool, tuple[int, ...], np.ndarray, np.ndarray, list[tuple[float, float]] | None
-]
-
-_LEAN_BOXES: dict[int, _LeanBox] = {}
-
-_FLOAT32 = np.dtype(np.float32)
-
-SMALL_BOX_VALUES = 64
-"""Boxes of up to this many values are bounds-checked on Python floats in :func:`check_one`.
-
-For a few values numpy's cost per call is most of the check: a CartPole observation took about
-0.5 µs as four Python comparisons against 2.7 µs as two ufunc comparisons, an ``&`` and an
-``all`` (``bench/profile_remote_step.py`` times the check in the codec line)."""
-
-
-def _lean_box(space: spaces.Box) -> _LeanBox:
-    """What :func:`check_one`'s fast path needs of a Box, cached per space.
-
-    The fast path takes float32 Boxes only (the second item); other dtypes take the full check.
-    The last item is the bounds as ``(low, high)`` Python floats, one pair per value, for a Box
-    of at most :data:`SMALL_BOX_VALUES` values (None for a larger one). A float32 converts to a
-    Python float exactly, so comparing the floats is comparing the float32 values, and NaN fails
-    both comparisons as it fails numpy's.
-    """
-    low, high = finite_bounds(space)
-    pairs = None
-    if low.size <= SMALL_BOX_VALUES:
-        pairs = list(zip(low.reshape(-1).tolist(), high.reshape(-1).tolist(), strict=True))
-    entry = (space, space.dtype == np.float32, space.shape, low, high, pairs)
-    _LEAN_BOXES[id(space)] = entry
-    return entry
-
-
 def check_one(space: spaces.Space[Any], value: Any, where: str) -> np.ndarray:
     """Check one observation and return it flattened to a float32 ``[1, D]`` batch.
 
@@ -414,25 +360,13 @@ def check_one(space: spaces.Space[Any], value: Any, where: str) -> np.ndarray:
     Raises:
         SpaceError: The value does not fit the space.
     """
-    if type(value) is np.ndarray and isinstance(space, spaces.Box):
-        # The common case, every remote step: a float32 array of the space's shape and dtype,
-        # inside the bounds: compared as Python floats for a small Box, else in one fused
-        # comparison as _check_box_values does first. Anything else takes the full check.
-        lean = _LEAN_BOXES.get(id(space))
-        if lean is None or lean[0] is not space:
-            lean = _lean_box(space)
-        if lean[1] and value.dtype is _FLOAT32 and value.shape == lean[2]:
-            row = value.reshape(1, -1)
-            pairs = lean[5]
-            if pairs is None:
-                if ((value >= lean[3]) & (value <= lean[4])).all():
-                    return row
-            else:
-                for x, (low, high) in zip(row.tolist()[0], pairs, strict=True):
-                    if not low <= x <= high:
-                        break
-                else:
-                    return row
+    if (
+        type(value) is np.ndarray
+        and isinstance(space, spaces.Box)
+        and fits_float32_box(space, value)
+    ):
+        # The common case, every remote step: nothing more to check (box_bounds).
+        return value.reshape(1, -1)
     if isinstance(space, spaces.Box):
         array = check_value(space, value, where)
         flat = array.reshape(1, -1)

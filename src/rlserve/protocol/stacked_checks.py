@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from rlserve.protocol.spaces import check_batch, finite_bounds
+from rlserve.protocol.box_bounds import finite_bounds
+from rlserve.protocol.spaces import check_batch
 
 __all__ = ["StackedBoxCheck", "check_stacked", "stacked_check", "unstack"]
 
