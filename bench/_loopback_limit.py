@@ -75,8 +75,14 @@ LISTENING = re.compile(r"echo listening on (\S+):(\d+)")
 # -- the server ---------------------------------------------------------------------------------
 
 
-class EchoProtocol(asyncio.Protocol):
-    """Answer every complete frame with a fixed ``action`` reply carrying the request's id."""
+def _action_frame(request_id: int, action: int) -> bytes:
+    """The framed ``action`` reply to request ``request_id``."""
+    body = msgpack.packb({"type": "action", "id": request_id, "action": action})
+    return HEADER.pack(len(body)) + body
+
+
+class FramedProtocol(asyncio.Protocol):
+    """Cut the bytes of a connection into frames and hand each read's requests to :meth:`handle`."""
 
     def __init__(self) -> None:
         self._buffer = bytearray()
@@ -87,22 +93,37 @@ class EchoProtocol(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        """Cut frames, decode each and reply; keep a partial frame for the next read."""
+        """Cut frames and decode each; keep a partial frame for the next read."""
         buffer = self._buffer
         buffer += data
-        offset, replies = 0, []
+        offset, requests = 0, []
         while len(buffer) - offset >= 4:
             (length,) = HEADER.unpack_from(buffer, offset)
             end = offset + 4 + length
             if len(buffer) < end:
                 break
-            request = msgpack.unpackb(bytes(buffer[offset + 4 : end]))
-            body = msgpack.packb({"type": "action", "id": request["id"], "action": FIXED_ACTION})
-            replies.append(HEADER.pack(len(body)) + body)
+            requests.append(msgpack.unpackb(bytes(buffer[offset + 4 : end])))
             offset = end
         del buffer[:offset]
-        if replies and self._transport is not None:
-            self._transport.write(b"".join(replies))
+        if requests:
+            self.handle(requests)
+
+    def handle(self, requests: list[dict[str, Any]]) -> None:
+        """Answer the requests of one read."""
+        raise NotImplementedError
+
+    def write(self, data: bytes) -> None:
+        """Write reply bytes, unless the connection is gone."""
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
+
+
+class EchoProtocol(FramedProtocol):
+    """Answer every complete frame with a fixed ``action`` reply carrying the request's id."""
+
+    def handle(self, requests: list[dict[str, Any]]) -> None:
+        """One write for the replies of one read."""
+        self.write(b"".join(_action_frame(r["id"], FIXED_ACTION) for r in requests))
 
 
 class PolicyFloor:
@@ -147,40 +168,23 @@ class PolicyFloor:
             protocol.reply(request_id, action)
 
 
-class PolicyFloorProtocol(asyncio.Protocol):
-    """Cut frames, read each observation and hand it to the shared :class:`PolicyFloor`."""
+class PolicyFloorProtocol(FramedProtocol):
+    """Read each request's observation and hand it to the shared :class:`PolicyFloor`."""
 
     def __init__(self, floor: PolicyFloor) -> None:
+        super().__init__()
         self._floor = floor
-        self._buffer = bytearray()
-        self._transport: asyncio.Transport | None = None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """Keep the transport to write replies to."""
-        self._transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        """Cut frames and submit each request; keep a partial frame for the next read."""
-        buffer = self._buffer
-        buffer += data
-        offset = 0
-        while len(buffer) - offset >= 4:
-            (length,) = HEADER.unpack_from(buffer, offset)
-            end = offset + 4 + length
-            if len(buffer) < end:
-                break
-            request = msgpack.unpackb(bytes(buffer[offset + 4 : end]))
+    def handle(self, requests: list[dict[str, Any]]) -> None:
+        """Submit each request; the floor answers after the event loop's pass."""
+        for request in requests:
             payload = request["observation"].data
             obs = np.frombuffer(payload, np.float32, offset=2 + 4 * payload[1])
             self._floor.submit(self, request["id"], obs)
-            offset = end
-        del buffer[:offset]
 
     def reply(self, request_id: int, action: int) -> None:
         """Write the ``action`` reply to one request."""
-        body = msgpack.packb({"type": "action", "id": request_id, "action": action})
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(HEADER.pack(len(body)) + body)
+        self.write(_action_frame(request_id, action))
 
 
 async def _serve(policy: bool = False) -> None:
